@@ -1,0 +1,72 @@
+"""``hutch-broker`` / ``python -m hutch_broker``: parse flags, wire, run. No logic here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from hutch_broker import config as config_mod
+
+
+def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
+    parser = argparse.ArgumentParser(prog="hutch-broker", description=__doc__)
+    parser.add_argument("--amqp-port", type=int, help="AMQP listener port (default 5672)")
+    parser.add_argument("--http-port", type=int, help="management API port (default 15672)")
+    parser.add_argument("--data-dir", type=Path, help="durable state (default ./hutch-data)")
+    parser.add_argument("--config", type=Path, help="rabbitmq.conf-style config file")
+    parser.add_argument("--bind", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = config_mod.BrokerConfig()
+    if args.config is not None:
+        try:
+            config = config_mod.load(args.config, config)
+        except (OSError, config_mod.ConfigError) as exc:
+            parser.error(f"{args.config}: {exc}")
+    # Flags beat the file: the operator and tests pick ports per process.
+    if args.amqp_port is not None:
+        config.amqp_port = args.amqp_port
+    if args.http_port is not None:
+        config.http_port = args.http_port
+    if args.data_dir is not None:
+        config.data_dir = args.data_dir
+    if args.bind is not None:
+        config.bind = args.bind
+    return config
+
+
+async def _serve(config: config_mod.BrokerConfig) -> None:
+    from hutch_broker.server.app import BrokerServer  # noqa: PLC0415
+
+    server = BrokerServer(config)
+    server.install_signal_handlers()
+    await server.start()
+    await server.wait_stopped()
+    await asyncio.sleep(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        runner(_serve(config))
+    except OSError as exc:
+        logging.getLogger("hutch_broker").error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Broker configuration: rabbitmq.conf-style ``key = value`` lines plus CLI flags.
+
+The operator renders this file into a ConfigMap, and users may add lines via
+``Broker.spec.additionalConfig``, so the format is the one RabbitMQ users
+already write.  Parsing is pure and strict: an unknown key or a bad value is
+an error that names the line, so a typo never silently falls back to a
+default.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+_UNITS: Final = {
+    "": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "k": 1024,
+    "m": 1024**2,
+    "g": 1024**3,
+}
+
+
+class ConfigError(ValueError):
+    """A config line that cannot be applied."""
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    amqp_port: int = 5672
+    http_port: int = 15672
+    bind: str = "127.0.0.1"
+    data_dir: Path = field(default_factory=lambda: Path("hutch-data"))
+    cluster_name: str = ""
+    default_user: str = "guest"
+    default_pass: str = "guest"  # noqa: S105 - RabbitMQ's documented default, loopback only
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
+    heartbeat: int = 60
+    frame_max: int = 131072
+    channel_max: int = 2047
+    max_message_size: int = 16 * 1024 * 1024
+    watermark_relative: float | None = 0.4
+    watermark_absolute: int | None = None
+    total_memory: int | None = None
+    disk_free_limit: int = 50_000_000
+    handshake_timeout_s: float = 10.0
+
+
+def parse_size(text: str) -> int:
+    """``1073741824``, ``512MiB``, ``2GB`` -> bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if match is None or match.group(2).lower() not in _UNITS:
+        raise ConfigError(f"not a size: {text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "yes", "1"):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    raise ConfigError(f"not a boolean: {text!r}")
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise ConfigError(f"must be between 0 and 1: {text!r}")
+    return value
+
+
+def _port_of(value: str) -> int:
+    return int(value.rsplit(":", 1)[-1])
+
+
+# key -> (attribute, converter) for the keys that map to one field.
+_SIMPLE: Final = {
+    "listeners.tcp.default": ("amqp_port", _port_of),
+    "management.tcp.port": ("http_port", int),
+    "management.tcp.ip": ("bind", str),
+    "cluster_name": ("cluster_name", str),
+    "default_user": ("default_user", str),
+    "default_pass": ("default_pass", str),
+    "heartbeat": ("heartbeat", int),
+    "frame_max": ("frame_max", int),
+    "channel_max": ("channel_max", int),
+    "max_message_size": ("max_message_size", parse_size),
+    "total_memory_available_override_value": ("total_memory", parse_size),
+    "disk_free_limit.absolute": ("disk_free_limit", parse_size),
+}
+
+
+def _apply(config: BrokerConfig, key: str, value: str) -> None:
+    simple = _SIMPLE.get(key)
+    if simple is not None:
+        attribute, convert = simple
+        setattr(config, attribute, convert(value))
+    elif key.startswith("loopback_users."):
+        user = key.split(".", 1)[1]
+        config.loopback_users = [u for u in config.loopback_users if u != user]
+        if _bool(value):
+            config.loopback_users.append(user)
+    elif key == "loopback_users":
+        if value.strip() != "none":
+            raise ConfigError("loopback_users only accepts 'none'")
+        config.loopback_users = []
+    elif key == "vm_memory_high_watermark.relative":
+        config.watermark_relative, config.watermark_absolute = _ratio(value), None
+    elif key == "vm_memory_high_watermark.absolute":
+        config.watermark_absolute, config.watermark_relative = parse_size(value), None
+    else:
+        raise ConfigError(f"unknown key {key!r}")
+
+
+def parse(text: str, config: BrokerConfig | None = None) -> BrokerConfig:
+    config = config or BrokerConfig()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"line {number}: expected 'key = value', got {raw.strip()!r}")
+        try:
+            _apply(config, key.strip(), value.strip())
+        except (ConfigError, ValueError) as exc:
+            raise ConfigError(f"line {number} ({key.strip()}): {exc}") from exc
+    return config
+
+
+def load(path: Path, config: BrokerConfig | None = None) -> BrokerConfig:
+    return parse(path.read_text(encoding="utf-8"), config)

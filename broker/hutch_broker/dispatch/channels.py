@@ -1,0 +1,206 @@
+"""Per-channel state: consumers, unacked deliveries, prefetch, confirms, transactions.
+
+A ``Channel`` is the queue's ``DeliveryTarget``: queues ask it whether a
+consumer has prefetch room and hand it entries to deliver, and it turns them
+into protocol output on its session's connection.
+
+Publisher confirms are released strictly in publish order (so one
+``basic.ack multiple=true`` covers a run): each publish records the
+durability generation it needs (0 = none) and whether it was refused; a
+confirm waits for every earlier one on the channel.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from hutch_broker.model.messages import Entry
+from hutch_broker.model.queues import Consumer, Queue
+from hutch_broker.protocol import errors
+
+if TYPE_CHECKING:
+    from hutch_broker.dispatch.sessions import Session
+
+
+class Channel:
+    def __init__(self, session: Session, number: int) -> None:
+        self.session = session
+        self.number = number
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: OrderedDict[int, tuple[Queue, Entry, Consumer | None]] = OrderedDict()
+        self.next_delivery_tag = 1
+        self.prefetch_count = 0  # basic.qos global=true: the whole channel
+        self.consumer_prefetch = 0  # basic.qos global=false: each new consumer
+        self.flow_active = True
+        self.confirm_mode = False
+        self.publish_seq = 0
+        self.pending_confirms: deque[tuple[int, int, bool]] = deque()  # (seq, generation, nack)
+        self.transactional = False
+        self.tx_publishes: list[Any] = []
+        self.tx_acks: list[tuple[str, int, bool, bool]] = []  # (kind, tag, multiple, requeue)
+
+    # -- DeliveryTarget -----------------------------------------------
+
+    def has_capacity(self, consumer: Consumer) -> bool:
+        if not self.flow_active or not self.session.writable:
+            return False
+        if consumer.no_ack:
+            return True
+        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
+            return False
+        return not (self.prefetch_count and len(self.unacked) >= self.prefetch_count)
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        if not consumer.no_ack:
+            self.unacked[tag] = (queue, entry, consumer)
+        message = entry.message
+        session = self.session
+        session.proto.send_deliver(
+            self.number,
+            consumer.tag,
+            tag,
+            entry.redelivered,
+            message.exchange,
+            message.routing_key,
+            message.raw_properties,
+            message.body,
+        )
+        session.context.stats.delivers += 1
+        session.context.mark_dirty(session)
+
+    def cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue went away: tell the client if it understands (consumer_cancel_notify)."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        session = self.session
+        if session.capability("consumer_cancel_notify"):
+            session.proto.send_method(self.number, commands.Basic.Cancel(consumer_tag=consumer.tag))
+            session.context.mark_dirty(session)
+
+    # -- basic.get ----------------------------------------------------
+
+    def record_get(self, queue: Queue, entry: Entry, *, no_ack: bool) -> int:
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        if not no_ack:
+            self.unacked[tag] = (queue, entry, None)
+        return tag
+
+    # -- settlement ---------------------------------------------------
+
+    def take_unacked(self, tag: int, multiple: bool) -> list[tuple[Queue, Entry, Consumer | None]]:
+        """Remove and return the deliveries an ack/nack/reject names (CN-4)."""
+        if multiple:
+            unacked = self.unacked
+            if tag == 0:  # multiple with tag 0: everything outstanding
+                taken = list(unacked.values())
+                unacked.clear()
+                return taken
+            if tag not in unacked:
+                raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            taken = []
+            while True:
+                first, delivery = unacked.popitem(last=False)
+                taken.append(delivery)
+                if first == tag:
+                    return taken
+        found = self.unacked.pop(tag, None)
+        if found is None:
+            raise errors.precondition_failed(f"unknown delivery tag {tag}")
+        return [found]
+
+    def settle(self, tag: int, multiple: bool, now_ms: int) -> None:
+        touched: set[Queue] = set()
+        taken = self.take_unacked(tag, multiple)
+        for queue, entry, consumer in taken:
+            queue.settle(entry)
+            if consumer is not None:
+                consumer.unacked -= 1
+            touched.add(queue)
+        self.session.context.stats.acks += len(taken)
+        self._drain(touched, now_ms)
+
+    def reject(self, tag: int, multiple: bool, requeue: bool, now_ms: int) -> None:
+        taken = self.take_unacked(tag, multiple)
+        self._return_entries(taken, requeue=requeue, now_ms=now_ms)
+
+    def requeue_all(self, now_ms: int) -> None:
+        """Channel close or basic.recover: every unacked message goes back (CN-4)."""
+        taken = list(self.unacked.values())
+        self.unacked.clear()
+        self._return_entries(taken, requeue=True, now_ms=now_ms)
+
+    def _return_entries(
+        self,
+        taken: list[tuple[Queue, Entry, Consumer | None]],
+        *,
+        requeue: bool,
+        now_ms: int,
+    ) -> None:
+        touched: set[Queue] = set()
+        for queue, entry, consumer in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            if requeue:
+                queue.requeue(entry)
+            else:
+                queue.reject(entry)
+            touched.add(queue)
+        for queue in touched:
+            if requeue:
+                queue.after_requeue()
+        self._drain(touched, now_ms)
+
+    def _drain(self, touched: set[Queue], now_ms: int) -> None:
+        """Freed prefetch room: let the affected queues deliver again."""
+        queues = set(touched)
+        if self.prefetch_count:
+            queues.update(consumer.queue for consumer in self.consumers.values())
+        for queue in queues:
+            if queue.consumers and not queue.deleted:
+                queue.drain(now_ms)
+
+    # -- confirms -----------------------------------------------------
+
+    def next_publish_seq(self) -> int:
+        self.publish_seq += 1
+        return self.publish_seq
+
+    def add_confirm(self, seq: int, generation: int, nack: bool) -> None:
+        self.pending_confirms.append((seq, generation, nack))
+        self.session.context.confirm_waiters.add(self)
+
+    def release_confirms(self, synced_generation: int) -> None:
+        """Send acks/nacks for every leading confirm whose record is durable."""
+        pending = self.pending_confirms
+        proto = self.session.proto
+        run_end = 0
+        while pending and pending[0][1] <= synced_generation:
+            seq, _, nack = pending.popleft()
+            if nack:
+                if run_end:
+                    proto.send_method(self.number, commands.Basic.Ack(run_end, multiple=True))
+                    run_end = 0
+                proto.send_method(self.number, commands.Basic.Nack(seq, multiple=False))
+            else:
+                run_end = seq
+        if run_end:
+            proto.send_method(self.number, commands.Basic.Ack(run_end, multiple=True))
+        if not pending:
+            self.session.context.confirm_waiters.discard(self)
+        self.session.context.mark_dirty(self.session)
+
+    # -- teardown -----------------------------------------------------
+
+    def close(self, now_ms: int) -> None:
+        """Release everything the channel holds: consumers, then unacked messages."""
+        for consumer in list(self.consumers.values()):
+            self.session.remove_consumer(self, consumer, now_ms)
+        self.requeue_all(now_ms)
+        self.pending_confirms.clear()
+        self.session.context.confirm_waiters.discard(self)

@@ -1,0 +1,105 @@
+"""State shared by every session of one broker process, owned by the server.
+
+The dispatch layer is synchronous; anything that must happen "at the end of
+this event-loop tick" (flushing output, the group-commit fsync, releasing
+publisher confirms once their records are durable) is requested through
+``request_flush`` and carried out by the server.
+
+Durability generations (P-3): a store append made while ``write_generation``
+is G becomes durable when the sync numbered G completes, i.e. when
+``synced_generation >= G``.  The server starts sync G by bumping
+``write_generation`` to G+1 first, so later appends wait for the next sync.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from hutch_broker.model.broker import Broker
+
+if TYPE_CHECKING:
+    from hutch_broker.dispatch.channels import Channel
+    from hutch_broker.dispatch.sessions import Session
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Stats:
+    """Broker-wide counters for the management API and /metrics."""
+
+    __slots__ = (
+        "acks",
+        "confirms",
+        "connections_closed",
+        "connections_opened",
+        "delivers",
+        "publishes",
+        "redelivers",
+        "returns",
+    )
+
+    def __init__(self) -> None:
+        self.publishes = 0
+        self.delivers = 0
+        self.acks = 0
+        self.confirms = 0
+        self.returns = 0
+        self.redelivers = 0
+        self.connections_opened = 0
+        self.connections_closed = 0
+
+
+class AlarmState(Protocol):
+    """What dispatch needs to know about resource alarms (MEM-4)."""
+
+    @property
+    def publishing_blocked(self) -> bool: ...
+
+
+class _NoAlarms:
+    publishing_blocked = False
+
+
+class Context:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        request_flush: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.request_flush = request_flush
+        self.sessions: dict[int, Session] = {}
+        self.dirty_sessions: list[Session] = []
+        self.confirm_waiters: set[Channel] = set()
+        self.write_generation = 1
+        self.synced_generation = 0
+        self.stats = Stats()
+        self.alarms: AlarmState = _NoAlarms()
+        self.channel_count = 0
+
+    def mark_dirty(self, session: Session) -> None:
+        if not session.dirty:
+            session.dirty = True
+            self.dirty_sessions.append(session)
+            self.request_flush()
+
+    def take_dirty(self) -> list[Session]:
+        dirty = self.dirty_sessions
+        self.dirty_sessions = []
+        for session in dirty:
+            session.dirty = False
+        return dirty
+
+    def release_confirms(self) -> None:
+        """Called after a sync completes (or at tick end for non-durable confirms)."""
+        if not self.confirm_waiters:
+            return
+        for channel in list(self.confirm_waiters):
+            channel.release_confirms(self.synced_generation)

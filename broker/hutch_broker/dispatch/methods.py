@@ -1,0 +1,343 @@
+"""AMQP method handlers: one small function per client method.
+
+Each handler checks permissions, applies the method to the model and sends
+the reply through the session's protocol connection.  ``HANDLERS`` maps the
+pamqp command class to its function; anything missing is a 540.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from hutch_broker.dispatch import publishing
+from hutch_broker.dispatch.channels import Channel
+from hutch_broker.model.queues import Consumer, Queue
+from hutch_broker.protocol import errors
+
+if TYPE_CHECKING:
+    from hutch_broker.dispatch.sessions import Session
+
+Handler = Callable[["Session", Channel, Any, int], None]
+
+publish = publishing.publish
+
+
+def handle(session: Session, channel: Channel | None, method: Any, now_ms: int) -> None:
+    handler = HANDLERS.get(type(method))
+    if handler is None or channel is None:
+        raise errors.not_implemented(f"method {type(method).__name__} is not supported")
+    handler(session, channel, method, now_ms)
+
+
+def _reply(session: Session, channel: Channel, method: Any, nowait: bool = False) -> None:
+    if not nowait:
+        session.proto.send_method(channel.number, method)
+
+
+def _vhost(session: Session) -> Any:
+    assert session.vhost is not None  # noqa: S101 - methods only flow after connection.open
+    return session.vhost
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+# -- exchange.* ----------------------------------------------------------
+
+
+def exchange_declare(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    vhost = _vhost(session)
+    if m.exchange == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
+    if m.passive:
+        vhost.get_exchange(m.exchange)
+    else:
+        session.check_permission("configure", "exchange", m.exchange)
+        vhost.declare_exchange(
+            m.exchange,
+            m.exchange_type,
+            durable=m.durable,
+            auto_delete=m.auto_delete,
+            internal=m.internal,
+            arguments=m.arguments or {},
+        )
+    _reply(session, channel, commands.Exchange.DeclareOk(), m.nowait)
+
+
+def exchange_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if m.exchange == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
+    session.check_permission("configure", "exchange", m.exchange)
+    _vhost(session).delete_exchange(m.exchange, if_unused=m.if_unused)
+    _reply(session, channel, commands.Exchange.DeleteOk(), m.nowait)
+
+
+def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
+    vhost = _vhost(session)
+    session.check_permission("write", "exchange", m.destination)
+    session.check_permission("read", "exchange", m.source)
+    if m.source == "" or m.destination == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
+    return vhost, vhost.get_exchange(m.destination)
+
+
+def exchange_bind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    vhost, destination = _exchange_edge(session, m)
+    vhost.bind(m.source, destination, m.routing_key, m.arguments or {})
+    _reply(session, channel, commands.Exchange.BindOk(), m.nowait)
+
+
+def exchange_unbind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    vhost, destination = _exchange_edge(session, m)
+    vhost.unbind(m.source, destination, m.routing_key, m.arguments or {})
+    _reply(session, channel, commands.Exchange.UnbindOk(), m.nowait)
+
+
+# -- queue.* -------------------------------------------------------------
+
+
+def _queue(session: Session, name: str) -> Queue:
+    vhost = _vhost(session)
+    queue: Queue = vhost.get_queue(name)
+    vhost.check_exclusive(queue, session)
+    return queue
+
+
+def queue_declare(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    vhost = _vhost(session)
+    if m.passive:
+        queue = _queue(session, m.queue)
+        queue.last_used_ms = now_ms
+    else:
+        name = m.queue
+        if name:
+            session.check_permission("configure", "queue", name)
+        queue, created = vhost.declare_queue(
+            name,
+            durable=m.durable,
+            exclusive_owner=session if m.exclusive else None,
+            auto_delete=m.auto_delete,
+            arguments=m.arguments or {},
+            now_ms=now_ms,
+        )
+        if created and m.exclusive:
+            session.exclusive_queues.add(queue)
+    reply = commands.Queue.DeclareOk(queue.name, queue.ready_count, queue.consumer_count())
+    _reply(session, channel, reply, m.nowait)
+
+
+def queue_bind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    queue = _queue(session, m.queue)
+    session.check_permission("write", "queue", m.queue)
+    session.check_permission("read", "exchange", m.exchange)
+    _vhost(session).bind(m.exchange, queue, m.routing_key, m.arguments or {})
+    _reply(session, channel, commands.Queue.BindOk(), m.nowait)
+
+
+def queue_unbind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    queue = _queue(session, m.queue)
+    session.check_permission("write", "queue", m.queue)
+    session.check_permission("read", "exchange", m.exchange)
+    _vhost(session).unbind(m.exchange, queue, m.routing_key, m.arguments or {})
+    _reply(session, channel, commands.Queue.UnbindOk())
+
+
+def queue_purge(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    queue = _queue(session, m.queue)
+    session.check_permission("read", "queue", m.queue)
+    count = queue.purge()
+    _reply(session, channel, commands.Queue.PurgeOk(count), m.nowait)
+
+
+def queue_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    vhost = _vhost(session)
+    queue = vhost.queues.get(m.queue)
+    count = 0
+    if queue is not None:
+        vhost.check_exclusive(queue, session)
+        session.check_permission("configure", "queue", m.queue)
+        count = vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+        session.exclusive_queues.discard(queue)
+    _reply(session, channel, commands.Queue.DeleteOk(count), m.nowait)
+
+
+# -- basic.* -------------------------------------------------------------
+
+
+def basic_qos(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if m.prefetch_size:
+        raise errors.not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
+    if m.global_:
+        channel.prefetch_count = m.prefetch_count
+    else:
+        channel.consumer_prefetch = m.prefetch_count
+    _reply(session, channel, commands.Basic.QosOk())
+    channel._drain({consumer.queue for consumer in channel.consumers.values()}, now_ms)
+
+
+def _consumer_tag() -> str:
+    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+def basic_consume(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    queue = _queue(session, m.queue)
+    session.check_permission("read", "queue", m.queue)
+    tag = m.consumer_tag or _consumer_tag()
+    if tag in channel.consumers:
+        raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
+    if queue.consumers and (m.exclusive or any(c.exclusive for c in queue.consumers)):
+        raise errors.access_refused(
+            f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use"
+        )
+    consumer = Consumer(
+        tag,
+        queue,
+        channel,
+        no_ack=m.no_ack,
+        exclusive=m.exclusive,
+        prefetch=channel.consumer_prefetch,
+        arguments=m.arguments or {},
+    )
+    channel.consumers[tag] = consumer
+    queue.add_consumer(consumer)
+    queue.last_used_ms = now_ms
+    _reply(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
+    queue.drain(now_ms)
+
+
+def basic_cancel(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    consumer = channel.consumers.get(m.consumer_tag)
+    if consumer is not None:
+        session.remove_consumer(channel, consumer, now_ms)
+    _reply(session, channel, commands.Basic.CancelOk(m.consumer_tag), m.nowait)
+
+
+def basic_get(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    queue = _queue(session, m.queue)
+    session.check_permission("read", "queue", m.queue)
+    entry = queue.get(now_ms, no_ack=m.no_ack)
+    if entry is None:
+        session.proto.send_method(channel.number, commands.Basic.GetEmpty())
+        return
+    tag = channel.record_get(queue, entry, no_ack=m.no_ack)
+    message = entry.message
+    session.proto.send_get_ok(
+        channel.number,
+        tag,
+        entry.redelivered,
+        message.exchange,
+        message.routing_key,
+        queue.ready_count,
+        message.raw_properties,
+        message.body,
+    )
+    session.context.stats.delivers += 1
+
+
+def basic_ack(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if channel.transactional:
+        channel.tx_acks.append(("ack", m.delivery_tag, m.multiple, False))
+        return
+    channel.settle(m.delivery_tag, m.multiple, now_ms)
+
+
+def basic_reject(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if channel.transactional:
+        channel.tx_acks.append(("reject", m.delivery_tag, False, m.requeue))
+        return
+    channel.reject(m.delivery_tag, False, m.requeue, now_ms)
+
+
+def basic_nack(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if channel.transactional:
+        channel.tx_acks.append(("reject", m.delivery_tag, m.multiple, m.requeue))
+        return
+    channel.reject(m.delivery_tag, m.multiple, m.requeue, now_ms)
+
+
+def basic_recover(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if not m.requeue:
+        raise errors.not_implemented("requeue=false")
+    channel.requeue_all(now_ms)
+    if isinstance(m, commands.Basic.Recover):
+        _reply(session, channel, commands.Basic.RecoverOk())
+
+
+# -- channel.flow, confirm.*, tx.* ---------------------------------------
+
+
+def channel_flow(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    channel.flow_active = m.active
+    _reply(session, channel, commands.Channel.FlowOk(m.active))
+    if m.active:
+        channel._drain({consumer.queue for consumer in channel.consumers.values()}, now_ms)
+
+
+def confirm_select(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if channel.transactional:
+        raise errors.precondition_failed("cannot switch from tx to confirm mode")
+    channel.confirm_mode = True
+    _reply(session, channel, commands.Confirm.SelectOk(), m.nowait)
+
+
+def tx_select(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if channel.confirm_mode:
+        raise errors.precondition_failed("cannot switch from confirm to tx mode")
+    channel.transactional = True
+    _reply(session, channel, commands.Tx.SelectOk())
+
+
+def tx_commit(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if not channel.transactional:
+        raise errors.precondition_failed("channel is not transactional")
+    publishes, channel.tx_publishes = channel.tx_publishes, []
+    acks, channel.tx_acks = channel.tx_acks, []
+    for event in publishes:
+        publishing.route_and_enqueue(session, channel, event, now_ms)
+    for kind, tag, multiple, requeue in acks:
+        if kind == "ack":
+            channel.settle(tag, multiple, now_ms)
+        else:
+            channel.reject(tag, multiple, requeue, now_ms)
+    _reply(session, channel, commands.Tx.CommitOk())
+
+
+def tx_rollback(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    if not channel.transactional:
+        raise errors.precondition_failed("channel is not transactional")
+    channel.tx_publishes.clear()
+    channel.tx_acks.clear()
+    _reply(session, channel, commands.Tx.RollbackOk())
+
+
+HANDLERS: dict[type, Handler] = {
+    commands.Exchange.Declare: exchange_declare,
+    commands.Exchange.Delete: exchange_delete,
+    commands.Exchange.Bind: exchange_bind,
+    commands.Exchange.Unbind: exchange_unbind,
+    commands.Queue.Declare: queue_declare,
+    commands.Queue.Bind: queue_bind,
+    commands.Queue.Unbind: queue_unbind,
+    commands.Queue.Purge: queue_purge,
+    commands.Queue.Delete: queue_delete,
+    commands.Basic.Qos: basic_qos,
+    commands.Basic.Consume: basic_consume,
+    commands.Basic.Cancel: basic_cancel,
+    commands.Basic.Get: basic_get,
+    commands.Basic.Ack: basic_ack,
+    commands.Basic.Reject: basic_reject,
+    commands.Basic.Nack: basic_nack,
+    commands.Basic.Recover: basic_recover,
+    commands.Basic.RecoverAsync: basic_recover,
+    commands.Channel.Flow: channel_flow,
+    commands.Confirm.Select: confirm_select,
+    commands.Tx.Select: tx_select,
+    commands.Tx.Commit: tx_commit,
+    commands.Tx.Rollback: tx_rollback,
+}

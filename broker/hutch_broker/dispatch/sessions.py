@@ -1,0 +1,231 @@
+"""One client connection as the broker sees it: login, vhost, channels, errors.
+
+``Session.handle_data`` feeds bytes to the sans-I/O protocol and applies
+every resulting event to the model.  AMQP errors raised anywhere below are
+turned into ``channel.close`` (soft) or ``connection.close`` (hard) here and
+nowhere else, so a bad frame or a bad argument affects only its own channel
+or connection and never the broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+from hutch_broker.dispatch import methods
+from hutch_broker.dispatch.channels import Channel
+from hutch_broker.dispatch.context import Context
+from hutch_broker.model import access
+from hutch_broker.model.queues import Consumer
+from hutch_broker.model.vhosts import VirtualHost
+from hutch_broker.protocol import connection as proto_connection
+from hutch_broker.protocol import errors, events
+
+log = logging.getLogger(__name__)
+_ids = itertools.count(1)
+
+
+class _Publish:
+    index = (60 << 16) | 40
+
+
+_PUBLISH = _Publish()
+
+
+class Session:
+    def __init__(
+        self,
+        context: Context,
+        proto: proto_connection.Connection,
+        *,
+        peer_host: str | None,
+        peer_port: int = 0,
+    ) -> None:
+        self.id = next(_ids)
+        self.context = context
+        self.proto = proto
+        self.peer_host = peer_host
+        self.peer_port = peer_port
+        self.user: access.User | None = None
+        self.vhost: VirtualHost | None = None
+        self.permission: access.Permission | None = None
+        self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: set[Any] = set()
+        self.dirty = False
+        self.writable = True
+        self.closed = False
+        self.blocked = False
+        self.connected_at_ms = context.clock()
+        self.publishes = 0
+        self._permission_cache: dict[tuple[str, str], bool] = {}
+
+    # -- input ------------------------------------------------------------
+
+    def handle_data(self, data: bytes) -> None:
+        """Feed bytes and process every complete event (the server's only input call)."""
+        proto = self.proto
+        proto.receive_data(data)
+        while not self.closed:
+            try:
+                event = proto.next_event()
+                if event is proto_connection.NEED_DATA:
+                    break
+                self.handle_event(event)
+            except errors.SoftError as exc:
+                self.fail_channel(exc)
+            except errors.HardError as exc:
+                self.fail_connection(exc)
+        self.context.mark_dirty(self)
+
+    def handle_event(self, event: Any) -> None:
+        now_ms = self.context.clock()
+        if isinstance(event, events.PublishReceived):
+            try:
+                methods.publish(self, self.channels[event.channel], event, now_ms)
+            except errors.AMQPError as exc:
+                _attach_method(exc, _PUBLISH, event.channel)
+                raise
+        elif isinstance(event, events.MethodReceived):
+            channel = self.channels[event.channel] if event.channel else None
+            try:
+                methods.handle(self, channel, event.method, now_ms)
+            except errors.AMQPError as exc:
+                _attach_method(exc, event.method, event.channel)
+                raise
+        else:
+            self._handle_lifecycle(event, now_ms)
+
+    def _handle_lifecycle(self, event: Any, now_ms: int) -> None:
+        if isinstance(event, events.StartOkReceived):
+            self._login(event)
+        elif isinstance(event, events.OpenReceived):
+            self._open(event.virtual_host)
+        elif isinstance(event, events.ChannelOpened):
+            self.channels[event.channel] = Channel(self, event.channel)
+            self.context.channel_count += 1
+        elif isinstance(event, events.ChannelCloseRequested | events.ChannelCloseConfirmed):
+            self._drop_channel(event.channel, now_ms)
+        elif isinstance(event, events.ConnectionCloseRequested | events.ConnectionCloseConfirmed):
+            self.connection_lost()
+
+    # -- handshake --------------------------------------------------------
+
+    def _login(self, event: events.StartOkReceived) -> None:
+        broker = self.context.broker
+        user = broker.authenticate(event.username, event.password)
+        if (
+            user is not None
+            and user.name in broker.loopback_users
+            and not access.is_loopback(self.peer_host)
+        ):
+            user = None
+        if user is None:
+            log.warning("login refused for user %r from %s", event.username, self.peer_host)
+            raise errors.login_refused(event.mechanism)
+        self.user = user
+        self.proto.accept_login()
+
+    def _open(self, vhost_name: str) -> None:
+        broker = self.context.broker
+        vhost = broker.vhosts.get(vhost_name)
+        if vhost is None:
+            raise errors.vhost_not_found(vhost_name)
+        assert self.user is not None  # noqa: S101 - the protocol orders start-ok before open
+        permission = broker.permission(vhost_name, self.user.name)
+        if permission is None:
+            raise errors.vhost_access_refused(vhost_name, self.user.name)
+        self.vhost = vhost
+        self.permission = permission
+        self.context.sessions[self.id] = self
+        self.context.stats.connections_opened += 1
+        self.proto.accept_open()
+
+    # -- permissions ------------------------------------------------------
+
+    def check_permission(self, kind: str, resource_kind: str, name: str) -> None:
+        """CN-6: configure/write/read on a queue or exchange; 403 on refusal."""
+        key = (kind, resource_kind + "\0" + name)
+        allowed = self._permission_cache.get(key)
+        if allowed is None:
+            permission = self.permission
+            resource = name or "amq.default"
+            allowed = permission is not None and permission.allows(kind, resource)
+            if len(self._permission_cache) > 10_000:
+                self._permission_cache.clear()
+            self._permission_cache[key] = allowed
+        if not allowed:
+            vhost = self.vhost.name if self.vhost else ""
+            user = self.user.name if self.user else ""
+            raise errors.access_refused(
+                f"access to {resource_kind} '{name or 'amq.default'}' in vhost "
+                f"'{vhost}' refused for user '{user}'"
+            )
+
+    def capability(self, name: str) -> bool:
+        capabilities = self.proto.capabilities
+        return bool(capabilities.get(name)) if capabilities else False
+
+    # -- errors -----------------------------------------------------------
+
+    def fail_channel(self, exc: errors.SoftError) -> None:
+        channel = getattr(exc, "channel", 0) or 0
+        log.info("channel %s error on connection %s: %s", channel, self.id, exc.reply_text)
+        if channel == 0:
+            self.fail_connection(
+                errors.HardError(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id)
+            )
+            return
+        self._drop_channel(channel, self.context.clock())
+        self.proto.close_channel(channel, exc)
+
+    def fail_connection(self, exc: errors.AMQPError) -> None:
+        log.info("closing connection %s: %s", self.id, exc.reply_text)
+        self.proto.close(exc)
+        self._release_all()
+
+    # -- teardown ---------------------------------------------------------
+
+    def _drop_channel(self, number: int, now_ms: int) -> None:
+        channel = self.channels.pop(number, None)
+        if channel is not None:
+            self.context.channel_count -= 1
+            channel.close(now_ms)
+
+    def remove_consumer(self, channel: Channel, consumer: Consumer, now_ms: int) -> None:
+        channel.consumers.pop(consumer.tag, None)
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        queue.last_used_ms = now_ms
+        if queue.auto_delete and not queue.consumers and not queue.deleted:
+            vhost = self.vhost
+            if vhost is not None:
+                vhost.remove_queue(queue)
+
+    def _release_all(self) -> None:
+        now_ms = self.context.clock()
+        for number in list(self.channels):
+            self._drop_channel(number, now_ms)
+        vhost = self.vhost
+        for queue in list(self.exclusive_queues):
+            if vhost is not None and not queue.deleted:
+                vhost.remove_queue(queue)
+        self.exclusive_queues.clear()
+
+    def connection_lost(self) -> None:
+        """The socket is gone (or the close handshake finished): release everything."""
+        if self.closed:
+            return
+        self._release_all()
+        self.closed = True
+        if self.context.sessions.pop(self.id, None) is not None:
+            self.context.stats.connections_closed += 1
+
+
+def _attach_method(exc: errors.AMQPError, method: Any, channel: int) -> None:
+    """Fill in which method failed, for the close frame."""
+    if not exc.class_id:
+        index = getattr(method, "index", 0) or 0
+        exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
+    if isinstance(exc, errors.SoftError) and not getattr(exc, "channel", 0):
+        exc.channel = channel

@@ -1,0 +1,1 @@
+"""The broker state: vhosts, exchanges, queues, bindings, policies, users (sync, clock given)."""

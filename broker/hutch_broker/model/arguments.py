@@ -1,0 +1,162 @@
+"""Queue and exchange argument validation and redeclare equivalence (Q-2, Q-3, EX-3).
+
+RabbitMQ's error texts are part of the contract (clients and tests match on
+them), so the details here are written exactly as RabbitMQ 3.10.8 writes
+them, Erlang terms included.  AMQP decoding loses an integer's wire width, so
+the declared type name used in "of type 'signedint'" is derived from where
+the value came from (``source``): AMQP clients send 32-bit ints as ``I``,
+JSON numbers from the HTTP API are ``long``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from hutch_broker.protocol import errors
+
+OVERFLOW_MODES: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+# Arguments compared on redeclare; everything else is stored, not compared.
+COMPARED_QUEUE_ARGUMENTS: Final = (
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-ring-size",
+    "x-queue-type",
+)
+_NON_NEGATIVE: Final = ("x-message-ttl", "x-max-length", "x-max-length-bytes")
+_POSITIVE: Final = ("x-expires", "x-ring-size")
+_REJECTED: Final = ("x-max-priority", "x-single-active-consumer")
+
+
+def type_name(value: Any, source: str = "amqp") -> str:
+    """RabbitMQ's name for a field-table value's type."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        if source == "http" or not -(2**31) <= value < 2**31:
+            return "long"
+        return "signedint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list | tuple):
+        return "array"
+    if value is None:
+        return "void"
+    return "longstr"
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _invalid(arg: str, queue: str, vhost: str, detail: str) -> errors.AMQPError:
+    return errors.precondition_failed(
+        f"invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}': {detail}"
+    )
+
+
+def _check_integer(arg: str, value: Any, queue: str, vhost: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(arg, queue, vhost, f'"expected integer, got {type_name(value)}"')
+    if arg in _NON_NEGATIVE and value < 0:
+        raise _invalid(arg, queue, vhost, f"{{value_negative,{value}}}")
+    if arg in _POSITIVE and value < 1:
+        kind = "value_zero" if value == 0 else "value_negative"
+        raise _invalid(arg, queue, vhost, f"{{{kind},{value}}}")
+
+
+def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
+    """Q-3: refuse a bad argument with RabbitMQ's 406 text; changes nothing."""
+    for arg in (*_NON_NEGATIVE, *_POSITIVE):
+        if arg in arguments:
+            _check_integer(arg, arguments[arg], queue, vhost)
+    overflow = arguments.get("x-overflow")
+    if overflow is not None and format_value(overflow) not in OVERFLOW_MODES:
+        raise _invalid("x-overflow", queue, vhost, "invalid_overflow")
+    for arg in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
+        value = arguments.get(arg)
+        if value is not None and not isinstance(value, str | bytes):
+            raise _invalid(arg, queue, vhost, f"{{unacceptable_type,{type_name(value)}}}")
+    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+        raise _invalid("x-dead-letter-routing-key", queue, vhost, "routing_key_but_no_dlx_defined")
+    queue_type = arguments.get("x-queue-type")
+    if queue_type is not None and format_value(queue_type) != "classic":
+        raise _invalid(
+            "x-queue-type", queue, vhost, f"unsupported queue type '{format_value(queue_type)}'"
+        )
+    for arg in _REJECTED:
+        if arg in arguments:
+            raise _invalid(arg, queue, vhost, "not supported by Hutch classic queues")
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _same(left: Any, right: Any) -> bool:
+    left, right = _normalise(left), _normalise(right)
+    if isinstance(left, float) != isinstance(right, float):
+        return False  # a double is never equal to an integer (Q-2)
+    if isinstance(left, bool) != isinstance(right, bool):
+        return False
+    return bool(left == right)
+
+
+def inequivalent(
+    arg: str, kind: str, name: str, vhost: str, received: Any, current: Any, source: str
+) -> errors.AMQPError:
+    """The Q-2 406 text for one differing flag or argument."""
+    prefix = f"inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': "
+    if received is None:
+        detail = (
+            f"received none but current is the value '{format_value(current)}' "
+            f"of type '{type_name(current, source)}'"
+        )
+    elif current is None:
+        detail = (
+            f"received the value '{format_value(received)}' of type "
+            f"'{type_name(received)}' but current is none"
+        )
+    else:
+        detail = f"received '{format_value(received)}' but current is '{format_value(current)}'"
+    return errors.precondition_failed(prefix + detail)
+
+
+def check_queue_equivalence(
+    name: str,
+    vhost: str,
+    current: dict[str, Any],
+    received: dict[str, Any],
+    *,
+    current_source: str = "amqp",
+) -> None:
+    """Q-2: the compared arguments must match after integer normalisation."""
+    for arg in COMPARED_QUEUE_ARGUMENTS:
+        old, new = current.get(arg), received.get(arg)
+        if arg == "x-queue-type":
+            old = None if old is not None and format_value(old) == "classic" else old
+            new = None if new is not None and format_value(new) == "classic" else new
+        if old is None and new is None:
+            continue
+        if old is None or new is None or not _same(old, new):
+            raise inequivalent(arg, "queue", name, vhost, new, old, current_source)
+
+
+def check_flag(arg: str, kind: str, name: str, vhost: str, received: bool, current: bool) -> None:
+    if received != current:
+        raise inequivalent(arg, kind, name, vhost, received, current, "amqp")

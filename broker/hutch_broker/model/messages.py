@@ -1,0 +1,75 @@
+"""Messages and queue entries: the objects that flow through routing and queues.
+
+A ``Message`` is immutable once published and may sit in several queues at
+once (one body in memory however many queues it reached).  Each queue wraps
+it in its own ``Entry``, which carries the per-queue state: position,
+redelivered flag, expiry and the store record id.  The content header is
+kept as raw bytes (IMPL-1) and only decoded lazily when routing needs the
+headers table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hutch_broker.protocol import properties
+
+
+class Message:
+    __slots__ = ("_headers", "body", "exchange", "persistent", "raw_properties", "routing_key")
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        raw_properties: bytes,
+        body: bytes,
+        *,
+        persistent: bool | None = None,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.raw_properties = raw_properties
+        self.body = body
+        if persistent is None:
+            persistent = properties.delivery_mode(raw_properties) == 2
+        self.persistent = persistent
+        self._headers: dict[str, Any] | None = None
+
+    def headers(self) -> dict[str, Any]:
+        """The headers table, decoded once on first use."""
+        if self._headers is None:
+            decoded = properties.decode_properties(self.raw_properties).get("headers")
+            self._headers = dict(decoded) if isinstance(decoded, dict) else {}
+        return self._headers
+
+    def expiration(self) -> str | None:
+        return properties.expiration(self.raw_properties)
+
+
+class Entry:
+    """One message's place in one queue."""
+
+    __slots__ = ("expire_at", "message", "redelivered", "seq", "store_id")
+
+    def __init__(
+        self,
+        seq: int,
+        message: Message,
+        *,
+        expire_at: int = 0,
+        redelivered: bool = False,
+        store_id: int | None = None,
+    ) -> None:
+        self.seq = seq
+        self.message = message
+        self.expire_at = expire_at
+        self.redelivered = redelivered
+        self.store_id = store_id
+
+    def __lt__(self, other: Entry) -> bool:
+        return self.seq < other.seq
+
+    @property
+    def size(self) -> int:
+        return len(self.message.body)

@@ -1,0 +1,196 @@
+"""Policies and operator policies: validation and matching (POL-1..POL-4, POL-8).
+
+Validation returns RabbitMQ's "Validation failed" details, written with
+Erlang-style values, because management clients and the Hutch operator show
+them to users verbatim.  Matching is pure: given the policies of a vhost and
+an entity, pick the one that applies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+APPLY_TO: Final = ("all", "queues", "classic_queues", "quorum_queues", "streams", "exchanges")
+
+USER_KEYS: Final = frozenset(
+    {
+        "message-ttl",
+        "expires",
+        "max-length",
+        "max-length-bytes",
+        "overflow",
+        "dead-letter-exchange",
+        "dead-letter-routing-key",
+        "alternate-exchange",
+        "ring-size",
+        # accepted, no effect on a single-node classic broker
+        "queue-mode",
+        "queue-version",
+        "delivery-limit",
+        "ha-mode",
+        "ha-params",
+        "ha-sync-mode",
+        "ha-promote-on-shutdown",
+        "ha-promote-on-failure",
+        "ha-sync-batch-size",
+        "queue-master-locator",
+        "max-in-memory-length",
+        "max-in-memory-bytes",
+        "federation-upstream",
+        "federation-upstream-set",
+        "dead-letter-strategy",
+        "initial-cluster-size",
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "queue-leader-locator",
+        "consumer-timeout",
+        "single-active-consumer",
+    }
+)
+OPERATOR_KEYS: Final = frozenset(
+    {
+        "expires",
+        "message-ttl",
+        "max-length",
+        "max-length-bytes",
+        "ring-size",
+        "ha-mode",
+        "ha-params",
+        "ha-sync-mode",
+        "delivery-limit",
+        "max-in-memory-length",
+        "max-in-memory-bytes",
+        "target-group-size",
+    }
+)
+_NON_NEGATIVE: Final = {
+    "max-length": "maximum length",
+    "max-length-bytes": "maximum length in bytes",
+    "message-ttl": "message TTL",
+    "max-in-memory-length": "maximum in-memory length",
+    "max-in-memory-bytes": "maximum in-memory bytes",
+    "delivery-limit": "delivery limit",
+}
+_POSITIVE: Final = {"expires": "queue TTL", "ring-size": "ring size"}
+_STRINGS: Final = ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange")
+_OVERFLOW: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+@dataclass(slots=True)
+class Policy:
+    vhost: str
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    priority: int = 0
+    apply_to: str = "all"
+    _regex: re.Pattern[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._regex = re.compile(self.pattern)
+
+    def matches(self, name: str, kind: str) -> bool:
+        """``kind`` is "queue" or "exchange"; every Hutch queue is classic."""
+        if kind == "queue" and self.apply_to not in ("all", "queues", "classic_queues"):
+            return False
+        if kind == "exchange" and self.apply_to not in ("all", "exchanges"):
+            return False
+        return self._regex.search(name) is not None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "vhost": self.vhost,
+            "name": self.name,
+            "pattern": self.pattern,
+            "apply-to": self.apply_to,
+            "definition": self.definition,
+            "priority": self.priority,
+        }
+
+
+def erlang_term(value: Any) -> str:
+    """Write a JSON value the way RabbitMQ's validation messages do."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'<<"{value}">>'
+    if isinstance(value, list):
+        return "[" + ",".join(erlang_term(item) for item in value) + "]"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def validate(body: Any, *, operator: bool) -> tuple[Policy | None, str | None]:
+    """Check a PUT body; returns (fields, None) or (None, detail)."""
+    if not isinstance(body, dict):
+        return None, "body must be a JSON object"
+    definition = body.get("definition")
+    if not isinstance(definition, dict) or not definition:
+        return None, "no policy provided"
+    pattern = body.get("pattern")
+    if not isinstance(pattern, str):
+        return None, "pattern should be a string"
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return None, f"pattern should be regular expression but is invalid: {exc}"
+    apply_to = body.get("apply-to", "all")
+    if apply_to not in APPLY_TO:
+        return None, (
+            f"apply-to '{apply_to}' unrecognised; should be one of: 'queues', "
+            "'classic_queues',  'quorum_queues', 'streams', 'exchanges', or 'all'"
+        )
+    priority = body.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        return None, f"priority should be a number but is {erlang_term(priority)}"
+    detail = validate_definition(definition, operator=operator)
+    if detail is not None:
+        return None, detail
+    policy = Policy("", "", pattern, dict(definition), priority, apply_to)
+    return policy, None
+
+
+def validate_definition(definition: dict[str, Any], *, operator: bool) -> str | None:
+    allowed = OPERATOR_KEYS if operator else USER_KEYS
+    unknown = [(key, value) for key, value in definition.items() if key not in allowed]
+    if unknown:
+        listed = ",".join(f"{{{erlang_term(key)},{erlang_term(val)}}}" for key, val in unknown)
+        return f"[{listed}] are not recognised policy settings"
+    for key, value in definition.items():
+        detail = _validate_value(key, value)
+        if detail is not None:
+            return detail
+    return None
+
+
+def _validate_value(key: str, value: Any) -> str | None:
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if key in _NON_NEGATIVE and (not is_int or value < 0):
+        return f"{erlang_term(value)} is not a valid {_NON_NEGATIVE[key]}"
+    if key in _POSITIVE and (not is_int or value < 1):
+        return f"{erlang_term(value)} is not a valid {_POSITIVE[key]}"
+    if key in _STRINGS and not isinstance(value, str):
+        return f"{erlang_term(value)} is not a valid {key.replace('-', ' ')}"
+    if key == "overflow" and value not in _OVERFLOW:
+        return f"{erlang_term(value)} is not a valid overflow value"
+    return None
+
+
+def best_match(policies: Iterable[Policy], name: str, kind: str) -> Policy | None:
+    """POL-2: the highest priority match; ties go to the lowest name."""
+    best: Policy | None = None
+    for policy in policies:
+        if not policy.matches(name, kind):
+            continue
+        if best is None or (policy.priority, _neg(policy.name)) > (best.priority, _neg(best.name)):
+            best = policy
+    return best
+
+
+def _neg(name: str) -> tuple[int, ...]:
+    """Sort key that makes the lexicographically lowest name compare highest."""
+    return (*(-ord(char) for char in name), 0)

@@ -1,0 +1,365 @@
+"""Classic queues: ready messages, consumers, unacked accounting (Q-1..Q-4).
+
+Ordering rule (Q-4): a message can only be delivered from the head, so any
+requeued message has a lower sequence number than every message that was
+never delivered.  Ready messages therefore live in two structures: a heap of
+requeued entries (ordered by original position) that is always served first,
+and a FIFO deque of fresh ones.  Both are O(1)/O(log n) per message.
+
+The queue never touches a socket.  A consumer points at a ``DeliveryTarget``
+(the dispatch layer's channel), which decides whether it has prefetch room and
+turns a delivery into protocol output.  Dead-lettering needs the whole vhost,
+so the queue reports dropped entries through the ``on_dead_letter`` hook.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hutch_broker.model import settings as settings_mod
+from hutch_broker.model.messages import Entry, Message
+
+if TYPE_CHECKING:
+    from hutch_broker.store import QueueStore
+
+
+class DeliveryTarget(Protocol):
+    """What a queue needs from a consumer's channel."""
+
+    def has_capacity(self, consumer: Consumer) -> bool: ...
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None: ...
+
+    def cancelled_by_broker(self, consumer: Consumer) -> None: ...
+
+
+class Consumer:
+    __slots__ = (
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "queue",
+        "tag",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        tag: str,
+        queue: Queue,
+        channel: DeliveryTarget,
+        *,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.tag = tag
+        self.queue = queue
+        self.channel = channel
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch  # 0 = unlimited, per consumer (basic.qos global=false)
+        self.unacked = 0
+        self.arguments = arguments or {}
+
+
+DeadLetterHook = Callable[["Queue", Entry, str], None]
+
+
+class Queue:
+    """A classic queue; ``vhost`` and the store handle are wired by the vhost."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        vhost: str = "/",
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments: dict[str, Any] = dict(arguments or {})
+        self.policy: Any = None
+        self.operator_policy: Any = None
+        self.settings = settings_mod.effective(self.arguments, None, None)
+        self.store: QueueStore | None = None
+        self.on_dead_letter: DeadLetterHook | None = None
+        self.incoming: dict[int, Any] = {}  # bindings that target this queue
+        self._fresh: deque[Entry] = deque()
+        self._requeued: list[Entry] = []
+        self._seq = itertools.count(1)
+        self.ready_bytes = 0
+        self.unacked_count = 0
+        self.unacked_bytes = 0
+        self.consumers: deque[Consumer] = deque()
+        self.had_consumers = False
+        self.deleted = False
+        self.last_used_ms = 0
+        self.stats_publish = 0
+        self.stats_deliver = 0
+        self.stats_ack = 0
+        self.stats_redeliver = 0
+
+    # -- inspection ---------------------------------------------------
+
+    @property
+    def ready_count(self) -> int:
+        return len(self._fresh) + len(self._requeued)
+
+    @property
+    def is_persistent_store(self) -> bool:
+        return self.store is not None
+
+    def ready_entries(self) -> Iterator[Entry]:
+        """Ready entries in delivery order (for tests, export and HTTP peek)."""
+        yield from sorted(self._requeued)
+        yield from self._fresh
+
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    # -- publishing ---------------------------------------------------
+
+    def publish(self, message: Message, now_ms: int) -> bool:
+        """Enqueue ``message``; True when a store record was written (fsync before confirm)."""
+        self.stats_publish += 1
+        entry = Entry(next(self._seq), message, expire_at=self._expiry_for(message, now_ms))
+        if self._try_direct_delivery(entry):
+            return False
+        wrote = self._persist(entry, now_ms)
+        self._push_fresh(entry)
+        self._enforce_length_limit()
+        return wrote
+
+    def _expiry_for(self, message: Message, now_ms: int) -> int:
+        ttl = self.settings.message_ttl
+        per_message = message.expiration()
+        if per_message is not None and per_message.isdigit():
+            value = int(per_message)
+            ttl = value if ttl is None else min(ttl, value)
+        return 0 if ttl is None else now_ms + ttl
+
+    def _try_direct_delivery(self, entry: Entry) -> bool:
+        """Hand a message straight to a waiting consumer when the queue is empty."""
+        if self.ready_count or not self.consumers:
+            return False
+        consumer = self._next_consumer()
+        if consumer is None:
+            return False
+        self._deliver(consumer, entry)
+        return True
+
+    def _persist(self, entry: Entry, now_ms: int) -> bool:
+        message = entry.message
+        if self.store is None or not message.persistent:
+            return False
+        entry.store_id = self.store.append(
+            enqueued_at_ms=now_ms,
+            expire_at_ms=entry.expire_at,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+            raw_properties=message.raw_properties,
+            body=message.body,
+        )
+        return True
+
+    def restore(self, entry: Entry) -> None:
+        """Put back a message recovered from the store (at start-up, in order)."""
+        entry.seq = next(self._seq)
+        self._push_fresh(entry)
+
+    def _push_fresh(self, entry: Entry) -> None:
+        self._fresh.append(entry)
+        self.ready_bytes += entry.size
+
+    def _enforce_length_limit(self) -> None:
+        """drop-head overflow: trim from the head while over a limit (ML-3)."""
+        limits = self.settings
+        if limits.max_length is None and limits.max_length_bytes is None:
+            return
+        while self.ready_count and self._over_limit():
+            entry = self._pop_ready()
+            if entry is not None:
+                self._drop(entry, "maxlen")
+
+    def _over_limit(self) -> bool:
+        limits = self.settings
+        if limits.max_length is not None and self.ready_count > limits.max_length:
+            return True
+        return limits.max_length_bytes is not None and self.ready_bytes > limits.max_length_bytes
+
+    # -- consuming ----------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.had_consumers = True
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return
+
+    def _next_consumer(self) -> Consumer | None:
+        """Round-robin over consumers, skipping those without prefetch room."""
+        consumers = self.consumers
+        for _ in range(len(consumers)):
+            consumer = consumers[0]
+            consumers.rotate(-1)
+            if consumer.channel.has_capacity(consumer):
+                return consumer
+        return None
+
+    def drain(self, now_ms: int) -> int:
+        """Deliver ready messages to consumers with room; returns how many."""
+        delivered = 0
+        while self.ready_count and self.consumers:
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            entry = self._pop_live_head(now_ms)
+            if entry is None:
+                break
+            self._deliver(consumer, entry)
+            delivered += 1
+        return delivered
+
+    def _deliver(self, consumer: Consumer, entry: Entry) -> None:
+        self.stats_deliver += 1
+        if entry.redelivered:
+            self.stats_redeliver += 1
+        if consumer.no_ack:
+            consumer.channel.deliver(consumer, self, entry)
+            self._forget(entry)
+            return
+        consumer.unacked += 1
+        self.unacked_count += 1
+        self.unacked_bytes += entry.size
+        consumer.channel.deliver(consumer, self, entry)
+
+    def get(self, now_ms: int, *, no_ack: bool) -> Entry | None:
+        """basic.get: the head message, or None."""
+        self.last_used_ms = now_ms
+        entry = self._pop_live_head(now_ms)
+        if entry is None:
+            return None
+        self.stats_deliver += 1
+        if no_ack:
+            self._forget(entry)
+        else:
+            self.unacked_count += 1
+            self.unacked_bytes += entry.size
+        return entry
+
+    def _pop_ready(self) -> Entry | None:
+        if self._requeued:
+            entry = heapq.heappop(self._requeued)
+        elif self._fresh:
+            entry = self._fresh.popleft()
+        else:
+            return None
+        self.ready_bytes -= entry.size
+        return entry
+
+    def _peek_ready(self) -> Entry | None:
+        if self._requeued:
+            return self._requeued[0]
+        return self._fresh[0] if self._fresh else None
+
+    def _pop_live_head(self, now_ms: int) -> Entry | None:
+        """Pop the head, expiring dead messages on the way (TTL-3: only at the head)."""
+        while True:
+            entry = self._pop_ready()
+            if entry is None or not entry.expire_at or entry.expire_at > now_ms:
+                return entry
+            self._drop(entry, "expired")
+
+    def expire_head(self, now_ms: int) -> int:
+        """Remove expired messages at the head; returns how many went."""
+        expired = 0
+        while True:
+            entry = self._peek_ready()
+            if entry is None or not entry.expire_at or entry.expire_at > now_ms:
+                return expired
+            self._pop_ready()
+            self._drop(entry, "expired")
+            expired += 1
+
+    def next_expiry(self) -> int:
+        """Epoch ms at which the head message expires, 0 when none."""
+        entry = self._peek_ready()
+        return entry.expire_at if entry is not None else 0
+
+    # -- settling -----------------------------------------------------
+
+    def settle(self, entry: Entry) -> None:
+        """An unacked message was acknowledged."""
+        self.stats_ack += 1
+        self.unacked_count -= 1
+        self.unacked_bytes -= entry.size
+        self._forget(entry)
+
+    def requeue(self, entry: Entry) -> None:
+        """Back to its original position, flagged redelivered (Q-4)."""
+        self.unacked_count -= 1
+        self.unacked_bytes -= entry.size
+        if self.deleted:
+            return
+        entry.redelivered = True
+        heapq.heappush(self._requeued, entry)
+        self.ready_bytes += entry.size
+
+    def reject(self, entry: Entry) -> None:
+        """Rejected without requeue: dead-letter with reason ``rejected``."""
+        self.unacked_count -= 1
+        self.unacked_bytes -= entry.size
+        self._drop(entry, "rejected")
+
+    def after_requeue(self) -> None:
+        """Called once after a batch of requeues: re-apply the length limit (ML-6)."""
+        if self.settings.overflow == "drop-head":
+            self._enforce_length_limit()
+
+    def _drop(self, entry: Entry, reason: str) -> None:
+        if self.on_dead_letter is not None and self.settings.dead_letter_exchange is not None:
+            self.on_dead_letter(self, entry, reason)
+        self._forget(entry)
+
+    def _forget(self, entry: Entry) -> None:
+        if entry.store_id is not None and self.store is not None:
+            self.store.ack(entry.store_id)
+            entry.store_id = None
+
+    # -- lifecycle ----------------------------------------------------
+
+    def purge(self) -> int:
+        """Drop every ready message without dead-lettering (Q-4); returns the count."""
+        entries = list(self.ready_entries())
+        self._fresh.clear()
+        self._requeued.clear()
+        self.ready_bytes = 0
+        if self.store is not None and self.unacked_count == 0:
+            self.store.purge()
+            for entry in entries:
+                entry.store_id = None
+        else:
+            for entry in entries:
+                self._forget(entry)
+        return len(entries)
+
+    def apply_settings(self, settings: settings_mod.QueueSettings) -> None:
+        self.settings = settings
+        self._enforce_length_limit()

@@ -1,0 +1,406 @@
+"""A virtual host: its exchanges, queues, bindings, policies and routing graph.
+
+Everything here is synchronous and clock-free (time arrives as ``now_ms``).
+Methods raise ``protocol.errors`` with RabbitMQ's texts so that the AMQP
+dispatcher and the HTTP API report the same failure the same way.  The
+vhost owns the graph because routing (exchange-to-exchange bindings,
+alternate exchanges, dead-lettering) needs all of it at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from hutch_broker.model import arguments as args_mod
+from hutch_broker.model import policies as policies_mod
+from hutch_broker.model import settings as settings_mod
+from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
+from hutch_broker.model.messages import Message
+from hutch_broker.model.queues import Queue
+from hutch_broker.protocol import errors
+
+DEFAULT_EXCHANGES: Final = (
+    ("amq.direct", "direct", False),
+    ("amq.fanout", "fanout", False),
+    ("amq.topic", "topic", False),
+    ("amq.headers", "headers", False),
+    ("amq.match", "headers", False),
+    ("amq.rabbitmq.trace", "topic", True),
+)
+
+
+def generated_queue_name() -> str:
+    token = base64.urlsafe_b64encode(os.urandom(16)).decode("ascii").rstrip("=")
+    return f"amq.gen-{token}"
+
+
+class VirtualHost:
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        tags: Iterable[str] = (),
+        default_queue_type: str = "classic",
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.tags = list(tags)
+        self.default_queue_type = default_queue_type
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.policies: dict[str, policies_mod.Policy] = {}
+        self.operator_policies: dict[str, policies_mod.Policy] = {}
+        # Wired by the broker: called when a durable definition changes, when a
+        # queue is created (store attach) or deleted (store cleanup).
+        self.on_definitions_changed: Callable[[], None] = lambda: None
+        self.on_queue_created: Callable[[Queue], None] = lambda queue: None
+        self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
+        self.on_dead_letter: Callable[[Queue, Any, str], None] | None = None
+        self.default_exchange = make_exchange("", "direct", durable=True, vhost=name)
+        for exchange_name, kind, internal in DEFAULT_EXCHANGES:
+            self.exchanges[exchange_name] = make_exchange(
+                exchange_name, kind, durable=True, internal=internal, vhost=name
+            )
+        self.exchanges[""] = self.default_exchange
+
+    # -- exchanges ----------------------------------------------------
+
+    def get_exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise errors.not_found(f"no exchange '{name}' in vhost '{self.name}'")
+        return exchange
+
+    def declare_exchange(
+        self,
+        name: str,
+        exchange_type: str,
+        *,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> tuple[Exchange, bool]:
+        """Create or check an exchange; returns (exchange, created) (EX-3)."""
+        arguments = dict(arguments or {})
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            self._check_exchange_equivalence(
+                existing, exchange_type, durable, auto_delete, internal, arguments
+            )
+            return existing, False
+        if name.startswith("amq."):
+            raise errors.access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        exchange = make_exchange(
+            name,
+            exchange_type,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+            vhost=self.name,
+        )
+        self.exchanges[name] = exchange
+        self._apply_exchange_policy(exchange)
+        if durable:
+            self.on_definitions_changed()
+        return exchange, True
+
+    def _check_exchange_equivalence(
+        self,
+        existing: Exchange,
+        exchange_type: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        name = existing.name
+        if existing.kind != exchange_type:
+            raise args_mod.inequivalent(
+                "type", "exchange", name, self.name, exchange_type, existing.kind, "amqp"
+            )
+        args_mod.check_flag("durable", "exchange", name, self.name, durable, existing.durable)
+        args_mod.check_flag(
+            "auto_delete", "exchange", name, self.name, auto_delete, existing.auto_delete
+        )
+        args_mod.check_flag("internal", "exchange", name, self.name, internal, existing.internal)
+        old = existing.arguments.get("alternate-exchange")
+        new = arguments.get("alternate-exchange")
+        if (old is None) != (new is None) or (
+            old is not None and args_mod.format_value(old) != args_mod.format_value(new)
+        ):
+            raise args_mod.inequivalent(
+                "alternate-exchange", "exchange", name, self.name, new, old, "amqp"
+            )
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and (exchange.bindings or exchange.incoming):
+            raise errors.precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        for binding in list(exchange.bindings.values()):
+            self._unlink(binding)
+        for binding in list(exchange.incoming.values()):
+            self._unlink(binding)
+        del self.exchanges[name]
+        if exchange.durable:
+            self.on_definitions_changed()
+
+    # -- queues -------------------------------------------------------
+
+    def get_queue(self, name: str) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise errors.not_found(f"no queue '{name}' in vhost '{self.name}'")
+        return queue
+
+    def declare_queue(
+        self,
+        name: str,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        now_ms: int = 0,
+        source: str = "amqp",
+    ) -> tuple[Queue, bool]:
+        """Create or check a queue; returns (queue, created) (Q-1..Q-3)."""
+        arguments = dict(arguments or {})
+        if not name:
+            name = generated_queue_name()
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.check_exclusive(existing, exclusive_owner)
+            args_mod.check_flag("durable", "queue", name, self.name, durable, existing.durable)
+            args_mod.check_flag(
+                "auto_delete", "queue", name, self.name, auto_delete, existing.auto_delete
+            )
+            args_mod.check_queue_equivalence(
+                name,
+                self.name,
+                existing.arguments,
+                arguments,
+                current_source=getattr(existing, "declared_via", "amqp"),
+            )
+            existing.last_used_ms = now_ms
+            return existing, False
+        if name.startswith("amq."):
+            raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        args_mod.validate_queue_arguments(name, self.name, arguments)
+        queue = Queue(
+            name,
+            vhost=self.name,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+        )
+        queue.declared_via = source  # type: ignore[attr-defined]
+        queue.last_used_ms = now_ms
+        queue.on_dead_letter = self.on_dead_letter
+        self.queues[name] = queue
+        self._apply_queue_policy(queue)
+        self.on_queue_created(queue)
+        if durable:
+            self.on_definitions_changed()
+        return queue, True
+
+    def check_exclusive(self, queue: Queue, owner: object | None) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
+            raise errors.resource_locked(
+                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
+                f"'{self.name}'. It could be originally declared on another connection or "
+                "the exclusive property value does not match that of the original declaration."
+            )
+
+    def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
+        """Delete a queue; returns its ready message count. Missing is OK."""
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0
+        if if_unused and queue.consumers:
+            raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' in use")
+        if if_empty and (queue.ready_count or queue.unacked_count):
+            raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' is not empty")
+        return self.remove_queue(queue)
+
+    def remove_queue(self, queue: Queue) -> int:
+        count = queue.ready_count
+        for binding in list(queue.incoming.values()):
+            self._unlink(binding)
+        queue.deleted = True
+        self.queues.pop(queue.name, None)
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+            consumer.channel.cancelled_by_broker(consumer)
+        self.on_queue_deleted(queue)
+        if queue.durable:
+            self.on_definitions_changed()
+        return count
+
+    # -- bindings -----------------------------------------------------
+
+    def destination(self, kind: str, name: str) -> Queue | Exchange:
+        return self.get_exchange(name) if kind == "exchange" else self.get_queue(name)
+
+    def bind(
+        self,
+        source_name: str,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> Binding:
+        if source_name == "":
+            raise errors.access_refused("operation not permitted on the default exchange")
+        source = self.get_exchange(source_name)
+        binding = Binding(source, destination, routing_key, dict(arguments or {}))
+        existing = source.bindings.get(binding.identity)
+        if existing is not None:
+            return existing
+        source.add_binding(binding)
+        destination.incoming[id(binding)] = binding
+        if binding.durable:
+            self.on_definitions_changed()
+        return binding
+
+    def unbind(
+        self,
+        source_name: str,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        if source_name == "":
+            raise errors.access_refused("operation not permitted on the default exchange")
+        source = self.get_exchange(source_name)
+        binding = source.bindings.get(binding_identity(destination, routing_key, arguments))
+        if binding is not None:
+            self._unlink(binding)
+
+    def _unlink(self, binding: Binding) -> None:
+        source = binding.source
+        source.remove_binding(binding.identity)
+        binding.destination.incoming.pop(id(binding), None)
+        if binding.durable:
+            self.on_definitions_changed()
+        if source.auto_delete and not source.bindings and source.name in self.exchanges:
+            self.delete_exchange(source.name)
+
+    def bindings(self) -> list[Binding]:
+        return [
+            binding
+            for exchange in self.exchanges.values()
+            for binding in exchange.bindings.values()
+        ]
+
+    # -- routing ------------------------------------------------------
+
+    def route(
+        self, exchange: Exchange, routing_keys: Iterable[str], message: Message
+    ) -> list[Queue]:
+        """Every queue the message reaches, once each (EX-4, EX-5, AE-2)."""
+        if exchange is self.default_exchange:
+            return self._route_default(routing_keys)
+        found: list[Queue] = []
+        seen: set[int] = set()
+        visited: set[int] = set()
+        for routing_key in routing_keys:
+            self._route_from(exchange, routing_key, message, found, seen, visited)
+        return found
+
+    def _route_default(self, routing_keys: Iterable[str]) -> list[Queue]:
+        found: list[Queue] = []
+        for routing_key in routing_keys:
+            queue = self.queues.get(routing_key)
+            if queue is not None and queue not in found:
+                found.append(queue)
+        return found
+
+    def _route_from(
+        self,
+        exchange: Exchange,
+        routing_key: str,
+        message: Message,
+        found: list[Queue],
+        seen: set[int],
+        visited: set[int],
+    ) -> None:
+        frontier = [exchange]
+        local_visited = {id(exchange)}
+        while frontier:
+            current = frontier.pop()
+            matched = False
+            for destination in current.match(routing_key, message.headers):
+                matched = True
+                if isinstance(destination, Exchange):
+                    if id(destination) not in local_visited:
+                        local_visited.add(id(destination))
+                        frontier.append(destination)
+                elif id(destination) not in seen:
+                    seen.add(id(destination))
+                    found.append(destination)
+            if not matched:
+                alternate = self._alternate_of(current, local_visited)
+                if alternate is not None:
+                    local_visited.add(id(alternate))
+                    frontier.append(alternate)
+        visited.update(local_visited)
+
+    def _alternate_of(self, exchange: Exchange, visited: set[int]) -> Exchange | None:
+        name = exchange.alternate_exchange
+        if name is None:
+            return None
+        alternate = self.exchanges.get(name)
+        if alternate is None or id(alternate) in visited:
+            return None
+        return alternate
+
+    # -- policies -----------------------------------------------------
+
+    def set_policy(self, policy: policies_mod.Policy, *, operator: bool) -> None:
+        table = self.operator_policies if operator else self.policies
+        table[policy.name] = policy
+        self.apply_policies()
+        self.on_definitions_changed()
+
+    def delete_policy(self, name: str, *, operator: bool) -> bool:
+        table = self.operator_policies if operator else self.policies
+        if table.pop(name, None) is None:
+            return False
+        self.apply_policies()
+        self.on_definitions_changed()
+        return True
+
+    def apply_policies(self) -> None:
+        """POL-7: re-evaluate every entity after a policy change."""
+        for queue in self.queues.values():
+            self._apply_queue_policy(queue)
+        for exchange in self.exchanges.values():
+            self._apply_exchange_policy(exchange)
+
+    def _apply_queue_policy(self, queue: Queue) -> None:
+        queue.policy = policies_mod.best_match(self.policies.values(), queue.name, "queue")
+        queue.operator_policy = policies_mod.best_match(
+            self.operator_policies.values(), queue.name, "queue"
+        )
+        queue.apply_settings(
+            settings_mod.effective(
+                queue.arguments,
+                queue.policy.definition if queue.policy else None,
+                queue.operator_policy.definition if queue.operator_policy else None,
+            )
+        )
+
+    def _apply_exchange_policy(self, exchange: Exchange) -> None:
+        if exchange.name == "" or exchange.name.startswith("amq."):
+            return
+        policy = policies_mod.best_match(self.policies.values(), exchange.name, "exchange")
+        value = policy.definition.get("alternate-exchange") if policy else None
+        exchange.policy_alternate_exchange = value if isinstance(value, str) else None

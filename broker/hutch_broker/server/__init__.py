@@ -1,0 +1,1 @@
+"""asyncio adapters: sockets, timers, the group-commit thread; no broker logic."""

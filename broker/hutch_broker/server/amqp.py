@@ -1,0 +1,118 @@
+"""The asyncio adapter for AMQP connections: moves bytes, owns timers, nothing else.
+
+Each TCP connection gets an ``AMQPConnection`` (an ``asyncio.Protocol``)
+that feeds bytes to its dispatch ``Session`` and writes whatever the
+protocol produced once per event-loop tick (``flush``).  Write-side
+backpressure (``pause_writing``) stops deliveries to a slow consumer;
+reading stops while the connection is blocked by a resource alarm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from hutch_broker.dispatch.context import Context
+from hutch_broker.dispatch.sessions import Session
+from hutch_broker.protocol import connection as proto_connection
+from hutch_broker.protocol import errors
+
+log = logging.getLogger(__name__)
+
+
+class AMQPConnection(asyncio.Protocol):
+    def __init__(self, context: Context, protocol_options: dict[str, Any]) -> None:
+        self.context = context
+        self.protocol_options = protocol_options
+        self.transport: asyncio.Transport | None = None
+        self.session: Session | None = None
+        self.last_received = time.monotonic()
+        self.last_sent = self.last_received
+        self.opened_at = self.last_received
+
+    # -- asyncio.Protocol ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # noqa: S101 - TCP only
+        self.transport = transport
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        proto = proto_connection.Connection(**self.protocol_options)
+        self.session = Session(self.context, proto, peer_host=peer[0], peer_port=peer[1])
+        self.session.transport = self  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = time.monotonic()
+        session = self.session
+        if session is None:
+            return
+        try:
+            session.handle_data(data)
+        except errors.BadProtocolHeaderError:
+            self.flush()
+            self.close_transport()
+        except Exception:
+            log.exception("internal error on connection %s", session.id)
+            session.fail_connection(errors.internal_error("internal error"))
+            self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session is not None:
+            self.session.connection_lost()
+        self.context.request_flush()
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.session.writable = False
+
+    def resume_writing(self) -> None:
+        session = self.session
+        if session is None:
+            return
+        session.writable = True
+        now_ms = self.context.clock()
+        for channel in list(session.channels.values()):
+            channel._drain({consumer.queue for consumer in channel.consumers.values()}, now_ms)
+        self.context.request_flush()
+
+    # -- output -------------------------------------------------------------
+
+    def flush(self) -> None:
+        session, transport = self.session, self.transport
+        if session is None or transport is None or transport.is_closing():
+            return
+        data = session.proto.data_to_send()
+        if data:
+            transport.writelines(data)
+            self.last_sent = time.monotonic()
+        if session.closed and session.proto.should_drop_socket():
+            transport.close()
+
+    def close_transport(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    # -- timers (called about once a second by the server) -------------------
+
+    def tick(self, now: float, handshake_timeout: float) -> None:
+        session = self.session
+        if session is None or self.transport is None or self.transport.is_closing():
+            return
+        proto = session.proto
+        if session.vhost is None:
+            if now - self.opened_at > handshake_timeout:
+                log.info("handshake timeout for %s", session.peer_host)
+                self.close_transport()
+            return
+        interval = proto.heartbeat
+        if not interval:
+            return
+        if now - self.last_received > 2 * interval and not session.blocked:
+            log.info("missed heartbeats from connection %s, closing", session.id)
+            self.close_transport()
+            return
+        if now - self.last_sent >= interval / 2:
+            proto.send_heartbeat()
+            self.flush()

@@ -1,0 +1,275 @@
+"""Wiring of one broker process: model, store, listeners, end-of-tick work, shutdown.
+
+End of tick (``_end_of_tick``, scheduled at most once per loop iteration):
+1. save definitions if a durable definition changed (atomic file write);
+2. start the group-commit fsync of the message store in a worker thread if
+   anything was appended and no sync is running (P-3);
+3. release publisher confirms that need no sync;
+4. write every dirty connection's output with one ``writelines``.
+When a sync finishes, the confirms it made durable are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from typing import Any
+
+from hutch_broker import __version__
+from hutch_broker.config import BrokerConfig
+from hutch_broker.dispatch.context import Context
+from hutch_broker.model.broker import Broker
+from hutch_broker.model.messages import Entry, Message
+from hutch_broker.model.queues import Queue
+from hutch_broker.protocol import errors
+from hutch_broker.server.amqp import AMQPConnection
+from hutch_broker.store import MessageStore, definitions
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.loop = asyncio.get_event_loop()
+        self.broker = Broker(cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}")
+        self.broker.loopback_users = list(config.loopback_users)
+        self.context = Context(self.broker, request_flush=self.request_flush)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.definitions_path = config.data_dir / "definitions.json"
+        self.store = MessageStore(config.data_dir / "msgs")
+        self.connections: set[AMQPConnection] = set()
+        self._flush_scheduled = False
+        self._definitions_dirty = False
+        self._sync_running = False
+        self._servers: list[asyncio.AbstractServer] = []
+        self._stopped = asyncio.Event()
+        self._done = asyncio.Event()
+        self.started_at = time.time()
+
+    # -- start-up --------------------------------------------------------
+
+    def recover(self) -> None:
+        """Definitions, then durable messages (P-1, P-2)."""
+        stored = definitions.load_definitions(self.definitions_path)
+        if stored is None:
+            self.broker.create_defaults(
+                user=self.config.default_user, password=self.config.default_pass
+            )
+        else:
+            self.broker.import_definitions(stored, source="amqp")
+        self._recover_messages()
+        self.broker.on_definitions_changed = self._definitions_changed
+        self.broker.on_queue_created = self._queue_created
+        self.broker.on_queue_deleted = self._queue_deleted
+        self._save_definitions()
+
+    def _recover_messages(self) -> None:
+        live: set[tuple[str, str]] = set()
+        now_ms = self.context.clock()
+        for vhost in self.broker.vhosts.values():
+            for queue in vhost.queues.values():
+                if not queue.durable:
+                    continue
+                live.add((vhost.name, queue.name))
+                self._attach_store(queue)
+                self._restore(queue, now_ms)
+        for key in self.store.existing_queues():
+            if key not in live:
+                self.store.delete_queue(*key)
+
+    def _attach_store(self, queue: Queue) -> None:
+        queue.store = self.store.open_queue(queue.vhost, queue.name)
+
+    def _restore(self, queue: Queue, now_ms: int) -> None:
+        assert queue.store is not None  # noqa: S101
+        count = 0
+        for stored in queue.store.recover():
+            message = Message(
+                stored.exchange,
+                stored.routing_key,
+                stored.raw_properties,
+                stored.body,
+                persistent=True,
+            )
+            entry = Entry(
+                0, message, expire_at=stored.expire_at_ms, redelivered=True, store_id=stored.msg_id
+            )
+            queue.restore(entry)
+            count += 1
+        queue.last_used_ms = now_ms
+        if count:
+            log.info(
+                "recovered %d messages in queue '%s' in vhost '%s'", count, queue.name, queue.vhost
+            )
+
+    # -- model hooks -----------------------------------------------------
+
+    def _definitions_changed(self) -> None:
+        self._definitions_dirty = True
+        self.request_flush()
+
+    def _queue_created(self, queue: Queue) -> None:
+        if queue.durable:
+            self._attach_store(queue)
+
+    def _queue_deleted(self, queue: Queue) -> None:
+        if queue.store is not None:
+            queue.store = None
+            self.store.delete_queue(queue.vhost, queue.name)
+
+    def _save_definitions(self) -> None:
+        self._definitions_dirty = False
+        definitions.save_definitions(
+            self.definitions_path, self.broker.export_definitions(durable_only=True)
+        )
+
+    # -- end of tick -----------------------------------------------------
+
+    def request_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._end_of_tick)
+
+    def _end_of_tick(self) -> None:
+        self._flush_scheduled = False
+        if self._definitions_dirty:
+            try:
+                self._save_definitions()
+            except OSError:
+                log.exception("could not save definitions")
+        self._maybe_start_sync()
+        self.context.release_confirms()
+        self._flush_connections()
+
+    def _flush_connections(self) -> None:
+        for session in self.context.take_dirty():
+            transport = getattr(session, "transport", None)
+            if transport is not None:
+                transport.flush()
+
+    def _maybe_start_sync(self) -> None:
+        if self._sync_running or not self.store.dirty:
+            return
+        generation = self.context.write_generation
+        self.context.write_generation = generation + 1
+        self._sync_running = True
+        future = self.loop.run_in_executor(None, self.store.sync)
+        future.add_done_callback(lambda fut: self._sync_done(fut, generation))
+
+    def _sync_done(self, future: asyncio.Future[None], generation: int) -> None:
+        self._sync_running = False
+        if future.exception() is not None:
+            log.error("message store sync failed: %s", future.exception())
+            return  # confirms stay pending: nothing unsynced is ever confirmed
+        self.context.synced_generation = generation
+        self.request_flush()
+
+    # -- listeners -------------------------------------------------------
+
+    def _protocol_options(self) -> dict[str, Any]:
+        config = self.config
+        return {
+            "server_properties": {
+                "product": "Hutch",
+                "version": __version__,
+                "platform": "Python",
+                "cluster_name": self.broker.cluster_name,
+                "copyright": "Hutch authors",
+                "information": "Licensed under the Apache License 2.0",
+                "capabilities": {
+                    "publisher_confirms": True,
+                    "exchange_exchange_bindings": True,
+                    "basic.nack": True,
+                    "consumer_cancel_notify": True,
+                    "connection.blocked": True,
+                    "consumer_priorities": False,
+                    "authentication_failure_close": True,
+                    "per_consumer_qos": True,
+                    "direct_reply_to": False,
+                },
+            },
+            "channel_max": config.channel_max,
+            "frame_max": config.frame_max,
+            "heartbeat": config.heartbeat,
+            "max_body_size": config.max_message_size,
+        }
+
+    async def start(self) -> None:
+        self.recover()
+        options = self._protocol_options()
+
+        def factory() -> AMQPConnection:
+            connection = AMQPConnection(self.context, options)
+            self.connections.add(connection)
+            return connection
+
+        amqp = await self.loop.create_server(
+            factory, self.config.bind, self.config.amqp_port, reuse_address=True, backlog=1024
+        )
+        self._servers.append(amqp)
+        log.info("AMQP listener on %s:%d", self.config.bind, self.config.amqp_port)
+        await self._start_http()
+        self.loop.create_task(self._timers())
+
+    async def _start_http(self) -> None:
+        from aiohttp import web  # noqa: PLC0415 - keeps AMQP-only tests free of aiohttp start-up
+
+        from hutch_broker.admin.app import make_app  # noqa: PLC0415
+
+        app = make_app(self.context)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.bind, self.config.http_port, reuse_address=True)
+        await site.start()
+        self._http_runner = runner
+        log.info("HTTP management listener on %s:%d", self.config.bind, self.config.http_port)
+
+    async def _timers(self) -> None:
+        while not self._stopped.is_set():
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for connection in list(self.connections):
+                if connection.session is not None and connection.session.closed:
+                    self.connections.discard(connection)
+                    continue
+                connection.tick(now, self.config.handshake_timeout_s)
+
+    # -- shutdown --------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(signum, lambda: self.loop.create_task(self.stop()))
+
+    async def stop(self) -> None:
+        """Stop accepting, close clients with 320, flush the store (clean shutdown)."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.info("shutting down")
+        for server in self._servers:
+            server.close()
+        for connection in list(self.connections):
+            session = connection.session
+            if session is not None and not session.closed and session.vhost is not None:
+                session.proto.close(errors.connection_forced(SHUTDOWN_TEXT))
+                connection.flush()
+        await asyncio.sleep(0.1)
+        for connection in list(self.connections):
+            connection.close_transport()
+        if getattr(self, "_http_runner", None) is not None:
+            await self._http_runner.cleanup()
+        self.store.sync()
+        if self._definitions_dirty:
+            self._save_definitions()
+        self.store.close()
+        log.info("stopped")
+        self._done.set()
+
+    async def wait_stopped(self) -> None:
+        await self._done.wait()

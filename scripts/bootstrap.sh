@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtualenv in .venv and install Hutch with
+# its dev and operator extras.  Idempotent: a stamp keyed by pyproject.toml's
+# hash makes a second run instant.  Used by `make run`, `make test` and CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=.venv
+STAMP="$VENV/.hutch-stamp"
+want="$(sha256sum pyproject.toml | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
+  exit 0
+fi
+echo "==> bootstrap: creating $VENV and installing Hutch (dev, operator extras)"
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install --quiet --upgrade pip
+"$VENV/bin/pip" install --quiet -e '.[dev,operator]'
+echo "$want" > "$STAMP"
+echo "==> bootstrap: done ($("$VENV/bin/python" --version))"

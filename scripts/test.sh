@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test suite: unit, broker (real sockets, pika/aio-pika), side by side with
+# RabbitMQ 3.10.8, and the Kubernetes control-plane tests.  Dependencies that
+# cannot start fail the run loudly under CI (HUTCH_*_REQUIRED); nothing skips silently.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+echo "==> pytest tests/"
+"$PY" -m pytest tests "$@"
+if compgen -G "e2e/test_*.py" > /dev/null; then
+  echo "==> pytest e2e/"
+  "$PY" -m pytest e2e -m e2e
+fi
