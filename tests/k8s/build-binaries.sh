@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Build the pinned Kubernetes control-plane binaries from the Go module proxy.
+#
+# Why: Hutch's k8s tests need a real kube-apiserver (CRD schemas, CEL, RBAC, watches) and a
+# real controller-manager (GC, namespace deletion), and our machines have no Docker. The
+# binaries are built from the Go module proxy (see /work/shared/design/test-cluster.md §2),
+# cached per version under ~/.cache/hutch/k8s-bins/<versions>/ and never committed.
+#
+# Usage: bash tests/k8s/build-binaries.sh      -> prints the bin-dir parent on stdout (last line)
+# A second run finds `.complete` and returns at once. Progress goes to stderr.
+# tests/k8s/plane.py reads the *_VERSION pins below: keep them as plain NAME=value lines.
+set -euo pipefail
+
+K8S_VERSION=v1.36.4
+ETCD_VERSION=v3.6.10
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+
+HUTCH_CACHE="${HUTCH_CACHE:-$HOME/.cache/hutch}"
+GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
+export GOTOOLCHAIN=local          # a pin that needs a newer Go fails fast instead of downloading one
+export GOMODCACHE="$HUTCH_CACHE/go/mod"
+export GOCACHE="$HUTCH_CACHE/go/build"
+export GOFLAGS="-buildvcs=false -p=2"
+export CGO_ENABLED=0
+export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
+
+log() { echo "build-binaries: $*" >&2; }
+
+if ! [ -x "$GO" ]; then
+    log "no Go toolchain found (set GO=/path/to/go); Go >= 1.26 is needed"
+    exit 2
+fi
+GO_VERSION="$("$GO" env GOVERSION)"
+PLATFORM="$("$GO" env GOOS)-$("$GO" env GOARCH)"
+BINS_ROOT="$HUTCH_CACHE/k8s-bins"
+NAME="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${GO_VERSION}_${PLATFORM}"
+FINAL="$BINS_ROOT/$NAME"
+
+if [ -f "$FINAL/.complete" ]; then
+    echo "$FINAL"
+    exit 0
+fi
+
+mkdir -p "$BINS_ROOT" "$GOMODCACHE" "$GOCACHE"
+exec 9>"$BINS_ROOT/.lock"
+if ! flock -n 9; then
+    log "another build holds $BINS_ROOT/.lock; waiting"
+    flock 9
+fi
+if [ -f "$FINAL/.complete" ]; then      # another build finished while we waited
+    echo "$FINAL"
+    exit 0
+fi
+
+STAGE="$(mktemp -d "$BINS_ROOT/.stage-XXXXXX")"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/hutch-k8sbuild-XXXXXX")"
+trap 'rm -rf "$STAGE" "$WORK"' EXIT
+chmod 755 "$STAGE"                    # mktemp makes it 0700; the cache is read by all
+mkdir -p "$STAGE/bin"
+TIMINGS="$STAGE/timings.txt"
+START_ALL=$SECONDS
+
+# run_phase NAME FUNCTION: times one phase and records `phase=<name> seconds=<n>`.
+run_phase() {
+    local name="$1" start=$SECONDS
+    log "phase $name: start"
+    "$2"
+    local line="phase=$name seconds=$((SECONDS - start))"
+    echo "$line" >&2
+    echo "$line" >>"$TIMINGS"
+}
+
+# --- Kubernetes: wrapper module supplying the staging replaces (design §2.2) -----------------
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler)
+
+k8s_modules() {
+    local info gomod commit
+    info="$("$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION")"
+    gomod="$(jq -r .GoMod <<<"$info")"
+    commit="$(jq -r '.Origin.Hash // "unknown"' <<<"$info")"
+    echo "$commit" >"$WORK/k8s-commit"
+    mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
+    "$GO" mod init example.invalid/hutch-k8sbins 2>/dev/null
+    "$GO" mod edit -go="$(awk '$1 == "go" {print $2; exit}' "$gomod")" -godebug=default=go1.26
+    # The replace list is derived from the release's go.mod, never hard-coded.
+    local staging=0 mod
+    for mod in $(grep -oE '^\s*k8s\.io/[A-Za-z0-9._-]+ => \./staging/' "$gomod" | awk '{print $1}'); do
+        "$GO" mod edit -replace="$mod=$mod@${K8S_VERSION/v1./v0.}"
+        staging=$((staging + 1))
+    done
+    log "k8s.io/kubernetes@$K8S_VERSION commit=$commit staging-modules=$staging"
+    local pkgs=()
+    for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$K8S_VERSION"); done
+    "$GO" get "${pkgs[@]}"
+}
+
+k8s_ldflags() {
+    local commit date minor ldf="-s -w" pkg
+    commit="$(cat "$WORK/k8s-commit")"
+    date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    minor="$(cut -d. -f2 <<<"$K8S_VERSION")"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldf+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+        ldf+=" -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+    done
+    echo "$ldf"
+}
+
+build_k8s_cmd() {
+    cd "$WORK/k8s"
+    "$GO" build -trimpath -ldflags "$(k8s_ldflags)" -o "$STAGE/bin/$1" "k8s.io/kubernetes/cmd/$1"
+}
+build_kube_apiserver() { build_k8s_cmd kube-apiserver; }
+build_kube_controller_manager() { build_k8s_cmd kube-controller-manager; }
+build_kube_scheduler() { build_k8s_cmd kube-scheduler; }
+
+# --- etcd: a separate wrapper keeps its deps out of Kubernetes' version selection -------------
+build_etcd() {
+    mkdir -p "$WORK/etcd" && cd "$WORK/etcd"
+    "$GO" mod init example.invalid/hutch-etcd 2>/dev/null
+    "$GO" get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    "$GO" build -trimpath -ldflags '-s -w' -o "$STAGE/bin/etcd" go.etcd.io/etcd/server/v3
+}
+
+# --- kwok and helm install cleanly with `go install pkg@version` -------------------------------
+build_kwok() {
+    cd "$WORK"                       # outside any go.mod: `go install pkg@version` stands alone
+    GOBIN="$STAGE/bin" "$GO" install -trimpath -ldflags '-s -w' \
+        "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
+build_helm() {
+    cd "$WORK"
+    GOBIN="$STAGE/bin" "$GO" install -trimpath -ldflags '-s -w' \
+        "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+# expect_version BINARY WANT ARGS...: the binary runs and its version output contains WANT.
+# (No `tee /dev/stderr`: reopening a redirected stderr truncates the caller's log file.)
+expect_version() {
+    local binary="$1" want="$2" out
+    shift 2
+    out="$("$STAGE/bin/$binary" "$@" 2>/dev/null)"
+    log "$binary: ${out%%$'\n'*}"
+    if [[ "$out" != *"$want"* ]]; then
+        log "$binary: expected '$want' in: $out"
+        return 1
+    fi
+}
+
+smoke() {
+    local c
+    for c in "${K8S_CMDS[@]}"; do expect_version "$c" "Kubernetes $K8S_VERSION" --version; done
+    expect_version etcd "etcd Version: ${ETCD_VERSION#v}" --version
+    expect_version kwok "$KWOK_VERSION" --version
+    expect_version helm "${HELM_VERSION%.*}" version --short
+}
+
+run_phase k8s-modules k8s_modules
+run_phase kube-apiserver build_kube_apiserver
+run_phase kube-controller-manager build_kube_controller_manager
+run_phase kube-scheduler build_kube_scheduler
+run_phase etcd build_etcd
+run_phase kwok build_kwok
+run_phase helm build_helm
+run_phase smoke smoke
+echo "phase=total seconds=$((SECONDS - START_ALL))" | tee -a "$TIMINGS" >&2
+{
+    echo "gomodcache=$(du -sh "$GOMODCACHE" | cut -f1)"
+    echo "gocache=$(du -sh "$GOCACHE" | cut -f1)"
+    echo "bins=$(du -sh "$STAGE/bin" | cut -f1)"
+    echo "cores=$(nproc) go=$GO_VERSION built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} | tee -a "$TIMINGS" >&2
+
+# Facts plane.py needs at run time (kwok stages live in the module cache, not in the repo).
+cat >"$STAGE/versions.env" <<EOF
+K8S_VERSION=$K8S_VERSION
+ETCD_VERSION=$ETCD_VERSION
+KWOK_VERSION=$KWOK_VERSION
+HELM_VERSION=$HELM_VERSION
+GO_VERSION=$GO_VERSION
+GOMODCACHE=$GOMODCACHE
+EOF
+
+rm -rf "$FINAL"                       # a leftover without .complete counts as absent
+mv "$STAGE" "$FINAL"
+touch "$FINAL/.complete"              # written last: its presence means "usable"
+echo "$FINAL"

