@@ -1,0 +1,122 @@
+"""The aiohttp application: routes, Basic authentication and RabbitMQ's error bodies.
+
+``make_app`` is the only entry point the server needs.  Two middlewares
+wrap every handler: the outer one turns any refusal (``ApiError``, a model
+``AMQPError``, aiohttp's own 404/405) into RabbitMQ's JSON error shape, so
+no client ever sees an HTML error page; the inner one authenticates every
+``/api`` request and leaves ``/metrics`` open, as rabbitmq_prometheus does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from hutch_broker.admin import auth, errors, metrics
+from hutch_broker.admin.handlers import (
+    access,
+    bindings,
+    connections,
+    definitions,
+    exchanges,
+    overview,
+    policies,
+    queues,
+    support,
+)
+from hutch_broker.admin.memory import FixedMemory, MemoryMonitor
+from hutch_broker.admin.state import STATE, USER, AdminState
+from hutch_broker.admin.views.overview import NodeInfo
+from hutch_broker.dispatch.context import Context
+from hutch_broker.protocol import errors as amqp_errors
+
+log = logging.getLogger(__name__)
+
+# Definitions files and base64 payloads (16 MiB bodies) are larger than aiohttp's 1 MiB default.
+MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
+ROUTE_MODULES: Final = (
+    overview,
+    access,
+    exchanges,
+    queues,
+    bindings,
+    policies,
+    definitions,
+    connections,
+)
+
+
+def error_response(exc: errors.ApiError) -> web.Response:
+    response = support.json_response(exc.body, status=exc.status)
+    if exc.status == 401 and exc.body.get("reason") == "Not_Authorized":
+        response.headers["WWW-Authenticate"] = auth.REALM
+    return response
+
+
+def _http_error(exc: web.HTTPException) -> errors.ApiError:
+    if isinstance(exc, web.HTTPNotFound):
+        return errors.not_found()
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return errors.method_not_allowed(exc.method)
+    return errors.ApiError(exc.status, {"error": exc.reason, "reason": exc.text or exc.reason})
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except errors.ApiError as exc:
+        return error_response(exc)
+    except amqp_errors.AMQPError as exc:
+        return error_response(errors.from_amqp(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = error_response(_http_error(exc))
+        if isinstance(exc, web.HTTPMethodNotAllowed):
+            response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return response
+    except Exception:
+        log.exception("management API request %s %s failed", request.method, request.path)
+        body = {"error": "internal_server_error", "reason": "see the broker log"}
+        return support.json_response(body, status=500)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith("/api/") or request.path == "/api":
+        state = request.app[STATE]
+        request[USER] = auth.authenticate(
+            state.broker, request.headers.get("Authorization"), request.remote
+        )
+    return await handler(request)
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = metrics.render(state.context, state.memory)
+    return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+def make_app(
+    context: Context,
+    *,
+    memory: MemoryMonitor | None = None,
+    node: NodeInfo | None = None,
+) -> web.Application:
+    """The management application for one broker; the server runs it with an AppRunner."""
+    app = web.Application(
+        middlewares=[error_middleware, auth_middleware], client_max_size=MAX_REQUEST_BYTES
+    )
+    app[STATE] = AdminState(
+        context=context,
+        memory=memory if memory is not None else FixedMemory(),
+        node=node if node is not None else NodeInfo(started_at_ms=context.clock()),
+    )
+    for module in ROUTE_MODULES:
+        app.add_routes(module.routes)
+    app.router.add_get("/metrics", metrics_endpoint)
+    return app

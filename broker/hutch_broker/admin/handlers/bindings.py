@@ -1,0 +1,147 @@
+"""Bindings (API-10): list, create with a ``Location``, inspect and delete by ``properties_key``.
+
+Creating a binding needs write permission on the destination and read
+permission on the source, as ``queue.bind``/``exchange.bind`` do.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from aiohttp import web
+
+from hutch_broker.admin import auth, bodies, errors
+from hutch_broker.admin.handlers import support
+from hutch_broker.admin.views import bindings as bindings_view
+from hutch_broker.model.exchanges import Binding, Exchange
+from hutch_broker.model.queues import Queue
+from hutch_broker.model.vhosts import VirtualHost
+from hutch_broker.protocol import errors as amqp_errors
+
+routes = web.RouteTableDef()
+EDGE = "/api/bindings/{vhost}/e/{source}/{dtype:[qe]}/{destination}"
+
+Destination = Queue | Exchange
+
+
+def _kind(request: web.Request) -> str:
+    return "exchange" if support.path(request, "dtype") == "e" else "queue"
+
+
+def _ends(request: web.Request, vhost: VirtualHost) -> tuple[Exchange, Destination]:
+    """The source exchange and the destination; 404 if either is missing."""
+    source = vhost.exchanges.get(support.exchange_path(request, "source"))
+    kind = _kind(request)
+    name = (
+        support.exchange_path(request, "destination")
+        if kind == "exchange"
+        else support.path(request, "destination")
+    )
+    destination = vhost.exchanges.get(name) if kind == "exchange" else vhost.queues.get(name)
+    if source is None or destination is None:
+        raise errors.not_found()
+    return source, destination
+
+
+def _edge_items(
+    vhost: VirtualHost, source: Exchange, destination: Destination
+) -> list[dict[str, object]]:
+    if source is vhost.default_exchange:
+        if isinstance(destination, Queue):
+            return [bindings_view.default_binding_item(destination, vhost.name)]
+        return []
+    return [
+        bindings_view.binding_item(binding, vhost.name)
+        for binding in bindings_view.between(source, destination)
+    ]
+
+
+def _location(request: web.Request, binding: Binding, vhost: str) -> str:
+    def quote(value: str) -> str:
+        return urllib.parse.quote(value, safe="")
+
+    key = bindings_view.properties_key(binding.routing_key, binding.arguments)
+    source = binding.source.name or support.DEFAULT_EXCHANGE_PATH
+    return (
+        f"/api/bindings/{quote(vhost)}/e/{quote(source)}/{support.path(request, 'dtype')}/"
+        f"{quote(binding.destination.name)}/{key}"
+    )
+
+
+@routes.get("/api/bindings")
+async def list_bindings(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    items = [
+        item
+        for vhost in auth.visible_vhosts(admin.broker, support.user(request))
+        for item in bindings_view.vhost_bindings(vhost)
+    ]
+    return support.list_response(request, items, default_sort=())
+
+
+@routes.get("/api/bindings/{vhost}")
+async def list_vhost_bindings(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    return support.list_response(request, bindings_view.vhost_bindings(vhost), default_sort=())
+
+
+@routes.get(EDGE)
+async def list_edge(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    source, destination = _ends(request, vhost)
+    return support.list_response(request, _edge_items(vhost, source, destination), default_sort=())
+
+
+@routes.post(EDGE)
+async def create_binding(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    source, destination = _ends(request, vhost)
+    body = await support.body(request)
+    routing_key = bodies.string(body, "routing_key", "")
+    arguments = bodies.table(body, "arguments")
+    auth.check(admin.broker, user, vhost.name, "write", _kind(request), destination.name)
+    auth.check(admin.broker, user, vhost.name, "read", "exchange", source.name)
+    try:
+        binding = vhost.bind(source.name, destination, routing_key, arguments)
+    except amqp_errors.AMQPError as exc:
+        raise errors.from_amqp(exc) from None
+    return web.Response(status=201, headers={"Location": _location(request, binding, vhost.name)})
+
+
+@routes.get(EDGE + "/{props}")
+async def get_binding(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    source, destination = _ends(request, vhost)
+    given = support.path(request, "props")
+    for item in _edge_items(vhost, source, destination):
+        if bindings_view.key_matches(given, str(item["properties_key"])):
+            return support.item_response(request, item)
+    raise errors.not_found()
+
+
+@routes.delete(EDGE + "/{props}")
+async def delete_binding(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    source, destination = _ends(request, vhost)
+    if source is vhost.default_exchange:
+        raise errors.not_authorized("operation not permitted on the default exchange")
+    binding = bindings_view.find(
+        bindings_view.between(source, destination), support.path(request, "props")
+    )
+    if binding is None:
+        raise errors.not_found()
+    auth.check(admin.broker, user, vhost.name, "write", _kind(request), destination.name)
+    auth.check(admin.broker, user, vhost.name, "read", "exchange", source.name)
+    vhost.unbind(source.name, destination, binding.routing_key, binding.arguments)
+    return support.no_content()

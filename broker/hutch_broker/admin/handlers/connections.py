@@ -1,0 +1,87 @@
+"""Connections and channels (basic fields): who is connected to this broker.
+
+Users see their own connections; monitoring users and administrators see
+all of them, as in RabbitMQ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+
+from hutch_broker.admin import auth, errors
+from hutch_broker.admin.handlers import support
+from hutch_broker.admin.views import connections as connections_view
+from hutch_broker.model import access
+
+routes = web.RouteTableDef()
+
+
+def _sessions(request: web.Request, user: access.User, vhost: str | None) -> Iterator[Any]:
+    for session in support.state(request).context.sessions.values():
+        owner = session.user.name if session.user is not None else None
+        if not auth.is_monitor(user) and owner != user.name:
+            continue
+        if vhost is not None and (session.vhost is None or session.vhost.name != vhost):
+            continue
+        yield session
+
+
+def _connection_items(request: web.Request, vhost: str | None) -> list[dict[str, Any]]:
+    admin = support.state(request)
+    return [
+        connections_view.connection_item(
+            session, node=admin.node_name, local_address=admin.local_address
+        )
+        for session in _sessions(request, support.user(request), vhost)
+    ]
+
+
+def _channel_items(request: web.Request, vhost: str | None) -> list[dict[str, Any]]:
+    admin = support.state(request)
+    return [
+        connections_view.channel_item(
+            session, channel, node=admin.node_name, local_address=admin.local_address
+        )
+        for session in _sessions(request, support.user(request), vhost)
+        for channel in session.channels.values()
+    ]
+
+
+def _known_vhost(request: web.Request) -> str:
+    admin = support.state(request)
+    return auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    ).name
+
+
+@routes.get("/api/connections")
+async def list_connections(request: web.Request) -> web.Response:
+    return support.list_response(request, _connection_items(request, None), ("name",))
+
+
+@routes.get("/api/vhosts/{vhost}/connections")
+async def list_vhost_connections(request: web.Request) -> web.Response:
+    items = _connection_items(request, _known_vhost(request))
+    return support.list_response(request, items, ("name",))
+
+
+@routes.get("/api/connections/{name}")
+async def get_connection(request: web.Request) -> web.Response:
+    wanted = support.path(request, "name")
+    for item in _connection_items(request, None):
+        if item["name"] == wanted:
+            return support.item_response(request, item)
+    raise errors.not_found()
+
+
+@routes.get("/api/channels")
+async def list_channels(request: web.Request) -> web.Response:
+    return support.list_response(request, _channel_items(request, None), ("name",))
+
+
+@routes.get("/api/vhosts/{vhost}/channels")
+async def list_vhost_channels(request: web.Request) -> web.Response:
+    return support.list_response(request, _channel_items(request, _known_vhost(request)), ("name",))

@@ -1,0 +1,161 @@
+"""Exchanges and HTTP publish (API-5, API-6).
+
+Declares and deletes go through the same model calls and permission checks
+as ``exchange.declare``/``exchange.delete``; a refusal comes back with the
+AMQP text minus its ``NAME - `` prefix.  Publishing is refused with 503
+while the memory alarm is on (MEM-7), as a blocked AMQP publisher would be
+held.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from hutch_broker.admin import auth, bodies, errors, messaging
+from hutch_broker.admin.handlers import support
+from hutch_broker.admin.views import bindings as bindings_view
+from hutch_broker.admin.views import exchanges as exchanges_view
+from hutch_broker.model.exchanges import Exchange
+from hutch_broker.model.vhosts import VirtualHost
+from hutch_broker.protocol import errors as amqp_errors
+
+routes = web.RouteTableDef()
+
+
+def _exchange(vhost: VirtualHost, name: str) -> Exchange:
+    exchange = vhost.exchanges.get(name)
+    if exchange is None:
+        raise errors.not_found()
+    return exchange
+
+
+def _builtin_refusal(vhost: VirtualHost, name: str) -> errors.ApiError | None:
+    if name == "":
+        return errors.not_authorized("operation not permitted on the default exchange")
+    if name.startswith("amq.") and name in vhost.exchanges:
+        return errors.not_authorized(
+            f"deletion of system exchange '{name}' in vhost '{vhost.name}' not allowed"
+        )
+    return None
+
+
+@routes.get("/api/exchanges")
+async def list_exchanges(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    items = [
+        exchanges_view.exchange_item(exchange)
+        for vhost in auth.visible_vhosts(admin.broker, support.user(request))
+        for exchange in vhost.exchanges.values()
+    ]
+    return support.list_response(request, items)
+
+
+@routes.get("/api/exchanges/{vhost}")
+async def list_vhost_exchanges(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    items = [exchanges_view.exchange_item(exchange) for exchange in vhost.exchanges.values()]
+    return support.list_response(request, items)
+
+
+@routes.get("/api/exchanges/{vhost}/{exchange}")
+async def get_exchange(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
+    return support.item_response(request, exchanges_view.exchange_detail(exchange))
+
+
+@routes.put("/api/exchanges/{vhost}/{exchange}")
+async def put_exchange(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    name = support.exchange_path(request, "exchange")
+    body = await support.body(request)
+    kind = bodies.string(body, "type")
+    durable = bodies.boolean(body, "durable", True)
+    auto_delete = bodies.boolean(body, "auto_delete", False)
+    internal = bodies.boolean(body, "internal", False)
+    arguments = bodies.table(body, "arguments")
+    if name == "":
+        raise errors.not_authorized("operation not permitted on the default exchange")
+    auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
+    try:
+        _, created = vhost.declare_exchange(
+            name,
+            kind,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+        )
+    except amqp_errors.AMQPError as exc:
+        raise errors.from_amqp(exc) from None
+    return support.created_or_updated(created)
+
+
+@routes.delete("/api/exchanges/{vhost}/{exchange}")
+async def delete_exchange(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    name = support.exchange_path(request, "exchange")
+    refusal = _builtin_refusal(vhost, name)
+    if refusal is not None:
+        raise refusal
+    _exchange(vhost, name)
+    auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
+    if_unused = bodies.query_flag(request.query.get("if-unused"))
+    try:
+        vhost.delete_exchange(name, if_unused=if_unused)
+    except amqp_errors.AMQPError as exc:
+        raise errors.from_amqp(exc) from None
+    return support.no_content()
+
+
+@routes.post("/api/exchanges/{vhost}/{exchange}/publish")
+async def publish(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
+    message = messaging.parse_publish(await support.body(request))
+    auth.check(admin.broker, user, vhost.name, "write", "exchange", exchange.name)
+    if exchange.internal:
+        raise errors.not_authorized(
+            f"cannot publish to internal exchange '{exchange.name}' in vhost '{vhost.name}'"
+        )
+    if admin.memory.alarm:
+        raise errors.service_unavailable("low on memory")
+    routed, needs_sync = messaging.publish(vhost, exchange, message, admin.now_ms())
+    admin.context.stats.publishes += 1
+    if needs_sync or routed:
+        admin.context.request_flush()
+    return support.json_response({"routed": routed})
+
+
+@routes.get("/api/exchanges/{vhost}/{exchange}/bindings/source")
+async def bindings_from(request: web.Request) -> web.Response:
+    return _exchange_bindings(request, as_source=True)
+
+
+@routes.get("/api/exchanges/{vhost}/{exchange}/bindings/destination")
+async def bindings_to(request: web.Request) -> web.Response:
+    return _exchange_bindings(request, as_source=False)
+
+
+def _exchange_bindings(request: web.Request, *, as_source: bool) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
+    if exchange is vhost.default_exchange and as_source:
+        items = [
+            bindings_view.default_binding_item(queue, vhost.name) for queue in vhost.queues.values()
+        ]
+    else:
+        items = bindings_view.exchange_bindings(exchange, vhost.name, as_source=as_source)
+    return support.list_response(request, items, default_sort=())

@@ -1,0 +1,167 @@
+"""Broker-wide endpoints: overview, nodes, whoami, health checks, memory watermark.
+
+Health checks answer 503 with RabbitMQ's body while the memory alarm is on
+(API-9); the watermark PUT takes effect at once and is not persisted (MEM-7).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+from typing import Any
+
+from aiohttp import web
+
+from hutch_broker.admin import auth, errors, memory, messaging
+from hutch_broker.admin.handlers import support
+from hutch_broker.admin.state import AdminState
+from hutch_broker.admin.views import overview as overview_view
+from hutch_broker.admin.views import users as users_view
+from hutch_broker.protocol import errors as amqp_errors
+
+routes = web.RouteTableDef()
+
+
+def _fd_counts() -> tuple[int, int]:
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        used = 0
+    return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _disk_free(data_dir: str) -> int:
+    try:
+        return shutil.disk_usage(data_dir or ".").free
+    except OSError:
+        return 0
+
+
+def sample(admin: AdminState) -> overview_view.NodeSample:
+    """Read the clock, the memory monitor and the file system for ``/api/nodes``."""
+    fd_used, fd_total = _fd_counts()
+    stats = admin.context.stats
+    return overview_view.NodeSample(
+        now_ms=admin.now_ms(),
+        mem_used=admin.memory.mem_used,
+        mem_limit=admin.memory.mem_limit,
+        mem_alarm=admin.memory.alarm,
+        disk_free=_disk_free(admin.node.data_dir),
+        fd_used=fd_used,
+        fd_total=fd_total,
+        connections=len(admin.context.sessions),
+        connections_opened=stats.connections_opened,
+        connections_closed=stats.connections_closed,
+    )
+
+
+@routes.get("/api/overview")
+async def get_overview(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    context = admin.context
+    item = overview_view.overview(
+        cluster_name=admin.node_name,
+        vhosts=auth.visible_vhosts(admin.broker, support.user(request)),
+        stats=context.stats,
+        connections=len(context.sessions),
+        channels=context.channel_count,
+        info=admin.node,
+    )
+    return support.item_response(request, item)
+
+
+@routes.get("/api/cluster-name")
+async def get_cluster_name(request: web.Request) -> web.Response:
+    return support.json_response({"name": support.state(request).node_name})
+
+
+@routes.get("/api/nodes")
+async def list_nodes(request: web.Request) -> web.Response:
+    auth.require_monitor(support.user(request))
+    admin = support.state(request)
+    item = overview_view.node(admin.node_name, admin.node, sample(admin))
+    return support.list_response(request, [item], default_sort=("name",))
+
+
+@routes.get("/api/nodes/{node}")
+async def get_node(request: web.Request) -> web.Response:
+    auth.require_monitor(support.user(request))
+    admin = support.state(request)
+    if support.path(request, "node") != admin.node_name:
+        raise errors.not_found()
+    return support.item_response(
+        request, overview_view.node(admin.node_name, admin.node, sample(admin))
+    )
+
+
+@routes.get("/api/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    return support.json_response(users_view.whoami(support.user(request)))
+
+
+@routes.get("/api/extensions")
+async def extensions(request: web.Request) -> web.Response:
+    return support.json_response([])
+
+
+def _alarms_body(admin: AdminState, reason: str) -> dict[str, Any]:
+    return {
+        "status": "failed",
+        "reason": reason,
+        "alarms": [{"node": admin.node_name, "resource": "memory"}],
+    }
+
+
+@routes.get("/api/health/checks/alarms")
+async def health_alarms(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    if admin.memory.alarm:
+        body = _alarms_body(admin, "There are alarms in effect in the cluster")
+        return support.json_response(body, status=503)
+    return support.json_response({"status": "ok"})
+
+
+@routes.get("/api/health/checks/local-alarms")
+async def health_local_alarms(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    if admin.memory.alarm:
+        body = _alarms_body(admin, "There are alarms in effect on the node")
+        return support.json_response(body, status=503)
+    return support.json_response({"status": "ok"})
+
+
+@routes.get("/api/aliveness-test/{vhost}")
+async def aliveness_test(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    user = support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    auth.check(admin.broker, user, vhost.name, "configure", "queue", messaging.ALIVENESS_QUEUE)
+    auth.check(admin.broker, user, vhost.name, "write", "exchange", "")
+    auth.check(admin.broker, user, vhost.name, "read", "queue", messaging.ALIVENESS_QUEUE)
+    try:
+        alive = messaging.aliveness(vhost, admin.now_ms())
+    except amqp_errors.AMQPError as exc:
+        body = {"status": "failed", "reason": errors.detail_of(exc)}
+        return support.json_response(body, status=503)
+    if not alive:
+        return support.json_response({"status": "failed", "reason": "no message"}, status=503)
+    return support.json_response({"status": "ok"})
+
+
+@routes.get("/api/vm-memory-high-watermark")
+async def get_watermark(request: web.Request) -> web.Response:
+    auth.require_monitor(support.user(request))
+    monitor = support.state(request).memory
+    return support.json_response({**monitor.settings_json(), "mem_limit": monitor.mem_limit})
+
+
+@routes.put("/api/vm-memory-high-watermark")
+async def put_watermark(request: web.Request) -> web.Response:
+    auth.require_admin(support.user(request))
+    setting = memory.parse_watermark(await support.body(request))
+    try:
+        support.state(request).memory.set_watermark(setting)
+    except ValueError as exc:
+        raise errors.bad_request(str(exc)) from None
+    return support.no_content()

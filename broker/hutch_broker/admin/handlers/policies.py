@@ -1,0 +1,124 @@
+"""Policies and operator policies (API-11, POL-8).
+
+One set of handlers serves both kinds; only the table, the allowed keys and
+who may use them differ (policymakers for policies, administrators for
+operator policies).  A body is validated completely by
+``model.policies.validate`` before the vhost is touched, and a refusal is
+RabbitMQ's ``Validation failed`` body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from hutch_broker.admin import auth, errors
+from hutch_broker.admin.handlers import support
+from hutch_broker.model import access
+from hutch_broker.model import policies as policies_mod
+from hutch_broker.model.broker import Broker
+from hutch_broker.model.vhosts import VirtualHost
+
+routes = web.RouteTableDef()
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _table(vhost: VirtualHost, *, operator: bool) -> dict[str, policies_mod.Policy]:
+    return vhost.operator_policies if operator else vhost.policies
+
+
+def _vhost(broker: Broker, user: access.User, name: str, *, operator: bool) -> VirtualHost:
+    if operator:
+        auth.require_admin(user)
+        return auth.vhost_for_writing(broker, user, name)
+    return auth.vhost_for_policies(broker, user, name)
+
+
+def _policy_vhosts(broker: Broker, user: access.User, *, operator: bool) -> list[VirtualHost]:
+    if operator:
+        auth.require_admin(user)
+    elif not auth.is_policymaker(user):
+        raise errors.not_authorized("User not authorised to access object")
+    return [
+        vhost
+        for vhost in broker.vhosts.values()
+        if auth.is_admin(user) or auth.can_log_in(broker, user, vhost.name)
+    ]
+
+
+def parse_policy(body: object, *, vhost: str, name: str, operator: bool) -> policies_mod.Policy:
+    policy, detail = policies_mod.validate(body, operator=operator)
+    if policy is None:
+        raise errors.validation_failed(detail or "invalid policy")
+    policy.vhost = vhost
+    policy.name = name
+    return policy
+
+
+def _list_all(*, operator: bool) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        broker = support.state(request).broker
+        items = [
+            policy.as_json()
+            for vhost in _policy_vhosts(broker, support.user(request), operator=operator)
+            for policy in _table(vhost, operator=operator).values()
+        ]
+        return support.list_response(request, items)
+
+    return handler
+
+
+def _list_vhost(*, operator: bool) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        broker, user = support.state(request).broker, support.user(request)
+        vhost = _vhost(broker, user, support.path(request, "vhost"), operator=operator)
+        items = [policy.as_json() for policy in _table(vhost, operator=operator).values()]
+        return support.list_response(request, items)
+
+    return handler
+
+
+def _get(*, operator: bool) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        broker, user = support.state(request).broker, support.user(request)
+        vhost = _vhost(broker, user, support.path(request, "vhost"), operator=operator)
+        policy = _table(vhost, operator=operator).get(support.path(request, "name"))
+        if policy is None:
+            raise errors.not_found()
+        return support.item_response(request, policy.as_json())
+
+    return handler
+
+
+def _put(*, operator: bool) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        broker, user = support.state(request).broker, support.user(request)
+        vhost = _vhost(broker, user, support.path(request, "vhost"), operator=operator)
+        name = support.path(request, "name")
+        body = await support.body(request)
+        policy = parse_policy(body, vhost=vhost.name, name=name, operator=operator)
+        created = name not in _table(vhost, operator=operator)
+        vhost.set_policy(policy, operator=operator)
+        return support.created_or_updated(created)
+
+    return handler
+
+
+def _delete(*, operator: bool) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        broker, user = support.state(request).broker, support.user(request)
+        vhost = _vhost(broker, user, support.path(request, "vhost"), operator=operator)
+        if not vhost.delete_policy(support.path(request, "name"), operator=operator):
+            raise errors.not_found()
+        return support.no_content()
+
+    return handler
+
+
+for _prefix, _operator in (("/api/policies", False), ("/api/operator-policies", True)):
+    routes.get(_prefix)(_list_all(operator=_operator))
+    routes.get(_prefix + "/{vhost}")(_list_vhost(operator=_operator))
+    routes.get(_prefix + "/{vhost}/{name}")(_get(operator=_operator))
+    routes.put(_prefix + "/{vhost}/{name}")(_put(operator=_operator))
+    routes.delete(_prefix + "/{vhost}/{name}")(_delete(operator=_operator))

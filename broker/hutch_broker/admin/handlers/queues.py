@@ -1,0 +1,147 @@
+"""Queues: declare, inspect, delete, purge and get (API-7, API-8).
+
+The same model calls and permission checks as ``queue.declare``/``delete``/
+``purge``/``basic.get``; queues declared here are tagged ``source="http"`` so
+an inequivalence error names JSON integers ``long`` as RabbitMQ does.
+Exclusive queues belong to their connection and are left alone: deleting,
+purging or fetching from one is a 400 ``RESOURCE_LOCKED`` text, as from
+another AMQP connection.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from hutch_broker.admin import auth, bodies, errors, messaging
+from hutch_broker.admin.handlers import support
+from hutch_broker.admin.views import bindings as bindings_view
+from hutch_broker.admin.views import queues as queues_view
+from hutch_broker.model.queues import Queue
+from hutch_broker.model.vhosts import VirtualHost
+from hutch_broker.protocol import errors as amqp_errors
+
+routes = web.RouteTableDef()
+
+
+def _queue(vhost: VirtualHost, name: str) -> Queue:
+    queue = vhost.queues.get(name)
+    if queue is None:
+        raise errors.not_found()
+    return queue
+
+
+def _not_exclusive(vhost: VirtualHost, queue: Queue) -> None:
+    try:
+        vhost.check_exclusive(queue, None)
+    except amqp_errors.AMQPError as exc:
+        raise errors.from_amqp(exc) from None
+
+
+@routes.get("/api/queues")
+async def list_queues(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    items = [
+        queues_view.queue_item(queue, node=admin.node_name)
+        for vhost in auth.visible_vhosts(admin.broker, support.user(request))
+        for queue in vhost.queues.values()
+    ]
+    return support.list_response(request, items)
+
+
+@routes.get("/api/queues/{vhost}")
+async def list_vhost_queues(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    items = [queues_view.queue_item(queue, node=admin.node_name) for queue in vhost.queues.values()]
+    return support.list_response(request, items)
+
+
+@routes.get("/api/queues/{vhost}/{queue}")
+async def get_queue(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    queue = _queue(vhost, support.path(request, "queue"))
+    item = queues_view.queue_detail(queue, node=admin.node_name, local_address=admin.local_address)
+    return support.item_response(request, item)
+
+
+@routes.put("/api/queues/{vhost}/{queue}")
+async def put_queue(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    name = support.path(request, "queue")
+    body = await support.body(request)
+    durable = bodies.boolean(body, "durable", True)
+    auto_delete = bodies.boolean(body, "auto_delete", False)
+    arguments = bodies.table(body, "arguments")
+    auth.check(admin.broker, user, vhost.name, "configure", "queue", name)
+    try:
+        _, created = vhost.declare_queue(
+            name,
+            durable=durable,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            now_ms=admin.now_ms(),
+            source="http",
+        )
+    except amqp_errors.AMQPError as exc:
+        raise errors.from_amqp(exc) from None
+    return support.created_or_updated(created)
+
+
+@routes.delete("/api/queues/{vhost}/{queue}")
+async def delete_queue(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    queue = _queue(vhost, support.path(request, "queue"))
+    auth.check(admin.broker, user, vhost.name, "configure", "queue", queue.name)
+    _not_exclusive(vhost, queue)
+    try:
+        vhost.delete_queue(
+            queue.name,
+            if_unused=bodies.query_flag(request.query.get("if-unused")),
+            if_empty=bodies.query_flag(request.query.get("if-empty")),
+        )
+    except amqp_errors.AMQPError as exc:
+        raise errors.from_amqp(exc) from None
+    return support.no_content()
+
+
+@routes.delete("/api/queues/{vhost}/{queue}/contents")
+async def purge_queue(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    queue = _queue(vhost, support.path(request, "queue"))
+    auth.check(admin.broker, user, vhost.name, "read", "queue", queue.name)
+    _not_exclusive(vhost, queue)
+    queue.purge()
+    return support.no_content()
+
+
+@routes.post("/api/queues/{vhost}/{queue}/get")
+async def get_messages(request: web.Request) -> web.Response:
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    queue = _queue(vhost, support.path(request, "queue"))
+    get_request = messaging.parse_get(await support.body(request))
+    auth.check(admin.broker, user, vhost.name, "read", "queue", queue.name)
+    _not_exclusive(vhost, queue)
+    results = messaging.get(queue, get_request, admin.now_ms())
+    admin.context.stats.delivers += len(results)
+    admin.context.request_flush()
+    return support.json_response(results)
+
+
+@routes.get("/api/queues/{vhost}/{queue}/bindings")
+async def queue_bindings(request: web.Request) -> web.Response:
+    admin = support.state(request)
+    vhost = auth.vhost_for_reading(
+        admin.broker, support.user(request), support.path(request, "vhost")
+    )
+    queue = _queue(vhost, support.path(request, "queue"))
+    items = bindings_view.queue_bindings(queue, vhost.name)
+    return support.list_response(request, items, default_sort=())

@@ -1,0 +1,73 @@
+"""Helpers every handler uses: the caller, the body, and RabbitMQ's response forms.
+
+PUT answers 201 (created, empty body) or 204 (updated), DELETE answers 204,
+lists honour sorting, paging and ``?columns=``, single items honour
+``?columns=`` (§14 conventions).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from hutch_broker.admin import bodies, listing
+from hutch_broker.admin.state import STATE, USER, AdminState
+from hutch_broker.model import access
+
+DEFAULT_EXCHANGE_PATH = "amq.default"
+
+
+def state(request: web.Request) -> AdminState:
+    return request.app[STATE]
+
+
+def user(request: web.Request) -> access.User:
+    return request[USER]
+
+
+def path(request: web.Request, name: str) -> str:
+    return request.match_info[name]
+
+
+def exchange_path(request: web.Request, name: str) -> str:
+    """The default exchange is ``amq.default`` in URLs and ``""`` in the model."""
+    value = request.match_info[name]
+    return "" if value == DEFAULT_EXCHANGE_PATH else value
+
+
+async def body(request: web.Request) -> bodies.Body:
+    return bodies.parse_json(await request.read())
+
+
+def json_response(data: Any, *, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps(data, separators=(",", ":")),
+        content_type="application/json",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+def created_or_updated(created: bool) -> web.Response:
+    return web.Response(status=201 if created else 204)
+
+
+def no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+def list_response(
+    request: web.Request,
+    items: Sequence[dict[str, Any]],
+    default_sort: Sequence[str] = listing.DEFAULT_SORT,
+) -> web.Response:
+    query = listing.parse_query(request.query)
+    return json_response(listing.render_list(items, query, default_sort))
+
+
+def item_response(request: web.Request, item: dict[str, Any]) -> web.Response:
+    query = listing.parse_query(request.query)
+    return json_response(listing.render_item(item, query))

@@ -1,0 +1,43 @@
+"""What every handler can reach: the dispatch context, the memory monitor, node facts.
+
+Kept in its own module so handlers and ``app`` can share the typed keys
+without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from hutch_broker.admin.memory import MemoryMonitor
+from hutch_broker.admin.views.overview import NodeInfo
+from hutch_broker.dispatch.context import Context
+from hutch_broker.model import access
+from hutch_broker.model.broker import Broker
+
+
+@dataclass(slots=True)
+class AdminState:
+    context: Context
+    memory: MemoryMonitor
+    node: NodeInfo
+
+    @property
+    def broker(self) -> Broker:
+        return self.context.broker
+
+    @property
+    def node_name(self) -> str:
+        return self.context.broker.cluster_name
+
+    @property
+    def local_address(self) -> str:
+        return f"{self.node.listen_host}:{self.node.amqp_port}"
+
+    def now_ms(self) -> int:
+        return self.context.clock()
+
+
+STATE = web.AppKey("hutch_admin_state", AdminState)
+USER = web.RequestKey("hutch_admin_user", access.User)

@@ -1,0 +1,161 @@
+"""``/api/queues`` items (API-7): counts, policies and consumers of one queue.
+
+``messages`` is ready + unacked; ``effective_policy_definition`` is the
+merged user and operator policy *without* the queue's arguments (POL-6), so
+a queue with ``x-max-length: 10`` under an operator ``max-length: 3`` shows
+both numbers, as RabbitMQ does.  Erlang internals (``backing_queue_status``,
+``garbage_collection``, ``reductions``) are left out, which §14 allows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hutch_broker.admin.views import connections, formatting
+from hutch_broker.model import settings
+from hutch_broker.model.queues import Consumer, Queue
+
+
+def policy_name(policy: Any) -> str | None:
+    return None if policy is None else str(policy.name)
+
+
+def effective_policy_definition(queue: Queue) -> dict[str, Any]:
+    return settings.merge_policies(
+        queue.policy.definition if queue.policy is not None else None,
+        queue.operator_policy.definition if queue.operator_policy is not None else None,
+    )
+
+
+def _persistent_ready(queue: Queue) -> tuple[int, int]:
+    """(count, body bytes) of persistent ready messages: one pass over the queue."""
+    count = size = 0
+    for entry in queue.ready_entries():
+        if entry.message.persistent:
+            count += 1
+            size += entry.size
+    return count, size
+
+
+def _counts(queue: Queue) -> dict[str, Any]:
+    ready, unacked = queue.ready_count, queue.unacked_count
+    ready_bytes, unacked_bytes = queue.ready_bytes, queue.unacked_bytes
+    persistent, persistent_bytes = _persistent_ready(queue)
+    counts: dict[str, Any] = {
+        "message_bytes": ready_bytes + unacked_bytes,
+        "message_bytes_paged_out": 0,
+        "message_bytes_persistent": persistent_bytes,
+        "message_bytes_ram": ready_bytes + unacked_bytes,
+        "message_bytes_ready": ready_bytes,
+        "message_bytes_unacknowledged": unacked_bytes,
+        "messages_paged_out": 0,
+        "messages_persistent": persistent,
+        "messages_ram": ready + unacked,
+        "messages_ready_ram": ready,
+        "messages_unacknowledged_ram": unacked,
+    }
+    counts.update(
+        formatting.with_details(
+            {
+                "messages": ready + unacked,
+                "messages_ready": ready,
+                "messages_unacknowledged": unacked,
+            }
+        )
+    )
+    return counts
+
+
+def _message_stats(queue: Queue) -> dict[str, Any]:
+    return formatting.activity(
+        {
+            "publish": queue.stats_publish,
+            "deliver_get": queue.stats_deliver,
+            "ack": queue.stats_ack,
+            "redeliver": queue.stats_redeliver,
+        }
+    )
+
+
+def _exclusive_consumer_tag(queue: Queue) -> str | None:
+    for consumer in queue.consumers:
+        if consumer.exclusive:
+            return consumer.tag
+    return None
+
+
+def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
+    consumers = len(queue.consumers)
+    item: dict[str, Any] = {
+        "arguments": formatting.jsonable(queue.arguments),
+        "auto_delete": queue.auto_delete,
+        "consumer_capacity": 1.0 if consumers else 0,
+        "consumer_utilisation": 1.0 if consumers else 0,
+        "consumers": consumers,
+        "durable": queue.durable,
+        "effective_policy_definition": formatting.jsonable(effective_policy_definition(queue)),
+        "exclusive": queue.exclusive_owner is not None,
+        "exclusive_consumer_tag": _exclusive_consumer_tag(queue),
+        "head_message_timestamp": None,
+        "memory": queue.ready_bytes + queue.unacked_bytes,
+        "name": queue.name,
+        "node": node,
+        "operator_policy": policy_name(queue.operator_policy),
+        "policy": policy_name(queue.policy),
+        "recoverable_slaves": None,
+        "single_active_consumer_tag": None,
+        "state": "running",
+        "type": "classic",
+        "vhost": queue.vhost,
+    }
+    stats = _message_stats(queue)
+    if stats:
+        item["message_stats"] = stats
+    if not consumers:
+        item["idle_since"] = formatting.iso_time(queue.last_used_ms)
+    item.update(_counts(queue))
+    return item
+
+
+def _channel_details(consumer: Consumer, *, node: str, local_address: str) -> dict[str, Any]:
+    channel: Any = consumer.channel
+    session: Any = getattr(channel, "session", None)
+    if session is None:
+        return {}
+    item = connections.channel_item(session, channel, node=node, local_address=local_address)
+    return {
+        "connection_name": item["connection_details"]["name"],
+        "name": item["name"],
+        "node": node,
+        "number": item["number"],
+        "peer_host": session.peer_host,
+        "peer_port": session.peer_port,
+        "user": item["user"],
+    }
+
+
+def consumer_item(consumer: Consumer, *, node: str, local_address: str) -> dict[str, Any]:
+    """One entry of ``consumer_details``; channel facts come from the dispatch channel."""
+    return {
+        "arguments": formatting.jsonable(consumer.arguments),
+        "ack_required": not consumer.no_ack,
+        "active": True,
+        "activity_status": "up",
+        "channel_details": _channel_details(consumer, node=node, local_address=local_address),
+        "consumer_tag": consumer.tag,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch,
+        "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost},
+    }
+
+
+def queue_detail(queue: Queue, *, node: str, local_address: str) -> dict[str, Any]:
+    """The single-queue form adds consumer details and (empty) per-link rate lists."""
+    item = queue_item(queue, node=node)
+    item["consumer_details"] = [
+        consumer_item(consumer, node=node, local_address=local_address)
+        for consumer in queue.consumers
+    ]
+    item["deliveries"] = []
+    item["incoming"] = []
+    return item

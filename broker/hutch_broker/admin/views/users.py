@@ -1,0 +1,36 @@
+"""``/api/users``, ``/api/whoami`` and ``/api/permissions`` items (API-4).
+
+Users are shown with their stored hash, as RabbitMQ does, because the
+definitions round trip (export from one broker, import into another) relies
+on it; the password itself is never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hutch_broker.model import access
+
+
+def user_item(user: access.User) -> dict[str, Any]:
+    return {
+        "name": user.name,
+        "password_hash": user.password_hash,
+        "hashing_algorithm": access.HASHING_ALGORITHM,
+        "tags": list(user.tags),
+        "limits": {},
+    }
+
+
+def whoami(user: access.User) -> dict[str, Any]:
+    return {"name": user.name, "tags": list(user.tags)}
+
+
+def permission_item(vhost: str, user: str, permission: access.Permission) -> dict[str, Any]:
+    return {
+        "user": user,
+        "vhost": vhost,
+        "configure": permission.configure,
+        "write": permission.write,
+        "read": permission.read,
+    }
