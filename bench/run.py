@@ -1,0 +1,341 @@
+"""Benchmark hutch-broker against RabbitMQ 3.10.8 on loopback, with PerfTest and our loadgen.
+
+Why: hutch-broker claims to keep up with the reference broker (shared/design/broker-semantics.md
+IMPL-7). This script measures that claim the same way every time: it starts each broker as a private
+child process on free loopback ports (testing/hutch_testing), drives it with the same scenarios
+(bench/scenarios.py) through two independent load generators (bench/perftest.py, bench/loadgen.py),
+and reports published/consumed msgs/s and peak RSS side by side.
+
+Brokers run one after the other, never at the same time: on a 2-core machine an idle second broker
+would still steal cycles from the measured one. A broker that is missing, fails to start or dies
+mid-run is reported in the table and the JSON, and the run goes on.
+
+    python bench/run.py [--duration 20] [--scenarios 1,2,3] [--tools perftest,loadgen]
+                        [--brokers rabbitmq,hutch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import perftest
+import report
+import scenarios
+
+REPO = Path(__file__).resolve().parents[1]
+try:
+    from hutch_testing import brokers, processes, rabbitmq
+except ImportError:  # a plain checkout: the testing package is not installed
+    sys.path.insert(0, str(REPO / "testing"))
+    from hutch_testing import brokers, processes, rabbitmq
+
+log = logging.getLogger("bench")
+
+LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+TOOLS = ("perftest", "loadgen")
+BROKERS = ("rabbitmq", "hutch")
+SETUP_TIMEOUT = 120
+
+
+class BenchError(Exception):
+    """One run failed; the message says why and lands in the table's footnotes."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--duration", type=int, default=20, help="seconds per run (default 20)")
+    parser.add_argument("--scenarios", default="1,2,3", type=_numbers)
+    parser.add_argument("--tools", default=",".join(TOOLS), type=_names(TOOLS))
+    parser.add_argument("--brokers", default=",".join(BROKERS), type=_names(BROKERS))
+    parser.add_argument("--settle", type=float, default=2.0, help="pause between runs (s)")
+    parser.add_argument("--output", type=Path, help="JSON path (default bench/results/<ts>.json)")
+    return parser.parse_args(argv)
+
+
+def _numbers(text: str) -> list[int]:
+    numbers = [int(item) for item in text.split(",") if item.strip()]
+    unknown = set(numbers) - set(scenarios.SCENARIOS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown scenarios {sorted(unknown)}")
+    return numbers
+
+
+def _names(allowed: tuple[str, ...]) -> Any:
+    def parse(text: str) -> list[str]:
+        names = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = set(names) - set(allowed)
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {sorted(unknown)}; choose from {allowed}")
+        return names
+
+    return parse
+
+
+# -- one run -------------------------------------------------------------------------------------
+
+
+def loadgen(url: str, scenario: scenarios.Scenario, *extra: str, timeout: float) -> dict[str, Any]:
+    """Run bench/loadgen.py in its own process (its own core) and return its JSON line."""
+    command = [
+        sys.executable,
+        str(LOADGEN),
+        "--url",
+        url,
+        "--scenario",
+        str(scenario.number),
+        *extra,
+    ]
+    try:
+        completed = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as error:
+        raise BenchError(f"loadgen did not finish within {timeout:.0f}s") from error
+    lines = completed.stdout.strip().splitlines()
+    try:
+        result: dict[str, Any] = json.loads(lines[-1])
+    except (IndexError, ValueError) as error:
+        raise BenchError(
+            f"loadgen exited {completed.returncode}: {completed.stderr.strip()[-300:]}"
+        ) from error
+    if "error" in result:
+        raise BenchError(f"loadgen: {result['error']}")
+    return result
+
+
+def run_loadgen(url: str, scenario: scenarios.Scenario, duration: int) -> dict[str, Any]:
+    result = loadgen(url, scenario, "--duration", str(duration), timeout=duration + SETUP_TIMEOUT)
+    return {
+        key: result[key]
+        for key in ("publish_rate", "consume_rate", "published", "confirmed", "consumed", "seconds")
+    }
+
+
+def run_perftest(
+    url: str, scenario: scenarios.Scenario, duration: int, lib: Path
+) -> dict[str, Any]:
+    """Declare the topology with loadgen, run PerfTest on it, delete it."""
+    loadgen(url, scenario, "--setup-only", timeout=SETUP_TIMEOUT)
+    try:
+        result = perftest.run(lib, url, scenario, duration)
+    finally:
+        try:
+            loadgen(url, scenario, "--teardown-only", timeout=SETUP_TIMEOUT)
+        except BenchError as error:
+            log.warning("teardown after PerfTest failed: %s", error)
+    return {
+        "publish_rate": result.publish_rate,
+        "consume_rate": result.consume_rate,
+        "latency": result.latency,
+    }
+
+
+def one_run(
+    broker: processes.BrokerProcess,
+    name: str,
+    scenario: scenarios.Scenario,
+    tool: str,
+    *,
+    duration: int,
+    perftest_lib: Path | BaseException | None,
+) -> dict[str, Any]:
+    """One scenario with one tool on one broker; errors become the run's `error`."""
+    record: dict[str, Any] = {
+        "broker": name,
+        "scenario": scenario.number,
+        "tool": tool,
+        "title": scenario.title,
+    }
+    log.info("%s: scenario %d with %s for %ds", name, scenario.number, tool, duration)
+    broker.reset_peak_rss()
+    began = time.monotonic()
+    try:
+        if tool == "loadgen":
+            record |= run_loadgen(broker.amqp_url, scenario, duration)
+        elif isinstance(perftest_lib, Path):
+            record |= run_perftest(broker.amqp_url, scenario, duration, perftest_lib)
+        else:
+            raise BenchError(f"PerfTest unavailable: {perftest_lib}")
+    except (BenchError, perftest.PerfTestError) as error:
+        record["error"] = str(error)
+    record["wall_seconds"] = round(time.monotonic() - began, 1)
+    record["peak_rss_bytes"] = broker.peak_rss_bytes() if broker.running else None
+    if not broker.running:
+        record["error"] = f"{name} died during the run: {record.get('error', '')}"
+        record["broker_log_tail"] = broker.log_tail(4096)
+    _log_record(record)
+    return record
+
+
+def _log_record(record: dict[str, Any]) -> None:
+    if record.get("error"):
+        log.warning("  failed: %s", record["error"].splitlines()[0])
+    else:
+        log.info(
+            "  published %.0f/s, consumed %.0f/s", record["publish_rate"], record["consume_rate"]
+        )
+
+
+# -- one broker ----------------------------------------------------------------------------------
+
+
+def make_broker(name: str) -> processes.BrokerProcess:
+    return rabbitmq.RabbitMQ() if name == "rabbitmq" else brokers.HutchBroker()
+
+
+def bench_broker(
+    name: str, args: argparse.Namespace, perftest_lib: Path | BaseException | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Start one broker, run every scenario with every tool on it, stop it."""
+    broker = make_broker(name)
+    info: dict[str, Any] = {}
+    plan = [(scenarios.SCENARIOS[number], tool) for number in args.scenarios for tool in args.tools]
+    try:
+        try:
+            broker.start()
+        except processes.BrokerStartError as error:
+            info["error"] = str(error)
+            return info, [
+                _not_run(name, scenario, tool, f"{name} did not start: {error}")
+                for scenario, tool in plan
+            ]
+        info |= _broker_facts(broker)
+        runs = []
+        for scenario, tool in plan:
+            problem = _ensure_running(broker, name)
+            if problem is not None:
+                runs.append(_not_run(name, scenario, tool, problem))
+                continue
+            runs.append(
+                one_run(
+                    broker, name, scenario, tool, duration=args.duration, perftest_lib=perftest_lib
+                )
+            )
+            time.sleep(args.settle)
+        return info, runs
+    finally:
+        broker.stop()
+
+
+def _broker_facts(broker: processes.BrokerProcess) -> dict[str, Any]:
+    overview = broker.overview() or {}
+    return {
+        "version": overview.get("rabbitmq_version") or overview.get("product_version"),
+        "product": overview.get("product_name"),
+        "start_seconds": round(broker.started_in or 0.0, 2),
+        "idle_rss_bytes": broker.rss_bytes(),
+    }
+
+
+def _ensure_running(broker: processes.BrokerProcess, name: str) -> str | None:
+    """Restart a broker that died in an earlier run; say why not if that fails."""
+    if broker.running:
+        return None
+    log.warning("%s is not running; restarting it", name)
+    try:
+        broker.restart()
+    except processes.BrokerStartError as error:
+        return f"{name} died and could not be restarted: {error}"
+    return None
+
+
+def _not_run(name: str, scenario: scenarios.Scenario, tool: str, reason: str) -> dict[str, Any]:
+    return {
+        "broker": name,
+        "scenario": scenario.number,
+        "tool": tool,
+        "title": scenario.title,
+        "error": reason,
+    }
+
+
+# -- the whole benchmark -------------------------------------------------------------------------
+
+
+def prepare_perftest(tools: list[str]) -> Path | BaseException | None:
+    if "perftest" not in tools:
+        return None
+    try:
+        return perftest.ensure_installed()
+    except perftest.PerfTestError as error:
+        log.warning("PerfTest unavailable: %s", error)
+        return error
+
+
+def machine(perftest_lib: Path | BaseException | None) -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "memory_bytes": _total_memory(),
+        "python": platform.python_version(),
+        "perftest": perftest.version(perftest_lib) if isinstance(perftest_lib, Path) else None,
+        "git_commit": _git_commit(),
+    }
+
+
+def _total_memory() -> int | None:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _git_commit() -> str | None:
+    try:
+        completed = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return completed.stdout.strip() or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parse_args(argv)
+    started = datetime.datetime.now(datetime.UTC)
+    perftest_lib = prepare_perftest(args.tools)
+    document: dict[str, Any] = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "arguments": {
+            "duration": args.duration,
+            "scenarios": args.scenarios,
+            "tools": args.tools,
+            "brokers": args.brokers,
+        },
+        "machine": machine(perftest_lib),
+        "scenarios": {number: scenarios.SCENARIOS[number].title for number in args.scenarios},
+        "brokers": {},
+        "runs": [],
+    }
+    for name in args.brokers:
+        info, runs = bench_broker(name, args, perftest_lib)
+        document["brokers"][name] = info
+        document["runs"] += runs
+    document["total_seconds"] = round(
+        (datetime.datetime.now(datetime.UTC) - started).total_seconds(), 1
+    )
+    report.number_failures(document["runs"])
+    output = args.output or RESULTS_DIR / f"{started:%Y%m%dT%H%M%SZ}.json"
+    report.write_json(output, document)
+    print(report.table(document["runs"], args.brokers))
+    print(f"\nresults: {output} ({document['total_seconds']:.0f} s)")
+    return 0 if any(not run.get("error") for run in document["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
