@@ -10,6 +10,7 @@ default.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -81,7 +82,7 @@ def _port_of(value: str) -> int:
 
 
 # key -> (attribute, converter) for the keys that map to one field.
-_SIMPLE: Final = {
+_SIMPLE: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "listeners.tcp.default": ("amqp_port", _port_of),
     "management.tcp.port": ("http_port", int),
     "management.tcp.ip": ("bind", str),

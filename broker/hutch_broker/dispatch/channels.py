@@ -143,7 +143,8 @@ class Channel:
         now_ms: int,
     ) -> None:
         touched: set[Queue] = set()
-        for queue, entry, consumer in taken:
+        # Latest delivery first, so a full ring drops the oldest re-added message (RING-4).
+        for queue, entry, consumer in reversed(taken) if requeue else taken:
             if consumer is not None:
                 consumer.unacked -= 1
             if requeue:

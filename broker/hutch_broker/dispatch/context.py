@@ -80,6 +80,7 @@ class Context:
         self.confirm_waiters: set[Channel] = set()
         self.write_generation = 1
         self.synced_generation = 0
+        self.sync_requested = False
         self.stats = Stats()
         self.alarms: AlarmState = _NoAlarms()
         self.channel_count = 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.model.messages import Message
+from hutch_broker.model.queues import PUBLISH_REJECTED, PUBLISH_SYNC
 from hutch_broker.protocol import errors, properties
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def route_and_enqueue(session: Session, channel: Channel, event: Any, now_ms: in
         message = _strip_bcc(message)
     context = session.context
     generation = 0
+    rejected = False
     if not queues:
         if event.mandatory:
             session.proto.send_return(
@@ -102,12 +104,16 @@ def route_and_enqueue(session: Session, channel: Channel, event: Any, now_ms: in
             context.stats.returns += 1
     else:
         for queue in queues:
-            if queue.publish(message, now_ms):
+            outcome = queue.publish(message, now_ms)
+            if outcome == PUBLISH_SYNC:
                 generation = context.write_generation
-            elif queue.ready_count and queue.consumers:
+                context.sync_requested = True
+            elif outcome == PUBLISH_REJECTED:
+                rejected = True
+            if queue.ready_count and queue.consumers:
                 queue.drain(now_ms)
     if channel.confirm_mode:
-        channel.add_confirm(channel.next_publish_seq(), generation, False)
+        channel.add_confirm(channel.next_publish_seq(), generation, rejected)
         context.request_flush()
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any
+
+from pamqp import commands
 
 from hutch_broker.dispatch import methods
 from hutch_broker.dispatch.channels import Channel
@@ -56,6 +59,11 @@ class Session:
         self.writable = True
         self.closed = False
         self.blocked = False
+        self.notified_blocked = False
+        self.held_publish: events.PublishReceived | None = None
+        # Set by the server adapter: stop / restart reading the socket.
+        self.pause_reading: Callable[[], None] = lambda: None
+        self.resume_reading: Callable[[], None] = lambda: None
         self.connected_at_ms = context.clock()
         self.publishes = 0
         self._permission_cache: dict[tuple[str, str], bool] = {}
@@ -64,12 +72,18 @@ class Session:
 
     def handle_data(self, data: bytes) -> None:
         """Feed bytes and process every complete event (the server's only input call)."""
+        self.proto.receive_data(data)
+        self._process()
+
+    def _process(self) -> None:
         proto = self.proto
-        proto.receive_data(data)
-        while not self.closed:
+        while not self.closed and not self.blocked:
             try:
                 event = proto.next_event()
                 if event is proto_connection.NEED_DATA:
+                    break
+                if isinstance(event, events.PublishReceived) and self._must_block():
+                    self._block(event)
                     break
                 self.handle_event(event)
             except errors.SoftError as exc:
@@ -77,6 +91,40 @@ class Session:
             except errors.HardError as exc:
                 self.fail_connection(exc)
         self.context.mark_dirty(self)
+
+    # -- resource alarms (MEM-4..MEM-6) --------------------------------------
+
+    def _must_block(self) -> bool:
+        return self.context.alarms.publishing_blocked
+
+    def _block(self, event: events.PublishReceived) -> None:
+        """Hold this publish, tell the client (if it listens) and stop reading its socket."""
+        self.blocked = True
+        self.held_publish = event
+        if self.capability("connection.blocked"):
+            reason = getattr(self.context.alarms, "block_reason", "low on memory")
+            self.proto.send_method(0, commands.Connection.Blocked(reason))
+            self.notified_blocked = True
+        self.pause_reading()
+
+    def unblock(self) -> None:
+        """The alarm cleared: unblocked, complete the held publish, read again."""
+        if not self.blocked or self.closed:
+            return
+        self.blocked = False
+        if self.notified_blocked:
+            self.proto.send_method(0, commands.Connection.Unblocked())
+            self.notified_blocked = False
+        held, self.held_publish = self.held_publish, None
+        if held is not None:
+            try:
+                self.handle_event(held)
+            except errors.SoftError as exc:
+                self.fail_channel(exc)
+            except errors.HardError as exc:
+                self.fail_connection(exc)
+        self.resume_reading()
+        self._process()
 
     def handle_event(self, event: Any) -> None:
         now_ms = self.context.clock()
@@ -194,6 +242,7 @@ class Session:
 
     def remove_consumer(self, channel: Channel, consumer: Consumer, now_ms: int) -> None:
         channel.consumers.pop(consumer.tag, None)
+        self.proto.forget_consumer(channel.number, consumer.tag)
         queue = consumer.queue
         queue.remove_consumer(consumer)
         queue.last_used_ms = now_ms

@@ -27,8 +27,11 @@ FULL_ACCESS: Final = (".*", ".*", ".*")
 
 
 class Broker:
-    def __init__(self, *, cluster_name: str = "hutch@localhost") -> None:
+    def __init__(
+        self, *, cluster_name: str = "hutch@localhost", clock: Callable[[], int] | None = None
+    ) -> None:
         self.cluster_name = cluster_name
+        self.clock = clock
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
@@ -37,7 +40,6 @@ class Broker:
         self.on_definitions_changed: Callable[[], None] = lambda: None
         self.on_queue_created: Callable[[Queue], None] = lambda queue: None
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
-        self.on_dead_letter: Callable[[Queue, Any, str], None] | None = None
 
     # -- bootstrap ----------------------------------------------------
 
@@ -69,7 +71,8 @@ class Broker:
         vhost.on_definitions_changed = self._definitions_changed
         vhost.on_queue_created = self._queue_created
         vhost.on_queue_deleted = self._queue_deleted
-        vhost.on_dead_letter = self._dead_letter
+        if self.clock is not None:
+            vhost.clock = self.clock
         self.vhosts[name] = vhost
         self._definitions_changed()
         return vhost, True
@@ -123,6 +126,10 @@ class Broker:
     def permission(self, vhost: str, user: str) -> access.Permission | None:
         return self.permissions.get((vhost, user))
 
+    def tick(self, now_ms: int) -> None:
+        for vhost in list(self.vhosts.values()):
+            vhost.tick(now_ms)
+
     # -- hooks --------------------------------------------------------
 
     def _definitions_changed(self) -> None:
@@ -133,10 +140,6 @@ class Broker:
 
     def _queue_deleted(self, queue: Queue) -> None:
         self.on_queue_deleted(queue)
-
-    def _dead_letter(self, queue: Queue, entry: Any, reason: str) -> None:
-        if self.on_dead_letter is not None:
-            self.on_dead_letter(queue, entry, reason)
 
     # -- definitions --------------------------------------------------
 

@@ -299,7 +299,7 @@ def _normalise(value: Any) -> Any:
 
 def headers_match(binding_args: dict[str, Any], message_headers: Headers) -> bool:
     """EX-4 headers matching: all/any, optional x- keys, void means present."""
-    mode = _normalise(binding_args.get("x-match", "all"))
+    mode = str(_normalise(binding_args.get("x-match", "all")))
     with_x = mode.endswith("-with-x")
     wanted = [
         (key, value)
@@ -307,7 +307,7 @@ def headers_match(binding_args: dict[str, Any], message_headers: Headers) -> boo
         if key != "x-match" and (with_x or not key.startswith("x-"))
     ]
     if not wanted:
-        return mode.startswith("all")
+        return str(mode).startswith("all")
     results = (_header_matches(key, value, message_headers) for key, value in wanted)
     return all(results) if mode.startswith("all") else any(results)
 

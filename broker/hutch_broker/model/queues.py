@@ -72,6 +72,10 @@ class Consumer:
 
 DeadLetterHook = Callable[["Queue", Entry, str], None]
 
+PUBLISH_OK = 0  # enqueued or delivered; confirm now
+PUBLISH_SYNC = 1  # a store record was written; confirm after the next fsync
+PUBLISH_REJECTED = 2  # refused by overflow=reject-publish*; nack under confirms
+
 
 class Queue:
     """A classic queue; ``vhost`` and the store handle are wired by the vhost."""
@@ -133,16 +137,43 @@ class Queue:
 
     # -- publishing ---------------------------------------------------
 
-    def publish(self, message: Message, now_ms: int) -> bool:
-        """Enqueue ``message``; True when a store record was written (fsync before confirm)."""
+    def publish(self, message: Message, now_ms: int) -> int:
+        """Enqueue or deliver ``message`` (ML-8); returns a ``PUBLISH_*`` outcome."""
         self.stats_publish += 1
         entry = Entry(next(self._seq), message, expire_at=self._expiry_for(message, now_ms))
+        limits = self.settings
+        if self.ready_count:
+            self.expire_head(now_ms)
+            if limits.ring_size is not None and self.ready_count >= limits.ring_size:
+                self._drop_head("maxlen")  # RING-3: exactly one
+        if limits.overflow != "drop-head" and self._would_overflow(entry):
+            if limits.overflow == "reject-publish-dlx":
+                self._drop(entry, "maxlen")
+            return PUBLISH_REJECTED  # ML-4, ML-5: never a basic.return
         if self._try_direct_delivery(entry):
-            return False
+            return PUBLISH_OK
+        if entry.expire_at and entry.expire_at <= now_ms:
+            self._drop(entry, "expired")  # TTL-4: nobody could take it at once
+            return PUBLISH_OK
         wrote = self._persist(entry, now_ms)
         self._push_fresh(entry)
-        self._enforce_length_limit()
-        return wrote
+        if limits.overflow == "drop-head":
+            self._enforce_length_limit()
+        return PUBLISH_SYNC if wrote and entry.store_id is not None else PUBLISH_OK
+
+    def _would_overflow(self, entry: Entry) -> bool:
+        limits = self.settings
+        if limits.max_length is not None and self.ready_count + 1 > limits.max_length:
+            return True
+        return (
+            limits.max_length_bytes is not None
+            and self.ready_bytes + entry.size > limits.max_length_bytes
+        )
+
+    def _drop_head(self, reason: str) -> None:
+        entry = self._pop_ready()
+        if entry is not None:
+            self._drop(entry, reason)
 
     def _expiry_for(self, message: Message, now_ms: int) -> int:
         ttl = self.settings.message_ttl
@@ -186,8 +217,10 @@ class Queue:
         self.ready_bytes += entry.size
 
     def _enforce_length_limit(self) -> None:
-        """drop-head overflow: trim from the head while over a limit (ML-3)."""
+        """drop-head overflow: trim from the head while over a limit (ML-3, ML-9)."""
         limits = self.settings
+        if limits.overflow != "drop-head":
+            return
         if limits.max_length is None and limits.max_length_bytes is None:
             return
         while self.ready_count and self._over_limit():
@@ -313,10 +346,18 @@ class Queue:
         self._forget(entry)
 
     def requeue(self, entry: Entry) -> None:
-        """Back to its original position, flagged redelivered (Q-4)."""
+        """Back to its original position, flagged redelivered (Q-4).
+
+        A full ring drops the message being re-added instead (RING-4).
+        """
         self.unacked_count -= 1
         self.unacked_bytes -= entry.size
         if self.deleted:
+            self._forget(entry)
+            return
+        ring_size = self.settings.ring_size
+        if ring_size is not None and self.ready_count >= ring_size:
+            self._drop(entry, "maxlen")
             return
         entry.redelivered = True
         heapq.heappush(self._requeued, entry)

@@ -10,17 +10,22 @@ alternate exchanges, dead-lettering) needs all of it at once.
 from __future__ import annotations
 
 import base64
+import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
+from hutch_broker.model import deadletter
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
-from hutch_broker.model.messages import Message
+from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EXCHANGES: Final = (
     ("amq.direct", "direct", False),
@@ -59,7 +64,7 @@ class VirtualHost:
         self.on_definitions_changed: Callable[[], None] = lambda: None
         self.on_queue_created: Callable[[Queue], None] = lambda queue: None
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
-        self.on_dead_letter: Callable[[Queue, Any, str], None] | None = None
+        self.clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
         self.default_exchange = make_exchange("", "direct", durable=True, vhost=name)
         for exchange_name, kind, internal in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = make_exchange(
@@ -173,7 +178,8 @@ class VirtualHost:
     ) -> tuple[Queue, bool]:
         """Create or check a queue; returns (queue, created) (Q-1..Q-3)."""
         arguments = dict(arguments or {})
-        if not name:
+        generated = not name
+        if generated:
             name = generated_queue_name()
         existing = self.queues.get(name)
         if existing is not None:
@@ -191,7 +197,7 @@ class VirtualHost:
             )
             existing.last_used_ms = now_ms
             return existing, False
-        if name.startswith("amq."):
+        if name.startswith("amq.") and not generated:
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args_mod.validate_queue_arguments(name, self.name, arguments)
         queue = Queue(
@@ -204,7 +210,7 @@ class VirtualHost:
         )
         queue.declared_via = source  # type: ignore[attr-defined]
         queue.last_used_ms = now_ms
-        queue.on_dead_letter = self.on_dead_letter
+        queue.on_dead_letter = self.dead_letter
         self.queues[name] = queue
         self._apply_queue_policy(queue)
         self.on_queue_created(queue)
@@ -362,6 +368,38 @@ class VirtualHost:
             return None
         return alternate
 
+    # -- dead-lettering -----------------------------------------------
+
+    def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
+        """Republish a dying message to the queue's DLX (DLX-1..DLX-4)."""
+        settings = queue.settings
+        name = settings.dead_letter_exchange
+        exchange = self.exchanges.get(name) if name is not None else None
+        if name is None or exchange is None:
+            return  # a missing DLX drops the message silently (DLX-2)
+        now_ms = self.clock()
+        message, keys = deadletter.dead_letter(
+            entry.message,
+            queue=queue.name,
+            reason=reason,
+            now_s=now_ms // 1000,
+            dead_letter_exchange=name,
+            dead_letter_routing_key=settings.dead_letter_routing_key,
+        )
+        for target in self.route(exchange, keys, message):
+            if deadletter.is_cycle(message, target.name):
+                log.warning(
+                    "dead-letter cycle: message from queue '%s' not delivered to '%s' "
+                    "in vhost '%s'",
+                    queue.name,
+                    target.name,
+                    self.name,
+                )
+                continue
+            target.publish(message, now_ms)
+            if target.consumers:
+                target.drain(now_ms)
+
     # -- policies -----------------------------------------------------
 
     def set_policy(self, policy: policies_mod.Policy, *, operator: bool) -> None:
@@ -390,6 +428,7 @@ class VirtualHost:
         queue.operator_policy = policies_mod.best_match(
             self.operator_policies.values(), queue.name, "queue"
         )
+        old_expires = queue.settings.expires
         queue.apply_settings(
             settings_mod.effective(
                 queue.arguments,
@@ -397,6 +436,26 @@ class VirtualHost:
                 queue.operator_policy.definition if queue.operator_policy else None,
             )
         )
+        now_ms = self.clock()
+        if queue.settings.expires != old_expires:
+            queue.last_used_ms = now_ms  # POL-7: a new expires restarts the lease
+        queue.expire_head(now_ms)
+
+    # -- timers -------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Head expiry (TTL-3) and queue expiry (EXP-2); the server calls this often."""
+        for queue in list(self.queues.values()):
+            if queue.ready_count and queue.expire_head(now_ms) and queue.consumers:
+                queue.drain(now_ms)
+            expires = queue.settings.expires
+            if (
+                expires is not None
+                and not queue.consumers
+                and now_ms - queue.last_used_ms >= expires
+            ):
+                log.info("queue '%s' in vhost '%s' expired", queue.name, self.name)
+                self.remove_queue(queue)
 
     def _apply_exchange_policy(self, exchange: Exchange) -> None:
         if exchange.name == "" or exchange.name.startswith("amq."):

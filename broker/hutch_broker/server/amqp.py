@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 from hutch_broker.dispatch.context import Context
 from hutch_broker.dispatch.sessions import Session
@@ -35,13 +35,15 @@ class AMQPConnection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101 - TCP only
+        transport = cast(asyncio.Transport, transport)  # TCP only (uvloop has its own class)
         self.transport = transport
         transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
         peer = transport.get_extra_info("peername") or ("", 0)
         proto = proto_connection.Connection(**self.protocol_options)
         self.session = Session(self.context, proto, peer_host=peer[0], peer_port=peer[1])
         self.session.transport = self  # type: ignore[attr-defined]
+        self.session.pause_reading = transport.pause_reading
+        self.session.resume_reading = transport.resume_reading
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()
@@ -87,7 +89,7 @@ class AMQPConnection(asyncio.Protocol):
         if data:
             transport.writelines(data)
             self.last_sent = time.monotonic()
-        if session.closed and session.proto.should_drop_socket():
+        if session.proto.closed:
             transport.close()
 
     def close_transport(self) -> None:

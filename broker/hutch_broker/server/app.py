@@ -18,14 +18,15 @@ import socket
 import time
 from typing import Any
 
-from hutch_broker import __version__
+from hutch_broker import __version__, memory
 from hutch_broker.config import BrokerConfig
-from hutch_broker.dispatch.context import Context
+from hutch_broker.dispatch.context import Context, wall_clock_ms
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors
 from hutch_broker.server.amqp import AMQPConnection
+from hutch_broker.server.resources import ResourceMonitor
 from hutch_broker.store import MessageStore, definitions
 
 log = logging.getLogger(__name__)
@@ -37,13 +38,26 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.loop = asyncio.get_event_loop()
-        self.broker = Broker(cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}")
+        self.broker = Broker(
+            cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}",
+            clock=wall_clock_ms,
+        )
+        self.context = Context(self.broker, clock=wall_clock_ms, request_flush=self.request_flush)
         self.broker.loopback_users = list(config.loopback_users)
-        self.context = Context(self.broker, request_flush=self.request_flush)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.definitions_path = config.data_dir / "definitions.json"
         self.store = MessageStore(config.data_dir / "msgs")
         self.connections: set[AMQPConnection] = set()
+        self.resources = ResourceMonitor(
+            watermark=memory.Watermark(
+                relative=config.watermark_relative, absolute=config.watermark_absolute
+            ),
+            total_memory=memory.detect_total_memory(config.total_memory),
+            data_dir=config.data_dir,
+            disk_free_limit=config.disk_free_limit,
+            on_clear=self._alarm_cleared,
+        )
+        self.context.alarms = self.resources
         self._flush_scheduled = False
         self._definitions_dirty = False
         self._sync_running = False
@@ -108,6 +122,12 @@ class BrokerServer:
                 "recovered %d messages in queue '%s' in vhost '%s'", count, queue.name, queue.vhost
             )
 
+    def _alarm_cleared(self) -> None:
+        for session in list(self.context.sessions.values()):
+            if session.blocked:
+                session.unblock()
+        self.request_flush()
+
     # -- model hooks -----------------------------------------------------
 
     def _definitions_changed(self) -> None:
@@ -153,10 +173,13 @@ class BrokerServer:
             if transport is not None:
                 transport.flush()
 
-    def _maybe_start_sync(self) -> None:
-        if self._sync_running or not self.store.dirty:
+    def _maybe_start_sync(self, *, periodic: bool = False) -> None:
+        """Start a group commit when a confirm waits for one (or from the 1 s timer)."""
+        context = self.context
+        if self._sync_running or not (context.sync_requested or periodic):
             return
-        generation = self.context.write_generation
+        context.sync_requested = False
+        generation = context.write_generation
         self.context.write_generation = generation + 1
         self._sync_running = True
         future = self.loop.run_in_executor(None, self.store.sync)
@@ -168,6 +191,8 @@ class BrokerServer:
             log.error("message store sync failed: %s", future.exception())
             return  # confirms stay pending: nothing unsynced is ever confirmed
         self.context.synced_generation = generation
+        if self.context.confirm_waiters:
+            self.context.sync_requested = True  # those that arrived during this sync
         self.request_flush()
 
     # -- listeners -------------------------------------------------------
@@ -202,6 +227,7 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.recover()
+        self.resources.sample()
         options = self._protocol_options()
 
         def factory() -> AMQPConnection:
@@ -216,13 +242,24 @@ class BrokerServer:
         log.info("AMQP listener on %s:%d", self.config.bind, self.config.amqp_port)
         await self._start_http()
         self.loop.create_task(self._timers())
+        self.loop.create_task(self._expiry_timer())
 
     async def _start_http(self) -> None:
         from aiohttp import web  # noqa: PLC0415 - keeps AMQP-only tests free of aiohttp start-up
 
         from hutch_broker.admin.app import make_app  # noqa: PLC0415
+        from hutch_broker.admin.views.overview import NodeInfo  # noqa: PLC0415
 
-        app = make_app(self.context)
+        config = self.config
+        node = NodeInfo(
+            amqp_port=config.amqp_port,
+            http_port=config.http_port,
+            listen_host=config.bind,
+            started_at_ms=int(self.started_at * 1000),
+            data_dir=str(config.data_dir),
+            disk_free_limit=config.disk_free_limit,
+        )
+        app = make_app(self.context, memory=self.resources, node=node)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.config.bind, self.config.http_port, reuse_address=True)
@@ -233,12 +270,22 @@ class BrokerServer:
     async def _timers(self) -> None:
         while not self._stopped.is_set():
             await asyncio.sleep(1.0)
+            self.resources.sample()
             now = time.monotonic()
             for connection in list(self.connections):
                 if connection.session is not None and connection.session.closed:
                     self.connections.discard(connection)
                     continue
                 connection.tick(now, self.config.handshake_timeout_s)
+            # Acks and dead-lettered records need no confirm; sync them lazily.
+            self._maybe_start_sync(periodic=True)
+
+    async def _expiry_timer(self) -> None:
+        """Message TTL at the head and queue expiry, checked every 100 ms."""
+        while not self._stopped.is_set():
+            await asyncio.sleep(0.1)
+            self.broker.tick(self.context.clock())
+            self.request_flush()
 
     # -- shutdown --------------------------------------------------------
 

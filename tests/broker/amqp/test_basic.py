@@ -2,7 +2,7 @@
 
 import pika
 import pytest
-from conftest import drain
+from hutch_testing.clients import drain
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
 

@@ -7,7 +7,7 @@ import threading
 
 import pika
 import pytest
-from conftest import connect, drain
+from hutch_testing.clients import connect, drain
 from pika.exceptions import AMQPError, ChannelClosedByBroker
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

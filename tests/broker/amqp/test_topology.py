@@ -1,7 +1,7 @@
 """Exchanges, queues and bindings over real sockets: routing and RabbitMQ's error texts."""
 
 import pytest
-from conftest import connect, drain
+from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 

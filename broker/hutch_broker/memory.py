@@ -1,0 +1,103 @@
+"""The memory high watermark decision (MEM-1..MEM-3), pure and clock-free.
+
+The server samples the process's memory about once a second and asks this
+module two questions: what is the limit for this setting, and is the broker
+over it?  Keeping the arithmetic here means the operator's translator and the
+broker agree on one definition, and the tests need no real memory pressure.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+FALLBACK_TOTAL_MEMORY: Final = 1024**3  # the seed's fallback when nothing else is known
+_CGROUP_V2: Final = Path("/sys/fs/cgroup/memory.max")
+_CGROUP_V1: Final = Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_UNLIMITED_V1: Final = 1 << 60
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Either a fraction of total memory or an absolute number of bytes."""
+
+    relative: float | None = 0.4
+    absolute: int | None = None
+
+    def limit(self, total_memory: int) -> int:
+        if self.absolute is not None:
+            return self.absolute
+        return math.floor((self.relative or 0.0) * total_memory)
+
+    @property
+    def disabled(self) -> bool:
+        """MEM-2: a value of 0 turns the monitor off; it never alarms."""
+        return (self.absolute is not None and self.absolute == 0) or (
+            self.absolute is None and not self.relative
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        if self.absolute is not None:
+            return {"absolute": self.absolute}
+        return {"relative": self.relative}
+
+
+def parse_watermark(body: Any) -> Watermark:
+    """``{"relative": 0.4}`` or ``{"absolute": 123}``; ValueError with the reason otherwise."""
+    if not isinstance(body, dict) or len(body) != 1:
+        raise ValueError('expected {"relative": <0..1>} or {"absolute": <bytes>}')
+    key, value = next(iter(body.items()))
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number")
+    if key == "relative":
+        if not 0 <= value <= 1:
+            raise ValueError("relative must be between 0 and 1")
+        return Watermark(relative=float(value))
+    if key == "absolute":
+        if value < 0 or not float(value).is_integer():
+            raise ValueError("absolute must be a non-negative integer number of bytes")
+        return Watermark(relative=None, absolute=int(value))
+    raise ValueError(f"unknown key {key!r}: use 'relative' or 'absolute'")
+
+
+def is_alarmed(watermark: Watermark, mem_used: int, total_memory: int) -> bool:
+    """MEM-3: alarm while over the limit; no hysteresis."""
+    if watermark.disabled:
+        return False
+    return mem_used > watermark.limit(total_memory)
+
+
+def detect_total_memory(configured: int | None = None) -> int:
+    """MEM-1: config (the operator's memory request), cgroup limit, MemTotal, 1 GiB."""
+    if configured:
+        return configured
+    for path in (_CGROUP_V2, _CGROUP_V1):
+        value = _read_int(path)
+        if value is not None and 0 < value < _UNLIMITED_V1:
+            return value
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return FALLBACK_TOTAL_MEMORY
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def parse_rss_anon(status_text: str) -> int:
+    """Bytes of anonymous resident memory from /proc/<pid>/status (MEM-3)."""
+    for line in status_text.splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    for line in status_text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0

@@ -1,0 +1,106 @@
+"""Dead-lettering (DLX-1..DLX-4): the rewritten message and the cycle rule.
+
+Pure functions: given a dying message, produce the message that goes to the
+dead-letter exchange (with ``x-death`` and the first/last-death headers, and
+without ``expiration``), the routing keys to use, and whether delivering it
+to a given queue would close a cycle.  The vhost does the routing.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from hutch_broker.model.messages import Message
+from hutch_broker.protocol import properties, rewrite
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def existing_deaths(message: Message) -> list[dict[str, Any]]:
+    tagged = rewrite.header_value(message.raw_properties, "x-death")
+    if tagged is None or tagged[:1] != b"A":
+        return []
+    value = rewrite.decode_value(tagged)
+    return [dict(item) for item in value if isinstance(item, dict)]
+
+
+def original_routing_keys(message: Message) -> list[str]:
+    """The key plus CC (never BCC, which was stripped at publish) (DLX-2)."""
+    keys = [message.routing_key]
+    cc = message.headers().get("CC") if b"CC" in message.raw_properties else None
+    if isinstance(cc, list):
+        keys.extend(_text(key) for key in cc)
+    return keys
+
+
+def dead_letter(
+    message: Message,
+    *,
+    queue: str,
+    reason: str,
+    now_s: int,
+    dead_letter_exchange: str,
+    dead_letter_routing_key: str | None,
+) -> tuple[Message, list[str]]:
+    """The message to publish to the DLX and the routing keys to use."""
+    deaths = existing_deaths(message)
+    keys = original_routing_keys(message)
+    expiration = properties.expiration(message.raw_properties)
+    found = next(
+        (
+            death
+            for death in deaths
+            if _text(death.get("queue")) == queue and _text(death.get("reason")) == reason
+        ),
+        None,
+    )
+    if found is not None:
+        deaths.remove(found)
+        found["count"] = int(found.get("count", 0)) + 1
+        death = found
+    else:
+        death = {
+            "count": 1,
+            "reason": reason,
+            "queue": queue,
+            "time": datetime.datetime.fromtimestamp(now_s, tz=datetime.UTC),
+            "exchange": message.exchange,
+            "routing-keys": keys,
+        }
+        if expiration is not None:
+            death["original-expiration"] = expiration
+    deaths.insert(0, death)
+    updates: dict[str, bytes] = {"x-death": rewrite.encode_value(deaths)}
+    headers = message.headers() if b"x-first-death" in message.raw_properties else {}
+    if "x-first-death-reason" not in headers:
+        updates["x-first-death-reason"] = rewrite.encode_value(reason)
+        updates["x-first-death-queue"] = rewrite.encode_value(queue)
+        updates["x-first-death-exchange"] = rewrite.encode_value(message.exchange)
+    updates["x-last-death-reason"] = rewrite.encode_value(reason)
+    updates["x-last-death-queue"] = rewrite.encode_value(queue)
+    updates["x-last-death-exchange"] = rewrite.encode_value(message.exchange)
+    raw = rewrite.edit_headers(
+        message.raw_properties, set_values=updates, drop_properties=("expiration",)
+    )
+    routing_key = dead_letter_routing_key if dead_letter_routing_key is not None else None
+    new_keys = [routing_key] if routing_key is not None else keys
+    new_message = Message(
+        dead_letter_exchange,
+        routing_key if routing_key is not None else message.routing_key,
+        raw,
+        message.body,
+        persistent=message.persistent,
+    )
+    return new_message, new_keys
+
+
+def is_cycle(message: Message, target_queue: str) -> bool:
+    """DLX-4: the target already saw this message and no death in between was a reject."""
+    deaths = existing_deaths(message)
+    queues = [_text(death.get("queue")) for death in deaths]
+    if target_queue not in queues:
+        return False
+    return all(_text(death.get("reason")) != "rejected" for death in deaths)

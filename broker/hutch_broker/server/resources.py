@@ -1,0 +1,124 @@
+"""Resource alarms at run time: memory watermark and disk free limit (MEM-3..MEM-7).
+
+Samples ``/proc/self/status`` and the data directory's free space once a
+second (and at once after a watermark change), decides with the pure
+``hutch_broker.memory`` functions, and on a transition tells the sessions:
+blocking is lazy (a connection is blocked at its next publish, by dispatch),
+unblocking is eager (every blocked connection gets ``connection.unblocked``
+and its held publish completes).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hutch_broker import memory
+
+log = logging.getLogger(__name__)
+
+
+class ResourceMonitor:
+    """Implements dispatch's ``AlarmState`` and the admin API's ``MemoryMonitor``."""
+
+    def __init__(
+        self,
+        *,
+        watermark: memory.Watermark,
+        total_memory: int,
+        data_dir: Path,
+        disk_free_limit: int,
+        on_clear: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.watermark = watermark
+        self.total_memory = total_memory
+        self.data_dir = data_dir
+        self.disk_free_limit = disk_free_limit
+        self.on_clear = on_clear
+        self.mem_used = 0
+        self.disk_free = 0
+        self.memory_alarm = False
+        self.disk_alarm = False
+
+    # -- AlarmState / MemoryMonitor -------------------------------------------
+
+    @property
+    def publishing_blocked(self) -> bool:
+        return self.memory_alarm or self.disk_alarm
+
+    @property
+    def block_reason(self) -> str:
+        return "low on memory" if self.memory_alarm else "low on disk"
+
+    @property
+    def mem_limit(self) -> int:
+        return self.watermark.limit(self.total_memory)
+
+    @property
+    def alarm(self) -> bool:
+        return self.memory_alarm
+
+    def settings_json(self) -> dict[str, Any]:
+        return self.watermark.as_json()
+
+    def set_watermark(self, body: dict[str, Any]) -> None:
+        """MEM-7: a runtime change, not persisted; applied at once."""
+        self.watermark = memory.parse_watermark(body)
+        log.info(
+            "memory high watermark set to %s (limit %d bytes)",
+            self.watermark.as_json(),
+            self.mem_limit,
+        )
+        self.sample()
+
+    def alarms(self) -> list[str]:
+        found = []
+        if self.memory_alarm:
+            found.append("memory")
+        if self.disk_alarm:
+            found.append("disk")
+        return found
+
+    # -- sampling ---------------------------------------------------------------
+
+    def sample(self) -> None:
+        was_blocked = self.publishing_blocked
+        self.mem_used = _read_rss_anon()
+        self.disk_free = _disk_free(self.data_dir)
+        memory_alarm = memory.is_alarmed(self.watermark, self.mem_used, self.total_memory)
+        disk_alarm = self.disk_free < self.disk_free_limit
+        if memory_alarm != self.memory_alarm:
+            log.warning(
+                "memory alarm %s: used %d, limit %d",
+                "set" if memory_alarm else "cleared",
+                self.mem_used,
+                self.mem_limit,
+            )
+        if disk_alarm != self.disk_alarm:
+            log.warning(
+                "disk alarm %s: free %d, limit %d",
+                "set" if disk_alarm else "cleared",
+                self.disk_free,
+                self.disk_free_limit,
+            )
+        self.memory_alarm, self.disk_alarm = memory_alarm, disk_alarm
+        if was_blocked and not self.publishing_blocked:
+            self.on_clear()
+
+
+def _read_rss_anon() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            return memory.parse_rss_anon(status.read())
+    except OSError:
+        return 0
+
+
+def _disk_free(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0

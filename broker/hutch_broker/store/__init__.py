@@ -1,0 +1,37 @@
+"""Persistence under ``--data-dir``: the definitions file and the durable message logs.
+
+Synchronous and free of asyncio and sockets: the server calls ``MessageStore.sync()`` (from a
+worker thread, once per event-loop tick) and confirms persistent messages when it returns.
+Layout: ``definitions.json`` (``definitions``) and ``msgs/<hash>/`` per durable queue
+(``layout``), each an append-only segment log (``queuestores``, ``segments``, ``records``),
+rebuilt after a crash by ``recovery`` and kept bounded by ``compaction``.
+"""
+
+from hutch_broker.store.definitions import load_definitions, save_definitions
+from hutch_broker.store.errors import (
+    CorruptDefinitionsError,
+    CorruptRecordError,
+    MessageNotFoundError,
+    StoreClosedError,
+    StoreError,
+    StoreLockedError,
+    UnsupportedFormatError,
+)
+from hutch_broker.store.messages import MessageStore
+from hutch_broker.store.queuestores import QueueStore
+from hutch_broker.store.records import StoredMessage
+
+__all__ = [
+    "CorruptDefinitionsError",
+    "CorruptRecordError",
+    "MessageNotFoundError",
+    "MessageStore",
+    "QueueStore",
+    "StoreClosedError",
+    "StoreError",
+    "StoreLockedError",
+    "StoredMessage",
+    "UnsupportedFormatError",
+    "load_definitions",
+    "save_definitions",
+]

@@ -1,0 +1,45 @@
+"""The store's error tree, so callers can tell a broken disk from a caller mistake.
+
+::
+
+    StoreError
+    ├── StoreClosedError          the QueueStore/MessageStore was closed or destroyed
+    ├── StoreLockedError          another process has the data directory open
+    ├── MessageNotFoundError      read() of an id that was acked, purged or never existed
+    ├── CorruptRecordError        read() found a record whose checksum does not match
+    ├── UnsupportedFormatError    files written by an unknown (newer) format version
+    └── CorruptDefinitionsError   definitions.json is not a JSON object
+
+Torn tails found during recovery are not errors: they are the expected result of a crash, are
+logged and truncated away.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error raised by ``hutch_broker.store``."""
+
+
+class StoreClosedError(StoreError):
+    pass
+
+
+class StoreLockedError(StoreError):
+    pass
+
+
+class MessageNotFoundError(StoreError):
+    pass
+
+
+class CorruptRecordError(StoreError):
+    pass
+
+
+class UnsupportedFormatError(StoreError):
+    pass
+
+
+class CorruptDefinitionsError(StoreError):
+    pass

@@ -1,0 +1,61 @@
+"""Small filesystem helpers whose ordering matters for crash safety.
+
+A rename is only durable once the directory holding it is fsynced, and a file replaced by
+rename must be fsynced before the rename, or a crash can leave an empty or partial file under
+the final name. These helpers are the one place that gets that order right.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+TOMBSTONE_SUFFIX = ".deleted"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: readers see the old or the new content, never a mix."""
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as temp_file:
+            temp_file.write(data)
+            temp_file.flush()
+            os.fsync(temp_file.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_name)
+        raise
+    fsync_dir(path.parent)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory so that a crash midway never leaves a half-deleted one in place.
+
+    The rename to a tombstone is atomic; ``remove_tombstones`` finishes the job after a crash.
+    """
+    tombstone = path.with_name(path.name + TOMBSTONE_SUFFIX)
+    if tombstone.exists():
+        shutil.rmtree(tombstone)
+    try:
+        path.rename(tombstone)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(tombstone)
+
+
+def remove_tombstones(root: Path) -> None:
+    for entry in root.iterdir():
+        if entry.name.endswith(TOMBSTONE_SUFFIX) and entry.is_dir():
+            shutil.rmtree(entry)

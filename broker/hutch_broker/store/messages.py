@@ -1,0 +1,130 @@
+"""All durable queue logs of a broker, and the group commit that makes them durable together.
+
+The broker confirms persistent messages once per event-loop tick, after one ``sync()`` here.
+That sync flushes every dirty ``QueueStore`` and runs their fdatasyncs in parallel on a few
+threads: the filesystem journal merges concurrent fsyncs, so 32 dirty files took 7 ms here
+instead of 27-80 ms one after the other.
+
+An exclusive ``flock`` on ``msgs/.lock`` keeps a second broker process (or a test that forgot
+to close) from opening the same logs and corrupting them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from hutch_broker.store import errors, files, layout, syncing
+from hutch_broker.store.queuestores import QueueStore
+from hutch_broker.store.records import StoredMessage
+from hutch_broker.store.syncing import SyncPass
+
+__all__ = ["MessageStore", "QueueStore", "StoredMessage"]
+
+DEFAULT_SEGMENT_SIZE = 8 * 1024 * 1024
+MIN_SEGMENT_SIZE = 64
+MAX_SEGMENT_SIZE = 1 << 30  # keeps every record offset within the 32 bits of a msg_id
+FSYNC_THREADS = 8
+
+
+class MessageStore:
+    """All durable queue logs under <data_dir>/msgs/, one directory per (vhost, queue)."""
+
+    def __init__(self, data_dir: Path, *, segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
+        if not MIN_SEGMENT_SIZE <= segment_size <= MAX_SEGMENT_SIZE:
+            raise ValueError(f"segment_size out of range: {segment_size}")
+        self._segment_size = segment_size
+        self._root = Path(data_dir) / "msgs"
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_directory(self._root)
+        layout.remove_incomplete(self._root)
+        self._queues: dict[tuple[str, str], QueueStore] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hutch-fsync")
+        self._closed = False
+
+    def open_queue(self, vhost: str, queue: str) -> QueueStore:
+        """The queue's log, created or reopened (and recovered); the same object while open."""
+        with self._lock:
+            self._check_open()
+            store = self._queues.get((vhost, queue))
+            if store is not None and not store.closed:
+                return store
+            directory = layout.ensure_queue_dir(self._root, vhost, queue)
+            store = QueueStore(directory, segment_size=self._segment_size, fsync_pool=self._pool)
+            self._queues[(vhost, queue)] = store
+            return store
+
+    def delete_queue(self, vhost: str, queue: str) -> None:
+        """Remove the queue's log, open or not; a no-op when there is none."""
+        with self._lock:
+            self._check_open()
+            store = self._queues.pop((vhost, queue), None)
+            if store is not None and not store.closed:
+                store.destroy()
+            else:
+                files.remove_tree(layout.queue_path(self._root, vhost, queue))
+
+    def existing_queues(self) -> list[tuple[str, str]]:
+        """(vhost, queue) of every log on disk, open or not, sorted."""
+        with self._lock:
+            self._check_open()
+            return [names for names, _ in layout.existing(self._root)]
+
+    def sync(self) -> None:
+        """Group commit: make every dirty log durable in one pass; safe from a worker thread."""
+        with self._lock:
+            self._check_open()
+            dirty = [store for store in self._queues.values() if store.dirty]
+        passes: list[tuple[QueueStore, SyncPass]] = []
+        try:
+            for store in dirty:
+                sync_pass = store.begin_sync()
+                if sync_pass is not None:
+                    passes.append((store, sync_pass))
+            syncing.run_all([sync_pass for _, sync_pass in passes], self._pool)
+        finally:
+            _end_all(passes)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            stores = list(self._queues.values())
+            self._queues.clear()
+        try:
+            for store in stores:
+                store.close()
+        finally:
+            self._pool.shutdown()
+            os.close(self._lock_fd)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.StoreClosedError(f"{self._root}: closed")
+
+
+def _end_all(passes: list[tuple[QueueStore, SyncPass]]) -> None:
+    """End every pass (each holds its log's sync lock), then raise the first failure."""
+    first: errors.StoreError | None = None
+    for store, sync_pass in passes:
+        try:
+            store.end_sync(sync_pass)
+        except errors.StoreError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
+def _lock_directory(root: Path) -> int:
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise errors.StoreLockedError(f"{root} is in use by another process") from exc
+    return fd

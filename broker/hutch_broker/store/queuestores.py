@@ -1,0 +1,450 @@
+"""The durable log of one durable queue: append, ack, recover, and a sync that can run elsewhere.
+
+Modelled on LavinMQ's message store: append-only segment files ``msgs.N`` with one ack file
+``acks.N`` each; a msg_id is ``(segment number << 32) | offset``, so a read needs no index and
+ids keep increasing across restarts (a reopened log always writes to a new segment number, and
+the highest-numbered segment is never deleted outside ``destroy``). A segment is deleted once
+every record in it is acked; ``compaction`` bounds the disk use when acks leave holes.
+
+Durability contract: ``append`` and ``ack`` only buffer; ``sync`` hands the buffers to the
+kernel, fdatasyncs every touched file (and the directory when a segment was created), and only
+then returns. The broker confirms a persistent message after the ``sync`` that followed its
+``append``, so ``kill -9`` (which loses userspace buffers, not the page cache) or a power cut can
+only lose what was never confirmed. Fully acked segments are unlinked at the end of a sync
+(so compaction copies are durable before their originals disappear), and the next sync fsyncs
+the directory; until then a power cut may bring such a segment back, which is a redelivery of
+acked messages, never a loss.
+
+Threading: the event loop calls ``append``/``ack``/``read``; a worker thread may call ``sync``
+at the same time. ``_lock`` guards the in-memory state and is held only for buffer work (a
+``pwrite`` at most); fsyncs run outside it under ``_sync_lock``, which also serializes syncs,
+``close`` and ``destroy``. Only sync-side code ever closes a write or ack descriptor, so a
+worker never fsyncs a descriptor the event loop has recycled. After a failed write or fsync the
+log refuses further work (the page cache may have dropped the data, so a later fsync proving
+nothing must not be trusted to confirm anything).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import Executor
+from pathlib import Path
+
+from hutch_broker.store import compaction, errors, files, records, recovery, segments
+from hutch_broker.store.records import StoredMessage
+from hutch_broker.store.segments import Segment
+from hutch_broker.store.syncing import SyncPass
+
+log = logging.getLogger(__name__)
+
+MAX_READ_FDS = 8
+_MAX_STAMP = (1 << 64) - 1
+
+
+class QueueStore:
+    """The durable log of one durable queue, in its own directory."""
+
+    def __init__(
+        self, directory: Path, *, segment_size: int, fsync_pool: Executor | None = None
+    ) -> None:
+        self._directory = directory
+        self._segment_size = segment_size
+        self._fsync_pool = fsync_pool
+        self._lock = threading.Lock()
+        self._sync_lock = threading.RLock()
+        recovered = recovery.recover_directory(directory)
+        self._segments = recovered.segments
+        self._moved = recovered.moved  # msg_id -> position of the copy compaction made
+        self._recovered: list[StoredMessage] | None = recovered.messages
+        self._acked_since_open = False  # recover() needs to filter only if something was
+        self._next_number = recovered.next_number
+        self._sync_gen = 0
+        self._dirty: set[Segment] = set()
+        self._retiring: list[Segment] = []
+        self._read_fds: OrderedDict[int, int] = OrderedDict()
+        self._ack_files_open: set[Segment] = set()
+        self._dir_dirty = False
+        self._acked_since_check = 0
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._write = self._new_segment()
+        for segment in list(self._segments.values()):
+            if segment.ack_pending:
+                self._dirty.add(segment)
+            if not segment.live and segment is not self._write:
+                self._retire(segment)
+
+    # -- the event-loop side ------------------------------------------------------------
+
+    def append(
+        self,
+        *,
+        enqueued_at_ms: int,
+        expire_at_ms: int,
+        exchange: str,
+        routing_key: str,
+        raw_properties: bytes,
+        body: bytes,
+    ) -> int:
+        """Buffer a record (no syscall unless the buffer is full); returns its msg_id."""
+        _check_stamp(enqueued_at_ms, "enqueued_at_ms")
+        _check_stamp(expire_at_ms, "expire_at_ms")
+        exchange_bytes = records.encode_name(exchange, what="exchange name")
+        key_bytes = records.encode_name(routing_key, what="routing key")
+        length = records.record_size(
+            exchange=exchange_bytes,
+            routing_key=key_bytes,
+            raw_properties=raw_properties,
+            body=body,
+        )
+        if length - records.HEADER_SIZE > records.MAX_PAYLOAD:
+            raise ValueError(f"message too large for one record: {length} bytes")
+        with self._lock:
+            self._check_usable()
+            segment = self._segment_for(length)
+            offset = segment.size
+            msg_id = segments.msg_id_of(segment.number, offset)
+            head = records.encode_head(
+                msg_id=msg_id,
+                enqueued_at_ms=enqueued_at_ms,
+                expire_at_ms=expire_at_ms,
+                exchange=exchange_bytes,
+                routing_key=key_bytes,
+                raw_properties=raw_properties,
+                body=body,
+            )
+            self._write_record(segment, offset, length, head, body)
+            return msg_id
+
+    def ack(self, msg_id: int) -> None:
+        """The message is gone for good; unknown or already acked ids are ignored."""
+        with self._lock:
+            self._check_usable()
+            self._ack(msg_id)
+
+    def ack_many(self, msg_ids: Iterable[int]) -> None:
+        with self._lock:
+            self._check_usable()
+            for msg_id in msg_ids:
+                self._ack(msg_id)
+
+    def purge(self) -> None:
+        """Drop every message; the segment files go at the end of the next sync."""
+        with self._lock:
+            self._check_usable()
+            if self._write.live:
+                self._rotate()
+            for segment in list(self._segments.values()):
+                if segment is not self._write and not segment.retiring:
+                    self._retire(segment)
+            self._moved.clear()
+            self._acked_since_open = True
+
+    def recover(self) -> list[StoredMessage]:
+        """Every un-acked message found at open, in append order; call once, after opening."""
+        with self._lock:
+            self._check_usable()
+            if self._recovered is None:
+                raise errors.StoreError("recover() was already called")
+            found, self._recovered = self._recovered, None
+            if not self._acked_since_open:
+                return found
+            return [message for message in found if self._is_live(message.msg_id)]
+
+    def read(self, msg_id: int) -> StoredMessage:
+        """Read a live message back from disk (or from the write buffer)."""
+        with self._lock:
+            self._check_usable()
+            segment, offset = self._locate(msg_id)
+            length = segment.live[offset]
+            blob = segment.read_pending(offset, length)
+            if blob is None:
+                blob = self._pread(segment, offset, length)
+        message = records.decode_record(blob, 0)
+        if message is None or message.msg_id != msg_id:
+            raise errors.CorruptRecordError(f"{self._directory}: record {msg_id:#x} is corrupt")
+        return message
+
+    @property
+    def dirty(self) -> bool:
+        """True while appends, acks or segment deletions await a sync().
+
+        A sync that unlinked segments leaves it true for one more (cheap) pass, which fsyncs
+        the directory.
+        """
+        return bool(self._dirty or self._retiring or self._dir_dirty)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    # -- the sync side (any thread) -----------------------------------------------------
+
+    def sync(self) -> None:
+        """Make everything appended or acked before this call durable."""
+        sync_pass = self.begin_sync()
+        if sync_pass is None:
+            return
+        sync_pass.run(self._fsync_pool)
+        self.end_sync(sync_pass)
+
+    def begin_sync(self) -> SyncPass | None:
+        """Flush the buffers and return the fsyncs to run; holds ``_sync_lock`` until end_sync.
+
+        None (lock not held) when the log is closed.
+        """
+        self._sync_lock.acquire()
+        try:
+            with self._lock:
+                if self._closed:
+                    self._sync_lock.release()
+                    return None
+                self._check_usable()
+                self._sync_gen += 1
+                flushed = list(self._dirty)
+                sync_pass = SyncPass(
+                    gen=self._sync_gen,
+                    fds=[],
+                    directory=self._directory if self._dir_dirty else None,
+                    flushed=flushed,
+                    acked=[],
+                )
+                self._flush(sync_pass)
+                self._dir_dirty = False
+                return sync_pass
+        except BaseException:
+            self._sync_lock.release()
+            raise
+
+    def end_sync(self, sync_pass: SyncPass) -> None:
+        """Unlink what this pass made safe to unlink, compact if due, release ``_sync_lock``."""
+        try:
+            if sync_pass.error is not None:
+                self._fail(sync_pass.error)
+                raise errors.StoreError(f"{self._directory}: fsync failed") from sync_pass.error
+            self._finish_pass(sync_pass)
+            self._maybe_compact()
+        finally:
+            self._sync_lock.release()
+
+    def close(self) -> None:
+        """Sync, then release every descriptor; further calls raise StoreClosedError."""
+        with self._sync_lock:
+            if self._closed:
+                return
+            try:
+                if self._failure is None:
+                    self.sync()
+                    if self._retiring:  # compaction originals whose copies the first pass synced
+                        self.sync()
+            finally:
+                self._shut()
+
+    def destroy(self) -> None:
+        """The queue was deleted: drop everything, directory included."""
+        with self._sync_lock:
+            self._shut()
+            files.remove_tree(self._directory)
+
+    # -- internals (called with _lock held unless noted) -----------------------------------
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise errors.StoreClosedError(f"{self._directory}: closed")
+        if self._failure is not None:
+            raise errors.StoreError(f"{self._directory}: unusable after an I/O error")
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            self._failure = exc
+        log.error("%s: I/O error, the queue log stops here: %s", self._directory, exc)
+
+    def _new_segment(self) -> Segment:
+        segment = Segment.create(self._directory, self._next_number)
+        self._next_number += 1
+        self._segments[segment.number] = segment
+        self._dirty.add(segment)
+        self._dir_dirty = True
+        return segment
+
+    def _segment_for(self, length: int) -> Segment:
+        """The write segment, rotated first if the record would overflow a non-empty one."""
+        segment = self._write
+        if segment.size > records.FILE_HEADER_SIZE and segment.size + length > self._segment_size:
+            return self._rotate()
+        return segment
+
+    def _rotate(self) -> Segment:
+        old = self._write
+        old.sealed = True
+        self._write = self._new_segment()
+        if not old.live:
+            self._retire(old)
+        return self._write
+
+    def _write_record(self, segment: Segment, offset: int, length: int, *chunks: bytes) -> None:
+        segment.add_record(offset, length)
+        self._dirty.add(segment)
+        try:
+            segment.write(*chunks)
+        except OSError as exc:
+            self._failure = exc
+            raise errors.StoreError(f"{self._directory}: write failed") from exc
+
+    def _ack(self, msg_id: int) -> None:
+        position = self._moved.pop(msg_id, msg_id)
+        number, offset = segments.split_msg_id(position)
+        segment = self._segments.get(number)
+        if segment is None or segment.retiring:
+            return
+        length = segment.ack(offset)
+        if length is None:
+            return
+        self._acked_since_check += length
+        self._acked_since_open = True
+        if segment.live or not segment.sealed:
+            self._dirty.add(segment)
+        else:
+            self._retire(segment)
+
+    def _retire(self, segment: Segment) -> None:
+        """Schedule an unlink for the end of the next sync pass that starts from now on."""
+        segment.drop()
+        segment.retire_gen = self._sync_gen + 1
+        self._retiring.append(segment)
+        self._dirty.discard(segment)
+
+    def _is_live(self, msg_id: int) -> bool:
+        number, offset = segments.split_msg_id(self._moved.get(msg_id, msg_id))
+        segment = self._segments.get(number)
+        return segment is not None and offset in segment.live
+
+    def _locate(self, msg_id: int) -> tuple[Segment, int]:
+        number, offset = segments.split_msg_id(self._moved.get(msg_id, msg_id))
+        segment = self._segments.get(number)
+        if segment is None or offset not in segment.live:
+            raise errors.MessageNotFoundError(f"{self._directory}: no live message {msg_id:#x}")
+        return segment, offset
+
+    def _pread(self, segment: Segment, offset: int, length: int) -> bytes:
+        fd = self._read_fds.get(segment.number)
+        if fd is None:
+            fd = os.open(segment.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            self._read_fds[segment.number] = fd
+            if len(self._read_fds) > MAX_READ_FDS:
+                os.close(self._read_fds.popitem(last=False)[1])
+        else:
+            self._read_fds.move_to_end(segment.number)
+        return os.pread(fd, length, offset)
+
+    def _close_read_fd(self, number: int) -> None:
+        fd = self._read_fds.pop(number, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _flush(self, sync_pass: SyncPass) -> None:
+        """Write out the buffers of the pass's segments; note the descriptors to fdatasync."""
+        try:
+            for segment in sync_pass.flushed:
+                segment.flush()
+                if segment.unsynced:
+                    sync_pass.fds.append(segment.fd)
+                    segment.unsynced = False
+                if segment.flush_acks():
+                    sync_pass.fds.append(segment.ack_fd)
+                    sync_pass.acked.append(segment)
+        except OSError as exc:
+            self._failure = exc
+            raise errors.StoreError(f"{self._directory}: write failed") from exc
+        self._dirty.clear()
+
+    def _finish_pass(self, sync_pass: SyncPass) -> None:
+        """After a successful pass: unlink what it made safe to unlink, close idle files.
+
+        Done under ``_lock`` although it is I/O: these syscalls take microseconds, and the
+        event loop waiting on the lock gives the GIL straight back (see ``syncing``).
+        """
+        gen = sync_pass.gen
+        with self._lock:
+            due = [segment for segment in self._retiring if segment.retire_gen <= gen]
+            self._retiring = [segment for segment in self._retiring if segment.retire_gen > gen]
+            for segment in due:
+                self._segments.pop(segment.number, None)
+                self._close_read_fd(segment.number)
+                self._ack_files_open.discard(segment)
+                segment.unlink()
+            if due:
+                self._dir_dirty = True  # the next pass makes the unlinks survive a power cut
+            self._close_idle_files(sync_pass)
+
+    def _close_idle_files(self, sync_pass: SyncPass) -> None:
+        """Sealed, synced segments are done; ack files stay open while acks keep coming."""
+        for segment in sync_pass.flushed:
+            if segment.sealed and not segment.retiring and segment not in self._dirty:
+                segment.close_write_fd()
+        acked = {segment for segment in sync_pass.acked if not segment.retiring}
+        for segment in self._ack_files_open - acked - self._dirty:
+            segment.close_ack_fd()
+        self._ack_files_open = acked | (self._ack_files_open & self._dirty)
+
+    def _maybe_compact(self) -> None:
+        """Sync side: copy the live records out of sparse segments (see ``compaction``)."""
+        with self._lock:
+            if self._closed or self._acked_since_check < self._segment_size:
+                return  # garbage only grows through acks: no need to look at every sync
+            chosen = compaction.pick(self._segments.values(), segment_size=self._segment_size)
+            if not chosen:
+                self._acked_since_check = 0  # else look again next sync: one pass is bounded
+            numbers = [segment.number for segment in chosen]
+        for number in numbers:  # sealed and flushed, and only this (sync) side unlinks them
+            try:
+                data = (self._directory / segments.segment_name(number)).read_bytes()
+            except OSError as exc:  # everything is durable already: compaction can wait
+                log.error("%s: compaction skipped: %s", self._directory, exc)
+                return
+            with self._lock:
+                self._relocate(number, data)
+
+    def _relocate(self, number: int, data: bytes) -> None:
+        segment = self._segments.get(number)
+        if segment is None or segment.retiring or self._closed:
+            return
+        copies: list[tuple[int, bytes]] = []
+        for offset, length in sorted(segment.live.items()):
+            msg_id = records.checked_msg_id(data, offset)
+            if msg_id is None or records.framed_length(data, offset) != length:
+                log.error("%s: corrupt record at %d, segment not compacted", segment.path, offset)
+                return
+            copies.append((msg_id, data[offset : offset + length]))
+        for msg_id, raw in copies:
+            target = self._segment_for(len(raw))
+            offset = target.size
+            self._write_record(target, offset, len(raw), raw)
+            self._moved[msg_id] = segments.msg_id_of(target.number, offset)
+        self._retire(segment)
+        log.info("%s: compacted, %d live records copied", segment.path, len(copies))
+
+    def _shut(self) -> None:
+        """Close every descriptor and mark the log closed (sync side)."""
+        with self._lock:
+            for segment in self._segments.values():
+                segment.close_files()
+            for segment in self._retiring:
+                segment.close_files()
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+            self._closed = True
+
+
+def _check_stamp(value: int, name: str) -> None:
+    if not 0 <= value <= _MAX_STAMP:
+        raise ValueError(f"{name} out of range: {value}")

@@ -1,0 +1,210 @@
+"""One segment file and its ack file, as a queue log sees them in memory.
+
+Appends land in a userspace buffer (``pending``) and reach the kernel with one ``pwrite`` per
+sync (or when the buffer grows past ``FLUSH_THRESHOLD``): a per-append syscall would cost more
+than encoding the record. Losing that buffer to ``kill -9`` only loses records nobody was told
+about, because the broker confirms a persistent message only after ``sync()`` returned.
+
+Acks are buffered the same way and appended to the ack file with ``O_APPEND``. The live records
+are kept as offset -> length: a double ack or a stale id becomes a no-op instead of a premature
+segment deletion, and compaction knows exactly how many live bytes a segment holds.
+
+Not thread-safe on its own: the owning ``QueueStore`` holds its lock around every call, and only
+its ``sync()`` closes the write fd, so a worker thread never fsyncs a recycled descriptor.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hutch_broker.store import records
+
+FLUSH_THRESHOLD = 1024 * 1024
+SEGMENT_PREFIX = "msgs."
+ACK_PREFIX = "acks."
+OFFSET_BITS = 32
+OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+
+def segment_name(number: int) -> str:
+    return f"{SEGMENT_PREFIX}{number:010d}"
+
+
+def ack_name(number: int) -> str:
+    return f"{ACK_PREFIX}{number:010d}"
+
+
+def parse_number(name: str, prefix: str) -> int | None:
+    """The segment number of a ``msgs.N``/``acks.N`` file name, None for any other name."""
+    digits = name.removeprefix(prefix)
+    if digits == name or len(digits) != 10 or not digits.isdigit():
+        return None
+    return int(digits)
+
+
+def msg_id_of(number: int, offset: int) -> int:
+    return (number << OFFSET_BITS) | offset
+
+
+def split_msg_id(msg_id: int) -> tuple[int, int]:
+    return msg_id >> OFFSET_BITS, msg_id & OFFSET_MASK
+
+
+class Segment:
+    """State of one ``msgs.N`` file: size, live offsets, unflushed bytes, pending acks."""
+
+    __slots__ = (
+        "ack_fd",
+        "ack_pending",
+        "directory",
+        "fd",
+        "flushed",
+        "live",
+        "live_bytes",
+        "number",
+        "pending",
+        "retire_gen",
+        "sealed",
+        "size",
+        "unsynced",
+    )
+
+    def __init__(
+        self,
+        directory: Path,
+        number: int,
+        *,
+        size: int,
+        live: dict[int, int],
+    ) -> None:
+        self.directory = directory
+        self.number = number
+        self.size = size  # logical end: bytes in the file plus bytes still in ``pending``
+        self.flushed = size  # bytes handed to the kernel
+        self.pending = bytearray()
+        self.fd = -1  # open only while the segment is (or was just) written
+        self.live = live  # offset -> record length of every record not yet acked
+        self.live_bytes = sum(live.values())
+        self.sealed = True
+        self.unsynced = False  # bytes handed to the kernel, or buffered, but not fsynced
+        self.ack_pending = bytearray()
+        self.ack_fd = -1
+        self.retire_gen = 0  # > 0: to unlink at the end of that sync generation
+
+    @classmethod
+    def create(cls, directory: Path, number: int) -> Segment:
+        """A new, empty, writable segment; the file exists when this returns."""
+        segment = cls(directory, number, size=0, live={})
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        segment.fd = os.open(segment.path, flags, 0o644)
+        segment.sealed = False
+        segment.write(records.FILE_HEADER)
+        return segment
+
+    @property
+    def path(self) -> Path:
+        return self.directory / segment_name(self.number)
+
+    @property
+    def ack_path(self) -> Path:
+        return self.directory / ack_name(self.number)
+
+    @property
+    def retiring(self) -> bool:
+        return self.retire_gen > 0
+
+    def write(self, *chunks: bytes) -> None:
+        for chunk in chunks:
+            self.pending += chunk
+            self.size += len(chunk)
+        self.unsynced = True
+        if len(self.pending) >= FLUSH_THRESHOLD:
+            self.flush()
+
+    def add_record(self, offset: int, length: int) -> None:
+        self.live[offset] = length
+        self.live_bytes += length
+
+    def flush(self) -> None:
+        """Hand the buffered bytes to the kernel (no fsync)."""
+        if not self.pending:
+            return
+        _pwrite_all(self.fd, self.pending, self.flushed)
+        self.flushed = self.size
+        self.pending.clear()
+
+    def ack(self, offset: int) -> int | None:
+        """Record an ack in memory and in the ack buffer; the record length, None if not live."""
+        length = self.live.pop(offset, None)
+        if length is None:
+            return None
+        self.live_bytes -= length
+        self.ack_pending += records.encode_ack(offset)
+        return length
+
+    def flush_acks(self) -> bool:
+        """Append the buffered acks to the ack file; True if there were any."""
+        if not self.ack_pending:
+            return False
+        if self.ack_fd < 0:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+            self.ack_fd = os.open(self.ack_path, flags, 0o644)
+        _write_all(self.ack_fd, self.ack_pending)
+        self.ack_pending.clear()
+        return True
+
+    def read_pending(self, offset: int, length: int) -> bytes | None:
+        """The record at ``offset`` if it is still in the userspace buffer."""
+        if offset < self.flushed:
+            return None
+        start = offset - self.flushed
+        return bytes(self.pending[start : start + length])
+
+    def drop(self) -> None:
+        """Forget buffered data and live offsets of a segment about to be unlinked."""
+        self.pending.clear()
+        self.ack_pending.clear()
+        self.live.clear()
+        self.live_bytes = 0
+        self.flushed = self.size
+
+    def close_write_fd(self) -> None:
+        """Once sealed and synced, a segment is never written again."""
+        if self.sealed and self.fd >= 0 and not self.unsynced and not self.pending:
+            os.close(self.fd)
+            self.fd = -1
+
+    def close_ack_fd(self) -> None:
+        """The ack file is reopened on demand."""
+        if self.ack_fd >= 0 and not self.ack_pending:
+            os.close(self.ack_fd)
+            self.ack_fd = -1
+
+    def close_files(self) -> None:
+        for fd in (self.fd, self.ack_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = -1
+        self.ack_fd = -1
+
+    def unlink(self) -> None:
+        """Remove the segment file first: an ack file without its segment is ignored."""
+        self.close_files()
+        for path in (self.path, self.ack_path):
+            path.unlink(missing_ok=True)
+
+
+def _pwrite_all(fd: int, data: bytearray, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        offset += written
+        view = view[written:]
+
+
+def _write_all(fd: int, data: bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
