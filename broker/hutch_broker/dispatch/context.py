@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from hutch_broker.dispatch.flow import FlowControl
 from hutch_broker.model.broker import Broker
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class Context:
         self.stats = Stats()
         self.alarms: AlarmState = _NoAlarms()
         self.channel_count = 0
+        self.flow = FlowControl()
 
     def mark_dirty(self, session: Session) -> None:
         if not session.dirty:
@@ -97,6 +99,12 @@ class Context:
         for session in dirty:
             session.dirty = False
         return dirty
+
+    def release_throttled(self) -> None:
+        """Let publishers whose queues caught up (or whose consumers stalled) go on."""
+        if self.flow.waiting:
+            for session in self.flow.release_ready(self.clock()):
+                session.release()
 
     def release_confirms(self) -> None:
         """Called after a sync completes (or at tick end for non-durable confirms)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hutch_broker.dispatch import flow
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import PUBLISH_REJECTED, PUBLISH_SYNC
@@ -112,6 +113,8 @@ def route_and_enqueue(session: Session, channel: Channel, event: Any, now_ms: in
                 rejected = True
             if queue.ready_count and queue.consumers:
                 queue.drain(now_ms)
+                if flow.under_pressure(queue):
+                    session.pressure.append(queue)
     if channel.confirm_mode:
         channel.add_confirm(channel.next_publish_seq(), generation, rejected)
         context.request_flush()

@@ -59,6 +59,8 @@ class Session:
         self.writable = True
         self.closed = False
         self.blocked = False
+        self.throttled = False
+        self.pressure: list[Any] = []  # queues over the flow high-water mark after a publish
         self.notified_blocked = False
         self.held_publish: events.PublishReceived | None = None
         # Set by the server adapter: stop / restart reading the socket.
@@ -77,7 +79,7 @@ class Session:
 
     def _process(self) -> None:
         proto = self.proto
-        while not self.closed and not self.blocked:
+        while not self.closed and not self.blocked and not self.throttled:
             try:
                 event = proto.next_event()
                 if event is proto_connection.NEED_DATA:
@@ -90,7 +92,28 @@ class Session:
                 self.fail_channel(exc)
             except errors.HardError as exc:
                 self.fail_connection(exc)
+            if self.pressure:
+                self._throttle()
         self.context.mark_dirty(self)
+
+    # -- publisher flow control (dispatch/flow.py) ----------------------------
+
+    def _throttle(self) -> None:
+        queues, self.pressure = self.pressure, []
+        if self.closed:
+            return
+        self.throttled = True
+        self.context.flow.throttle(self, queues, self.context.clock())
+        self.pause_reading()
+
+    def release(self) -> None:
+        """Consumers caught up: read and process this publisher again."""
+        if not self.throttled or self.closed:
+            return
+        self.throttled = False
+        if not self.blocked:
+            self.resume_reading()
+        self._process()
 
     # -- resource alarms (MEM-4..MEM-6) --------------------------------------
 
@@ -123,7 +146,8 @@ class Session:
                 self.fail_channel(exc)
             except errors.HardError as exc:
                 self.fail_connection(exc)
-        self.resume_reading()
+        if not self.throttled:
+            self.resume_reading()
         self._process()
 
     def handle_event(self, event: Any) -> None:

@@ -165,6 +165,7 @@ class BrokerServer:
                 log.exception("could not save definitions")
         self._maybe_start_sync()
         self.context.release_confirms()
+        self.context.release_throttled()
         self._flush_connections()
 
     def _flush_connections(self) -> None:
@@ -285,6 +286,7 @@ class BrokerServer:
         while not self._stopped.is_set():
             await asyncio.sleep(0.1)
             self.broker.tick(self.context.clock())
+            self.context.release_throttled()
             self.request_flush()
 
     # -- shutdown --------------------------------------------------------
