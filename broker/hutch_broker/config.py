@@ -52,6 +52,7 @@ class BrokerConfig:
     total_memory: int | None = None
     disk_free_limit: int = 50_000_000
     handshake_timeout_s: float = 10.0
+    stamp_message_id: bool = True
 
 
 def parse_size(text: str) -> int:
@@ -112,6 +113,8 @@ def _apply(config: BrokerConfig, key: str, value: str) -> None:
         if value.strip() != "none":
             raise ConfigError("loopback_users only accepts 'none'")
         config.loopback_users = []
+    elif key == "stamp_message_id":
+        config.stamp_message_id = _bool(value)
     elif key == "vm_memory_high_watermark.relative":
         config.watermark_relative, config.watermark_absolute = _ratio(value), None
     elif key == "vm_memory_high_watermark.absolute":

@@ -13,6 +13,8 @@ is G becomes durable when the sync numbered G completes, i.e. when
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -86,6 +88,14 @@ class Context:
         self.alarms: AlarmState = _NoAlarms()
         self.channel_count = 0
         self.flow = FlowControl()
+        # Stamp a message_id on publishes that carry none (spark.md §2.3), unique across
+        # restarts: a random boot prefix plus a counter.
+        self.stamp_message_id = False
+        self._message_ids = itertools.count(1)
+        self._boot_id = os.urandom(6).hex()
+
+    def next_message_id(self) -> str:
+        return f"hutch-{self._boot_id}-{next(self._message_ids)}"
 
     def mark_dirty(self, session: Session) -> None:
         if not session.dirty:

@@ -14,7 +14,7 @@ from hutch_broker.dispatch import flow
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import PUBLISH_REJECTED, PUBLISH_SYNC
-from hutch_broker.protocol import errors, properties
+from hutch_broker.protocol import errors, properties, rewrite
 
 if TYPE_CHECKING:
     from hutch_broker.dispatch.sessions import Session
@@ -84,11 +84,14 @@ def route_and_enqueue(session: Session, channel: Channel, event: Any, now_ms: in
     vhost = session.vhost
     assert vhost is not None  # noqa: S101
     exchange = vhost.exchanges.get(event.exchange)
-    message = Message(event.exchange, event.routing_key, event.raw_properties, event.body)
+    raw_properties = event.raw_properties
+    context = session.context
+    if context.stamp_message_id and not rewrite.has_message_id(raw_properties):
+        raw_properties = rewrite.with_message_id(raw_properties, context.next_message_id())
+    message = Message(event.exchange, event.routing_key, raw_properties, event.body)
     queues = [] if exchange is None else vhost.route(exchange, routing_keys(message), message)
     if queues and b"BCC" in message.raw_properties and "BCC" in message.headers():
         message = _strip_bcc(message)
-    context = session.context
     generation = 0
     rejected = False
     if not queues:

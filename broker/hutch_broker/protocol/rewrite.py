@@ -181,3 +181,45 @@ def header_value(raw: bytes, key: str) -> bytes | None:
         if name == key:
             return value
     return None
+
+
+_MESSAGE_ID_BIT = 0x0080
+
+
+def has_message_id(raw: bytes) -> bool:
+    """Flag bit 7 of the 16-bit property flags, i.e. the high bit of the second byte."""
+    return len(raw) >= 2 and bool(raw[1] & _MESSAGE_ID_BIT)
+
+
+def with_message_id(raw: bytes, message_id: str) -> bytes:
+    """``raw`` with a ``message_id`` property added (the publisher gave none).
+
+    On the publish path for every such message, so it skips the eight fields
+    before ``message_id`` by hand instead of splitting every property.
+    """
+    flags = raw[0] << 8 | raw[1]
+    offset = 2
+    if flags & 0x8000:  # content_type
+        offset += 1 + raw[offset]
+    if flags & 0x4000:  # content_encoding
+        offset += 1 + raw[offset]
+    if flags & 0x2000:  # headers
+        offset += 4 + int.from_bytes(raw[offset : offset + 4], "big")
+    if flags & 0x1000:  # delivery_mode
+        offset += 1
+    if flags & 0x0800:  # priority
+        offset += 1
+    for bit in (0x0400, 0x0200, 0x0100):  # correlation_id, reply_to, expiration
+        if flags & bit:
+            offset += 1 + raw[offset]
+    flags |= _MESSAGE_ID_BIT
+    encoded = message_id.encode("utf-8")
+    return b"".join(
+        (
+            bytes((flags >> 8, flags & 0xFF)),
+            raw[2:offset],
+            bytes((len(encoded),)),
+            encoded,
+            raw[offset:],
+        )
+    )

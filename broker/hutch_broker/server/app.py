@@ -58,6 +58,7 @@ class BrokerServer:
             on_clear=self._alarm_cleared,
         )
         self.context.alarms = self.resources
+        self.context.stamp_message_id = config.stamp_message_id
         self._flush_scheduled = False
         self._definitions_dirty = False
         self._sync_running = False

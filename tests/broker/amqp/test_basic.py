@@ -223,3 +223,23 @@ def test_queue_delete_sends_consumer_cancel(connection):
     other.queue_delete("q")
     connection.process_data_events(time_limit=0.5)
     assert cancelled == [tag]
+
+
+def test_message_id_is_stamped_when_absent_and_kept_when_given(channel):
+    channel.queue_declare("q")
+    channel.basic_publish(
+        "", "q", b"a", pika.BasicProperties(content_type="text/plain", headers={"h": 1})
+    )
+    channel.basic_publish("", "q", b"b")
+    channel.basic_publish("", "q", b"c", pika.BasicProperties(message_id="mine"))
+    first = channel.basic_get("q")
+    second = channel.basic_get("q", auto_ack=True)
+    third = channel.basic_get("q", auto_ack=True)
+    assert first[1].message_id and first[1].message_id.startswith("hutch-")
+    assert (first[1].content_type, first[1].headers) == ("text/plain", {"h": 1})
+    assert second[1].message_id.startswith("hutch-")
+    assert second[1].message_id != first[1].message_id
+    assert third[1].message_id == "mine"
+    channel.basic_nack(first[0].delivery_tag, requeue=True)
+    again = channel.basic_get("q", auto_ack=True)
+    assert again[1].message_id == first[1].message_id  # redeliveries keep the same id

@@ -1,0 +1,202 @@
+"""Connection-level behaviour over real sockets: capabilities, shutdown, hostile input, auth."""
+
+import base64
+import json
+import signal
+import socket
+import struct
+import time
+import urllib.request
+
+import pika
+import pytest
+from hutch_testing.clients import connect, drain
+from pamqp import commands, frame
+from pamqp import header as pamqp_header
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
+
+CAPABILITIES = (
+    "publisher_confirms",
+    "exchange_exchange_bindings",
+    "basic.nack",
+    "consumer_cancel_notify",
+    "connection.blocked",
+    "per_consumer_qos",
+    "authentication_failure_close",
+)
+
+
+def http(broker, method: str, path: str, body=None, user="guest", password="guest"):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{broker.http_url}{path}", data=data, method=method)
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - loopback test broker
+        return response.status
+
+
+def test_server_properties_and_capabilities(connection):
+    props = connection._impl.server_properties
+    assert props["product"] in ("Hutch", b"Hutch")
+    for capability in CAPABILITIES:
+        assert props["capabilities"][capability] is True
+
+
+def test_sigterm_closes_clients_with_320_and_keeps_data(hutch_broker):
+    conn = connect(hutch_broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("kept", durable=True)
+    ch.basic_publish("", "kept", b"persisted", pika.BasicProperties(delivery_mode=2))
+    hutch_broker.kill(signal.SIGTERM)
+    with pytest.raises(ConnectionClosedByBroker) as info:
+        for _ in range(50):
+            conn.process_data_events(time_limit=0.1)
+    assert info.value.reply_code == 320
+    assert "CONNECTION_FORCED" in info.value.reply_text
+    hutch_broker.start()
+    assert drain(connect(hutch_broker).channel(), "kept") == [b"persisted"]
+
+
+def _handshake(port: int) -> socket.socket:
+    """A raw client that completes the handshake and opens channel 1."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"AMQP\x00\x00\x09\x01")
+    _read_frame(sock)  # start
+    sock.sendall(
+        frame.marshal(
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
+            ),
+            0,
+        )
+    )
+    _read_frame(sock)  # tune
+    sock.sendall(frame.marshal(commands.Connection.TuneOk(2047, 131072, 0), 0))
+    sock.sendall(frame.marshal(commands.Connection.Open("/"), 0))
+    _read_frame(sock)  # open-ok
+    sock.sendall(frame.marshal(commands.Channel.Open(), 1))
+    _read_frame(sock)  # channel open-ok
+    return sock
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _read_frame(sock: socket.socket):
+    head = _read_exact(sock, 7)
+    size = struct.unpack(">I", head[3:7])[0]
+    rest = _read_exact(sock, size + 1)
+    return frame.unmarshal(head + rest)[2]
+
+
+def test_malformed_frame_closes_only_that_connection(hutch_broker, connection):
+    ch = connection.channel()
+    ch.queue_declare("survivor")
+    sock = _handshake(hutch_broker.amqp_port)
+    sock.sendall(b"\x01\x00\x01\x00\x00\x00\x04\x00\x14\x00\x0a\x00")  # bad frame-end octet
+    closed = _read_frame(sock)
+    assert isinstance(closed, commands.Connection.Close)
+    assert closed.reply_code == 501
+    sock.close()
+    ch.basic_publish("", "survivor", b"still here")
+    assert drain(ch, "survivor") == [b"still here"]
+
+
+def test_garbage_protocol_header_gets_ours_back(hutch_broker):
+    sock = socket.create_connection(("127.0.0.1", hutch_broker.amqp_port), timeout=5)
+    sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+    assert _read_exact(sock, 8) == b"AMQP\x00\x00\x09\x01"
+    assert sock.recv(10) == b""  # and the socket is closed
+    sock.close()
+
+
+def test_content_header_without_publish_is_505(hutch_broker):
+    sock = _handshake(hutch_broker.amqp_port)
+    sock.sendall(frame.marshal(pamqp_header.ContentHeader(0, 3, commands.Basic.Properties()), 1))
+    closed = _read_frame(sock)
+    assert isinstance(closed, commands.Connection.Close)
+    assert closed.reply_code == 505
+    sock.close()
+
+
+def test_heartbeats_are_sent_and_silent_clients_dropped(hutch_broker):
+    sock = socket.create_connection(("127.0.0.1", hutch_broker.amqp_port), timeout=10)
+    sock.sendall(b"AMQP\x00\x00\x09\x01")
+    _read_frame(sock)
+    sock.sendall(
+        frame.marshal(
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
+            ),
+            0,
+        )
+    )
+    _read_frame(sock)
+    sock.sendall(frame.marshal(commands.Connection.TuneOk(2047, 131072, 1), 0))  # 1 s heartbeat
+    sock.sendall(frame.marshal(commands.Connection.Open("/"), 0))
+    _read_frame(sock)
+    started = time.monotonic()
+    got_heartbeat = False
+    with pytest.raises(ConnectionError):
+        while time.monotonic() - started < 8:
+            head = _read_exact(sock, 7)
+            rest = _read_exact(sock, struct.unpack(">I", head[3:7])[0] + 1)
+            got_heartbeat = got_heartbeat or head[0] == 8
+            del rest
+    assert got_heartbeat
+    assert time.monotonic() - started < 6  # dropped after about two silent intervals
+    sock.close()
+
+
+def test_permissions_are_checked_on_every_operation(hutch_broker):
+    assert http(hutch_broker, "PUT", "/api/users/app", {"password": "secret", "tags": ""}) == 201
+    assert (
+        http(
+            hutch_broker,
+            "PUT",
+            "/api/permissions/%2F/app",
+            {"configure": "^app\\.", "write": "^app\\.", "read": "^app\\."},
+        )
+        == 201
+    )
+    admin = connect(hutch_broker).channel()
+    admin.queue_declare("other")
+    conn = connect(hutch_broker, user="app", password="secret")
+    ch = conn.channel()
+    ch.queue_declare("app.q")  # allowed
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.queue_declare("other.q")
+    assert info.value.reply_code == 403
+    assert info.value.reply_text == (
+        "ACCESS_REFUSED - access to queue 'other.q' in vhost '/' refused for user 'app'"
+    )
+    ch = conn.channel()
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.basic_get("other")
+    assert info.value.reply_code == 403
+    ch = conn.channel()
+    ch.basic_publish("amq.direct", "k", b"x")  # write on amq.direct is refused
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.queue_declare("app.q", passive=True)
+    assert info.value.reply_text == (
+        "ACCESS_REFUSED - access to exchange 'amq.direct' in vhost '/' refused for user 'app'"
+    )
+
+
+def test_vhost_without_permission_is_refused(hutch_broker):
+    http(hutch_broker, "PUT", "/api/vhosts/private", {})
+    http(hutch_broker, "PUT", "/api/users/nobody", {"password": "pw", "tags": ""})
+    with pytest.raises(
+        (ConnectionClosedByBroker, pika.exceptions.ProbableAccessDeniedError)
+    ) as info:
+        connect(hutch_broker, user="nobody", password="pw", vhost="private")
+    assert "NOT_ALLOWED - access to vhost 'private' refused for user 'nobody'" in str(info.value)
