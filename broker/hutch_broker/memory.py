@@ -70,6 +70,11 @@ def is_alarmed(watermark: Watermark, mem_used: int, total_memory: int) -> bool:
     return mem_used > watermark.limit(total_memory)
 
 
+def paging_threshold(watermark: Watermark, total_memory: int, ratio: float = 0.5) -> int:
+    """Memory use above which queue bodies are paged to disk."""
+    return math.floor(watermark.limit(total_memory) * ratio)
+
+
 def detect_total_memory(configured: int | None = None) -> int:
     """MEM-1: config (the operator's memory request), cgroup limit, MemTotal, 1 GiB."""
     if configured:

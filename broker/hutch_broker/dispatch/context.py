@@ -88,6 +88,7 @@ class Context:
         self.alarms: AlarmState = _NoAlarms()
         self.channel_count = 0
         self.flow = FlowControl()
+        self.ingress_bytes = 0  # body bytes published since the last memory sample
         # Stamp a message_id on publishes that carry none (spark.md §2.3), unique across
         # restarts: a random boot prefix plus a counter.
         self.stamp_message_id = False

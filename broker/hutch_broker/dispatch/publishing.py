@@ -36,7 +36,9 @@ def publish(session: Session, channel: Channel, event: Any, now_ms: int) -> None
     session.check_permission("write", "exchange", event.exchange)
     _check_expiration(event.raw_properties)
     session.publishes += 1
-    session.context.stats.publishes += 1
+    context = session.context
+    context.stats.publishes += 1
+    context.ingress_bytes += len(event.body)
     if channel.transactional:
         channel.tx_publishes.append(event)
         return

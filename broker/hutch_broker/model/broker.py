@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from hutch_broker.model import access
+from hutch_broker.model import access, paging
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
@@ -32,6 +32,7 @@ class Broker:
     ) -> None:
         self.cluster_name = cluster_name
         self.clock = clock
+        self.pager = paging.Pager()
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
@@ -73,6 +74,7 @@ class Broker:
         vhost.on_queue_deleted = self._queue_deleted
         if self.clock is not None:
             vhost.clock = self.clock
+        vhost.pager = self.pager
         self.vhosts[name] = vhost
         self._definitions_changed()
         return vhost, True
@@ -125,6 +127,21 @@ class Broker:
 
     def permission(self, vhost: str, user: str) -> access.Permission | None:
         return self.permissions.get((vhost, user))
+
+    def set_paging(self, active: bool) -> None:
+        """Memory pressure began or ended (model/paging.py)."""
+        if active == self.pager.active:
+            return
+        self.pager.active = active
+        if active:
+            paged = sum(
+                queue.page_out_excess()
+                for vhost in self.vhosts.values()
+                for queue in vhost.queues.values()
+            )
+            log.warning("memory pressure: paging message bodies out (%d paged now)", paged)
+        else:
+            log.info("memory pressure over: paging stopped")
 
     def tick(self, now_ms: int) -> None:
         for vhost in list(self.vhosts.values()):

@@ -50,7 +50,7 @@ class Message:
 class Entry:
     """One message's place in one queue."""
 
-    __slots__ = ("expire_at", "message", "redelivered", "seq", "store_id")
+    __slots__ = ("expire_at", "message", "page_id", "redelivered", "seq", "size", "store_id")
 
     def __init__(
         self,
@@ -66,10 +66,12 @@ class Entry:
         self.expire_at = expire_at
         self.redelivered = redelivered
         self.store_id = store_id
+        self.size = len(message.body)  # kept apart: a paged-out entry holds no body
+        self.page_id: int | None = None  # record in the paging store while paged out
+
+    @property
+    def paged(self) -> bool:
+        return self.page_id is not None or (self.size > 0 and not self.message.body)
 
     def __lt__(self, other: Entry) -> bool:
         return self.seq < other.seq
-
-    @property
-    def size(self) -> int:
-        return len(self.message.body)

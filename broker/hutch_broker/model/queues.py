@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hutch_broker.model import paging
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
 
@@ -100,6 +101,7 @@ class Queue:
         self.operator_policy: Any = None
         self.settings = settings_mod.effective(self.arguments, None, None)
         self.store: QueueStore | None = None
+        self.pager: paging.Pager | None = None
         self.on_dead_letter: DeadLetterHook | None = None
         self.incoming: dict[int, Any] = {}  # bindings that target this queue
         self._fresh: deque[Entry] = deque()
@@ -213,8 +215,70 @@ class Queue:
         self._push_fresh(entry)
 
     def _push_fresh(self, entry: Entry) -> None:
+        pager = self.pager
+        beyond_head = (
+            len(self._fresh) >= paging.KEEP_IN_MEMORY or self.ready_bytes >= paging.KEEP_BYTES
+        )
         self._fresh.append(entry)
         self.ready_bytes += entry.size
+        if beyond_head and pager is not None and pager.active:
+            self._page_out(entry)
+
+    # -- paging (model/paging.py) ---------------------------------------
+
+    def page_out_excess(self) -> int:
+        """Memory pressure began: page out every ready body past the first few."""
+        if self.pager is None or not self.pager.enabled:
+            return 0
+        paged = 0
+        head_bytes = sum(entry.size for entry in self._requeued)
+        for index, entry in enumerate(self._fresh):
+            beyond_head = index >= paging.KEEP_IN_MEMORY or head_bytes >= paging.KEEP_BYTES
+            head_bytes += entry.size
+            if beyond_head and not entry.paged:
+                self._page_out(entry)
+                paged += 1
+        return paged
+
+    def _page_out(self, entry: Entry) -> None:
+        message = entry.message
+        if not message.body:
+            return
+        if entry.store_id is None:
+            assert self.pager is not None  # noqa: S101
+            if self.pager.store is None:
+                return
+            entry.page_id = self.pager.queue_store(self.vhost, self.name).append(
+                enqueued_at_ms=0,
+                expire_at_ms=entry.expire_at,
+                exchange=message.exchange,
+                routing_key=message.routing_key,
+                raw_properties=message.raw_properties,
+                body=message.body,
+            )
+        entry.message = Message(
+            message.exchange,
+            message.routing_key,
+            message.raw_properties,
+            b"",
+            persistent=message.persistent,
+        )
+
+    def _page_in(self, entry: Entry) -> None:
+        if entry.page_id is not None:
+            assert self.pager is not None  # noqa: S101
+            store = self.pager.queue_store(self.vhost, self.name)
+            body = store.read(entry.page_id).body
+            store.ack(entry.page_id)
+            entry.page_id = None
+        elif entry.store_id is not None and self.store is not None:
+            body = self.store.read(entry.store_id).body
+        else:
+            return
+        stub = entry.message
+        entry.message = Message(
+            stub.exchange, stub.routing_key, stub.raw_properties, body, persistent=stub.persistent
+        )
 
     def _enforce_length_limit(self) -> None:
         """drop-head overflow: trim from the head while over a limit (ML-3, ML-9)."""
@@ -302,6 +366,8 @@ class Queue:
             entry = heapq.heappop(self._requeued)
         elif self._fresh:
             entry = self._fresh.popleft()
+            if entry.size and not entry.message.body:
+                self._page_in(entry)
         else:
             return None
         self.ready_bytes -= entry.size
@@ -399,6 +465,8 @@ class Queue:
         else:
             for entry in entries:
                 self._forget(entry)
+        if self.pager is not None:
+            self.pager.forget(self.vhost, self.name)
         return len(entries)
 
     def apply_settings(self, settings: settings_mod.QueueSettings) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
-from hutch_broker.model import deadletter
+from hutch_broker.model import deadletter, paging
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
@@ -65,6 +65,7 @@ class VirtualHost:
         self.on_queue_created: Callable[[Queue], None] = lambda queue: None
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
         self.clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+        self.pager: paging.Pager | None = None
         self.default_exchange = make_exchange("", "direct", durable=True, vhost=name)
         for exchange_name, kind, internal in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = make_exchange(
@@ -211,6 +212,7 @@ class VirtualHost:
         queue.declared_via = source  # type: ignore[attr-defined]
         queue.last_used_ms = now_ms
         queue.on_dead_letter = self.dead_letter
+        queue.pager = self.pager
         self.queues[name] = queue
         self._apply_queue_policy(queue)
         self.on_queue_created(queue)

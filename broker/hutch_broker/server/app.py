@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import signal
 import socket
 import time
@@ -47,6 +48,9 @@ class BrokerServer:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.definitions_path = config.data_dir / "definitions.json"
         self.store = MessageStore(config.data_dir / "msgs")
+        paging_dir = config.data_dir / "paging"
+        shutil.rmtree(paging_dir, ignore_errors=True)  # paged bodies are worthless after a restart
+        self.broker.pager.store = MessageStore(paging_dir)
         self.connections: set[AMQPConnection] = set()
         self.resources = ResourceMonitor(
             watermark=memory.Watermark(
@@ -56,6 +60,7 @@ class BrokerServer:
             data_dir=config.data_dir,
             disk_free_limit=config.disk_free_limit,
             on_clear=self._alarm_cleared,
+            on_paging=self.broker.set_paging,
         )
         self.context.alarms = self.resources
         self.context.stamp_message_id = config.stamp_message_id
@@ -140,6 +145,7 @@ class BrokerServer:
             self._attach_store(queue)
 
     def _queue_deleted(self, queue: Queue) -> None:
+        self.broker.pager.forget(queue.vhost, queue.name)
         if queue.store is not None:
             queue.store = None
             self.store.delete_queue(queue.vhost, queue.name)
@@ -159,6 +165,11 @@ class BrokerServer:
 
     def _end_of_tick(self) -> None:
         self._flush_scheduled = False
+        if self.context.ingress_bytes >= self._sample_after_bytes():
+            # A fast publisher can outrun a once-a-second sample: memory is checked again
+            # after every 1/32 of the watermark's worth of published bodies.
+            self.context.ingress_bytes = 0
+            self.resources.sample()
         if self._definitions_dirty:
             try:
                 self._save_definitions()
@@ -168,6 +179,9 @@ class BrokerServer:
         self.context.release_confirms()
         self.context.release_throttled()
         self._flush_connections()
+
+    def _sample_after_bytes(self) -> int:
+        return max(1024 * 1024, self.resources.mem_limit // 32)
 
     def _flush_connections(self) -> None:
         for session in self.context.take_dirty():
@@ -281,6 +295,7 @@ class BrokerServer:
                 connection.tick(now, self.config.handshake_timeout_s)
             # Acks and dead-lettered records need no confirm; sync them lazily.
             self._maybe_start_sync(periodic=True)
+            self.broker.pager.sync()
 
     async def _expiry_timer(self) -> None:
         """Message TTL at the head and queue expiry, checked every 100 ms."""
@@ -318,6 +333,8 @@ class BrokerServer:
         if self._definitions_dirty:
             self._save_definitions()
         self.store.close()
+        if self.broker.pager.store is not None:
+            self.broker.pager.store.close()
         log.info("stopped")
         self._done.set()
 

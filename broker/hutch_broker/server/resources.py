@@ -10,6 +10,8 @@ and its held publish completes).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import shutil
 from collections.abc import Callable
@@ -32,7 +34,9 @@ class ResourceMonitor:
         data_dir: Path,
         disk_free_limit: int,
         on_clear: Callable[[], None] = lambda: None,
+        on_paging: Callable[[bool], None] = lambda active: None,
     ) -> None:
+        self.on_paging = on_paging
         self.watermark = watermark
         self.total_memory = total_memory
         self.data_dir = data_dir
@@ -74,6 +78,13 @@ class ResourceMonitor:
         )
         self.sample()
 
+    @property
+    def paging_wanted(self) -> bool:
+        """Page bodies out above half the watermark (RabbitMQ's paging ratio)."""
+        if self.watermark.disabled:
+            return False
+        return self.mem_used > memory.paging_threshold(self.watermark, self.total_memory)
+
     def alarms(self) -> list[str]:
         found = []
         if self.memory_alarm:
@@ -105,6 +116,10 @@ class ResourceMonitor:
                 self.disk_free_limit,
             )
         self.memory_alarm, self.disk_alarm = memory_alarm, disk_alarm
+        paging = self.paging_wanted
+        self.on_paging(paging)
+        if paging:
+            _release_freed_memory()  # paged-out bodies only lower RSS once malloc gives pages back
         if was_blocked and not self.publishing_blocked:
             self.on_clear()
 
@@ -122,3 +137,22 @@ def _disk_free(path: Path) -> int:
         return shutil.disk_usage(path).free
     except OSError:
         return 0
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    trim = getattr(libc, "malloc_trim", None)
+    return trim if callable(trim) else None
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _release_freed_memory() -> None:
+    """glibc keeps freed heap pages; malloc_trim returns them to the OS (no-op elsewhere)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)

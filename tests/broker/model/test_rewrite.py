@@ -4,7 +4,6 @@ import datetime
 import struct
 
 import pytest
-
 from hutch_broker.model import deadletter
 from hutch_broker.model.messages import Message
 from hutch_broker.protocol import properties, rewrite
@@ -119,4 +118,3 @@ def test_cycle_rule():
         dead_letter_routing_key=None,
     )
     assert not deadletter.is_cycle(rejected, "q")
-

@@ -1,11 +1,10 @@
 """Session logic in memory: loopback-only users (CN-2) without a socket."""
 
-from pamqp import commands, frame
-
 from hutch_broker.dispatch.context import Context
 from hutch_broker.dispatch.sessions import Session
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import connection as proto_connection
+from pamqp import commands, frame
 
 
 def start(peer_host: str) -> tuple[Session, proto_connection.Connection]:

@@ -1,0 +1,53 @@
+"""Paging message bodies out of memory under memory pressure (issue 4, MEM).
+
+A queue can hold far more than the memory watermark: while the pager is
+active (memory use above ``PAGING_RATIO`` of the watermark, like RabbitMQ's
+``vm_memory_high_watermark_paging_ratio``), every queue keeps only its first
+``KEEP_IN_MEMORY`` ready messages with bodies; the rest are written to a
+paging store and replaced by a body-less stub.  Bodies come back one by one
+as messages reach the head.  A persistent message in a durable queue is
+already in the queue's own store, so paging it out costs no write at all.
+
+The paging store lives in ``<data_dir>/paging``, is never fsynced (its
+contents are worthless after a restart) and is wiped at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from hutch_broker.store import MessageStore, QueueStore
+
+PAGING_RATIO: Final = 0.5
+KEEP_IN_MEMORY: Final = 1024  # messages at the head of a queue that keep their bodies ...
+KEEP_BYTES: Final = 4 * 1024 * 1024  # ... and no more than this many body bytes
+
+
+class Pager:
+    def __init__(self, store: MessageStore | None = None) -> None:
+        self.store = store
+        self.active = False
+        self._queues: dict[tuple[str, str], QueueStore] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.active and self.store is not None
+
+    def queue_store(self, vhost: str, queue: str) -> QueueStore:
+        key = (vhost, queue)
+        found = self._queues.get(key)
+        if found is None:
+            assert self.store is not None  # noqa: S101 - callers check ``enabled``
+            found = self._queues[key] = self.store.open_queue(vhost, queue)
+        return found
+
+    def forget(self, vhost: str, queue: str) -> None:
+        """The queue is gone: drop its paged bodies."""
+        if self._queues.pop((vhost, queue), None) is not None and self.store is not None:
+            self.store.delete_queue(vhost, queue)
+
+    def sync(self) -> None:
+        """Lets the store retire fully read segments (it deletes them at a sync)."""
+        if self.store is not None and self._queues:
+            self.store.sync()
