@@ -47,6 +47,8 @@ def publish(session: Session, channel: Channel, event: Any, now_ms: int) -> None
 
 def _check_expiration(raw_properties: bytes) -> None:
     """TTL-2: a malformed per-message TTL is a 406 on the publishing channel."""
+    if not (raw_properties[:1] and raw_properties[0] & 0x01):
+        return  # flag 0x0100 (expiration) absent
     value = properties.expiration(raw_properties)
     if value is None:
         return
@@ -94,6 +96,8 @@ def route_and_enqueue(session: Session, channel: Channel, event: Any, now_ms: in
     queues = [] if exchange is None else vhost.route(exchange, routing_keys(message), message)
     if queues and b"BCC" in message.raw_properties and "BCC" in message.headers():
         message = _strip_bcc(message)
+    if b"x-death" in raw_properties or b"-death-" in raw_properties:
+        message.foreign_deaths = True
     generation = 0
     rejected = False
     if not queues:
@@ -116,7 +120,7 @@ def route_and_enqueue(session: Session, channel: Channel, event: Any, now_ms: in
                 context.sync_requested = True
             elif outcome == PUBLISH_REJECTED:
                 rejected = True
-            if queue.ready_count and queue.consumers:
+            if queue.consumers and (queue._fresh or queue._requeued):
                 queue.drain(now_ms)
                 if flow.under_pressure(queue):
                     session.pressure.append(queue)

@@ -46,7 +46,7 @@ def dead_letter(
     dead_letter_routing_key: str | None,
 ) -> tuple[Message, list[str]]:
     """The message to publish to the DLX and the routing keys to use."""
-    deaths = existing_deaths(message)
+    deaths = [] if message.foreign_deaths else existing_deaths(message)
     keys = original_routing_keys(message)
     expiration = properties.expiration(message.raw_properties)
     found = next(
@@ -74,8 +74,8 @@ def dead_letter(
             death["original-expiration"] = expiration
     deaths.insert(0, death)
     updates: dict[str, bytes] = {"x-death": rewrite.encode_value(deaths)}
-    headers = message.headers() if b"x-first-death" in message.raw_properties else {}
-    if "x-first-death-reason" not in headers:
+    first_death_set = not message.foreign_deaths and b"x-first-death" in message.raw_properties
+    if not first_death_set or "x-first-death-reason" not in message.headers():
         updates["x-first-death-reason"] = rewrite.encode_value(reason)
         updates["x-first-death-queue"] = rewrite.encode_value(queue)
         updates["x-first-death-exchange"] = rewrite.encode_value(message.exchange)

@@ -16,7 +16,15 @@ from hutch_broker.protocol import properties
 
 
 class Message:
-    __slots__ = ("_headers", "body", "exchange", "persistent", "raw_properties", "routing_key")
+    __slots__ = (
+        "_headers",
+        "body",
+        "exchange",
+        "foreign_deaths",
+        "persistent",
+        "raw_properties",
+        "routing_key",
+    )
 
     def __init__(
         self,
@@ -26,14 +34,21 @@ class Message:
         body: bytes,
         *,
         persistent: bool | None = None,
+        foreign_deaths: bool = False,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.raw_properties = raw_properties
         self.body = body
         if persistent is None:
-            persistent = properties.delivery_mode(raw_properties) == 2
+            # Flag 0x1000 (delivery_mode) lives in the first byte: skip the parse when absent.
+            persistent = bool(raw_properties[:1] and raw_properties[0] & 0x10) and (
+                properties.delivery_mode(raw_properties) == 2
+            )
         self.persistent = persistent
+        # True when a client published the x-death headers, which the first death then
+        # replaces instead of extending (4.x, broker-semantics §1).
+        self.foreign_deaths = foreign_deaths
         self._headers: dict[str, Any] | None = None
 
     def headers(self) -> dict[str, Any]:
@@ -44,7 +59,10 @@ class Message:
         return self._headers
 
     def expiration(self) -> str | None:
-        return properties.expiration(self.raw_properties)
+        raw = self.raw_properties
+        if not (raw[:1] and raw[0] & 0x01):  # flag 0x0100 (expiration) is in the first byte
+            return None
+        return properties.expiration(raw)
 
 
 class Entry:

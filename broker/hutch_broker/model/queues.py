@@ -102,6 +102,7 @@ class Queue:
         self.settings = settings_mod.effective(self.arguments, None, None)
         self.store: QueueStore | None = None
         self.pager: paging.Pager | None = None
+        self.may_expire = False  # set once any entry has an expiry: skips head checks until then
         self.on_dead_letter: DeadLetterHook | None = None
         self.incoming: dict[int, Any] = {}  # bindings that target this queue
         self._fresh: deque[Entry] = deque()
@@ -142,10 +143,12 @@ class Queue:
     def publish(self, message: Message, now_ms: int) -> int:
         """Enqueue or deliver ``message`` (ML-8); returns a ``PUBLISH_*`` outcome."""
         self.stats_publish += 1
-        entry = Entry(next(self._seq), message, expire_at=self._expiry_for(message, now_ms))
         limits = self.settings
-        if self.ready_count:
-            self.expire_head(now_ms)
+        expire_at = self._expiry_for(message, now_ms)
+        entry = Entry(next(self._seq), message, expire_at=expire_at)
+        if self._fresh or self._requeued:
+            if self.may_expire:
+                self.expire_head(now_ms)
             if limits.ring_size is not None and self.ready_count >= limits.ring_size:
                 self._drop_head("maxlen")  # RING-3: exactly one
         if limits.overflow != "drop-head" and self._would_overflow(entry):
@@ -179,6 +182,10 @@ class Queue:
 
     def _expiry_for(self, message: Message, now_ms: int) -> int:
         ttl = self.settings.message_ttl
+        raw = message.raw_properties
+        if ttl is None and not (raw[:1] and raw[0] & 0x01):
+            return 0  # no queue TTL and no expiration property: the common case
+        self.may_expire = True
         per_message = message.expiration()
         if per_message is not None and per_message.isdigit():
             value = int(per_message)
@@ -187,7 +194,7 @@ class Queue:
 
     def _try_direct_delivery(self, entry: Entry) -> bool:
         """Hand a message straight to a waiting consumer when the queue is empty."""
-        if self.ready_count or not self.consumers:
+        if self._fresh or self._requeued or not self.consumers:
             return False
         consumer = self._next_consumer()
         if consumer is None:
@@ -262,6 +269,7 @@ class Queue:
             message.raw_properties,
             b"",
             persistent=message.persistent,
+            foreign_deaths=message.foreign_deaths,
         )
 
     def _page_in(self, entry: Entry) -> None:
@@ -277,7 +285,12 @@ class Queue:
             return
         stub = entry.message
         entry.message = Message(
-            stub.exchange, stub.routing_key, stub.raw_properties, body, persistent=stub.persistent
+            stub.exchange,
+            stub.routing_key,
+            stub.raw_properties,
+            body,
+            persistent=stub.persistent,
+            foreign_deaths=stub.foreign_deaths,
         )
 
     def _enforce_length_limit(self) -> None:
@@ -323,7 +336,7 @@ class Queue:
     def drain(self, now_ms: int) -> int:
         """Deliver ready messages to consumers with room; returns how many."""
         delivered = 0
-        while self.ready_count and self.consumers:
+        while (self._fresh or self._requeued) and self.consumers:
             consumer = self._next_consumer()
             if consumer is None:
                 break
