@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test check unit bench bootstrap rabbitmq k8s-bins clean
+.PHONY: run test check unit bench bootstrap rabbitmq k8s-bins plane clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -29,6 +29,10 @@ rabbitmq:
 
 k8s-bins:
 	@bash tests/k8s/build-binaries.sh
+
+## A local control plane for manual work (Ctrl-C stops it).
+plane: bootstrap k8s-bins
+	$(PY) tests/k8s/plane.py up --tier workloads
 
 bench: bootstrap rabbitmq
 	$(PY) bench/run.py
