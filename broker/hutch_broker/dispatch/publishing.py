@@ -52,19 +52,25 @@ def _check_expiration(raw_properties: bytes) -> None:
     value = properties.expiration(raw_properties)
     if value is None:
         return
-    if value.startswith("-") and value[1:].isdigit():
-        raise errors.precondition_failed(
-            f"invalid expiration '{value}': {{value_negative,{value}}}"
-        )
-    digits = len(value) - len(value.lstrip("0123456789"))
+    # Parsed as Erlang's string:to_integer, as RabbitMQ does: an optional sign, digits, and
+    # the leftover checked before the range ("-1x" is a leftover, "+5" and "-0" are fine).
+    sign = 1 if value[:1] in ("+", "-") else 0
+    digits = len(value) - sign - len(value[sign:].lstrip("0123456789"))
     if digits == 0:
         raise errors.precondition_failed(f"invalid expiration '{value}': no_integer")
-    if digits < len(value):
+    if sign + digits < len(value):
         raise errors.precondition_failed(
-            f"invalid expiration '{value}': {{leftover_string,\"{value[digits:]}\"}}"
+            f"invalid expiration '{value}': {{leftover_string,\"{value[sign + digits :]}\"}}"
         )
-    if int(value) > 315_360_000_000:
-        raise errors.precondition_failed(f"invalid expiration '{value}': value_too_large")
+    number = int(value)
+    if number < 0:
+        raise errors.precondition_failed(
+            f"invalid expiration '{value}': {{value_negative,{number}}}"
+        )
+    if number > 315_360_000_000:
+        raise errors.precondition_failed(
+            f"invalid expiration '{value}': {{value_too_large,{number}}}"
+        )
 
 
 def routing_keys(message: Message) -> list[str]:

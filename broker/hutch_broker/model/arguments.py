@@ -28,6 +28,20 @@ COMPARED_QUEUE_ARGUMENTS: Final = (
     "x-ring-size",
     "x-queue-type",
 )
+# Arguments a Hutch extension may change on a live queue (PUT /api/queues/{vh}/{q}/arguments),
+# with the same effects as a policy change (POL-7).
+LIMIT_ARGUMENTS: Final = frozenset(
+    {
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-overflow",
+        "x-message-ttl",
+        "x-expires",
+        "x-ring-size",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+    }
+)
 _NON_NEGATIVE: Final = ("x-message-ttl", "x-max-length", "x-max-length-bytes")
 _POSITIVE: Final = ("x-expires", "x-ring-size")
 _REJECTED: Final = ("x-max-priority", "x-single-active-consumer")

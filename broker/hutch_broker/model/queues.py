@@ -187,7 +187,8 @@ class Queue:
             return 0  # no queue TTL and no expiration property: the common case
         self.may_expire = True
         per_message = message.expiration()
-        if per_message is not None and per_message.isdigit():
+        sign = per_message is not None and per_message[:1] in ("+", "-")  # "+5", "-0" (TTL-2)
+        if per_message is not None and per_message[sign:].isdigit():
             value = int(per_message)
             ttl = value if ttl is None else min(ttl, value)
         return 0 if ttl is None else now_ms + ttl

@@ -220,6 +220,33 @@ class VirtualHost:
             self.on_definitions_changed()
         return queue, True
 
+    def update_queue_limits(self, name: str, limits: dict[str, Any]) -> Queue:
+        """Replace a live queue's limit arguments, keeping its messages (Hutch extension).
+
+        Same effects as a policy change (POL-7): a lowered max-length truncates at once,
+        a lower ring size only stops growth, a new TTL applies to new messages.
+        """
+        queue = self.get_queue(name)
+        fixed = sorted(key for key in limits if key not in args_mod.LIMIT_ARGUMENTS)
+        if fixed:
+            raise errors.precondition_failed(
+                f"arguments {', '.join(fixed)} of queue '{name}' in vhost '{self.name}' "
+                "cannot be changed in place"
+            )
+        arguments = {
+            key: value
+            for key, value in queue.arguments.items()
+            if key not in args_mod.LIMIT_ARGUMENTS
+        }
+        arguments.update(limits)
+        args_mod.validate_queue_arguments(name, self.name, arguments)
+        queue.arguments = arguments
+        queue.declared_via = "http"  # type: ignore[attr-defined]
+        self._apply_queue_policy(queue)
+        if queue.durable:
+            self.on_definitions_changed()
+        return queue
+
     def check_exclusive(self, queue: Queue, owner: object | None) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
             raise errors.resource_locked(

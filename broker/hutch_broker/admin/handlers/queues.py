@@ -93,6 +93,28 @@ async def put_queue(request: web.Request) -> web.Response:
     return support.created_or_updated(created)
 
 
+@routes.put("/api/queues/{vhost}/{queue}/arguments")
+async def put_queue_arguments(request: web.Request) -> web.Response:
+    """Hutch extension: ``{"arguments": {...}}`` replaces the limit arguments in place.
+
+    Limit arguments (x-max-length, x-max-length-bytes, x-overflow, x-message-ttl, x-expires,
+    x-ring-size, x-dead-letter-*) not in the body are removed; other arguments stay. The queue
+    keeps its messages; the effects are those of a policy change. Anything else is a 400.
+    """
+    admin, user = support.state(request), support.user(request)
+    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    queue = _queue(vhost, support.path(request, "queue"))
+    body = await support.body(request)
+    arguments = bodies.table(body, "arguments")
+    auth.check(admin.broker, user, vhost.name, "configure", "queue", queue.name)
+    _not_exclusive(vhost, queue)
+    try:
+        vhost.update_queue_limits(queue.name, arguments)
+    except amqp_errors.AMQPError as exc:
+        raise errors.from_amqp(exc) from None
+    return support.no_content()
+
+
 @routes.delete("/api/queues/{vhost}/{queue}")
 async def delete_queue(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
