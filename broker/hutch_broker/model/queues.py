@@ -220,6 +220,8 @@ class Queue:
     def restore(self, entry: Entry) -> None:
         """Put back a message recovered from the store (at start-up, in order)."""
         entry.seq = next(self._seq)
+        if entry.expire_at:
+            self.may_expire = True
         self._push_fresh(entry)
 
     def _push_fresh(self, entry: Entry) -> None:
