@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Create (or refresh) the project's virtualenv in .venv and install Hutch with
-# its dev and operator extras.  Idempotent: a stamp keyed by pyproject.toml's
-# hash makes a second run instant.  Used by `make run`, `make test` and CI.
+# Create (or refresh) the project virtualenv in .venv and install Hutch with its dev,
+# operator and spark extras (pyspark is large: about 850 MB installed). Idempotent: a stamp
+# keyed by pyproject.toml's hash makes a second run instant.  Used by `make run`, `make test` and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,9 +11,9 @@ want="$(sha256sum pyproject.toml | cut -c1-16)-$($PY -c 'import sys; print(sys.v
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi
-echo "==> bootstrap: creating $VENV and installing Hutch (dev, operator extras)"
+echo "==> bootstrap: creating $VENV and installing Hutch (dev, operator, spark extras)"
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
-"$VENV/bin/pip" install --quiet -e '.[dev,operator]'
+"$VENV/bin/pip" install --quiet -e '.[dev,operator,spark]'
 echo "$want" > "$STAMP"
 echo "==> bootstrap: done ($("$VENV/bin/python" --version))"
