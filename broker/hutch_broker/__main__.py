@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -31,6 +32,10 @@ def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
             config = config_mod.load(args.config, config)
         except (OSError, config_mod.ConfigError) as exc:
             parser.error(f"{args.config}: {exc}")
+    # The operator passes the generated default user through the environment (from a Secret),
+    # never through the config file, which lives in a ConfigMap.
+    config.default_user = os.environ.get("HUTCH_DEFAULT_USER") or config.default_user
+    config.default_pass = os.environ.get("HUTCH_DEFAULT_PASS") or config.default_pass
     # Flags beat the file: the operator and tests pick ports per process.
     if args.amqp_port is not None:
         config.amqp_port = args.amqp_port

@@ -202,3 +202,14 @@ def test_vhost_without_permission_is_refused(hutch_broker):
     ) as info:
         connect(hutch_broker, user="nobody", password="pw", vhost="private")
     assert "NOT_ALLOWED - access to vhost 'private' refused for user 'nobody'" in str(info.value)
+
+
+def test_default_user_comes_from_the_environment_on_first_boot(hutch_broker_factory, monkeypatch):
+    monkeypatch.setenv("HUTCH_DEFAULT_USER", "hutch")
+    monkeypatch.setenv("HUTCH_DEFAULT_PASS", "s3cret-from-a-secret")
+    broker = hutch_broker_factory(username="hutch", password="s3cret-from-a-secret")
+    conn = connect(broker, user="hutch", password="s3cret-from-a-secret")
+    conn.channel().queue_declare("works")
+    conn.close()
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        connect(broker)  # guest/guest does not exist on such a broker
