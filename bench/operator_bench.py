@@ -1,0 +1,250 @@
+"""Operator scale benchmark: 1,000 Queue CRs at once, then an operator restart (design §6).
+
+Why a script and not a test: it measures (seconds to all Ready, CRs/s, Kubernetes and broker
+calls per CR, operator peak RSS, restart settle time) rather than asserting, and takes minutes.
+Everything is local: the apiserver tier of tests/k8s/plane.py, one hutch-broker on loopback, and
+the operator as a child process (``python -m hutch_operator``) so its RSS and restart are real.
+
+    python bench/operator_bench.py [--queues 1000] [--workers 16] [--json out.json]
+
+Targets (issue 5): 1,000 Queues Ready in at most 10 s; operator RSS at most 250 MB; a restart with
+1,000 settled Queues makes no broker writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import concurrent.futures
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "testing"))
+
+from hutch_testing.brokers import HutchBroker  # noqa: E402
+
+
+def load_plane() -> Any:
+    spec = importlib.util.spec_from_file_location("hutch_k8s_plane", REPO / "tests/k8s/plane.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["hutch_k8s_plane"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def apiserver_requests(plane: Any) -> dict[tuple[str, str], float]:
+    """apiserver_request_total summed by (verb, resource), from the apiserver's /metrics."""
+    context = ssl.create_default_context(cafile=str(plane.pki / "ca.crt"))
+    context.load_cert_chain(plane.pki / "admin.crt", plane.pki / "admin.key")
+    request = urllib.request.Request(plane.server + "/metrics")  # noqa: S310
+    with urllib.request.urlopen(request, context=context, timeout=10) as reply:  # noqa: S310
+        text = reply.read().decode()
+    totals: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        key = (labels.get("verb", ""), labels.get("resource", ""))
+        totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def delta(before: dict[Any, float], after: dict[Any, float]) -> dict[Any, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+def writes(calls: dict[tuple[str, str], float]) -> float:
+    """Writes to Queues (and their Events): what the operator costs the apiserver."""
+    wanted = {"PATCH", "POST", "PUT"}
+    return sum(
+        n for (verb, res), n in calls.items() if verb in wanted and res in {"queues", "events"}
+    )
+
+
+def operator_metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    lines = [line for line in text.splitlines() if line.startswith(name + "{")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def start_operator(
+    env: dict[str, str], log_path: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    log = log_path.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "hutch_operator", "--standalone", "--all-namespaces", *extra],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def ready_count(plane: Any, namespace: str) -> int:
+    _, listing = plane.api("GET", f"/apis/hutch.dev/v1alpha1/namespaces/{namespace}/queues")
+    count = 0
+    for item in listing.get("items", []):
+        for cond in item.get("status", {}).get("conditions", []):
+            if cond.get("type") == "Ready" and cond.get("status") == "True":
+                count += 1
+    return count
+
+
+def wait_log_count(path: Path, needle: str, count: int, timeout: float) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        if path.read_text(errors="replace").count(needle) >= count:
+            return time.monotonic() - began
+        time.sleep(0.2)
+    raise TimeoutError(f"{needle!r} seen fewer than {count} times in {timeout}s")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    plane_mod = load_plane()
+    plane = plane_mod.new_plane("apiserver")
+    plane.start()
+    broker = HutchBroker().start()
+    operator = None
+    try:
+        plane.apply_crds(REPO / "crds")
+        ns = plane.create_namespace()
+        password = base64.b64encode(b"guest").decode()
+        plane.create(f"/api/v1/namespaces/{ns}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-default-user"},
+            "data": {"username": password, "password": password}})  # fmt: skip
+        metrics_port = free_port()
+        env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig),
+               "HUTCH_BROKER_ADDRESSES": f"{ns}/b={broker.http_url}|{broker.amqp_url}",
+               "HUTCH_METRICS_PORT": str(metrics_port), "HUTCH_WORKERS": str(args.workers),
+               "HUTCH_SYNC_PERIOD": "300", "PYTHONPATH": str(REPO / "operator")}  # fmt: skip
+        log_path = args.log
+        operator = start_operator(env, log_path, tuple(args.operator_arg))
+        plane.create(f"/apis/hutch.dev/v1alpha1/namespaces/{ns}/brokers", {
+            "apiVersion": "hutch.dev/v1alpha1", "kind": "Broker", "metadata": {"name": "b"},
+            "spec": {}})  # fmt: skip
+        wait_log_count(log_path, "Creation is processed", 1, 60)
+        time.sleep(1.0)
+
+        items = [{"apiVersion": "hutch.dev/v1alpha1", "kind": "Queue",
+                  "metadata": {"name": f"q{i:05d}"},
+                  "spec": {"brokerRef": {"name": "b"}, "limits": {"maxLength": 1000}}}
+                 for i in range(args.queues)]  # fmt: skip
+        collection = f"/apis/hutch.dev/v1alpha1/namespaces/{ns}/queues"
+        before_api = apiserver_requests(plane)
+        began = time.monotonic()
+        # "At once": 16 concurrent POSTs, as a GitOps tool applying a directory would.
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(lambda item: plane.api("POST", collection, item)[0], items))
+        assert statuses == [201] * len(items), set(statuses)
+        created_in = time.monotonic() - began
+        polls = 0
+        while ready_count(plane, ns) < args.queues:
+            polls += 1
+            if time.monotonic() - began > args.timeout:
+                raise TimeoutError(f"only {ready_count(plane, ns)} Ready after {args.timeout}s")
+            time.sleep(0.25)
+        all_ready = time.monotonic() - began
+        time.sleep(2.0)  # let trailing writes land before counting
+        calls = delta(before_api, apiserver_requests(plane))
+        operator_writes = writes(calls)
+        creates = calls.get(("POST", "queues"), 0.0)
+        broker_requests = operator_metric(metrics_port, "hutch_broker_requests_total")
+        rss = peak_rss_mb(operator.pid)
+        cpu = cpu_seconds(operator.pid)
+        print(f"create phase: {all_ready:.1f}s to all Ready, peak RSS {rss:.0f} MB", flush=True)
+
+        # Restart with every Queue settled: resume must not redeclare one by one.
+        stop(operator)
+        before_api = apiserver_requests(plane)
+        log_path.rename(log_path.with_suffix(".create.log"))
+        began = time.monotonic()
+        # --verbose: Kopf logs "Handling cycle is finished" per object only at DEBUG.
+        operator = start_operator(env, log_path, ("--verbose", *args.operator_arg))
+        settle = wait_log_count(
+            log_path, "Handling cycle is finished", args.queues + 1, args.timeout
+        )
+        time.sleep(2.0)
+        restart_calls = delta(before_api, apiserver_requests(plane))
+        restart_writes = writes(restart_calls)
+        restart_broker = operator_metric(metrics_port, "hutch_broker_requests_total")
+        return {
+            "queues": args.queues,
+            "workers": args.workers,
+            "create_seconds": round(created_in, 2),
+            "seconds_until_all_ready": round(all_ready, 2),
+            "crs_per_second": round(args.queues / all_ready, 1),
+            "k8s_writes_per_cr": round((operator_writes - creates) / args.queues, 2),
+            "k8s_calls_by_verb": {f"{v} {r}": n for (v, r), n in sorted(calls.items())},
+            "broker_requests_per_cr": round(broker_requests / args.queues, 2),
+            "operator_peak_rss_mb": round(rss, 1),
+            "operator_cpu_seconds_create_phase": round(cpu, 1),
+            "restart_settle_seconds": round(settle, 2),
+            "restart_k8s_writes_per_cr": round(restart_writes / args.queues, 2),
+            "restart_broker_requests": restart_broker,
+            "operator_peak_rss_mb_after_restart": round(peak_rss_mb(operator.pid), 1),
+            "ready_polls": polls,
+        }
+    finally:
+        if operator is not None and operator.poll() is None:
+            stop(operator)
+        broker.stop()
+        plane.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queues", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--operator-arg", action="append", default=[])
+    parser.add_argument("--log", type=Path, default=Path("/tmp/hutch-operator-bench.log"))  # noqa: S108
+    args = parser.parse_args()
+    result = run(args)
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,24 @@
+# hutch-broker image. Build from the repository root:
+#   docker build -f docker/broker.Dockerfile -t hutch-broker:0.1.0 .
+# Runs as uid 1000 with a read-only root filesystem (the operator's pod spec mounts the data
+# volume at /var/lib/hutch, the config at /etc/hutch and an emptyDir at /tmp).
+FROM python:3.11-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY broker/ broker/
+COPY operator/ operator/
+COPY spark/ spark/
+COPY testing/ testing/
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim-bookworm
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+    && useradd --uid 1000 --user-group --no-create-home --home-dir /var/lib/hutch hutch \
+    && mkdir -p /var/lib/hutch /etc/hutch && chown 1000:1000 /var/lib/hutch
+USER 1000:1000
+EXPOSE 5672 15672
+VOLUME ["/var/lib/hutch"]
+ENTRYPOINT ["hutch-broker"]
+CMD ["--amqp-port", "5672", "--http-port", "15672", "--data-dir", "/var/lib/hutch", "--bind", "0.0.0.0"]

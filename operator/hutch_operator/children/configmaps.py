@@ -1,0 +1,67 @@
+"""ConfigMap ``<broker>-config``: operator-owned lines first, then ``additionalConfig``.
+
+The watermark and disk limit are computed here (``memory``), so the broker never applies its own
+default ratio inside a container; reserved keys in ``additionalConfig`` are refused instead of
+silently overriding them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from hutch_operator import errors, memory
+from hutch_operator.children import meta
+
+CONFIG_KEY = "hutch-broker.conf"
+RESERVED_PREFIXES = (
+    "vm_memory_high_watermark",
+    "disk_free_limit",
+    "total_memory_available_override_value",
+    "listeners.",
+    "management.tcp.",
+)
+
+
+class ReservedConfigKeyError(errors.SpecError):
+    reason = "ReservedConfigKey"
+
+
+def check_additional_config(text: str) -> None:
+    for number, raw in enumerate(text.splitlines(), start=1):
+        key = raw.split("#", 1)[0].partition("=")[0].strip()
+        if key and key.startswith(RESERVED_PREFIXES):
+            raise ReservedConfigKeyError(
+                f"additionalConfig line {number} sets {key}, which the operator owns"
+            )
+
+
+def config_text(broker: meta.BrokerObject) -> str:
+    spec = broker.spec
+    plan = memory.watermark(spec.resources.model_dump(), spec.memory_high_watermark)
+    disk = memory.disk_free_limit(spec.persistence.size)
+    lines = [
+        "# written by hutch-operator; edit spec.additionalConfig instead",
+        plan.config_line(),
+        f"disk_free_limit.absolute = {disk}",
+    ]
+    if spec.additional_config.strip():
+        lines += ["# spec.additionalConfig", spec.additional_config.rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def build(broker: meta.BrokerObject) -> dict[str, Any]:
+    check_additional_config(broker.spec.additional_config)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta.metadata(broker, broker.config_name),
+        "data": {CONFIG_KEY: config_text(broker)},
+    }
+
+
+def data_hash(configmap: dict[str, Any]) -> str:
+    """sha256 of the ConfigMap data: a pod-template annotation, so a change rolls the pod."""
+    canonical = json.dumps(configmap["data"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

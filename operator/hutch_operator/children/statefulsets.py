@@ -1,0 +1,147 @@
+"""StatefulSet ``<broker>-server``: one replica, a PVC, restricted security, conservative probes.
+
+Built last (see children/__init__). Probes check TCP only and so ignore alarms: an alarmed broker
+must stay Ready so consumers can drain it; the authenticated aliveness check is the operator's
+job (``Available``), since a kubelet probe would need credentials in the pod spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hutch_operator import memory, overrides
+from hutch_operator.children import configmaps, meta
+
+CONFIG_HASH_ANNOTATION = "hutch.dev/config-hash"
+USER_SECRET_UID_ANNOTATION = "hutch.dev/default-user-uid"  # noqa: S105 - a name
+DATA_DIR = "/var/lib/hutch"
+CONFIG_DIR = "/etc/hutch"
+UID = 1000
+
+
+def _probe(port: str, period: int, timeout: int, failures: int) -> dict[str, Any]:
+    return {
+        "tcpSocket": {"port": port},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def _secret_env(broker: meta.BrokerObject, name: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": broker.secret_name, "key": key}}}
+
+
+def _command() -> list[str]:
+    listen_everywhere = "0.0.0.0"  # noqa: S104 - the broker listens on all pod interfaces
+    return [
+        "hutch-broker",
+        *("--amqp-port", str(meta.AMQP_PORT), "--http-port", str(meta.MANAGEMENT_PORT)),
+        *("--data-dir", DATA_DIR, "--config", f"{CONFIG_DIR}/{configmaps.CONFIG_KEY}"),
+        *("--bind", listen_everywhere),
+    ]
+
+
+def container(broker: meta.BrokerObject) -> dict[str, Any]:
+    return {
+        "name": "hutch-broker",
+        "image": broker.image,
+        "command": _command(),
+        "env": [
+            _secret_env(broker, "HUTCH_DEFAULT_USER", "username"),
+            _secret_env(broker, "HUTCH_DEFAULT_PASS", "password"),
+        ],
+        "ports": [
+            {"name": "amqp", "containerPort": meta.AMQP_PORT, "protocol": "TCP"},
+            {"name": "management", "containerPort": meta.MANAGEMENT_PORT, "protocol": "TCP"},
+        ],
+        "resources": broker.spec.resources.model_dump(),
+        "startupProbe": _probe("amqp", period=2, timeout=2, failures=90),
+        "readinessProbe": _probe("amqp", period=10, timeout=5, failures=3),
+        "livenessProbe": _probe("management", period=30, timeout=10, failures=6),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir, not the host's
+        ],
+    }
+
+
+def volume_size(broker: meta.BrokerObject) -> str | None:
+    """The PVC size, or None for ``"0"`` (emptyDir)."""
+    size = broker.spec.persistence.size
+    return None if memory.parse_quantity(size) == 0 else str(size)
+
+
+def _claim(broker: meta.BrokerObject, size: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size}},
+    }
+    if broker.spec.persistence.storage_class_name:
+        spec["storageClassName"] = broker.spec.persistence.storage_class_name
+    return {"metadata": {"name": "data", "labels": meta.selector(broker)}, "spec": spec}
+
+
+def build(broker: meta.BrokerObject, *, config_hash: str, secret_uid: str) -> dict[str, Any]:
+    size = volume_size(broker)
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": broker.config_name}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if size is None:
+        volumes.insert(0, {"name": "data", "emptyDir": {}})
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": broker.spec.termination_grace_period_seconds,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "runAsGroup": UID,
+            "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "automountServiceAccountToken": False,
+        "containers": [container(broker)],
+        "volumes": volumes,
+    }
+    if broker.spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [s.model_dump() for s in broker.spec.image_pull_secrets]
+    statefulset: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta.metadata(broker, broker.statefulset_name),
+        "spec": {
+            "replicas": broker.spec.replicas,
+            "serviceName": broker.headless_name,
+            "selector": {"matchLabels": meta.selector(broker)},
+            "podManagementPolicy": "OrderedReady",
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain",
+                "whenScaled": "Retain",
+            },
+            "template": {
+                "metadata": {
+                    "labels": meta.labels(broker),
+                    "annotations": {
+                        CONFIG_HASH_ANNOTATION: config_hash,
+                        USER_SECRET_UID_ANNOTATION: secret_uid,
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+    if size is not None:
+        statefulset["spec"]["volumeClaimTemplates"] = [_claim(broker, size)]
+    patch = broker.spec.override.stateful_set
+    overrides.check_forbidden(patch)
+    merged: dict[str, Any] = overrides.merge(statefulset, patch)
+    return merged

@@ -1,0 +1,120 @@
+"""The operator's error tree: every failure carries the stable Ready/ReconcileSuccess reason.
+
+Why: ``reconciling`` maps errors to conditions, events and Kopf retry classes in one place, so
+each error states its ``reason`` and whether retrying can help; library errors are chained
+(``raise ... from exc``) so logs keep the original cause.
+
+    HutchError                       reason           retry
+    ├── SpecError                    InvalidSpec      permanent
+    ├── ArgumentsImmutableError      ArgumentsImmutable permanent
+    ├── NamespaceNotAllowedError     NamespaceNotAllowed permanent (the sweep re-checks)
+    ├── BrokerRejectedError(status)  BrokerRejected   permanent (the sweep retries)
+    ├── BrokerMismatchError          BrokerMismatch   permanent (never deleted to fix)
+    ├── BrokerUnavailableError       BrokerUnavailable exponential backoff
+    ├── BrokerNotFoundError          BrokerNotFound   30 s
+    ├── BrokerNotReadyError          BrokerNotReady   10 s
+    ├── ConnectionSecretInvalidError ConnectionSecretInvalid 30 s
+    ├── AuthenticationFailedError    AuthenticationFailed 60 s
+    ├── VhostNotFoundError           VhostNotFound    30 s
+    ├── ObjectNotFoundError          (404 from the broker; success on delete)
+    └── KubeError(status)            Error            exponential backoff
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class HutchError(Exception):
+    """Base: ``reason`` is the CamelCase condition reason, ``delay`` None means permanent."""
+
+    reason: ClassVar[str] = "Error"
+    delay: ClassVar[float | None] = 10.0
+    backoff: ClassVar[bool] = False
+
+
+class SpecError(HutchError):
+    reason = "InvalidSpec"
+    delay = None
+
+
+class ArgumentsImmutableError(HutchError):
+    reason = "ArgumentsImmutable"
+    delay = None
+
+
+class NamespaceNotAllowedError(HutchError):
+    reason = "NamespaceNotAllowed"
+    delay = None
+
+
+class BrokerMismatchError(HutchError):
+    reason = "BrokerMismatch"
+    delay = None
+
+
+class BrokerRejectedError(HutchError):
+    """A 4xx other than 401/403/404 from the management API: the broker refused the request."""
+
+    reason = "BrokerRejected"
+    delay = None
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BrokerUnavailableError(HutchError):
+    reason = "BrokerUnavailable"
+    backoff = True
+
+
+class BrokerNotFoundError(HutchError):
+    reason = "BrokerNotFound"
+    delay = 30.0
+
+
+class BrokerNotReadyError(HutchError):
+    reason = "BrokerNotReady"
+    delay = 10.0
+
+
+class ConnectionSecretInvalidError(HutchError):
+    reason = "ConnectionSecretInvalid"
+    delay = 30.0
+
+
+class AuthenticationFailedError(HutchError):
+    reason = "AuthenticationFailed"
+    delay = 60.0
+
+
+class VhostNotFoundError(HutchError):
+    reason = "VhostNotFound"
+    delay = 30.0
+
+
+class ObjectNotFoundError(HutchError):
+    """404 on an object path; callers decide whether that is an error (declare) or not (delete)."""
+
+    reason = "NotFound"
+    delay = 30.0
+
+
+class KubeError(HutchError):
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0 when unreachable)."""
+
+    reason = "Error"
+    backoff = True
+
+    def __init__(self, message: str, *, status: int = 0, body: object = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class DependencyNotFoundError(HutchError):
+    """A binding's source or destination does not exist yet (GitOps ordering): retry soon."""
+
+    reason = "DependencyNotFound"
+    delay = 15.0

@@ -1,0 +1,64 @@
+"""Binding handlers: a binding's identity is all its fields, so drift can only be "missing".
+
+Delete finds the ``properties_key`` by listing the source→destination bindings and matching
+routing key and arguments (the key is opaque to clients).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from hutch_operator import errors, reconciling, references, snapshots, translators
+from hutch_operator.handlers import registration
+from hutch_operator.models import bindings, kinds
+
+Spec = bindings.BindingSpec
+
+
+async def declare(target: references.Target, spec: Spec, name: str) -> bool:
+    try:
+        await target.client.call(translators.binding_create(spec))
+    except errors.ObjectNotFoundError as exc:
+        raise errors.DependencyNotFoundError(
+            f"exchange {spec.source!r} or {spec.destination_type} {spec.destination!r} "
+            f"not found in vhost {spec.vhost!r}"
+        ) from exc
+    return True
+
+
+async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
+    collection = translators.binding_collection(spec)
+    try:
+        listed = await target.client.call(translators.Request("GET", collection))
+    except errors.ObjectNotFoundError:
+        return None
+    for item in listed or ():
+        if translators.binding_matches(spec, item):
+            with contextlib.suppress(errors.ObjectNotFoundError):
+                await target.client.call(translators.binding_delete(spec, item["properties_key"]))
+    return None
+
+
+async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
+    request = translators.Request("GET", f"/api/bindings/{translators.segment(spec.vhost)}")
+    items = await snapshots.get(target.client, target.key, "binding", request)
+    found = any(translators.binding_matches(spec, item) for item in items)
+    return reconciling.Observation(missing=not found)
+
+
+def identity(spec: Spec, name: str) -> tuple[str, ...]:
+    arguments = json.dumps(dict(spec.arguments), sort_keys=True)
+    return ("binding", spec.source, spec.destination_type, spec.destination, spec.routing_key,
+            arguments)  # fmt: skip
+
+
+OPS = reconciling.KindOps(
+    kind=kinds.BINDING,
+    identity=identity,
+    declare=declare,
+    delete=delete,
+    observe=observe,
+    label="binding",
+)
+registration.register(OPS)

@@ -1,0 +1,45 @@
+"""Broker handlers: apply children on create/update/resume; a timer refreshes status.
+
+No delete handler and so no finalizer: every child carries an owner reference, and garbage
+collection removes them with the Broker. The ``broker_facts`` index lets topology handlers check
+a Broker's availability and allowed namespaces without an API call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from hutch_operator import config, instances, references
+from hutch_operator.models import common
+
+RESOURCE = (common.GROUP, common.VERSION, "brokers")
+
+
+@kopf.index(*RESOURCE, id="broker_facts")
+def broker_facts(body: kopf.Body, **_: Any) -> dict[tuple[str, str], references.BrokerFacts]:
+    meta, spec = body.metadata, body.spec
+    facts = references.BrokerFacts(
+        namespace=str(meta.namespace),
+        name=str(meta.name),
+        available=any(
+            c.get("type") == "Available" and c.get("status") == "True"
+            for c in body.status.get("conditions") or ()
+        ),
+        deleting=bool(meta.get("deletionTimestamp")),
+        allowed_namespaces=tuple(spec.get("topologyAllowedNamespaces") or ()),
+    )
+    return {(facts.namespace, facts.name): facts}
+
+
+@kopf.on.resume(*RESOURCE, id="apply")
+@kopf.on.create(*RESOURCE, id="apply")
+@kopf.on.update(*RESOURCE, id="apply")
+async def apply(body: kopf.Body, patch: kopf.Patch, retry: int, **_: Any) -> None:
+    await instances.reconcile(body, patch, retry)
+
+
+@kopf.timer(*RESOURCE, id="refresh", interval=config.broker_status_period(), initial_delay=1)
+async def refresh(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    await instances.refresh(body, patch)

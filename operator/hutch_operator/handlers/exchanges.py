@@ -1,0 +1,44 @@
+"""Exchange handlers: declare, delete, and report (never fix) immutable drift."""
+
+from __future__ import annotations
+
+import contextlib
+
+from hutch_operator import errors, reconciling, references, snapshots, translators
+from hutch_operator.handlers import registration
+from hutch_operator.models import exchanges, kinds
+
+Spec = exchanges.ExchangeSpec
+
+
+async def declare(target: references.Target, spec: Spec, name: str) -> bool:
+    await target.client.call(translators.exchange_declare(spec, name))
+    return True
+
+
+async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
+    with contextlib.suppress(errors.ObjectNotFoundError):
+        await target.client.call(
+            translators.Request("DELETE", translators.exchange_path(spec.vhost, name))
+        )
+    return None
+
+
+async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
+    request = translators.Request("GET", f"/api/exchanges/{translators.segment(spec.vhost)}")
+    items = await snapshots.get(target.client, target.key, "exchange", request)
+    listed = next((item for item in items if item.get("name") == name), None)
+    if listed is None:
+        return reconciling.Observation(missing=True)
+    return reconciling.Observation(mismatched=translators.exchange_differences(spec, listed))
+
+
+OPS = reconciling.KindOps(
+    kind=kinds.EXCHANGE,
+    identity=lambda spec, name: ("exchange", name),
+    declare=declare,
+    delete=delete,
+    observe=observe,
+    label="exchange",
+)
+registration.register(OPS)

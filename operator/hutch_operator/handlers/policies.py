@@ -1,0 +1,48 @@
+"""Policy handlers: fully mutable, so drift of any field is corrected by a PUT."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from hutch_operator import errors, reconciling, references, snapshots, translators
+from hutch_operator.handlers import registration
+from hutch_operator.models import kinds
+
+
+def policy_ops(kind: Any, *, operator: bool) -> reconciling.KindOps:
+    """The KindOps of Policy (``operator=False``) or OperatorPolicy (``operator=True``)."""
+    label = "operator policy" if operator else "policy"
+
+    async def declare(target: references.Target, spec: Any, name: str) -> bool:
+        await target.client.call(translators.policy_put(spec, name, operator=operator))
+        return True
+
+    async def delete(target: references.Target, spec: Any, name: str) -> tuple[str, str] | None:
+        path = translators.policy_path(spec.vhost, name, operator=operator)
+        with contextlib.suppress(errors.ObjectNotFoundError):
+            await target.client.call(translators.Request("DELETE", path))
+        return None
+
+    async def observe(target: references.Target, spec: Any, name: str) -> reconciling.Observation:
+        path = translators.policy_path(spec.vhost, "", operator=operator).rstrip("/")
+        items = await snapshots.get(
+            target.client, target.key, label, translators.Request("GET", path)
+        )
+        listed = next((item for item in items if item.get("name") == name), None)
+        if listed is None:
+            return reconciling.Observation(missing=True)
+        return reconciling.Observation(changed=translators.policy_differences(spec, listed))
+
+    return reconciling.KindOps(
+        kind=kind,
+        identity=lambda spec, name: (label, name),
+        declare=declare,
+        delete=delete,
+        observe=observe,
+        label=label,
+    )
+
+
+OPS = policy_ops(kinds.POLICY, operator=False)
+registration.register(OPS)

@@ -1,0 +1,113 @@
+"""Queue handlers: declare, delete (deleteIfEmpty/Unused), sweep with live stats.
+
+A limit change on an existing queue is a 400 "inequivalent arg" for PUT /api/queues; then the
+queue's listing tells whether only limits differ, which Hutch brokers change in place
+(PUT …/arguments) and other brokers cannot (``ArgumentsImmutable``, pointing to Policy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hutch_operator import errors, reconciling, references, snapshots, translators
+from hutch_operator.handlers import registration
+from hutch_operator.models import kinds, queues
+
+Spec = queues.QueueSpec
+
+
+async def declare(target: references.Target, spec: Spec, name: str) -> bool:
+    hutch = await target.client.is_hutch()
+    try:
+        await target.client.call(translators.queue_declare(spec, name, hutch=hutch))
+    except errors.BrokerRejectedError as exc:
+        if "inequivalent" not in str(exc):
+            raise
+        return await _change_limits(target, spec, name, hutch=hutch, refusal=exc)
+    return True
+
+
+async def _change_limits(
+    target: references.Target, spec: Spec, name: str, *, hutch: bool, refusal: Exception
+) -> bool:
+    path = translators.queue_path(spec.vhost, name)
+    listed = await target.client.call(translators.Request("GET", path))
+    fixed, limits = translators.queue_differences(spec, listed, hutch=hutch)
+    if fixed or not limits:
+        raise refusal
+    if not hutch:
+        raise errors.ArgumentsImmutableError(
+            f"queue {name} exists with other limits ({', '.join(limits)}); this broker cannot "
+            "change queue arguments in place: use a Policy or OperatorPolicy for limits that "
+            "change, or delete and re-create the queue"
+        )
+    try:
+        await target.client.call(translators.queue_update_limits(spec, name))
+    except (errors.ObjectNotFoundError, errors.BrokerRejectedError) as exc:
+        raise errors.ArgumentsImmutableError(
+            f"broker refused the in-place argument update for queue {name}: {exc}; "
+            "use a Policy or OperatorPolicy instead"
+        ) from exc
+    return True
+
+
+async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
+    path = translators.queue_path(spec.vhost, name)
+    if spec.delete_if_empty or spec.delete_if_unused:
+        try:
+            listed = await target.client.call(
+                translators.Request("GET", path + "?columns=messages,consumers")
+            )
+        except errors.ObjectNotFoundError:
+            return None
+        if isinstance(listed, list):  # RabbitMQ 3.10 answers ?columns= on an item with a list
+            listed = listed[0] if listed else {}
+        kept = _keep_reason(spec, name, listed)
+        if kept is not None:
+            return kept
+    request = translators.queue_delete(
+        spec.vhost, name, if_empty=spec.delete_if_empty, if_unused=spec.delete_if_unused
+    )
+    try:
+        await target.client.call(request)
+    except errors.ObjectNotFoundError:
+        return None
+    except errors.BrokerRejectedError as exc:  # it filled up or got a consumer meanwhile
+        return "DeleteSkippedNotEmpty", f"queue {name} kept in broker: {exc}"
+    return None
+
+
+def _keep_reason(spec: Spec, name: str, listed: dict[str, Any]) -> tuple[str, str] | None:
+    messages, consumers = int(listed.get("messages") or 0), int(listed.get("consumers") or 0)
+    if spec.delete_if_empty and messages:
+        return "DeleteSkippedNotEmpty", f"{messages} messages left in broker (queue {name} kept)"
+    if spec.delete_if_unused and consumers:
+        return "DeleteSkippedNotEmpty", f"{consumers} consumers on queue {name} (queue kept)"
+    return None
+
+
+async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
+    items = await snapshots.get(
+        target.client, target.key, "queue", translators.queue_list(spec.vhost)
+    )
+    listed = next((item for item in items if item.get("name") == name), None)
+    if listed is None:
+        return reconciling.Observation(missing=True)
+    hutch = await target.client.is_hutch()
+    fixed, limits = translators.queue_differences(spec, listed, hutch=hutch)
+    if limits and not hutch:
+        fixed = [*fixed, *limits]
+    return reconciling.Observation(
+        changed=limits if hutch else [], mismatched=fixed, stats=translators.queue_stats(listed)
+    )
+
+
+OPS = reconciling.KindOps(
+    kind=kinds.QUEUE,
+    identity=lambda spec, name: ("queue", name),
+    declare=declare,
+    delete=delete,
+    observe=observe,
+    label="queue",
+)
+registration.register(OPS)

@@ -1,0 +1,64 @@
+"""Registers one topology kind's Kopf handlers from its ``KindOps``.
+
+Every topology kind has the same five handlers (conflict index; create/update/resume stacked on
+one idempotent function; delete with the finalizer; the drift-sweep timer), each one call into
+``reconciling``/``sweeping``; writing them out five times would only multiply the places where
+they could drift apart. The per-kind modules keep what differs: their KindOps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from hutch_operator import config, reconciling, sweeping
+from hutch_operator.models import common
+
+BROKER_INDEX = "broker_facts"
+
+
+def claims_index(ops: reconciling.KindOps) -> str:
+    return f"{ops.kind.plural}_claims"
+
+
+def _context(ops: reconciling.KindOps, body: kopf.Body, patch: kopf.Patch, kwargs: Any) -> Any:
+    return reconciling.Context(
+        ops=ops,
+        body=body,
+        patch=patch,
+        brokers=kwargs[BROKER_INDEX],
+        claims=kwargs[claims_index(ops)],
+    )
+
+
+def register(ops: reconciling.KindOps) -> None:
+    resource = (common.GROUP, common.VERSION, ops.kind.plural)
+
+    @kopf.index(*resource, id=claims_index(ops))
+    def claims(body: kopf.Body, **_: Any) -> Any:
+        return reconciling.index_claim(ops, body)
+
+    @kopf.on.resume(*resource, id="declare")
+    @kopf.on.create(*resource, id="declare")
+    @kopf.on.update(*resource, id="declare")
+    async def declare(
+        body: kopf.Body, patch: kopf.Patch, reason: str, retry: int, **kwargs: Any
+    ) -> None:
+        ctx = _context(ops, body, patch, kwargs)
+        await reconciling.declare(ctx, cause=str(reason), retry=retry)
+
+    @kopf.on.delete(*resource, id="delete")
+    async def delete(
+        body: kopf.Body, patch: kopf.Patch, runtime: Any, retry: int, **kwargs: Any
+    ) -> None:
+        ctx = _context(ops, body, patch, kwargs)
+        await reconciling.delete(ctx, runtime=runtime.total_seconds(), retry=retry)
+
+    period = config.sync_period()
+    if period > 0:
+
+        @kopf.timer(*resource, id="sweep", interval=period, initial_delay=sweeping.initial_delay)
+        async def sweep(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+            ctx = _context(ops, body, patch, kwargs)
+            await sweeping.tick(ctx, retry=int(kwargs.get("retry") or 0))

@@ -1,0 +1,45 @@
+"""Operator-wide settings and cleanup (design §6).
+
+Status belongs to Hutch, not to Kopf: progress and diff-base live in ``hutch.dev/`` annotations.
+Only our explicit ``kopf.info``/``kopf.warn`` calls become Events (no log-to-event posting), and
+scanning is off, so the operator needs no list/watch on CRDs or namespaces.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import kopf
+
+from hutch_operator import brokerclient, config, kube, metrics, references, snapshots
+
+PREFIX = "hutch.dev"
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration"
+    )
+    settings.queueing.worker_limit = config.workers()
+    settings.queueing.idle_timeout = config.worker_idle_timeout()
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    settings.scanning.disabled = True
+    settings.posting.enabled = True
+    settings.posting.loggers = False
+    settings.peering.priority = random.randint(0, 32767)
+    metrics.serve()
+
+
+@kopf.on.cleanup()
+async def close(**_: Any) -> None:
+    await brokerclient.POOL.close_all()
+    await kube.close()
+    snapshots.reset()
+    references.forget_secrets()

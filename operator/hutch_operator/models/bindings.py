@@ -1,0 +1,31 @@
+"""Binding: no name of its own; its identity is every field, so every field is immutable."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from hutch_operator.models import common
+
+
+class BindingSpec(common.TopologySpec):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": common.TOPOLOGY_RULES})
+
+    source: str = Field(
+        min_length=1, description="Source exchange.", json_schema_extra=common.immutable("source")
+    )
+    destination: str = Field(
+        min_length=1,
+        description="Destination queue or exchange.",
+        json_schema_extra=common.immutable("destination"),
+    )
+    destination_type: Literal["queue", "exchange"] = Field(
+        "queue", json_schema_extra=common.immutable("destinationType")
+    )
+    routing_key: str = Field("", json_schema_extra=common.immutable("routingKey"))
+    arguments: dict[str, common.IntOrString] = common.arguments_field("Binding arguments.")
+
+
+class BindingStatus(common.TopologyStatus):
+    pass

@@ -1,0 +1,116 @@
+"""Broker: one hutch-broker instance (StatefulSet of one, PVC, Services, config, Secret, PDB).
+
+Only ``persistence.storageClassName`` is immutable by CEL; a volume can grow but not shrink,
+which needs the live PVC and so is enforced by the operator (``UnsupportedOperation``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from hutch_operator.models import common
+
+DEFAULT_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "250m", "memory": "512Mi"},
+    "limits": {"memory": "512Mi"},
+}
+
+
+class Resources(common.CrdModel):
+    """The broker container's core ResourceRequirements (requests and limits only)."""
+
+    requests: dict[str, common.IntOrString] = Field(default_factory=dict)
+    limits: dict[str, common.IntOrString] = Field(default_factory=dict)
+
+
+class Persistence(common.CrdModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [common.immutable_optional("storageClassName")]
+        }
+    )
+
+    size: common.IntOrString = Field(
+        "1Gi", description='Volume size; "0" means emptyDir (no PVC). Grow only.'
+    )
+    storage_class_name: str | None = Field(None, description="Storage class; cluster default.")
+
+
+class ServiceSpec(common.CrdModel):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class PodDisruptionBudgetSpec(common.CrdModel):
+    enabled: bool = True
+
+
+class LocalObjectReference(common.CrdModel):
+    name: str = Field(min_length=1)
+
+
+class Override(common.CrdModel):
+    """Patches merged over the generated objects (maps merge, null deletes, named lists merge)."""
+
+    stateful_set: common.FreeForm = Field(default_factory=dict)
+    service: common.FreeForm = Field(default_factory=dict)
+
+
+class BrokerSpec(common.CrdModel):
+    replicas: int = Field(1, ge=1, le=1, description="Fixed at 1 in v1alpha1.")
+    image: str | None = Field(
+        None, description="Broker image; defaults to the operator's HUTCH_DEFAULT_BROKER_IMAGE."
+    )
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list)
+    resources: Resources = Field(
+        default_factory=lambda: Resources.model_validate(DEFAULT_RESOURCES),
+        description="The broker container's resources; the memory request sets the watermark.",
+        json_schema_extra={"default": DEFAULT_RESOURCES},
+    )
+    persistence: Persistence = common.nested(Persistence, "The data volume.")
+    memory_high_watermark: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="Fraction of the memory request (else limit) at which publishers block.",
+    )
+    additional_config: str = Field(
+        "", max_length=100_000, description="Extra hutch-broker.conf lines."
+    )
+    service: ServiceSpec = common.nested(ServiceSpec, "The client Service.")
+    topology_allowed_namespaces: list[str] = Field(
+        default_factory=list,
+        description='Namespaces whose topology objects may use this Broker ("*" = any).',
+    )
+    pod_disruption_budget: PodDisruptionBudgetSpec = common.nested(
+        PodDisruptionBudgetSpec, "minAvailable 1 with unhealthyPodEvictionPolicy AlwaysAllow."
+    )
+    termination_grace_period_seconds: int = Field(60, ge=0)
+    override: Override = common.nested(Override, "Patches for the generated objects.")
+
+
+class MemoryStatus(common.CrdModel):
+    basis: Literal["Request", "Limit", "Runtime"]
+    basis_bytes: int | None = None
+    relative: str
+    high_watermark_bytes: int | None = None
+
+
+class Endpoint(common.CrdModel):
+    amqp: str
+    management: str
+
+
+class BrokerStatus(common.CrdModel):
+    model_config = ConfigDict(extra="allow")
+
+    observed_generation: int | None = None
+    conditions: list[common.Condition] = Field(default_factory=list)
+    endpoint: Endpoint | None = None
+    default_user_secret: str | None = None
+    memory: MemoryStatus | None = None
+    disk_free_limit_bytes: int | None = None
+    broker_version: str | None = None

@@ -1,0 +1,142 @@
+"""Shared model pieces: the camelCase base, CEL helpers, references and status conditions.
+
+CEL rules travel as ``x-kubernetes-validations`` inside ``json_schema_extra`` so crdgen copies
+them verbatim; immutability is enforced by the apiserver (422), never by a webhook.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+GROUP = "hutch.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+IMMUTABLE_MESSAGE = "{field} is immutable; delete and re-create the object"
+
+#: A map value that may be a number or a string, as Kubernetes' IntOrString.
+IntOrString = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
+#: Free-form JSON the apiserver keeps as written (validated by the broker, not the schema).
+FreeForm = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+
+def rule(expression: str, message: str, *, reason: str | None = None) -> Any:
+    """One ``x-kubernetes-validations`` entry."""
+    entry = {"rule": expression, "message": message}
+    if reason:
+        entry["reason"] = reason
+    return entry
+
+
+def immutable(field: str) -> dict[str, Any]:
+    """The field-level rule for an immutable field that always exists (it has a default)."""
+    message = IMMUTABLE_MESSAGE.format(field=field)
+    return {
+        "x-kubernetes-validations": [rule("self == oldSelf", message, reason="FieldValueForbidden")]
+    }
+
+
+def immutable_optional(field: str) -> Any:
+    """The parent-level rule for an optional immutable field (absent stays absent)."""
+    expression = (
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
+    )
+    return rule(expression, IMMUTABLE_MESSAGE.format(field=field), reason="FieldValueForbidden")
+
+
+def arguments_field(description: str) -> Any:
+    """An immutable ``x-`` argument map; ``default: {}`` so the immutability rule always runs."""
+    extra = {"default": {}, "maxProperties": 64, **immutable("arguments")}
+    return Field(default_factory=dict, description=description, json_schema_extra=extra)
+
+
+def nested(model: type[BaseModel], description: str, **extra: Any) -> Any:
+    """A nested object with ``default: {}``, so the apiserver materialises it and its defaults."""
+    return Field(
+        default_factory=model, description=description, json_schema_extra={"default": {}, **extra}
+    )
+
+
+class CrdModel(BaseModel):
+    """camelCase on the wire, snake_case in Python, unknown fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=False
+    )
+
+
+class BrokerRef(CrdModel):
+    name: str = Field(min_length=1, max_length=253, description="Name of the Broker.")
+    namespace: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        description="Namespace of the Broker; defaults to this object's namespace.",
+    )
+
+
+class SecretRef(CrdModel):
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Secret in this namespace with keys uri (management base URL), "
+        "username and password.",
+    )
+
+
+DeletionPolicy = Literal["delete", "retain"]
+
+
+class TopologySpec(CrdModel):
+    """Fields every topology kind shares (design §3.1)."""
+
+    broker_ref: BrokerRef | None = Field(
+        None, description="The Broker (same namespace unless namespace is set) to manage."
+    )
+    connection_secret: SecretRef | None = Field(
+        None, description="Reach any RabbitMQ-compatible broker through this Secret instead."
+    )
+    vhost: str = Field(
+        "/", min_length=1, description="Virtual host.", json_schema_extra=immutable("vhost")
+    )
+    deletion_policy: DeletionPolicy = Field(
+        "delete", description="retain keeps the broker object when this object is deleted."
+    )
+
+
+TOPOLOGY_RULES: list[Any] = [
+    rule(
+        "has(self.brokerRef) != has(self.connectionSecret)",
+        "exactly one of brokerRef and connectionSecret must be set",
+    ),
+    immutable_optional("brokerRef"),
+    immutable_optional("connectionSecret"),
+]
+
+NAMED_RULES: list[Any] = [*TOPOLOGY_RULES, immutable_optional("name")]
+
+
+class Condition(CrdModel):
+    """metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class TopologyStatus(CrdModel):
+    model_config = ConfigDict(extra="allow")
+
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    conflict_with: str | None = Field(None, description="<namespace>/<name> of the owner.")

@@ -1,0 +1,120 @@
+"""The six kinds: names, printer columns and models, used by crdgen and the handlers alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from hutch_operator.models import bindings, brokers, common, exchanges, policies, queues
+
+READY = '.status.conditions[?(@.type=="Ready")].status'
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    json_path: str
+    type: str = "string"
+    priority: int = 0
+
+    def as_crd(self) -> dict[str, object]:
+        column: dict[str, object] = {
+            "name": self.name,
+            "type": self.type,
+            "jsonPath": self.json_path,
+        }
+        if self.priority:
+            column["priority"] = self.priority
+        return column
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    plural: str
+    short: str
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    columns: tuple[Column, ...]
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{common.GROUP}"
+
+
+_READY = Column("Ready", READY)
+_AGE = Column("Age", ".metadata.creationTimestamp", "date")
+
+BROKER = Kind(
+    "Broker",
+    "brokers",
+    "hbr",
+    brokers.BrokerSpec,
+    brokers.BrokerStatus,
+    (
+        _READY,
+        Column("Available", '.status.conditions[?(@.type=="Available")].status'),
+        Column("Watermark", ".status.memory.highWatermarkBytes", "integer"),
+        Column("Endpoint", ".status.endpoint.amqp", priority=1),
+        Column("Version", ".status.brokerVersion", priority=1),
+        _AGE,
+    ),
+)
+QUEUE = Kind(
+    "Queue",
+    "queues",
+    "hq",
+    queues.QueueSpec,
+    queues.QueueStatus,
+    (
+        _READY,
+        Column("Messages", ".status.messages", "integer"),
+        Column("Consumers", ".status.consumers", "integer"),
+        Column("Policy", ".status.policy"),
+        Column("Vhost", ".spec.vhost", priority=1),
+        Column("Type", ".spec.type", priority=1),
+        _AGE,
+    ),
+)
+EXCHANGE = Kind(
+    "Exchange",
+    "exchanges",
+    "hx",
+    exchanges.ExchangeSpec,
+    exchanges.ExchangeStatus,
+    (_READY, Column("Type", ".spec.type"), _AGE),
+)
+BINDING = Kind(
+    "Binding",
+    "bindings",
+    "hbd",
+    bindings.BindingSpec,
+    bindings.BindingStatus,
+    (_READY, Column("Source", ".spec.source"), Column("Destination", ".spec.destination"), _AGE),
+)
+_POLICY_COLUMNS = (
+    _READY,
+    Column("Pattern", ".spec.pattern"),
+    Column("Priority", ".spec.priority", "integer"),
+    _AGE,
+)
+POLICY = Kind(
+    "Policy", "policies", "hpol", policies.PolicySpec, policies.PolicyStatus, _POLICY_COLUMNS
+)
+OPERATOR_POLICY = Kind(
+    "OperatorPolicy",
+    "operatorpolicies",
+    "hopol",
+    policies.OperatorPolicySpec,
+    policies.PolicyStatus,
+    _POLICY_COLUMNS,
+)
+
+ALL = (BROKER, QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY)
+TOPOLOGY = (QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY)
+BY_KIND = {kind.kind: kind for kind in ALL}

@@ -1,0 +1,271 @@
+"""The one reconcile skeleton every topology kind shares (design §5.2 to §5.4, §5.6).
+
+A kind supplies a ``KindOps`` (identity, declare, delete, observe); this module does the rest
+once: parse the spec, resolve the broker, decide conflicts, map errors to the Ready condition,
+events and Kopf's retry classes, set ``observedGeneration``, and write status only when it
+changed. Handlers are one call into here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+import pydantic
+
+from hutch_operator import (
+    brokerclient,
+    conditions,
+    config,
+    conflicts,
+    errors,
+    kube,
+    metrics,
+    references,
+)
+from hutch_operator.models import common, kinds
+
+READY = "Ready"
+NUDGE_ANNOTATION = "hutch.dev/reconcile-requested"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the sweep found for one object in the broker's listing."""
+
+    missing: bool = False
+    changed: list[str] = field(default_factory=list)  # mutable differences, fixed by ``declare``
+    mismatched: list[str] = field(default_factory=list)  # immutable differences: never fixed
+    stats: dict[str, Any] | None = None
+
+
+Declare = Callable[[references.Target, Any, str], Awaitable[bool]]
+Delete = Callable[[references.Target, Any, str], Awaitable[tuple[str, str] | None]]
+Observe = Callable[[references.Target, Any, str], Awaitable[Observation]]
+
+
+@dataclass(frozen=True)
+class KindOps:
+    kind: kinds.Kind
+    identity: Callable[[Any, str], tuple[str, ...]]  # (model, broker object name) → identity
+    declare: Declare  # True when it wrote to the broker
+    delete: Delete  # (event reason, message) when it deliberately kept the object
+    observe: Observe
+    label: str  # "queue", "exchange", ... for messages
+
+
+@dataclass
+class Context:
+    """One handler invocation's Kopf kwargs, as far as reconciling needs them."""
+
+    ops: KindOps
+    body: kopf.Body
+    patch: kopf.Patch
+    brokers: references.BrokerIndex
+    claims: Mapping[Any, Any]
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body.metadata.namespace)
+
+    @property
+    def name(self) -> str:
+        return str(self.body.metadata.name)
+
+    @property
+    def generation(self) -> int | None:
+        value = self.body.metadata.get("generation")
+        return int(value) if value is not None else None
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        return self.body.status
+
+
+def parse(ops: KindOps, spec: Mapping[str, Any]) -> Any:
+    try:
+        return ops.kind.spec.model_validate(dict(spec))
+    except pydantic.ValidationError as exc:
+        detail = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)
+        )
+        raise errors.SpecError(f"invalid spec: {detail}") from exc
+
+
+def object_name(model: Any, ctx: Context) -> str:
+    name = getattr(model, "name", None) or ctx.name
+    if ctx.ops.label in {"queue", "exchange"} and name.startswith("amq."):
+        raise errors.SpecError(f"{ctx.ops.label} names starting with amq. are reserved")
+    return str(name)
+
+
+def claim_key(ctx: Context, model: Any, name: str) -> tuple[str, ...]:
+    key = references.broker_key(model, ctx.namespace)
+    return (key, model.vhost, *ctx.ops.identity(model, name))
+
+
+def my_claim(body: kopf.Body) -> conflicts.Claim:
+    meta = body.metadata
+    return conflicts.Claim(
+        str(meta.get("creationTimestamp", "")), str(meta.namespace), str(meta.name), str(meta.uid)
+    )
+
+
+def index_claim(ops: KindOps, body: kopf.Body) -> dict[tuple[str, ...], conflicts.Claim] | None:
+    """The per-kind conflict index function; deleting or invalid objects claim nothing."""
+    if body.metadata.get("deletionTimestamp"):
+        return None
+    try:
+        model: Any = ops.kind.spec.model_validate(dict(body.spec))
+        name = getattr(model, "name", None) or str(body.metadata.name)
+        key = references.broker_key(model, str(body.metadata.namespace))
+    except (pydantic.ValidationError, errors.HutchError):
+        return None
+    return {(key, model.vhost, *ops.identity(model, name)): my_claim(body)}
+
+
+def write_status(ctx: Context, desired: dict[str, Any]) -> None:
+    changed = conditions.status_patch(ctx.status, desired)
+    for key, value in changed.items():
+        ctx.patch.status[key] = value
+
+
+def set_ready(ctx: Context, ok: bool, reason: str, message: str, **extra: Any) -> bool:
+    """Updates Ready (and extra status keys); True when Ready's status or reason changed."""
+    before = conditions.find(ctx.status.get("conditions"), READY)
+    updated = conditions.upsert(
+        ctx.status.get("conditions"),
+        type_=READY,
+        status=ok,
+        reason=reason,
+        message=message,
+        generation=ctx.generation,
+    )
+    write_status(
+        ctx,
+        {"observedGeneration": ctx.generation, "conditions": updated, "conflictWith": None} | extra,
+    )
+    return before is None or (before.get("status"), before.get("reason")) != (
+        "True" if ok else "False",
+        reason,
+    )
+
+
+def retry_delay(error: errors.HutchError, retry: int) -> float:
+    if error.backoff:
+        return float(min(300.0, 5.0 * 2**retry) * random.uniform(0.8, 1.2))
+    return float(error.delay or 10.0)
+
+
+def fail(ctx: Context, error: errors.HutchError, retry: int, *, raise_: bool = True) -> None:
+    """Ready=False with the error's reason; a Warning event when the reason is new."""
+    metrics.RECONCILES.labels(ctx.ops.kind.kind, error.reason).inc()
+    if set_ready(ctx, False, error.reason, str(error)):
+        kopf.warn(ctx.body, reason=error.reason, message=str(error))
+    if not raise_:
+        return
+    if error.delay is None and not error.backoff:
+        raise kopf.PermanentError(str(error)) from error
+    raise kopf.TemporaryError(str(error), delay=retry_delay(error, retry)) from error
+
+
+async def check_conflict(ctx: Context, model: Any, name: str) -> bool:
+    """Ready=False ResourceConflict when an older object claims the same broker object."""
+    claimants = conflicts.claims(ctx.claims, claim_key(ctx, model, name))
+    owner = conflicts.winner(claimants)
+    me = my_claim(ctx.body)
+    if owner is None or owner.uid == me.uid:
+        return False
+    message = f"managed by {ctx.ops.kind.kind} {owner.ref}"
+    if set_ready(ctx, False, "ResourceConflict", message, conflictWith=owner.ref):
+        kopf.warn(ctx.body, reason="ResourceConflict", message=message)
+    return True
+
+
+async def declare(ctx: Context, *, cause: str, retry: int) -> None:
+    """on.create / on.update / on.resume."""
+    fast = cause == "resume" and ctx.status.get("observedGeneration") == ctx.generation
+    if fast and conditions.is_true(ctx.status.get("conditions"), READY):
+        return  # drift is the sweep's job: restarts cost no broker calls
+    with metrics.RECONCILE_SECONDS.labels(ctx.ops.kind.kind).time():
+        await _declare_timed(ctx, retry)
+
+
+async def _declare_timed(ctx: Context, retry: int) -> None:
+    try:
+        model = parse(ctx.ops, ctx.body.spec)
+        name = object_name(model, ctx)
+        if await check_conflict(ctx, model, name):
+            return
+        target = await references.resolve(model, ctx.namespace, ctx.brokers)
+        wrote = await declare_into(ctx, target, model, name)
+    except errors.HutchError as error:
+        fail(ctx, error, retry)
+        return
+    set_ready(ctx, True, "Declared", f"{ctx.ops.label} {name} declared")
+    metrics.RECONCILES.labels(ctx.ops.kind.kind, "Declared").inc()
+    if wrote:
+        kopf.info(ctx.body, reason="Declared", message=f"{ctx.ops.label} {name} declared")
+
+
+async def declare_into(ctx: Context, target: references.Target, model: Any, name: str) -> bool:
+    try:
+        return await ctx.ops.declare(target, model, name)
+    except errors.AuthenticationFailedError:
+        references.forget_secrets()
+        await brokerclient.POOL.drop(target.client)
+        raise
+    except errors.ObjectNotFoundError as exc:
+        raise errors.VhostNotFoundError(f"vhost {model.vhost!r} not found: {exc}") from exc
+
+
+async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
+    """on.delete: decide in the order of design §5.4; never block longer than deleteTimeout."""
+    try:
+        model = parse(ctx.ops, ctx.body.spec)
+        name = object_name(model, ctx)
+    except errors.SpecError:
+        return  # nothing was ever declared
+    if model.deletion_policy == "retain":
+        kopf.info(ctx.body, reason="Retained", message=f"{ctx.ops.label} {name} kept in broker")
+        return
+    me = my_claim(ctx.body)
+    claimants = conflicts.others(conflicts.claims(ctx.claims, claim_key(ctx, model, name)), me.uid)
+    if any(claim < me for claim in claimants):
+        return  # a conflict loser never touched the broker object
+    if claimants:
+        await _hand_over(ctx, claimants[0])
+        return
+    try:
+        target = await references.resolve(model, ctx.namespace, ctx.brokers, deleting=True)
+        kept = await ctx.ops.delete(target, model, name)
+    except (errors.BrokerNotFoundError, errors.ConnectionSecretInvalidError) as exc:
+        kopf.warn(ctx.body, reason="BrokerGone", message=f"{exc}; finalizer released")
+        return
+    except errors.HutchError as exc:
+        if exc.delay is None and not exc.backoff:
+            kopf.warn(ctx.body, reason="DeleteFailed", message=f"{exc}; finalizer released")
+            return
+        if runtime > config.delete_timeout():
+            message = f"broker unreachable for {runtime:.0f}s ({exc}); {ctx.ops.label} left"
+            kopf.warn(ctx.body, reason="DeleteAbandoned", message=message)
+            return
+        raise kopf.TemporaryError(str(exc), delay=retry_delay(exc, retry)) from exc
+    if kept is not None:
+        kopf.warn(ctx.body, reason=kept[0], message=kept[1])
+
+
+async def _hand_over(ctx: Context, successor: conflicts.Claim) -> None:
+    path = kube.object_path(
+        common.API_VERSION, ctx.ops.kind.plural, successor.namespace, successor.name
+    )
+    body = {"metadata": {"annotations": {NUDGE_ANNOTATION: conditions.now()}}}
+    try:
+        await kube.api().merge_patch(path, body)
+    except errors.KubeError as exc:
+        if exc.status != 404:
+            raise kopf.TemporaryError(str(exc), delay=5) from exc
+    kopf.info(ctx.body, reason="HandedOver", message=f"now managed by {successor.ref}")

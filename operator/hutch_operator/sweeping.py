@@ -1,0 +1,79 @@
+"""The periodic drift sweep and Queue live stats (design §5.5).
+
+Each object's timer compares its own desired state with a shared, cached listing of its broker
+(``snapshots``), so a period costs one list call per (broker, kind, vhost), not one per object.
+Missing objects are re-declared and mutable differences re-applied (``DriftCorrected``);
+immutable differences are reported (``DriftDetected``, Ready=False ``BrokerMismatch``) and never
+fixed by deleting. Objects whose last reconcile failed are simply reconciled again, which is how
+permanent errors (``BrokerRejected``, ``NamespaceNotAllowed``) get retried.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import kopf
+
+from hutch_operator import conditions, config, errors, metrics, reconciling, references, snapshots
+
+
+def initial_delay(**_: Any) -> float:
+    """Spread the timers over one period so a restart does not tick them all at once."""
+    return random.uniform(0, config.sync_period())
+
+
+async def tick(ctx: reconciling.Context, *, retry: int) -> None:
+    try:
+        model = reconciling.parse(ctx.ops, ctx.body.spec)
+        name = reconciling.object_name(model, ctx)
+    except errors.SpecError:
+        return
+    if await reconciling.check_conflict(ctx, model, name):
+        return
+    settled = ctx.status.get("observedGeneration") == ctx.generation
+    if not (settled and conditions.is_true(ctx.status.get("conditions"), reconciling.READY)):
+        await _redeclare(ctx, model, name, retry)
+        return
+    try:
+        target = await references.resolve(model, ctx.namespace, ctx.brokers)
+        observation = await ctx.ops.observe(target, model, name)
+        if observation.mismatched:
+            fields = ", ".join(observation.mismatched)
+            message = f"{ctx.ops.label} {name} differs in the broker: {fields} (immutable)"
+            kopf.warn(ctx.body, reason="DriftDetected", message=message)
+            raise errors.BrokerMismatchError(message)
+        if observation.missing or observation.changed:
+            await reconciling.declare_into(ctx, target, model, name)
+            snapshots.invalidate(target.key)
+            metrics.DRIFT_CORRECTIONS.labels(ctx.ops.kind.kind).inc()
+            what = (
+                "missing; re-declared"
+                if observation.missing
+                else (", ".join(observation.changed) + " re-applied")
+            )
+            kopf.warn(ctx.body, reason="DriftCorrected", message=f"{ctx.ops.label} {name} {what}")
+    except errors.HutchError as error:
+        reconciling.fail(ctx, error, retry, raise_=False)
+        return
+    if observation.stats is not None and config.queue_stats():
+        _write_stats(ctx, observation.stats)
+
+
+async def _redeclare(ctx: reconciling.Context, model: Any, name: str, retry: int) -> None:
+    try:
+        target = await references.resolve(model, ctx.namespace, ctx.brokers)
+        wrote = await reconciling.declare_into(ctx, target, model, name)
+    except errors.HutchError as error:
+        reconciling.fail(ctx, error, retry, raise_=False)
+        return
+    reconciling.set_ready(ctx, True, "Declared", f"{ctx.ops.label} {name} declared")
+    if wrote:
+        kopf.info(ctx.body, reason="Declared", message=f"{ctx.ops.label} {name} declared")
+
+
+def _write_stats(ctx: reconciling.Context, stats: dict[str, Any]) -> None:
+    """At most one status patch per object per period, and none when nothing moved."""
+    if not conditions.status_patch(ctx.status, stats):
+        return
+    reconciling.write_status(ctx, {**stats, "statsUpdatedAt": conditions.now()})

@@ -1,0 +1,43 @@
+"""The pinned helm binary (built into the k8s-bins cache by tests/k8s/build-binaries.sh)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import hutch_k8s_plane as plane
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "hutch-operator"
+KUBE_VERSION = "1.36.4"  # a go-installed helm defaults to v1.20 capabilities
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    try:
+        path = plane.find_bin_dir() / "helm"
+    except plane.BinariesMissingError as exc:
+        if plane.k8s_required():
+            pytest.fail(f"helm is required here: {exc}")
+        pytest.skip(f"helm missing: {exc}")
+    if not path.is_file():
+        pytest.fail(f"{path} missing; run tests/k8s/build-binaries.sh")
+    return path
+
+
+@pytest.fixture(scope="session")
+def render(helm: Path) -> Any:
+    """render(*--set args) -> list of rendered objects."""
+
+    def run(*sets: str, namespace: str = "hutch-system") -> list[dict[str, Any]]:
+        args = [str(helm), "template", "hutch", str(CHART), "--kube-version", KUBE_VERSION,
+                "-n", namespace]  # fmt: skip
+        for value in sets:
+            args += ["--set", value]
+        out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+        return [doc for doc in yaml.safe_load_all(out) if doc]
+
+    return run

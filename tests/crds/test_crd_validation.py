@@ -1,0 +1,105 @@
+"""The CRDs in a real kube-apiserver: defaults, refusals with readable messages, CEL on update."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def plane(apiserver: Any) -> Any:
+    apiserver.apply_crds(REPO / "crds")
+    return apiserver
+
+
+def _create(
+    plane: Any, ns: str, kind: str, spec: dict[str, Any], name: str = "x"
+) -> tuple[int, Any]:
+    plural = {"OperatorPolicy": "operatorpolicies", "Policy": "policies"}.get(
+        kind, kind.lower() + "s"
+    )
+    body = {
+        "apiVersion": "hutch.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    return plane.api("POST", f"/apis/hutch.dev/v1alpha1/namespaces/{ns}/{plural}", body)
+
+
+REF = {"brokerRef": {"name": "b"}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "message"),
+    [
+        ("Queue", {}, "exactly one of brokerRef and connectionSecret"),
+        ("Queue", {**REF, "connectionSecret": {"name": "s"}}, "exactly one of brokerRef"),
+        ("Queue", {**REF, "type": "lazy"}, "spec.type: Unsupported value"),
+        ("Queue", {**REF, "type": "quorum", "durable": False}, "quorum queues are durable"),
+        ("Queue", {**REF, "name": "amq.x"}, "names starting with amq. are reserved"),
+        ("Queue", {**REF, "limits": {"maxLength": -1}}, "spec.limits.maxLength"),
+        ("Queue", {**REF, "limits": {"maxLength": 1}, "arguments": {"x-max-length": 2}},
+         "must not also appear in arguments"),
+        ("Exchange", {**REF, "type": "weird"}, "spec.type"),
+        ("Binding", {**REF, "source": "", "destination": "q"}, "spec.source"),
+        ("Policy", {**REF, "pattern": ".", "definition": {}}, "spec.definition"),
+        ("OperatorPolicy", {**REF, "pattern": ".", "definition": {"overflow": "drop-head"}},
+         "operator policies accept only"),
+        ("Broker", {"replicas": 3}, "spec.replicas"),
+        ("Broker", {"memoryHighWatermark": 0}, "spec.memoryHighWatermark"),
+        ("Broker", {"service": {"type": "Ingress"}}, "spec.service.type"),
+    ],
+)  # fmt: skip
+def test_invalid_objects_are_refused(
+    plane: Any, kind: str, spec: dict[str, Any], message: str
+) -> None:
+    ns = plane.create_namespace()
+    status, reply = _create(plane, ns, kind, spec)
+    assert status == 422, reply
+    assert message in reply["message"], reply["message"]
+
+
+def test_defaults_and_immutability(plane: Any) -> None:
+    ns = plane.create_namespace()
+    status, queue = _create(plane, ns, "Queue", REF, "q")
+    assert status == 201
+    spec = queue["spec"]
+    assert (spec["vhost"], spec["type"], spec["durable"], spec["deleteIfEmpty"]) == (
+        "/",
+        "classic",
+        True,
+        True,
+    )
+    assert spec["deletionPolicy"] == "delete" and spec["limits"] == {} and spec["arguments"] == {}
+
+    def patch(spec: dict[str, Any]) -> Any:
+        return plane.kubectl("-n", ns, "patch", "queues.hutch.dev", "q", "--type=merge",
+                             "-p", json.dumps({"spec": spec}), check=False)  # fmt: skip
+
+    for change, field in [({"durable": False}, "durable"), ({"vhost": "v"}, "vhost"),
+                          ({"arguments": {"x-a": 1}}, "arguments"), ({"name": "other"}, "name"),
+                          ({"brokerRef": {"name": "c"}}, "brokerRef")]:  # fmt: skip
+        result = patch(change)
+        assert result.returncode != 0 and f"{field} is immutable" in result.stderr, field
+    ok = patch({"limits": {"maxLength": 5}, "deletionPolicy": "retain", "deleteIfEmpty": False})
+    assert ok.returncode == 0, ok.stderr
+
+    status, broker = _create(plane, ns, "Broker", {}, "b")
+    assert status == 201
+    assert broker["spec"]["resources"] == {
+        "requests": {"cpu": "250m", "memory": "512Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    assert broker["spec"]["persistence"] == {"size": "1Gi"}
+    refused = plane.kubectl("-n", ns, "patch", "brokers.hutch.dev", "b", "--type=merge",
+                            "-p", '{"spec":{"persistence":{"storageClassName":"fast"}}}',
+                            check=False)  # fmt: skip
+    assert "storageClassName is immutable" in refused.stderr
+    listed = plane.kubectl("get", "hutch", "-n", ns, "-o", "name").stdout.split()
+    assert sorted(listed) == ["broker.hutch.dev/b", "queue.hutch.dev/q"]

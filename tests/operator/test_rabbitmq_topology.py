@@ -1,0 +1,110 @@
+"""Queue, Policy and OperatorPolicy against the reference RabbitMQ 3.10.8 via connectionSecret.
+
+The same CRDs manage any RabbitMQ-compatible broker: here the operator learns from
+``/api/overview`` that it is not Hutch, turns ``ringSize`` into max-length + drop-head, and
+answers a later limit change with ``ArgumentsImmutable`` (pointing to Policy) instead of
+deleting the queue and its messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _call(node: Any, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    token = base64.b64encode(f"{node.username}:{node.password}".encode()).decode()
+    headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(node.http_url + path, data, headers, method=method)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+            text = response.read()
+            return response.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.fixture(scope="module")
+def env(operator: Any, crds_applied: Any, kit: Any, rabbitmq: Any) -> dict[str, Any]:
+    kube = kit.Kube(crds_applied, crds_applied.create_namespace())
+    kube.secret(
+        "rabbit",
+        {"uri": rabbitmq.http_url, "username": rabbitmq.username, "password": rabbitmq.password},
+    )
+    return {"kube": kube, "node": rabbitmq, "ref": {"connectionSecret": {"name": "rabbit"}}}
+
+
+def _wait(kit: Any, kube: Any, plural: str, name: str, want: tuple[str, str]) -> Any:
+    def check() -> Any:
+        obj = kube.get(plural, name)
+        return obj if kit.ready(obj) == want else None
+
+    return kit.wait_for(check, 20, f"{plural}/{name} {want}")
+
+
+def test_queue_ring_and_immutable_limits(env: dict[str, Any], kit: Any) -> None:
+    kube, node = env["kube"], env["node"]
+    spec = {**env["ref"], "name": "ref-ring", "limits": {"ringSize": 3, "messageTtl": 5000}}
+    kube.create("Queue", "queues", "ring", spec)
+    _wait(kit, kube, "queues", "ring", ("True", "Declared"))
+    _, queue = _call(node, "GET", "/api/queues/%2F/ref-ring")
+    assert queue["arguments"] == {
+        "x-max-length": 3,
+        "x-overflow": "drop-head",
+        "x-message-ttl": 5000,
+    }
+    kube.patch_spec("queues", "ring", {"limits": {"ringSize": 5}})
+    obj = _wait(kit, kube, "queues", "ring", ("False", "ArgumentsImmutable"))
+    assert "Policy" in obj["status"]["conditions"][0]["message"]
+    assert _call(node, "GET", "/api/queues/%2F/ref-ring")[1]["arguments"]["x-max-length"] == 3
+    kube.delete("queues", "ring")
+    kit.wait_for(lambda: kube.get("queues", "ring") is None, 20, "CR gone")
+    assert _call(node, "GET", "/api/queues/%2F/ref-ring")[0] == 404  # it was empty
+
+
+def test_policy_and_operator_policy(env: dict[str, Any], kit: Any) -> None:
+    kube, node = env["kube"], env["node"]
+    ref = env["ref"]
+    kube.create("Policy", "policies", "lengths",
+                {**ref, "pattern": "^ref-", "applyTo": "queues", "priority": 3,
+                 "definition": {"max-length": 50}})  # fmt: skip
+    kube.create("OperatorPolicy", "operatorpolicies", "caps",
+                {**ref, "pattern": "^ref-", "definition": {"max-length": 20}})  # fmt: skip
+    _wait(kit, kube, "policies", "lengths", ("True", "Declared"))
+    _wait(kit, kube, "operatorpolicies", "caps", ("True", "Declared"))
+    _, policy = _call(node, "GET", "/api/policies/%2F/lengths")
+    assert (policy["pattern"], policy["priority"], policy["definition"]) == (
+        "^ref-", 3, {"max-length": 50},
+    )  # fmt: skip
+    _, operator_policy = _call(node, "GET", "/api/operator-policies/%2F/caps")
+    assert operator_policy["definition"] == {"max-length": 20}
+    kube.patch_spec("policies", "lengths", {"definition": {"max-length": 40}})
+    kit.wait_for(
+        lambda: (
+            _call(node, "GET", "/api/policies/%2F/lengths")[1]["definition"] == {"max-length": 40}
+        ),
+        20,
+        "policy updated in place",
+    )
+    # A definition RabbitMQ refuses is BrokerRejected, with the broker's reason.
+    kube.create(
+        "Policy", "policies", "bad", {**ref, "pattern": ".", "definition": {"max-length": "x"}}
+    )
+    obj = _wait(kit, kube, "policies", "bad", ("False", "BrokerRejected"))
+    assert "not a valid maximum length" in obj["status"]["conditions"][0]["message"]
+    for plural, name in (
+        ("policies", "lengths"),
+        ("operatorpolicies", "caps"),
+        ("policies", "bad"),
+    ):
+        kube.delete(plural, name)
+    kit.wait_for(lambda: kube.get("operatorpolicies", "caps") is None, 20, "gone")
+    assert _call(node, "GET", "/api/operator-policies/%2F/caps")[0] == 404
