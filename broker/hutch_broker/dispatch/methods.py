@@ -16,6 +16,7 @@ from pamqp import commands
 
 from hutch_broker.dispatch import publishing
 from hutch_broker.dispatch.channels import Channel
+from hutch_broker.model import arguments as arguments_mod
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.protocol import errors
 
@@ -59,6 +60,15 @@ def exchange_declare(session: Session, channel: Channel, m: Any, now_ms: int) ->
         vhost.get_exchange(m.exchange)
     else:
         session.check_permission("configure", "exchange", m.exchange)
+        alternate = (m.arguments or {}).get("alternate-exchange")
+        new = m.exchange not in vhost.exchanges and not m.exchange.startswith("amq.")
+        if alternate is not None and new:
+            # CN-6: a new exchange with an AE needs read on itself and write on the AE.
+            arguments_mod.check_exchange_name_type(
+                "exchange", m.exchange, vhost.name, "alternate-exchange", alternate
+            )
+            session.check_permission("read", "exchange", m.exchange)
+            session.check_permission("write", "exchange", _text(alternate))
         vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
@@ -73,6 +83,11 @@ def exchange_declare(session: Session, channel: Channel, m: Any, now_ms: int) ->
 def exchange_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
     if m.exchange == "":
         raise errors.access_refused("operation not permitted on the default exchange")
+    if m.exchange.startswith("amq."):
+        raise errors.access_refused(
+            f"deletion of system exchange '{m.exchange}' in vhost '{_vhost(session).name}' "
+            "not allowed"
+        )
     session.check_permission("configure", "exchange", m.exchange)
     _vhost(session).delete_exchange(m.exchange, if_unused=m.if_unused)
     _reply(session, channel, commands.Exchange.DeleteOk(), m.nowait)
@@ -81,9 +96,10 @@ def exchange_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> 
 def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
     vhost = _vhost(session)
     session.check_permission("write", "exchange", m.destination)
-    session.check_permission("read", "exchange", m.source)
     if m.source == "" or m.destination == "":
         raise errors.access_refused("operation not permitted on the default exchange")
+    session.check_permission("read", "exchange", m.source)
+    vhost.get_exchange(m.source)  # with both ends missing, RabbitMQ names the source
     return vhost, vhost.get_exchange(m.destination)
 
 
@@ -118,6 +134,8 @@ def queue_declare(session: Session, channel: Channel, m: Any, now_ms: int) -> No
         name = m.queue
         if name:
             session.check_permission("configure", "queue", name)
+            if name not in vhost.queues:
+                _check_dead_letter_permissions(session, vhost.name, name, m.arguments or {})
         queue, created = vhost.declare_queue(
             name,
             durable=m.durable,
@@ -132,18 +150,36 @@ def queue_declare(session: Session, channel: Channel, m: Any, now_ms: int) -> No
     _reply(session, channel, reply, m.nowait)
 
 
-def queue_bind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
-    queue = _queue(session, m.queue)
+def _check_dead_letter_permissions(
+    session: Session, vhost: str, queue: str, arguments: dict[str, Any]
+) -> None:
+    """CN-6: a new queue with a DLX needs read on itself and write on the DLX, as RabbitMQ's
+    channel checks at declare (dead-lettering itself checks nothing, DLX-2)."""
+    arguments_mod.check_dead_letter_exchange_type(queue, vhost, arguments)
+    dlx = arguments.get("x-dead-letter-exchange")
+    if dlx is not None:
+        session.check_permission("read", "queue", queue)
+        session.check_permission("write", "exchange", _text(dlx))
+
+
+def _queue_edge(session: Session, m: Any) -> Queue:
+    """RabbitMQ's order: permissions, then the source exchange, then the queue."""
     session.check_permission("write", "queue", m.queue)
+    if m.exchange == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
     session.check_permission("read", "exchange", m.exchange)
+    _vhost(session).get_exchange(m.exchange)
+    return _queue(session, m.queue)
+
+
+def queue_bind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+    queue = _queue_edge(session, m)
     _vhost(session).bind(m.exchange, queue, m.routing_key, m.arguments or {})
     _reply(session, channel, commands.Queue.BindOk(), m.nowait)
 
 
 def queue_unbind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
-    queue = _queue(session, m.queue)
-    session.check_permission("write", "queue", m.queue)
-    session.check_permission("read", "exchange", m.exchange)
+    queue = _queue_edge(session, m)
     _vhost(session).unbind(m.exchange, queue, m.routing_key, m.arguments or {})
     _reply(session, channel, commands.Queue.UnbindOk())
 

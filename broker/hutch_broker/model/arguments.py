@@ -10,6 +10,8 @@ JSON numbers from the HTTP API are ``long``.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from typing import Any, Final
 
 from hutch_broker.protocol import errors
@@ -45,6 +47,8 @@ LIMIT_ARGUMENTS: Final = frozenset(
 _NON_NEGATIVE: Final = ("x-message-ttl", "x-max-length", "x-max-length-bytes")
 _POSITIVE: Final = ("x-expires", "x-ring-size")
 _REJECTED: Final = ("x-max-priority", "x-single-active-consumer")
+_EXPIRY: Final = ("x-message-ttl", "x-expires")
+MAX_EXPIRY_MS: Final = 315_360_000_000  # RabbitMQ's ?MAX_EXPIRY_TIMER: ten years
 
 
 def type_name(value: Any, source: str = "amqp") -> str:
@@ -57,6 +61,10 @@ def type_name(value: Any, source: str = "amqp") -> str:
         return "signedint"
     if isinstance(value, float):
         return "double"
+    if isinstance(value, decimal.Decimal):
+        return "decimal"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
     if isinstance(value, str | bytes):
         return "longstr"
     if isinstance(value, dict):
@@ -90,20 +98,39 @@ def _check_integer(arg: str, value: Any, queue: str, vhost: str) -> None:
     if arg in _POSITIVE and value < 1:
         kind = "value_zero" if value == 0 else "value_negative"
         raise _invalid(arg, queue, vhost, f"{{{kind},{value}}}")
+    if arg in _EXPIRY and value > MAX_EXPIRY_MS:
+        raise _invalid(arg, queue, vhost, f"{{value_too_large,{value}}}")
+
+
+def check_exchange_name_type(kind: str, name: str, vhost: str, arg: str, value: Any) -> None:
+    """A DLX or AE name must be a longstr; RabbitMQ's channel checks this before the rest."""
+    if value is not None and not isinstance(value, str | bytes):
+        raise errors.precondition_failed(
+            f"invalid type '{type_name(value)}' for arg '{arg}' in {kind} '{name}' in vhost "
+            f"'{vhost}'"
+        )
+
+
+def check_dead_letter_exchange_type(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
+    dlx = arguments.get("x-dead-letter-exchange")
+    check_exchange_name_type("queue", queue, vhost, "x-dead-letter-exchange", dlx)
 
 
 def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
     """Q-3: refuse a bad argument with RabbitMQ's 406 text; changes nothing."""
+    check_dead_letter_exchange_type(queue, vhost, arguments)
     for arg in (*_NON_NEGATIVE, *_POSITIVE):
         if arg in arguments:
             _check_integer(arg, arguments[arg], queue, vhost)
     overflow = arguments.get("x-overflow")
+    if overflow is not None and not isinstance(overflow, str | bytes):
+        raise _invalid("x-overflow", queue, vhost, f"{{unacceptable_type,{type_name(overflow)}}}")
     if overflow is not None and format_value(overflow) not in OVERFLOW_MODES:
         raise _invalid("x-overflow", queue, vhost, "invalid_overflow")
-    for arg in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
-        value = arguments.get(arg)
-        if value is not None and not isinstance(value, str | bytes):
-            raise _invalid(arg, queue, vhost, f"{{unacceptable_type,{type_name(value)}}}")
+    routing_key = arguments.get("x-dead-letter-routing-key")
+    if routing_key is not None and not isinstance(routing_key, str | bytes):
+        detail = f"{{unacceptable_type,{type_name(routing_key)}}}"
+        raise _invalid("x-dead-letter-routing-key", queue, vhost, detail)
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
         raise _invalid("x-dead-letter-routing-key", queue, vhost, "routing_key_but_no_dlx_defined")
     queue_type = arguments.get("x-queue-type")

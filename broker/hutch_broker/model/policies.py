@@ -74,9 +74,14 @@ _NON_NEGATIVE: Final = {
     "max-in-memory-bytes": "maximum in-memory bytes",
     "delivery-limit": "delivery limit",
 }
-_POSITIVE: Final = {"expires": "queue TTL", "ring-size": "ring size"}
-_STRINGS: Final = ("dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange")
+_POSITIVE: Final = {"expires": "queue expiry", "ring-size": "ring size"}
+_STRINGS: Final = {
+    "dead-letter-exchange": "dead letter exchange name",
+    "dead-letter-routing-key": "dead letter routing key",
+    "alternate-exchange": "alternate exchange name",
+}
 _OVERFLOW: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
+_QUEUE_MODES: Final = ("default", "lazy")
 
 
 @dataclass(slots=True)
@@ -146,7 +151,7 @@ def validate(body: Any, *, operator: bool) -> tuple[Policy | None, str | None]:
         )
     priority = body.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        return None, f"priority should be a number but is {erlang_term(priority)}"
+        return None, f"priority should be a number, actually was {erlang_term(priority)}"
     detail = validate_definition(definition, operator=operator)
     if detail is not None:
         return None, detail
@@ -174,9 +179,11 @@ def _validate_value(key: str, value: Any) -> str | None:
     if key in _POSITIVE and (not is_int or value < 1):
         return f"{erlang_term(value)} is not a valid {_POSITIVE[key]}"
     if key in _STRINGS and not isinstance(value, str):
-        return f"{erlang_term(value)} is not a valid {key.replace('-', ' ')}"
+        return f"{erlang_term(value)} is not a valid {_STRINGS[key]}"
     if key == "overflow" and value not in _OVERFLOW:
         return f"{erlang_term(value)} is not a valid overflow value"
+    if key == "queue-mode" and value not in _QUEUE_MODES:
+        return f"{erlang_term(value)} is not a valid queue-mode value"
     return None
 
 

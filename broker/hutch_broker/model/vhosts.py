@@ -101,6 +101,10 @@ class VirtualHost:
             return existing, False
         if name.startswith("amq."):
             raise errors.access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        alternate = arguments.get("alternate-exchange")
+        args_mod.check_exchange_name_type(
+            "exchange", name, self.name, "alternate-exchange", alternate
+        )
         exchange = make_exchange(
             name,
             exchange_type,
@@ -262,7 +266,7 @@ class VirtualHost:
             return 0
         if if_unused and queue.consumers:
             raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' in use")
-        if if_empty and (queue.ready_count or queue.unacked_count):
+        if if_empty and queue.ready_count:  # unacked messages do not count, as in RabbitMQ
             raise errors.precondition_failed(f"queue '{name}' in vhost '{self.name}' is not empty")
         return self.remove_queue(queue)
 
@@ -340,14 +344,37 @@ class VirtualHost:
     def route(
         self, exchange: Exchange, routing_keys: Iterable[str], message: Message
     ) -> list[Queue]:
-        """Every queue the message reaches, once each (EX-4, EX-5, AE-2)."""
+        """Every queue the message reaches, once each (EX-4, EX-5, AE-2).
+
+        Each exchange is visited once and matches all the routing keys (the key plus CC/BCC)
+        together, as RabbitMQ routes a delivery; only when none of them matched does its
+        alternate exchange get the message.
+        """
         if exchange is self.default_exchange:
             return self._route_default(routing_keys)
+        keys = routing_keys if isinstance(routing_keys, list) else list(routing_keys)
         found: list[Queue] = []
         seen: set[int] = set()
-        visited: set[int] = set()
-        for routing_key in routing_keys:
-            self._route_from(exchange, routing_key, message, found, seen, visited)
+        visited = {id(exchange)}
+        frontier = [exchange]
+        while frontier:
+            current = frontier.pop()
+            matched = False
+            for routing_key in keys:
+                for destination in current.match(routing_key, message.headers):
+                    matched = True
+                    if isinstance(destination, Exchange):
+                        if id(destination) not in visited:
+                            visited.add(id(destination))
+                            frontier.append(destination)
+                    elif id(destination) not in seen:
+                        seen.add(id(destination))
+                        found.append(destination)
+            if not matched:
+                alternate = self._alternate_of(current, visited)
+                if alternate is not None:
+                    visited.add(id(alternate))
+                    frontier.append(alternate)
         return found
 
     def _route_default(self, routing_keys: Iterable[str]) -> list[Queue]:
@@ -357,36 +384,6 @@ class VirtualHost:
             if queue is not None and queue not in found:
                 found.append(queue)
         return found
-
-    def _route_from(
-        self,
-        exchange: Exchange,
-        routing_key: str,
-        message: Message,
-        found: list[Queue],
-        seen: set[int],
-        visited: set[int],
-    ) -> None:
-        frontier = [exchange]
-        local_visited = {id(exchange)}
-        while frontier:
-            current = frontier.pop()
-            matched = False
-            for destination in current.match(routing_key, message.headers):
-                matched = True
-                if isinstance(destination, Exchange):
-                    if id(destination) not in local_visited:
-                        local_visited.add(id(destination))
-                        frontier.append(destination)
-                elif id(destination) not in seen:
-                    seen.add(id(destination))
-                    found.append(destination)
-            if not matched:
-                alternate = self._alternate_of(current, local_visited)
-                if alternate is not None:
-                    local_visited.add(id(alternate))
-                    frontier.append(alternate)
-        visited.update(local_visited)
 
     def _alternate_of(self, exchange: Exchange, visited: set[int]) -> Exchange | None:
         name = exchange.alternate_exchange
@@ -487,8 +484,8 @@ class VirtualHost:
                 self.remove_queue(queue)
 
     def _apply_exchange_policy(self, exchange: Exchange) -> None:
-        if exchange.name == "" or exchange.name.startswith("amq."):
-            return
+        if exchange.name == "":
+            return  # the default exchange never uses an AE (EX-2); amq.* ones may
         policy = policies_mod.best_match(self.policies.values(), exchange.name, "exchange")
         value = policy.definition.get("alternate-exchange") if policy else None
         exchange.policy_alternate_exchange = value if isinstance(value, str) else None

@@ -1,0 +1,122 @@
+"""A tiny management-API client (standard library only) for tests against either broker.
+
+Why: the semantics and side-by-side tests set policies, read queue state and flip the memory
+watermark over HTTP on hutch-broker and on the reference RabbitMQ alike. Errors are data here, not
+exceptions: a test asserts the status and the body RabbitMQ-compatible clients would see.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from hutch_testing import probes
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: Any  # decoded JSON, the raw text when it is not JSON, None when empty
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def quote(name: str) -> str:
+    """A path segment as the management API expects it (`/` is `%2F`)."""
+    return urllib.parse.quote(name, safe="")
+
+
+class Management:
+    """Requests with basic auth to ``broker.http_url`` (anything with ``http_url`` and
+    ``credentials``)."""
+
+    def __init__(self, broker: Any, *, timeout: float = 10.0) -> None:
+        self.base = broker.http_url
+        self.auth = probes.basic_auth(*broker.credentials)
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None) -> Response:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(  # noqa: S310 - loopback http URL built by the fixture
+            self.base + "/api" + path,
+            data=data,
+            method=method,
+            headers={"Authorization": self.auth, "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:  # noqa: S310
+                return Response(reply.status, _decode(reply.read()))
+        except urllib.error.HTTPError as error:
+            return Response(error.code, _decode(error.read()))
+
+    def get(self, path: str) -> Response:
+        return self.request("GET", path)
+
+    def put(self, path: str, body: Any) -> Response:
+        return self.request("PUT", path, body)
+
+    def post(self, path: str, body: Any) -> Response:
+        return self.request("POST", path, body)
+
+    def delete(self, path: str) -> Response:
+        return self.request("DELETE", path)
+
+    # -- shortcuts for the objects the tests touch most ------------------------------------------
+
+    def queue(self, name: str, vhost: str = "/") -> dict[str, Any]:
+        """``GET /api/queues/{vhost}/{name}``; fails the test when it is missing."""
+        response = self.get(f"/queues/{quote(vhost)}/{quote(name)}")
+        if response.status != 200 or not isinstance(response.body, dict):
+            raise AssertionError(f"queue {name!r} in vhost {vhost!r}: {response}")
+        return response.body
+
+    def queue_exists(self, name: str, vhost: str = "/") -> bool:
+        return self.get(f"/queues/{quote(vhost)}/{quote(name)}").status == 200
+
+    def put_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        *,
+        priority: int = 0,
+        apply_to: str = "queues",
+        vhost: str = "/",
+        operator: bool = False,
+    ) -> Response:
+        kind = "operator-policies" if operator else "policies"
+        body = {
+            "pattern": pattern,
+            "definition": definition,
+            "priority": priority,
+            "apply-to": apply_to,
+        }
+        return self.put(f"/{kind}/{quote(vhost)}/{quote(name)}", body)
+
+    def set_policy(
+        self, name: str, pattern: str, definition: dict[str, Any], **kwargs: Any
+    ) -> None:
+        """``put_policy`` that must succeed (201 or 204)."""
+        response = self.put_policy(name, pattern, definition, **kwargs)
+        if response.status not in (201, 204):
+            raise AssertionError(f"policy {name!r} refused: {response}")
+
+    def delete_policy(self, name: str, *, vhost: str = "/", operator: bool = False) -> Response:
+        kind = "operator-policies" if operator else "policies"
+        return self.delete(f"/{kind}/{quote(vhost)}/{quote(name)}")
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return None
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -1,0 +1,50 @@
+"""Fixtures for the behaviour-contract tests: a fresh hutch-broker per test, pika and HTTP.
+
+Every test here observes hutch-broker the way a client does (AMQP over loopback with pika, the
+management API over HTTP) and carries the contract ID of shared/design/broker-semantics.md in its
+name.
+"""
+
+from collections.abc import Iterator
+
+import pytest
+from hutch_testing.brokers import HutchBroker
+from hutch_testing.clients import connect
+from hutch_testing.management import Management
+from hutch_testing.steps import confirm_channel
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+
+@pytest.fixture
+def hutch_broker(hutch_broker_factory) -> Iterator[HutchBroker]:
+    """The plugin's fresh broker, killed rather than shut down cleanly after the test.
+
+    No test here is about shutdown, and skipping the graceful stop keeps the suite fast.
+    """
+    broker = hutch_broker_factory()
+    yield broker
+    broker.stop(graceful=False)
+
+
+@pytest.fixture
+def connection(hutch_broker) -> Iterator[BlockingConnection]:
+    conn = connect(hutch_broker)
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def channel(connection) -> BlockingChannel:
+    return connection.channel()
+
+
+@pytest.fixture
+def confirms(connection) -> BlockingChannel:
+    """A second channel on the same connection, in confirm mode."""
+    return confirm_channel(connection)
+
+
+@pytest.fixture
+def api(hutch_broker) -> Management:
+    return Management(hutch_broker)
