@@ -136,16 +136,7 @@ def test_pol_8_validation_texts_for_each_key(target):
     )
 
 
-def test_pol_8_missing_pattern_or_definition(target, request):
-    if target.is_hutch:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="admin/handlers/policies.py wraps every refusal in 'Validation failed', "
-                "while RabbitMQ answers a missing key with the bare reason "
-                "'[{key_missing,pattern}]' (admin/ is outside this change)",
-            )
-        )
+def test_pol_8_missing_pattern_or_definition(target):
     path = f"/policies/%2F/{target.name('p')}"
 
     no_pattern = target.api.put(path, {"definition": {"max-length": 1}})
@@ -354,16 +345,7 @@ def test_management_json_key_sets_and_policy_fields(target):
     ]
 
 
-def test_exchange_json_names_its_policy_and_creator(target, request):
-    if target.is_hutch:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="admin/views/exchanges.py omits 'policy' for an exchange a policy applies "
-                "to and sends 'user_who_performed_action' as ''; the model keeps neither the "
-                "exchange policy's name nor the declaring user (admin/ is outside this change)",
-            )
-        )
+def test_exchange_json_names_its_policy_and_creator(target):
     ch = target.channel()
     n = target.name
     target.api.set_policy(

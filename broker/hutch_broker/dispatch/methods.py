@@ -69,7 +69,7 @@ def exchange_declare(session: Session, channel: Channel, m: Any, now_ms: int) ->
             )
             session.check_permission("read", "exchange", m.exchange)
             session.check_permission("write", "exchange", _text(alternate))
-        vhost.declare_exchange(
+        exchange, created = vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
             durable=m.durable,
@@ -77,6 +77,8 @@ def exchange_declare(session: Session, channel: Channel, m: Any, now_ms: int) ->
             internal=m.internal,
             arguments=m.arguments or {},
         )
+        if created and session.user is not None:
+            exchange.declared_by = session.user.name
     _reply(session, channel, commands.Exchange.DeclareOk(), m.nowait)
 
 

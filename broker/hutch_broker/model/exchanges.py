@@ -91,6 +91,8 @@ class Exchange:
         # can unlink them from their sources.
         self.incoming: dict[int, Binding] = {}
         self.policy_alternate_exchange: str | None = None
+        self.policy_name: str | None = None  # the user policy that applies, for the API
+        self.declared_by = ""  # the user who created it, for user_who_performed_action
         self.stats_publish_in = 0
         self.stats_publish_out = 0
 

@@ -487,5 +487,6 @@ class VirtualHost:
         if exchange.name == "":
             return  # the default exchange never uses an AE (EX-2); amq.* ones may
         policy = policies_mod.best_match(self.policies.values(), exchange.name, "exchange")
+        exchange.policy_name = policy.name if policy else None
         value = policy.definition.get("alternate-exchange") if policy else None
         exchange.policy_alternate_exchange = value if isinstance(value, str) else None

@@ -85,7 +85,7 @@ async def put_exchange(request: web.Request) -> web.Response:
         raise errors.not_authorized("operation not permitted on the default exchange")
     auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
     try:
-        _, created = vhost.declare_exchange(
+        exchange, created = vhost.declare_exchange(
             name,
             kind,
             durable=durable,
@@ -95,6 +95,8 @@ async def put_exchange(request: web.Request) -> web.Response:
         )
     except amqp_errors.AMQPError as exc:
         raise errors.from_amqp(exc) from None
+    if created:
+        exchange.declared_by = user.name
     return support.created_or_updated(created)
 
 

@@ -48,6 +48,10 @@ def _policy_vhosts(broker: Broker, user: access.User, *, operator: bool) -> list
 
 
 def parse_policy(body: object, *, vhost: str, name: str, operator: bool) -> policies_mod.Policy:
+    if isinstance(body, dict):
+        for key in ("pattern", "definition"):
+            if key not in body:  # RabbitMQ answers a missing key without "Validation failed"
+                raise errors.bad_request(f"[{{key_missing,{key}}}]")
     policy, detail = policies_mod.validate(body, operator=operator)
     if policy is None:
         raise errors.validation_failed(detail or "invalid policy")

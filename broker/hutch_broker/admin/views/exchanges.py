@@ -25,8 +25,12 @@ def exchange_item(exchange: Exchange) -> dict[str, Any]:
         "auto_delete": exchange.auto_delete,
         "internal": exchange.internal,
         "arguments": formatting.jsonable(exchange.arguments),
-        "user_who_performed_action": "rmq-internal" if is_builtin(exchange) else "",
+        "user_who_performed_action": (
+            "rmq-internal" if is_builtin(exchange) else exchange.declared_by
+        ),
     }
+    if exchange.policy_name is not None:
+        item["policy"] = exchange.policy_name
     stats = formatting.activity(
         {"publish_in": exchange.stats_publish_in, "publish_out": exchange.stats_publish_out}
     )
