@@ -18,7 +18,7 @@ test: bootstrap rabbitmq k8s-bins check
 
 check: bootstrap
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check broker testing tests bench
+	$(VENV)/bin/ruff format --check broker operator spark testing tests bench
 	$(VENV)/bin/mypy
 
 unit: bootstrap

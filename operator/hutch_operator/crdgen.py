@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from hutch_operator import schemas
 from hutch_operator.models import common, kinds

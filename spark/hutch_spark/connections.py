@@ -1,0 +1,39 @@
+"""AMQP connection parameters for the source, the batch reader and the sink.
+
+Why here and not in options.py: credentials must be read in the process that connects (the
+driver's streaming runner, or an executor for batch reads and the sink), from the environment
+that Kubernetes fills from a Secret (`spark.kubernetes.driver.secretKeyRef.*`). They are never
+part of the options Spark pickles into plans and prints in `explain()`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import pika
+
+USERNAME_ENV = "HUTCH_AMQP_USERNAME"
+PASSWORD_ENV = "HUTCH_AMQP_PASSWORD"  # noqa: S105 - the name of a variable, not a secret
+
+
+def parameters(
+    uri: str,
+    *,
+    connection_name: str,
+    heartbeat_s: int = 30,
+    env: Mapping[str, str] | None = None,
+) -> pika.URLParameters:
+    """pika parameters for `uri`; credentials from the URI, else from the environment."""
+    environment = os.environ if env is None else env
+    params = pika.URLParameters(uri)
+    if urlsplit(uri).username is None and USERNAME_ENV in environment:
+        params.credentials = pika.PlainCredentials(
+            environment[USERNAME_ENV], environment.get(PASSWORD_ENV, "")
+        )
+    params.heartbeat = heartbeat_s
+    params.blocked_connection_timeout = 300
+    params.connection_attempts = 1
+    params.client_properties = {"connection_name": connection_name, "product": "hutch-spark"}
+    return params

@@ -1,0 +1,365 @@
+"""The driver-side queue consumer: a daemon I/O thread that owns the AMQP connection.
+
+Why a thread: Spark calls the stream reader synchronously, and between two calls the driver may
+spend minutes running a batch. The connection must keep answering heartbeats meanwhile, and
+deliveries should keep filling the buffer up to the prefetch window. So a pika
+`SelectConnection` lives in its own thread; the runner's thread talks to it only through a
+lock-protected buffer and `add_callback_threadsafe` (pika objects are not thread-safe).
+
+Rules (design: spark.md §2.1):
+- `basic.qos(prefetch)` bounds the buffer; it is the back-pressure.
+- Each channel is an *epoch*. When it closes, buffered deliveries are dropped (the broker
+  re-queues them) and acks for the old epoch are never sent: a tag from another channel gets
+  406 PRECONDITION_FAILED and closes the channel.
+- Reconnects back off 1, 2, 4 ... 30 s. After `give_up_after_s` of failures, on an
+  authentication failure, a missing queue (404), an access refusal (403, for example an
+  exclusive consumer elsewhere) or a broker `basic.cancel` (queue deleted), the consumer stops
+  and the next call raises HutchConnectionError naming the queue.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.select_connection import SelectConnection
+
+from hutch_spark.errors import HutchConnectionError
+from hutch_spark.records import Delivery
+
+log = logging.getLogger(__name__)
+
+_FATAL_OPEN_ERRORS = (
+    pika.exceptions.ProbableAuthenticationError,
+    pika.exceptions.AuthenticationError,
+    pika.exceptions.ProbableAccessDeniedError,
+)
+
+
+class QueueConsumer:
+    """Consumes one queue with manual acks into a bounded buffer; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        parameters: pika.ConnectionParameters,
+        queue: str,
+        prefetch: int,
+        exclusive: bool = False,
+        consumer_arguments: dict[str, Any] | None = None,
+        give_up_after_s: float = 300.0,
+        max_backoff_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.queue = queue
+        self._parameters = parameters
+        self._prefetch = prefetch
+        self._exclusive = exclusive
+        self._arguments = consumer_arguments or {}
+        self._give_up_after_s = give_up_after_s
+        self._max_backoff_s = max_backoff_s
+        self._clock = clock
+        # Shared with the runner's thread, guarded by _cond.
+        self._cond = threading.Condition()
+        self._buffer: collections.deque[Delivery] = collections.deque()
+        self._runner_waiting = False
+        self._live_epoch: int | None = None
+        self._fatal: HutchConnectionError | None = None
+        self._connection: SelectConnection | None = None
+        self._stopping = threading.Event()
+        self._consuming = threading.Event()
+        self._thread: threading.Thread | None = None
+        # Touched by the I/O thread only.
+        self._epochs = 0
+        self._channel: Any = None
+        self._acked_tag = 0
+        self._backoff_s = 1.0
+        self._failing_since: float | None = None
+        self._last_error = "not connected yet"
+
+    # --- the runner's side -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the I/O thread; it connects, consumes and reconnects by itself."""
+        self._thread = threading.Thread(
+            target=self._run, name=f"hutch-consumer-{self.queue}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def live_epoch(self) -> int | None:
+        """The epoch of the open channel, or None while disconnected."""
+        with self._cond:
+            return self._live_epoch
+
+    def wait_until_consuming(self, timeout_s: float) -> bool:
+        """True once basic.consume-ok arrived; raises if the consumer failed for good."""
+        deadline = time.monotonic() + timeout_s
+        while not self._consuming.is_set() and self._fatal is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._consuming.wait(min(remaining, 0.05))
+        self._raise_if_failed()
+        return self._consuming.is_set()
+
+    def take(self, *, max_messages: int, max_bytes: int, timeout_s: float) -> list[Delivery]:
+        """Up to max_messages/max_bytes buffered deliveries (at least one if any arrive)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            # Set before the buffer is checked: an append either sees it (and notifies) or
+            # happened before the check.
+            self._runner_waiting = True
+            try:
+                while not self._buffer and self._fatal is None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+            finally:
+                self._runner_waiting = False
+            self._raise_if_failed()
+            taken: list[Delivery] = []
+            size = 0
+            while self._buffer and len(taken) < max_messages:
+                body_size = len(self._buffer[0].body)
+                if taken and size + body_size > max_bytes:
+                    break
+                taken.append(self._buffer.popleft())
+                size += body_size
+            return taken
+
+    def ack_through(self, *, epoch: int, tag: int) -> None:
+        """Acks every delivery up to `tag` on channel `epoch`; a stale epoch is dropped."""
+        with self._cond:
+            connection = self._connection
+            if connection is None or epoch != self._live_epoch:
+                log.info("hutch: not acking tag %d of closed channel epoch %d", tag, epoch)
+                return
+        try:
+            connection.ioloop.add_callback_threadsafe(
+                functools.partial(self._ack_in_loop, epoch, tag)
+            )
+        except Exception as error:  # noqa: BLE001 - a closing ioloop: the epoch is over anyway
+            log.info("hutch: ack of tag %d dropped, connection closing: %s", tag, error)
+
+    def queue_depth(self, timeout_s: float) -> int:
+        """Ready messages (passive queue.declare) plus buffered ones, at one instant.
+
+        The declare-ok arrives on the same connection after every delivery the broker sent
+        before it, so counting the buffer in its callback misses nothing and counts nothing
+        twice.
+        """
+        if not self.wait_until_consuming(timeout_s):
+            raise HutchConnectionError(
+                f"hutch: could not consume from queue {self.queue!r} within {timeout_s:.0f} s: "
+                f"{self._last_error}"
+            )
+        result: concurrent.futures.Future[int] = concurrent.futures.Future()
+        with self._cond:
+            connection = self._connection
+        if connection is None:
+            raise HutchConnectionError(f"hutch: lost the connection to queue {self.queue!r}")
+        connection.ioloop.add_callback_threadsafe(functools.partial(self._declare, result))
+        return result.result(timeout=timeout_s)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Closes the connection (the broker re-queues everything unacked) and joins."""
+        self._stopping.set()
+        with self._cond:
+            connection = self._connection
+        if connection is not None:
+            try:
+                connection.ioloop.add_callback_threadsafe(self._close_in_loop)
+            except Exception as error:  # noqa: BLE001 - already closed
+                log.debug("hutch: consumer already closed: %s", error)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _raise_if_failed(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+
+    # --- the I/O thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._serve_one_connection()
+            if self._stopping.is_set() or self._fatal is not None:
+                break
+            now = self._clock()
+            if self._failing_since is None:
+                self._failing_since = now
+            if now - self._failing_since >= self._give_up_after_s:
+                self._fail(
+                    f"hutch: cannot consume from queue {self.queue!r} for "
+                    f"{self._give_up_after_s:.0f} s; last error: {self._last_error}"
+                )
+                break
+            log.warning(
+                "hutch: queue %r consumer down (%s); reconnecting in %.0f s",
+                self.queue,
+                self._last_error,
+                self._backoff_s,
+            )
+            self._stopping.wait(self._backoff_s)
+            self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+
+    def _serve_one_connection(self) -> None:
+        try:
+            connection = SelectConnection(
+                self._parameters,
+                on_open_callback=self._on_open,
+                on_open_error_callback=self._on_open_error,
+                on_close_callback=self._on_closed,
+            )
+        except Exception as error:  # noqa: BLE001 - any failure to connect is retried
+            self._last_error = f"{type(error).__name__}: {error}"
+            return
+        with self._cond:
+            self._connection = connection
+        if self._stopping.is_set():
+            connection.ioloop.add_callback_threadsafe(self._close_in_loop)
+        try:
+            connection.ioloop.start()
+        finally:
+            with self._cond:
+                self._connection = None
+                self._lose_epoch()
+            self._consuming.clear()
+            connection.ioloop.close()
+
+    def _on_open(self, connection: SelectConnection) -> None:
+        connection.channel(on_open_callback=self._on_channel_open)
+
+    def _on_open_error(self, connection: SelectConnection, error: BaseException) -> None:
+        self._last_error = f"{type(error).__name__}: {error}"
+        if isinstance(error, _FATAL_OPEN_ERRORS):
+            self._fail(f"hutch: the broker refused the login for queue {self.queue!r}: {error}")
+        connection.ioloop.stop()
+
+    def _on_closed(self, connection: SelectConnection, reason: BaseException) -> None:
+        self._last_error = f"connection closed: {reason}"
+        connection.ioloop.stop()
+
+    def _on_channel_open(self, channel: Any) -> None:
+        self._channel = channel
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.add_on_cancel_callback(self._on_cancelled)
+        channel.basic_qos(prefetch_count=self._prefetch, callback=self._on_qos_ok)
+
+    def _on_qos_ok(self, _frame: Any) -> None:
+        self._epochs += 1
+        self._acked_tag = 0
+        with self._cond:
+            self._live_epoch = self._epochs
+        self._channel.basic_consume(
+            self.queue,
+            self._on_message,
+            auto_ack=False,
+            exclusive=self._exclusive,
+            arguments=self._arguments,
+            callback=self._on_consume_ok,
+        )
+
+    def _on_consume_ok(self, _frame: Any) -> None:
+        self._failing_since = None
+        self._backoff_s = 1.0
+        self._consuming.set()
+        log.info("hutch: consuming queue %r (channel epoch %d)", self.queue, self._epochs)
+
+    def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        # The hot path: no lock. Only this thread appends to or clears the buffer (deque
+        # appends are atomic), and the runner is woken only when it waits on an empty buffer.
+        epoch = self._epochs
+        if self._live_epoch != epoch:
+            return
+        self._buffer.append(
+            Delivery(
+                epoch,
+                method.delivery_tag,
+                method.redelivered,
+                method.exchange,
+                method.routing_key,
+                properties,
+                body,
+                time.time_ns() // 1000,
+            )
+        )
+        if self._runner_waiting:
+            with self._cond:
+                self._cond.notify()
+
+    def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
+        with self._cond:
+            self._lose_epoch()
+        code = getattr(reason, "reply_code", None)
+        text = getattr(reason, "reply_text", str(reason))
+        if code == 404:
+            self._fail(f"hutch: queue {self.queue!r} does not exist (404 NOT_FOUND: {text})")
+        elif code == 403:
+            self._fail(
+                f"hutch: the broker refused to let us consume queue {self.queue!r} "
+                f"(403 ACCESS_REFUSED: {text}); with exclusive=true, another consumer may hold it"
+            )
+        else:
+            self._last_error = f"channel closed: {code} {text}"
+        self._close_in_loop()
+
+    def _on_cancelled(self, _frame: Any) -> None:
+        self._fail(
+            f"hutch: the broker cancelled our consumer of queue {self.queue!r} "
+            "(basic.cancel: the queue was deleted?)"
+        )
+        self._close_in_loop()
+
+    def _ack_in_loop(self, epoch: int, tag: int) -> None:
+        channel = self._channel
+        if epoch != self._epochs or channel is None or not channel.is_open:
+            return
+        if tag > self._acked_tag:
+            channel.basic_ack(delivery_tag=tag, multiple=True)
+            self._acked_tag = tag
+
+    def _declare(self, result: concurrent.futures.Future[int]) -> None:
+        def on_declared(frame: Any) -> None:
+            result.set_result(frame.method.message_count + len(self._buffer))
+
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            result.set_exception(HutchConnectionError(f"hutch: no channel for {self.queue!r}"))
+            return
+        channel.queue_declare(self.queue, passive=True, callback=on_declared)
+
+    def _close_in_loop(self) -> None:
+        with self._cond:
+            connection = self._connection
+        if connection is None:
+            return
+        if connection.is_closing or connection.is_closed:
+            return
+        try:
+            connection.close()
+        except pika.exceptions.ConnectionWrongStateError:
+            connection.ioloop.stop()
+
+    def _lose_epoch(self) -> None:
+        """Called with _cond held: the channel is gone, and so are its deliveries."""
+        self._live_epoch = None
+        self._buffer.clear()
+        self._cond.notify_all()
+
+    def _fail(self, message: str) -> None:
+        log.error("%s", message)
+        with self._cond:
+            if self._fatal is None:
+                self._fatal = HutchConnectionError(message)
+            self._cond.notify_all()
