@@ -243,3 +243,23 @@ def test_mem_7_alarm_shows_in_nodes_health_check_and_http_publish(channel, api):
 
     api.put(WATERMARK, CLEAR_ALARM)
     assert api.get("/health/checks/alarms").body == {"status": "ok"}
+
+
+# -- MEM-6: the disk alarm works the same way ----------------------------------------------------
+
+
+def test_mem_6_disk_free_limit_blocks_publishers_with_low_on_disk(hutch_broker_factory, tmp_path):
+    config = tmp_path / "disk.conf"
+    config.write_text("disk_free_limit.absolute = 1000000TB\n")  # more than any disk has
+    broker = hutch_broker_factory(extra_args=["--config", str(config)])
+    api = Management(broker)
+    (node,) = api.get("/nodes").body
+    assert node["disk_free_alarm"] is True
+    assert api.get("/health/checks/alarms").status == 503
+    publisher = connect(broker)
+    signals = _Signals(publisher)
+    channel = publisher.channel()
+    channel.queue_declare("q")
+    publish(channel, "q", "held")
+    assert signals.wait(1) == [("blocked", "low on disk")]
+    assert _ready_over_http(api, "q") == 0

@@ -105,30 +105,36 @@ async def extensions(request: web.Request) -> web.Response:
     return support.json_response([])
 
 
-def _alarms_body(admin: AdminState, reason: str) -> dict[str, Any]:
-    return {
+def _active_alarms(admin: AdminState) -> list[str]:
+    """The resources in alarm: memory (the monitor) and disk (as /api/nodes reports it)."""
+    alarms = ["memory"] if admin.memory.alarm else []
+    if _disk_free(admin.node.data_dir) < admin.node.disk_free_limit:
+        alarms.append("disk")
+    return alarms
+
+
+def _alarms_response(admin: AdminState, reason: str) -> web.Response:
+    alarms = _active_alarms(admin)
+    if not alarms:
+        return support.json_response({"status": "ok"})
+    body = {
         "status": "failed",
         "reason": reason,
-        "alarms": [{"node": admin.node_name, "resource": "memory"}],
+        "alarms": [{"node": admin.node_name, "resource": resource} for resource in alarms],
     }
+    return support.json_response(body, status=503)
 
 
 @routes.get("/api/health/checks/alarms")
 async def health_alarms(request: web.Request) -> web.Response:
     admin = support.state(request)
-    if admin.memory.alarm:
-        body = _alarms_body(admin, "There are alarms in effect in the cluster")
-        return support.json_response(body, status=503)
-    return support.json_response({"status": "ok"})
+    return _alarms_response(admin, "There are alarms in effect in the cluster")
 
 
 @routes.get("/api/health/checks/local-alarms")
 async def health_local_alarms(request: web.Request) -> web.Response:
     admin = support.state(request)
-    if admin.memory.alarm:
-        body = _alarms_body(admin, "There are alarms in effect on the node")
-        return support.json_response(body, status=503)
-    return support.json_response({"status": "ok"})
+    return _alarms_response(admin, "There are alarms in effect on the node")
 
 
 @routes.get("/api/aliveness-test/{vhost}")
