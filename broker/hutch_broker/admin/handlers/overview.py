@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-from typing import Any
 
 from aiohttp import web
 
