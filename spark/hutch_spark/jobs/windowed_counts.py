@@ -74,12 +74,19 @@ def session(master: str | None) -> SparkSession:
     starts.)
     """
     # UTC: result message ids and JSON carry window starts as ...Z timestamps.
-    builder = SparkSession.builder.appName("hutch-windowed-counts").config(
-        "spark.sql.session.timeZone", "UTC"
+    builder = (
+        SparkSession.builder.appName("hutch-windowed-counts")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")  # stage bars flood job logs
     )
     if master is not None:
         builder = builder.master(master)
     spark = builder.getOrCreate()
+    explicit = spark.sparkContext.getConf()
+    # Spark's default of 200 shuffle partitions makes every micro-batch of this small
+    # aggregation run 200 tasks per stage; honour a value spark-submit set, else use 8.
+    if not explicit.contains("spark.sql.shuffle.partitions"):
+        spark.conf.set("spark.sql.shuffle.partitions", "8")
     hutch_spark.register(spark)
     return spark
 
