@@ -3,13 +3,17 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test check unit bench bootstrap rabbitmq k8s-bins plane clean
+.PHONY: run broker test check unit bench bench-report e2e bootstrap rabbitmq k8s-bins plane clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
 
-## The main job: a hutch-broker on localhost (AMQP 5672, management 15672).
+## The main job: the whole chain on a local control plane and a summary (ARGS=--keep keeps it up).
 run: bootstrap
+	@bash scripts/quickstart.sh $(ARGS)
+
+## A lone hutch-broker on 127.0.0.1 (AMQP 5672, management 15672).
+broker: bootstrap
 	@bash scripts/run.sh
 
 ## The whole test suite, exactly as CI runs it.
@@ -18,7 +22,7 @@ test: bootstrap rabbitmq k8s-bins check
 
 check: bootstrap
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check broker operator spark testing tests bench
+	$(VENV)/bin/ruff format --check broker operator spark testing tests e2e bench
 	$(VENV)/bin/mypy
 
 unit: bootstrap
@@ -34,8 +38,16 @@ k8s-bins:
 plane: bootstrap k8s-bins
 	$(PY) tests/k8s/plane.py up --tier workloads
 
-bench: bootstrap rabbitmq
-	$(PY) bench/run.py
+## The chain under pytest; E2E_KUBECONFIG=path runs it on kind or any cluster.
+e2e: bootstrap k8s-bins
+	$(PY) -m pytest e2e -m e2e $(if $(E2E_KUBECONFIG),--kubeconfig=$(E2E_KUBECONFIG))
+
+## Broker, operator and Spark benchmarks side by side with RabbitMQ, then docs/bench/report.md.
+bench: bootstrap rabbitmq k8s-bins
+	$(PY) bench/all.py
+
+bench-report: bootstrap
+	$(PY) bench/comparison.py
 
 clean:
 	rm -rf $(VENV) .hutch-dev test-artifacts

@@ -1,0 +1,149 @@
+"""e2e fixtures: the quickstart's chain (hutch_testing.chain) against a real control plane.
+
+Why: the e2e suite checks the mission end to end through the very steps the quickstart runs:
+CRDs, the operator as a process, the Broker from examples/broker.yaml, the broker it configured,
+the examples' topology, then per-test objects. One plane, one operator and two Brokers serve the
+whole run (``hutch`` from the examples, ``hutch-small`` for the watermark test), so the suite
+pays the start-up once.
+
+Where: the local workloads plane of tests/k8s/plane.py by default (loaded by path, as
+tests/conftest.py does); ``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any cluster
+instead (kind), where brokers are real Pods reached through ``kubectl port-forward``. Under
+``HUTCH_K8S_REQUIRED=1`` (CI) a plane that cannot start, or Spark that cannot run, fails the
+run; locally those tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hutch_testing import chain, clusters, summaries
+
+_PLANE = Path(__file__).resolve().parents[1] / "tests" / "k8s" / "plane.py"
+if "hutch_k8s_plane" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location("hutch_k8s_plane", _PLANE)
+    assert _spec is not None
+    assert _spec.loader is not None
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules["hutch_k8s_plane"] = _module
+    _spec.loader.exec_module(_module)
+
+pytest_plugins = ["hutch_k8s_plane"]
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+E2E_TIMEOUT = 300  # seconds per test; the first one also pays for plane and chain start-up
+SMALL_BROKER = "hutch-small"
+_FAILED: list[str] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kubeconfig",
+        default=os.environ.get("HUTCH_E2E_KUBECONFIG") or None,
+        help="run e2e against this cluster (kind) instead of the local plane "
+        "(env HUTCH_E2E_KUBECONFIG)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: end to end through operator, broker and Spark")
+    config.addinivalue_line("markers", "spark: needs pyspark, pyarrow and Java")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Local runs are k8s tests (the plane plugin's skip/REQUIRED rules); all get a timeout."""
+    local = config.getoption("--kubeconfig") is None
+    for item in items:
+        if local:
+            item.add_marker(pytest.mark.k8s)
+        if not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Spark tests need Java and pyspark: skip locally, fail under CI or HUTCH_K8S_REQUIRED."""
+    if item.get_closest_marker("spark") is None:
+        return
+    problems = summaries.prerequisite_problems()
+    if not problems:
+        return
+    required = (
+        os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+        or os.environ.get("HUTCH_K8S_REQUIRED") == "1"
+    )
+    if required:
+        pytest.fail(f"Spark e2e must run here but cannot: {problems}", pytrace=False)
+    pytest.skip(f"Spark unavailable: {problems}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        _FAILED.append(report.nodeid)
+
+
+@pytest.fixture(scope="session")
+def e2e_cluster(request: pytest.FixtureRequest) -> clusters.Cluster:
+    """The cluster under test: an external kubeconfig, else the local workloads plane."""
+    kubeconfig = request.config.getoption("--kubeconfig")
+    if kubeconfig:
+        return clusters.external_cluster(Path(kubeconfig))
+    return clusters.local_cluster(request.getfixturevalue("workloads"))
+
+
+@pytest.fixture(scope="session")
+def hutch(
+    e2e_cluster: clusters.Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[chain.Chain]:
+    """The chain, up to the examples' topology Ready on the Broker ``hutch``."""
+    namespace = f"e2e-{secrets.token_hex(3)}"
+    line = chain.Chain(
+        e2e_cluster,
+        namespace,
+        tmp_path_factory.mktemp("chain"),
+        broker_names=("hutch", SMALL_BROKER),
+    )
+    try:
+        line.apply_crds()
+        line.create_namespace(volumes=["2Gi"])  # hutch-small uses an emptyDir
+        line.start_operator()
+        line.create_broker()
+        line.start_broker()
+        line.apply_topology(chain.EXAMPLES / "topology.yaml")
+        yield line
+    finally:
+        try:
+            if not e2e_cluster.local:  # the local plane is thrown away whole
+                e2e_cluster.kubectl("delete", "namespace", namespace, "--wait", "--timeout=120s")
+        finally:
+            line.stop()
+            if _FAILED:
+                _save_logs(line)
+
+
+def _save_logs(line: chain.Chain) -> None:
+    """Operator, broker and job logs next to the plane's, for CI to upload."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    target = ARTIFACTS / f"e2e-{stamp}-{os.getpid()}"
+    shutil.copytree(line.work_dir, target, dirs_exist_ok=True, ignore=_no_data)
+    sys.stderr.write(f"\ne2e: chain logs saved to {target}\n")
+
+
+def _no_data(_directory: str, names: list[str]) -> list[str]:
+    return [n for n in names if n in ("data", "checkpoint", "counts", "hutch-broker.local.conf")]
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short suffix that keeps each test's broker objects apart on the shared Broker."""
+    return secrets.token_hex(3)

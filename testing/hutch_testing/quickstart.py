@@ -1,0 +1,269 @@
+"""The main job in one command: the whole Hutch chain on the local control plane, summarised.
+
+Why: a newcomer should see the real thing work (CRDs, operator, a Broker, the broker it
+configured, topology from the examples, events, the Spark job) in one command and one screen,
+and the e2e suite should drive that very chain rather than a copy of it. So the chain's steps
+are the methods of ``chain.Chain``; ``run()`` here strings them together with a progress
+reporter and returns a ``summaries.Summary``; ``e2e/conftest.py`` calls the same steps.
+
+    python -m hutch_testing.quickstart [--keep] [--events N] [--kubeconfig PATH]
+
+On the local plane the Broker's Pod is a kwok fiction, so the broker runs as a local process
+with the configuration the operator rendered, and the operator reaches it at a loopback address
+(``HUTCH_BROKER_ADDRESSES``). With ``--kubeconfig`` the Broker is a real Pod (kind) reached
+through ``kubectl port-forward``. Every process the chain starts is stopped by its PID at the
+end, also on Ctrl-C, SIGTERM or a failed step; ``--keep`` leaves it all running until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hutch_testing import (
+    chain,
+    clusters,
+    launchers,
+    management,
+    pipeline,
+    processes,
+    progress,
+    summaries,
+)
+
+EVENTS_EXCHANGE = "orders"  # examples/topology.yaml: topic exchange, "eu.#" -> orders-eu
+EVENTS_QUEUE = "orders-eu"
+DEAD_LETTER_QUEUE = "orders-dead"
+
+# orders-eu dead-letters to orders-dlx, which the examples leave to the user: the quickstart
+# supplies it, with a queue to hold what expires.
+DEAD_LETTER_TOPOLOGY = """\
+apiVersion: hutch.dev/v1alpha1
+kind: Exchange
+metadata: {name: orders-dlx}
+spec: {brokerRef: {name: hutch}, type: fanout}
+---
+apiVersion: hutch.dev/v1alpha1
+kind: Queue
+metadata: {name: orders-dead}
+spec: {brokerRef: {name: hutch}}
+---
+apiVersion: hutch.dev/v1alpha1
+kind: Binding
+metadata: {name: orders-dead}
+spec: {brokerRef: {name: hutch}, source: orders-dlx, destination: orders-dead}
+"""
+
+
+# --- the whole run ------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    keep: bool = False
+    events: int = 3000
+    kubeconfig: Path | None = None
+    namespace: str = "quickstart"
+    work_dir: Path | None = None
+
+
+STEP_COUNT = 11
+JOB_TIMEOUT = 900  # seconds
+
+
+def run(keep: bool = False, **kwargs: Any) -> summaries.Summary:
+    """Runs the chain end to end and returns its summary (``keep``: wait for Ctrl-C first).
+
+    On a failed step the work directory (logs, rendered config, job output) is kept and named.
+    """
+    options = Options(keep=keep, **kwargs)
+    report = progress.Progress(total=STEP_COUNT)
+    work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="hutch-quickstart-"))
+    previous = _exit_on_signals()
+    try:
+        with contextlib.ExitStack() as stack:
+            cluster = _cluster(report, options, work_dir, stack)
+            _exit_on_signals()  # again: the plane's registry put its own handler first
+            line = chain.Chain(cluster, options.namespace, work_dir)
+            stack.callback(line.stop)
+            try:
+                summary = _drive(report, line, options)
+            except Exception:
+                if cluster.plane is not None:
+                    cluster.plane.failed = True  # the plane copies its logs to test-artifacts/
+                raise
+            if not options.keep:
+                summary.parquet = ""  # the work dir goes at exit
+            _out(summary.render())
+            if options.keep:
+                _out(summaries.connection_help(line, summary))
+                _wait_for_interrupt(line)
+    except Exception:
+        report.say(f"logs kept in {work_dir}")
+        raise
+    except BaseException:  # Ctrl-C, SIGTERM: stopped on purpose, nothing worth keeping
+        shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return summary
+
+
+def _cluster(
+    report: progress.Progress, options: Options, work_dir: Path, stack: contextlib.ExitStack
+) -> clusters.Cluster:
+    with report.step("Checking prerequisites (Java, pyspark, pyarrow)", "prerequisites"):
+        problems = summaries.prerequisite_problems()
+        if problems:
+            raise SystemExit("quickstart cannot run:\n  " + "\n  ".join(problems))
+    if options.kubeconfig is not None:
+        with report.step(f"Kubernetes binaries: not needed ({options.kubeconfig})", "binaries"):
+            pass
+        with report.step("Connecting to the cluster", "cluster"):
+            return clusters.external_cluster(options.kubeconfig)
+    with report.step(
+        "Kubernetes binaries (first run: a ~8 min build from the Go proxy)", "binaries"
+    ):
+        if clusters.binaries_problem() is not None:
+            clusters.build_binaries(report, work_dir / "logs" / "build-binaries.log")
+            problem = clusters.binaries_problem()
+            if problem is not None:
+                raise clusters.ClusterError(problem)
+        else:
+            report.say("      cached")
+    with report.step(
+        "Starting the local control plane (etcd, apiserver, controllers, kwok)", "plane"
+    ):
+        plane_mod = clusters.plane_module()
+        plane = plane_mod.REGISTRY.acquire("workloads")
+        stack.callback(plane_mod.REGISTRY.release, "workloads")
+        report.say(f"      up in {plane.start_seconds:.1f}s; KUBECONFIG={plane.kubeconfig}")
+    return clusters.local_cluster(plane)
+
+
+def _drive(report: progress.Progress, line: chain.Chain, options: Options) -> summaries.Summary:
+    with report.step("Applying the CRDs and the namespace", "CRDs"):
+        line.apply_crds()
+        line.create_namespace()
+    with report.step("Starting the operator (python -m hutch_operator)", "operator"):
+        line.start_operator()
+        report.say(f"      pid {line.operator.pid if line.operator else '?'}")
+    with report.step("Creating the Broker from examples/broker.yaml", "Broker"):
+        rendered = line.create_broker()
+        report.say("      rendered hutch-broker.conf:")
+        for text in rendered.config.splitlines():
+            report.say(f"        {text}")
+    with report.step("Starting the broker with the rendered configuration", "broker process"):
+        line.start_broker()
+        report.say(f"      {line.endpoint.http_url} (AMQP port {line.endpoint.amqp_port})")
+    with report.step(
+        "Applying Exchanges, Queues, Bindings, a Policy and an OperatorPolicy", "topology"
+    ):
+        line.apply_topology(chain.EXAMPLES / "topology.yaml", DEAD_LETTER_TOPOLOGY)
+    with report.step(
+        f"Publishing {options.events} JSON events to exchange '{EVENTS_EXCHANGE}'", "publish"
+    ):
+        stream = pipeline.make_stream(options.events)
+        pipeline.publish(line.endpoint, stream, exchange=EVENTS_EXCHANGE)
+        report.say(
+            f"      {stream.published} confirmed ({stream.duplicates} re-sent duplicates, "
+            f"{stream.expiring} with expiration 0, 1 watermark tick)"
+        )
+    with report.step("Running the Spark job windowed_counts (trigger availableNow)", "Spark job"):
+        job = line.job("windowed-counts", EVENTS_QUEUE, max_messages_per_batch=1000)
+        child = line.start_job(job, available_now=True)
+        _wait_job(report, child, job, expected=stream.published - stream.expiring)
+    with report.step("Reading what the broker and the job report", "summary"):
+        summary = summaries.collect(line, stream, job)
+    summary.steps = list(report.steps)
+    return summary
+
+
+def _wait_job(
+    report: progress.Progress, child: launchers.Child, job: pipeline.JobRun, expected: int
+) -> None:
+    """Waits for the job, drawing a bar from the broker's ack count on the queue."""
+    mgmt = management.Management(job.endpoint)
+    began = time.monotonic()
+    while child.running:
+        elapsed = time.monotonic() - began
+        if elapsed > JOB_TIMEOUT:
+            child.stop()
+            raise clusters.ClusterError(f"Spark job still running after {JOB_TIMEOUT}s")
+        acked, batches = summaries.acked(mgmt, job.queue), job.committed_batches()
+        if acked == 0 and batches == 0:
+            label = f"{elapsed:.0f}s: starting Spark (JVM, session, first batch)"
+        else:
+            label = f"{elapsed:.0f}s: {acked}/{expected} acked, {batches} batches committed"
+        report.update(acked / max(expected, 1) * 0.99, label)
+        time.sleep(1)
+    report.update(1.0, f"{job.committed_batches()} batches committed")
+    if child.proc.returncode != 0:
+        raise clusters.ClusterError(
+            f"Spark job exited with {child.proc.returncode}:\n{child.log_tail()}"
+        )
+
+
+def _out(text: str) -> None:
+    """The summary goes to stdout (progress went to stderr), so it can be captured alone."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _wait_for_interrupt(line: chain.Chain) -> None:
+    """--keep: until Ctrl-C (or the operator or the broker dies)."""
+    try:
+        while (line.operator is None or line.operator.running) and all(
+            h.process is None or h.process.running for h in line.brokers.values()
+        ):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        return
+
+
+def _exit_on_signals() -> dict[int, Any]:
+    """SIGTERM/SIGHUP unwind like Ctrl-C, so every ``finally`` stops its processes in order."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hutch_testing.quickstart", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--keep", action="store_true", help="keep everything up until Ctrl-C")
+    parser.add_argument("--events", type=int, default=3000, help="JSON events to publish")
+    parser.add_argument("--kubeconfig", type=Path, help="an external cluster (kind) instead")
+    parser.add_argument("--namespace", default="quickstart")
+    args = parser.parse_args(argv)
+    try:
+        run(
+            keep=args.keep,
+            events=args.events,
+            kubeconfig=args.kubeconfig,
+            namespace=args.namespace,
+        )
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted; everything the quickstart started is stopped\n")
+        return 130
+    except (clusters.ClusterError, processes.BrokerStartError) as exc:
+        sys.stderr.write(f"quickstart failed: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
