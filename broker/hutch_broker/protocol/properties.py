@@ -82,6 +82,7 @@ _FIXED_WIDTH: dict[int, int] = {
     ord("V"): 0,
     0: 0,
 }
+FIXED_WIDTH = _FIXED_WIDTH  # public: protocol.rewrite walks header tables with the same sizes
 _LONG_STRING = (ord("S"), ord("x"))
 _TABLE_TAG, _ARRAY_TAG, _TIMESTAMP_TAG = ord("F"), ord("A"), ord("T")
 

@@ -22,22 +22,8 @@ from pamqp import decode
 from hutch_broker.protocol import properties
 
 _U32 = struct.Struct(">I")
-_FIXED: dict[int, int] = {
-    ord("t"): 1,
-    ord("b"): 1,
-    ord("B"): 1,
-    ord("s"): 2,
-    ord("u"): 2,
-    ord("I"): 4,
-    ord("i"): 4,
-    ord("l"): 8,
-    ord("L"): 8,
-    ord("f"): 4,
-    ord("d"): 8,
-    ord("D"): 5,
-    ord("T"): 8,
-    ord("V"): 0,
-}
+# Value sizes of the fixed-width field types, plus 'T' (timestamp), shared with properties.
+_FIXED: dict[int, int] = {**properties.FIXED_WIDTH, ord("T"): 8}
 _LENGTH_PREFIXED = frozenset(ord(tag) for tag in "SxAF")
 
 
