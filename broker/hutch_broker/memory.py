@@ -39,28 +39,17 @@ class Watermark:
             self.absolute is None and not self.relative
         )
 
+    @classmethod
+    def from_setting(cls, setting: dict[str, Any]) -> Watermark:
+        """From an already validated ``{"relative": f}`` or ``{"absolute": n}``."""
+        if "absolute" in setting:
+            return cls(relative=None, absolute=int(setting["absolute"]))
+        return cls(relative=float(setting["relative"]))
+
     def as_json(self) -> dict[str, Any]:
         if self.absolute is not None:
             return {"absolute": self.absolute}
         return {"relative": self.relative}
-
-
-def parse_watermark(body: Any) -> Watermark:
-    """``{"relative": 0.4}`` or ``{"absolute": 123}``; ValueError with the reason otherwise."""
-    if not isinstance(body, dict) or len(body) != 1:
-        raise ValueError('expected {"relative": <0..1>} or {"absolute": <bytes>}')
-    key, value = next(iter(body.items()))
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{key} must be a number")
-    if key == "relative":
-        if not 0 <= value <= 1:
-            raise ValueError("relative must be between 0 and 1")
-        return Watermark(relative=float(value))
-    if key == "absolute":
-        if value < 0 or not float(value).is_integer():
-            raise ValueError("absolute must be a non-negative integer number of bytes")
-        return Watermark(relative=None, absolute=int(value))
-    raise ValueError(f"unknown key {key!r}: use 'relative' or 'absolute'")
 
 
 def is_alarmed(watermark: Watermark, mem_used: int, total_memory: int) -> bool:

@@ -157,6 +157,10 @@ class Channel:
                 queue.after_requeue()
         self._drain(touched, now_ms)
 
+    def drain_consumers(self, now_ms: int) -> None:
+        """Room appeared (qos, flow on, socket writable): every consumer's queue delivers."""
+        self._drain({consumer.queue for consumer in self.consumers.values()}, now_ms)
+
     def _drain(self, touched: set[Queue], now_ms: int) -> None:
         """Freed prefetch room: let the affected queues deliver again."""
         queues = set(touched)

@@ -216,7 +216,7 @@ def basic_qos(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
     else:
         channel.consumer_prefetch = m.prefetch_count
     _reply(session, channel, commands.Basic.QosOk())
-    channel._drain({consumer.queue for consumer in channel.consumers.values()}, now_ms)
+    channel.drain_consumers(now_ms)
 
 
 def _consumer_tag() -> str:
@@ -314,7 +314,7 @@ def channel_flow(session: Session, channel: Channel, m: Any, now_ms: int) -> Non
     channel.flow_active = m.active
     _reply(session, channel, commands.Channel.FlowOk(m.active))
     if m.active:
-        channel._drain({consumer.queue for consumer in channel.consumers.values()}, now_ms)
+        channel.drain_consumers(now_ms)
 
 
 def confirm_select(session: Session, channel: Channel, m: Any, now_ms: int) -> None:

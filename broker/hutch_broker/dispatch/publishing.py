@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hutch_broker.dispatch import flow
 from hutch_broker.dispatch.channels import Channel
+from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import PUBLISH_REJECTED, PUBLISH_SYNC
 from hutch_broker.protocol import errors, properties, rewrite
@@ -42,13 +43,13 @@ def publish(session: Session, channel: Channel, event: Any, now_ms: int) -> None
     if channel.transactional:
         channel.tx_publishes.append(event)
         return
-    route_and_enqueue(session, channel, event, now_ms)
+    route_and_enqueue(session, channel, event, now_ms, exchange=exchange)
 
 
 def _check_expiration(raw_properties: bytes) -> None:
     """TTL-2: a malformed per-message TTL is a 406 on the publishing channel."""
-    if not (raw_properties[:1] and raw_properties[0] & 0x01):
-        return  # flag 0x0100 (expiration) absent
+    if not properties.has_expiration(raw_properties):
+        return
     value = properties.expiration(raw_properties)
     if value is None:
         return
@@ -90,10 +91,19 @@ def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def route_and_enqueue(session: Session, channel: Channel, event: Any, now_ms: int) -> None:
+def route_and_enqueue(
+    session: Session,
+    channel: Channel,
+    event: Any,
+    now_ms: int,
+    *,
+    exchange: Exchange | None = None,
+) -> None:
+    """Route and enqueue one publish; a tx commit passes no exchange (it may be gone by now)."""
     vhost = session.vhost
     assert vhost is not None  # noqa: S101
-    exchange = vhost.exchanges.get(event.exchange)
+    if exchange is None:
+        exchange = vhost.exchanges.get(event.exchange)
     raw_properties = event.raw_properties
     context = session.context
     if context.stamp_message_id and not rewrite.has_message_id(raw_properties):

@@ -60,9 +60,7 @@ class Message:
 
     def expiration(self) -> str | None:
         raw = self.raw_properties
-        if not (raw[:1] and raw[0] & 0x01):  # flag 0x0100 (expiration) is in the first byte
-            return None
-        return properties.expiration(raw)
+        return properties.expiration(raw) if properties.has_expiration(raw) else None
 
 
 class Entry:

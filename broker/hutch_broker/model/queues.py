@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from hutch_broker.model import paging
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
+from hutch_broker.protocol import properties
 
 if TYPE_CHECKING:
     from hutch_broker.store import QueueStore
@@ -126,10 +127,6 @@ class Queue:
     def ready_count(self) -> int:
         return len(self._fresh) + len(self._requeued)
 
-    @property
-    def is_persistent_store(self) -> bool:
-        return self.store is not None
-
     def ready_entries(self) -> Iterator[Entry]:
         """Ready entries in delivery order (for tests, export and HTTP peek)."""
         yield from sorted(self._requeued)
@@ -182,8 +179,7 @@ class Queue:
 
     def _expiry_for(self, message: Message, now_ms: int) -> int:
         ttl = self.settings.message_ttl
-        raw = message.raw_properties
-        if ttl is None and not (raw[:1] and raw[0] & 0x01):
+        if ttl is None and not properties.has_expiration(message.raw_properties):
             return 0  # no queue TTL and no expiration property: the common case
         self.may_expire = True
         per_message = message.expiration()

@@ -125,6 +125,11 @@ def delivery_mode(raw: bytes) -> int | None:
         return None
 
 
+def has_expiration(raw: bytes) -> bool:
+    """Cheap pre-check for the hot path: flag 0x0100 sits in the first byte."""
+    return bool(raw[:1] and raw[0] & 0x01)
+
+
 def expiration(raw: bytes) -> str | None:
     """The per-message TTL string as sent (validated later by the model), or None."""
     flags = _flags(raw)

@@ -76,7 +76,7 @@ class AMQPConnection(asyncio.Protocol):
         session.writable = True
         now_ms = self.context.clock()
         for channel in list(session.channels.values()):
-            channel._drain({consumer.queue for consumer in channel.consumers.values()}, now_ms)
+            channel.drain_consumers(now_ms)
         self.context.request_flush()
 
     # -- output -------------------------------------------------------------

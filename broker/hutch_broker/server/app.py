@@ -207,8 +207,6 @@ class BrokerServer:
             log.error("message store sync failed: %s", future.exception())
             return  # confirms stay pending: nothing unsynced is ever confirmed
         self.context.synced_generation = generation
-        if self.context.confirm_waiters:
-            self.context.sync_requested = True  # those that arrived during this sync
         self.request_flush()
 
     # -- listeners -------------------------------------------------------

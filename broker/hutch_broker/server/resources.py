@@ -69,8 +69,8 @@ class ResourceMonitor:
         return self.watermark.as_json()
 
     def set_watermark(self, body: dict[str, Any]) -> None:
-        """MEM-7: a runtime change, not persisted; applied at once."""
-        self.watermark = memory.parse_watermark(body)
+        """MEM-7: a runtime change, not persisted; applied at once (admin validated it)."""
+        self.watermark = memory.Watermark.from_setting(body)
         log.info(
             "memory high watermark set to %s (limit %d bytes)",
             self.watermark.as_json(),
