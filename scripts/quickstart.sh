@@ -24,7 +24,7 @@ fi
 if ! command -v java >/dev/null 2>&1; then
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "==> quickstart: installing Java 17 for Spark (apt-get)"
-    apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
   else
     echo "quickstart: Spark needs Java 17 or 21: sudo apt-get install -y openjdk-17-jre-headless" >&2
     exit 2
