@@ -18,7 +18,7 @@ RESOURCE = (common.GROUP, common.VERSION, "brokers")
 
 
 @kopf.index(*RESOURCE, id="broker_facts")
-def broker_facts(body: kopf.Body, **_: Any) -> dict[tuple[str, str], references.BrokerFacts]:
+async def broker_facts(body: kopf.Body, **_: Any) -> dict[tuple[str, str], references.BrokerFacts]:
     meta, spec = body.metadata, body.spec
     facts = references.BrokerFacts(
         namespace=str(meta.namespace),

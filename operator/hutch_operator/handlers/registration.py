@@ -35,8 +35,9 @@ def _context(ops: reconciling.KindOps, body: kopf.Body, patch: kopf.Patch, kwarg
 def register(ops: reconciling.KindOps) -> None:
     resource = (common.GROUP, common.VERSION, ops.kind.plural)
 
+    # async: Kopf runs a sync function in a thread, a hop that cost more than the function.
     @kopf.index(*resource, id=claims_index(ops))
-    def claims(body: kopf.Body, **_: Any) -> Any:
+    async def claims(body: kopf.Body, **_: Any) -> Any:
         return reconciling.index_claim(ops, body)
 
     @kopf.on.resume(*resource, id="declare")
