@@ -32,9 +32,13 @@ def helm() -> Path:
 def render(helm: Path) -> Any:
     """render(*--set args) -> list of rendered objects."""
 
-    def run(*sets: str, namespace: str = "hutch-system") -> list[dict[str, Any]]:
+    def run(
+        *sets: str, namespace: str = "hutch-system", api_versions: tuple[str, ...] = ()
+    ) -> list[dict[str, Any]]:
         args = [str(helm), "template", "hutch", str(CHART), "--kube-version", KUBE_VERSION,
                 "-n", namespace]  # fmt: skip
+        for version in api_versions:
+            args += ["--api-versions", version]
         for value in sets:
             args += ["--set", value]
         out = subprocess.run(args, capture_output=True, text=True, check=True).stdout

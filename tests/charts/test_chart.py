@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
+from hutch_testing import admission
+from hutch_testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"
@@ -123,6 +132,28 @@ def test_metrics_and_image_values(render: Any) -> None:
     assert not by_kind(objects, "Service") and not by_kind(objects, "ClusterRole")
 
 
+def test_finalizer_policy_only_where_the_api_is_served(render: Any) -> None:
+    assert not by_kind(render(), "MutatingAdmissionPolicy")  # helm's offline default: no v1 API
+    served = (admission.POLICY_API,)
+    objects = render(api_versions=served)
+    [policy] = by_kind(objects, "MutatingAdmissionPolicy")
+    [binding] = by_kind(objects, "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert "matchResources" not in binding["spec"]  # all namespaces, as the operator watches
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["operations"] == ["CREATE"] and "brokers" not in rule["resources"]
+    assert sorted(rule["resources"]) == sorted(k for k in KINDS if k != "brokers")
+    assert policy["spec"]["failurePolicy"] == "Ignore"
+    assert admission.FINALIZER in policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+    scoped = by_kind(
+        render("watchNamespaces={team-a}", api_versions=served), "MutatingAdmissionPolicyBinding"
+    )
+    [expression] = scoped[0]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert expression["values"] == ["team-a"]
+    assert not by_kind(render("admissionFinalizer.enabled=false", api_versions=served),
+                       "MutatingAdmissionPolicy")  # fmt: skip
+
+
 def test_chart_crds_are_a_copy() -> None:
     names = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
     assert names == sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
@@ -136,7 +167,10 @@ def test_notes_and_example_present() -> None:
     assert (REPO / "examples" / "topology.yaml").is_file()
 
 
-def test_install_into_control_plane(helm: Path, apiserver: Any) -> None:
+@pytest.fixture(scope="module")
+def installed(helm: Path, apiserver: Any) -> Iterator[str]:
+    """``helm install`` (all namespaces) into the plane; uninstalled afterwards, because the
+    finalizer policy would otherwise give later tests' objects a finalizer nobody removes."""
     namespace = apiserver.create_namespace()
     result = subprocess.run(
         [str(helm), "install", "hutch", str(CHART), "-n", namespace, "--kubeconfig",
@@ -145,6 +179,20 @@ def test_install_into_control_plane(helm: Path, apiserver: Any) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "watches all namespaces" in result.stdout
+    crds = str(CHART / "crds")
+    apiserver.kubectl("wait", "--for=condition=Established", "--timeout=30s", "-f", crds)
+    try:
+        yield namespace
+    finally:
+        subprocess.run(
+            [str(helm), "uninstall", "hutch", "-n", namespace, "--wait", "--kubeconfig",
+             str(apiserver.kubeconfig)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+
+
+def test_install_into_control_plane(installed: str, apiserver: Any) -> None:
+    namespace = installed
     status, crd = apiserver.api(
         "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/queues.hutch.dev"
     )
@@ -170,3 +218,120 @@ def test_install_into_control_plane(helm: Path, apiserver: Any) -> None:
     assert not can("list", "customresourcedefinitions.apiextensions.k8s.io")
     listing = json.loads(apiserver.kubectl("get", "clusterkopfpeerings", "-o", "json").stdout)
     assert [p["metadata"]["name"] for p in listing["items"]] == ["hutch-operator"]
+
+
+def test_installed_finalizer_policy_takes_effect(installed: str, apiserver: Any) -> None:
+    """The apiserver serves MutatingAdmissionPolicy v1 (1.36), so the install rendered it."""
+    admission.await_finalizer(apiserver.api, apiserver.create_namespace())
+
+
+def _service_account_kubeconfig(apiserver: Any, namespace: str, path: Path) -> Path:
+    """A kubeconfig holding a TokenRequest token of the chart's ServiceAccount."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"expirationSeconds": 3600}}  # fmt: skip
+    status, reply = apiserver.api(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/hutch-operator/token", request
+    )
+    assert status == 201, reply
+    cluster = {"server": apiserver.server, "certificate-authority": str(apiserver.pki / "ca.crt")}
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "plane", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": reply["status"]["token"]}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "plane", "user": "sa"}}],
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _chart_container(helm: Path, apiserver: Any, namespace: str) -> dict[str, Any]:
+    manifest = subprocess.run(
+        [str(helm), "get", "manifest", "hutch", "-n", namespace, "--kubeconfig",
+         str(apiserver.kubeconfig)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    [deployment] = by_kind([d for d in yaml.safe_load_all(manifest) if d], "Deployment")
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+@pytest.mark.timeout(180)
+def test_operator_works_with_the_chart_rbac(
+    installed: str, helm: Path, apiserver: Any, hutch_broker: Any, tmp_path: Path
+) -> None:
+    """The operator, run with the installed chart's args, env and ServiceAccount token, takes a
+    Broker and every topology kind through create and delete: RBAC that lacks a verb it uses
+    fails here, not only in a `kubectl auth can-i` list."""
+    container = _chart_container(helm, apiserver, installed)
+    health = free_port()
+    args = [a if not a.startswith("--liveness=") else f"--liveness=http://127.0.0.1:{health}/healthz"
+            for a in container["args"]]  # fmt: skip
+    assert "--peering=hutch-operator" in args and "--all-namespaces" in args
+    work = apiserver.create_namespace()
+    env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]},
+           "HUTCH_METRICS_PORT": "0", "HUTCH_SYNC_PERIOD": "2", "HUTCH_BROKER_STATUS_PERIOD": "2",
+           "KUBECONFIG": str(_service_account_kubeconfig(apiserver, installed, tmp_path / "sa")),
+           "HUTCH_BROKER_ADDRESSES": f"{work}/b={hutch_broker.http_url}|{hutch_broker.amqp_url}",
+           "PYTHONPATH": str(REPO / "operator")}  # fmt: skip
+    log_path = tmp_path / "operator.log"
+    with log_path.open("wb") as log:
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "hutch_operator", *args], env=env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _drive_every_kind(apiserver, work, hutch_broker)
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(20)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait()
+    text = log_path.read_text(errors="replace")
+    assert "Forbidden" not in text and " 403" not in text, text[-3000:]
+
+
+def _drive_every_kind(apiserver: Any, namespace: str, broker: Any) -> None:
+    base = f"/apis/hutch.dev/v1alpha1/namespaces/{namespace}"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-default-user"},
+              "stringData": {"username": broker.username, "password": broker.password}}  # fmt: skip
+    apiserver.create(f"/api/v1/namespaces/{namespace}/secrets", secret)
+    ref = {"brokerRef": {"name": "b"}}
+    objects = [
+        ("brokers", "Broker", "b", {}),
+        ("queues", "Queue", "rbac-q", {**ref, "limits": {"maxLength": 10}}),
+        ("exchanges", "Exchange", "rbac-x", {**ref, "type": "fanout"}),
+        ("bindings", "Binding", "rbac-bind",
+         {**ref, "source": "rbac-x", "destination": "rbac-q", "destinationType": "queue"}),
+        ("policies", "Policy", "rbac-p", {**ref, "pattern": "^rbac-", "definition": {"max-length": 5}}),
+        ("operatorpolicies", "OperatorPolicy", "rbac-op",
+         {**ref, "pattern": "^rbac-", "definition": {"max-length": 7}}),
+    ]  # fmt: skip
+    for plural, kind, name, spec in objects:
+        apiserver.create(f"{base}/{plural}", {"apiVersion": "hutch.dev/v1alpha1", "kind": kind,
+                                              "metadata": {"name": name}, "spec": spec})  # fmt: skip
+    for plural, _, name, _ in objects:
+        condition = "Available" if plural == "brokers" else "Ready"
+        _wait(lambda p=plural, n=name, c=condition: _condition(apiserver, f"{base}/{p}/{n}", c),
+              f"{plural}/{name} {condition}")  # fmt: skip
+    _, sts = apiserver.api("GET", f"/apis/apps/v1/namespaces/{namespace}/statefulsets/b-server")
+    assert sts.get("kind") == "StatefulSet"
+    for plural, _, name, _ in reversed(objects[1:]):
+        apiserver.api("DELETE", f"{base}/{plural}/{name}")
+        _wait(lambda p=plural, n=name: apiserver.api("GET", f"{base}/{p}/{n}")[0] == 404,
+              f"{plural}/{name} deleted")  # fmt: skip
+
+
+def _condition(apiserver: Any, path: str, type_: str) -> bool:
+    _, obj = apiserver.api("GET", path)
+    conditions = obj.get("status", {}).get("conditions", [])
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conditions)
+
+
+def _wait(check: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.25)
