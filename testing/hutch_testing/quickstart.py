@@ -41,26 +41,6 @@ from hutch_testing import (
 
 EVENTS_EXCHANGE = "orders"  # examples/topology.yaml: topic exchange, "eu.#" -> orders-eu
 EVENTS_QUEUE = "orders-eu"
-DEAD_LETTER_QUEUE = "orders-dead"
-
-# orders-eu dead-letters to orders-dlx, which the examples leave to the user: the quickstart
-# supplies it, with a queue to hold what expires.
-DEAD_LETTER_TOPOLOGY = """\
-apiVersion: hutch.dev/v1alpha1
-kind: Exchange
-metadata: {name: orders-dlx}
-spec: {brokerRef: {name: hutch}, type: fanout}
----
-apiVersion: hutch.dev/v1alpha1
-kind: Queue
-metadata: {name: orders-dead}
-spec: {brokerRef: {name: hutch}}
----
-apiVersion: hutch.dev/v1alpha1
-kind: Binding
-metadata: {name: orders-dead}
-spec: {brokerRef: {name: hutch}, source: orders-dlx, destination: orders-dead}
-"""
 
 
 # --- the whole run ------------------------------------------------------------------------------
@@ -169,7 +149,7 @@ def _drive(report: progress.Progress, line: chain.Chain, options: Options) -> su
     with report.step(
         "Applying Exchanges, Queues, Bindings, a Policy and an OperatorPolicy", "topology"
     ):
-        line.apply_topology(chain.EXAMPLES / "topology.yaml", DEAD_LETTER_TOPOLOGY)
+        line.apply_topology(chain.EXAMPLES / "topology.yaml")
     with report.step(
         f"Publishing {options.events} JSON events to exchange '{EVENTS_EXCHANGE}'", "publish"
     ):
