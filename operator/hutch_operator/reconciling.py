@@ -249,11 +249,15 @@ async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
         if exc.delay is None and not exc.backoff:
             kopf.warn(ctx.body, reason="DeleteFailed", message=f"{exc}; finalizer released")
             return
-        if runtime > config.delete_timeout():
+        left = config.delete_timeout() - runtime
+        if left <= 0:
             message = f"broker unreachable for {runtime:.0f}s ({exc}); {ctx.ops.label} left"
             kopf.warn(ctx.body, reason="DeleteAbandoned", message=message)
             return
-        raise kopf.TemporaryError(str(exc), delay=retry_delay(exc, retry)) from exc
+        # Never sleep past deleteTimeout: a 60 s AuthenticationFailed delay would otherwise
+        # hold a deleting namespace for up to a minute longer than the documented bound.
+        delay = min(retry_delay(exc, retry), max(1.0, left))
+        raise kopf.TemporaryError(str(exc), delay=delay) from exc
     if kept is not None:
         kopf.warn(ctx.body, reason=kept[0], message=kept[1])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -273,6 +274,23 @@ def test_unreachable_broker_is_bounded(env: dict[str, Any], kit: Any) -> None:
     kube.delete("queues", "stranded")  # HUTCH_DELETE_TIMEOUT=6 in tests
     kit.wait_for(lambda: kube.get("queues", "stranded") is None, 40, "finalizer released")
     assert "DeleteAbandoned" in kube.reasons("stranded")
+
+
+def test_wrong_credentials_are_authentication_failed(env: dict[str, Any], kit: Any) -> None:
+    kube, broker = env["kube"], env["broker"]
+    kube.secret("wrong", {"uri": broker.http_url, "username": "guest", "password": "not-it"})
+    kube.create("Queue", "queues", "locked-out", {"connectionSecret": {"name": "wrong"}})
+    obj = _wait_ready(kit, env, "queues", "locked-out", "False", "AuthenticationFailed")
+    assert "401" in obj["status"]["conditions"][0]["message"]
+    assert "AuthenticationFailed" in kube.reasons("locked-out")
+    assert env["mgmt"].queue("locked-out") is None
+    # Deleting it meets the same 401: released after HUTCH_DELETE_TIMEOUT (6 s here), not after
+    # the 60 s AuthenticationFailed retry delay.
+    began = time.monotonic()
+    kube.delete("queues", "locked-out")
+    kit.wait_for(lambda: kube.get("queues", "locked-out") is None, 30, "finalizer released")
+    assert time.monotonic() - began < 20
+    assert "DeleteAbandoned" in kube.reasons("locked-out")
 
 
 def test_broker_gone_and_namespace_not_allowed(
