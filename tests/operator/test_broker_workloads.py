@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hutch_testing import management
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -55,3 +56,35 @@ def test_broker_pod_ready_and_children_collected(running: Any, make_pvs: Any, ki
         plane.api("GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data-wb-server-0")[0]
         == 200
     )
+
+
+def test_namespace_deletion_is_not_held(
+    running: Any, kit: Any, hutch_broker_factory: Any, tmp_path: Any
+) -> None:
+    """Deleting a namespace with a Broker and finalized topology objects finishes in bounded
+    time: the namespace controller deletes the Broker (no finalizer) and the Queues, whose
+    delete handler then releases its finalizer (design §5.4, BrokerGone)."""
+    plane = running
+    broker = hutch_broker_factory()
+    kube = kit.Kube(plane, plane.create_namespace())
+    ns = kube.namespace
+    kit.set_broker_address(ns, "nb", broker)
+    kube.secret("nb-default-user", {"username": broker.username, "password": broker.password})
+    kube.create("Broker", "brokers", "nb", {"persistence": {"size": "0"}})
+    kit.wait_for(
+        lambda: kit.ready(kube.get("brokers", "nb"), "Available")[0] == "True", 60, "Available"
+    )
+    ref = {"brokerRef": {"name": "nb"}}
+    kube.create("Queue", "queues", "kept", {**ref, "deletionPolicy": "retain"})
+    kube.create("Queue", "queues", "plain", ref)
+    kube.create("Exchange", "exchanges", "fan", {**ref, "type": "fanout"})
+    for plural, name in (("queues", "kept"), ("queues", "plain"), ("exchanges", "fan")):
+        kit.wait_for(lambda p=plural, n=name: kit.ready(kube.get(p, n))[0] == "True", 30, name)
+        assert "hutch.dev/finalizer" in kube.get(plural, name)["metadata"]["finalizers"]
+
+    plane.delete_namespace(ns)
+    kit.wait_for(
+        lambda: plane.api("GET", f"/api/v1/namespaces/{ns}")[0] == 404, 90, "namespace gone"
+    )
+    # The retained queue is still in the broker whatever order the namespace controller took.
+    assert management.Management(broker).queue_exists("kept")
