@@ -70,7 +70,10 @@ class Channel:
             message.raw_properties,
             message.body,
         )
-        session.context.stats.delivers += 1
+        stats = session.context.stats
+        stats.delivers += 1
+        if entry.redelivered:
+            stats.redelivers += 1
         session.context.mark_dirty(session)
 
     def cancelled_by_broker(self, consumer: Consumer) -> None:
@@ -185,8 +188,10 @@ class Channel:
         pending = self.pending_confirms
         proto = self.session.proto
         run_end = 0
+        confirmed = 0
         while pending and pending[0][1] <= synced_generation:
             seq, _, nack = pending.popleft()
+            confirmed += not nack
             if nack:
                 if run_end:
                     proto.send_method(self.number, commands.Basic.Ack(run_end, multiple=True))
@@ -196,6 +201,7 @@ class Channel:
                 run_end = seq
         if run_end:
             proto.send_method(self.number, commands.Basic.Ack(run_end, multiple=True))
+        self.session.context.stats.confirms += confirmed
         if not pending:
             self.session.context.confirm_waiters.discard(self)
         self.session.context.mark_dirty(self.session)

@@ -275,7 +275,10 @@ def basic_get(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
         message.raw_properties,
         message.body,
     )
-    session.context.stats.delivers += 1
+    stats = session.context.stats
+    stats.delivers += 1
+    if entry.redelivered:
+        stats.redelivers += 1
 
 
 def basic_ack(session: Session, channel: Channel, m: Any, now_ms: int) -> None:

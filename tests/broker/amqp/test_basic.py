@@ -1,7 +1,10 @@
 """basic.* over real sockets with pika: publish, consume, get, acks, qos, confirms, tx."""
 
+import urllib.request
+
 import pika
 import pytest
+from hutch_testing import management
 from hutch_testing.clients import drain
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
@@ -177,6 +180,29 @@ def test_confirms_ack_routed_and_unroutable(connection):
         ch.basic_publish("", "q", str(i).encode(), pika.BasicProperties(delivery_mode=2))
     ch.basic_publish("amq.direct", "nowhere", b"lost")  # not mandatory: acked, dropped
     assert ch.queue_declare("q", passive=True, durable=True).method.message_count == 50
+
+
+def test_overview_counts_confirms_and_redeliveries(hutch_broker, connection):
+    """message_stats.confirm and .redeliver (and their /metrics counters) move with traffic."""
+    mgmt = management.Management(hutch_broker)
+    before = mgmt.get("/overview").body.get("message_stats", {})
+    ch = connection.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("counted", durable=True)
+    for i in range(7):
+        ch.basic_publish("", "counted", str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    method, _, _ = ch.basic_get("counted")
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    method, _, _ = ch.basic_get("counted")  # the same message again: redelivered
+    assert method.redelivered
+    ch.basic_ack(method.delivery_tag)
+    after = mgmt.get("/overview").body["message_stats"]
+    assert after["confirm"] - before.get("confirm", 0) == 7
+    assert after["redeliver"] - before.get("redeliver", 0) == 1
+    with urllib.request.urlopen(hutch_broker.http_url + "/metrics", timeout=10) as reply:  # noqa: S310
+        metrics = reply.read().decode()
+    assert "rabbitmq_global_messages_redelivered_total 1.0" in metrics
+    assert "rabbitmq_global_messages_confirmed_total 7.0" in metrics
 
 
 def test_publish_to_missing_exchange_closes_channel_404(channel):
