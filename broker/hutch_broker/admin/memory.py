@@ -1,11 +1,12 @@
-"""What the management API needs from the memory monitor (MEM-7, API-2, API-9).
+"""What the management API needs from the resource monitor (MEM-6, MEM-7, API-2, API-9).
 
 The watermark decision and the sampling loop belong to the server; the API
-only reads ``mem_used``/``mem_limit``/``alarm`` and forwards a validated
-runtime change.  ``MemoryMonitor`` is that narrow interface, and
-``FixedMemory`` is the trivial stand-in used when the server passes none
-(tests, AMQP-only embedding): it never samples, so it never alarms unless
-its ``mem_used`` is set by hand.
+only reads ``mem_used``/``mem_limit``/``alarm`` and the sampled ``disk_free``,
+and forwards a validated runtime change.  ``MemoryMonitor`` is that narrow
+interface (the API reads the monitor's once-a-second disk sample rather than
+calling statvfs on every request), and ``FixedMemory`` is the trivial stand-in
+used when the server passes none (tests, AMQP-only embedding): it never
+samples, so it never alarms unless its ``mem_used`` or ``disk_free`` is set by hand.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ class MemoryMonitor(Protocol):
     @property
     def alarm(self) -> bool: ...
 
+    @property
+    def disk_free(self) -> int:
+        """Free bytes on the data directory's file system, as last sampled."""
+        ...
+
     def settings_json(self) -> dict[str, Any]:
         """``{"relative": 0.4}`` or ``{"absolute": 123456789}``."""
         ...
@@ -41,9 +47,16 @@ class MemoryMonitor(Protocol):
 class FixedMemory:
     """A monitor with a fixed ``total_memory`` and a hand-set ``mem_used``."""
 
-    def __init__(self, *, total_memory: int = DEFAULT_TOTAL_MEMORY, mem_used: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        total_memory: int = DEFAULT_TOTAL_MEMORY,
+        mem_used: int = 0,
+        disk_free: int = 2**60,
+    ) -> None:
         self.total_memory = total_memory
         self.mem_used = mem_used
+        self.disk_free = disk_free
         self._setting: dict[str, Any] = {"relative": 0.4}
 
     @property

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 
 from aiohttp import web
 
@@ -30,15 +29,8 @@ def _fd_counts() -> tuple[int, int]:
     return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def _disk_free(data_dir: str) -> int:
-    try:
-        return shutil.disk_usage(data_dir or ".").free
-    except OSError:
-        return 0
-
-
 def sample(admin: AdminState) -> overview_view.NodeSample:
-    """Read the clock, the memory monitor and the file system for ``/api/nodes``."""
+    """Read the clock and the resource monitor's last sample for ``/api/nodes``."""
     fd_used, fd_total = _fd_counts()
     stats = admin.context.stats
     return overview_view.NodeSample(
@@ -46,7 +38,7 @@ def sample(admin: AdminState) -> overview_view.NodeSample:
         mem_used=admin.memory.mem_used,
         mem_limit=admin.memory.mem_limit,
         mem_alarm=admin.memory.alarm,
-        disk_free=_disk_free(admin.node.data_dir),
+        disk_free=admin.memory.disk_free,
         fd_used=fd_used,
         fd_total=fd_total,
         connections=len(admin.context.sessions),
@@ -105,9 +97,9 @@ async def extensions(request: web.Request) -> web.Response:
 
 
 def _active_alarms(admin: AdminState) -> list[str]:
-    """The resources in alarm: memory (the monitor) and disk (as /api/nodes reports it)."""
+    """The resources in alarm: memory and disk, from the monitor as /api/nodes reports them."""
     alarms = ["memory"] if admin.memory.alarm else []
-    if _disk_free(admin.node.data_dir) < admin.node.disk_free_limit:
+    if admin.memory.disk_free < admin.node.disk_free_limit:
         alarms.append("disk")
     return alarms
 
