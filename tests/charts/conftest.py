@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +46,28 @@ def render(helm: Path) -> Any:
         return [doc for doc in yaml.safe_load_all(out) if doc]
 
     return run
+
+
+@pytest.fixture(scope="module")
+def releases(helm: Path, apiserver: Any) -> Iterator[Callable[..., str]]:
+    """install(name, namespace, *--set values) -> helm's output; every release the module
+    installed is uninstalled at its end, so cluster-wide objects (the finalizer policy) never
+    leak into later tests."""
+    installed: list[tuple[str, str]] = []
+    kubeconfig = ["--kubeconfig", str(apiserver.kubeconfig)]
+
+    def install(name: str, namespace: str, *sets: str) -> str:
+        args = [str(helm), "install", name, str(CHART), "-n", namespace, *kubeconfig]
+        for value in sets:
+            args += ["--set", value]
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        installed.append((name, namespace))
+        return result.stdout
+
+    yield install
+    for name, namespace in reversed(installed):
+        subprocess.run(
+            [str(helm), "uninstall", name, "-n", namespace, "--wait", *kubeconfig],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip

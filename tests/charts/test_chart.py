@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,27 +167,13 @@ def test_notes_and_example_present() -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(helm: Path, apiserver: Any) -> Iterator[str]:
-    """``helm install`` (all namespaces) into the plane; uninstalled afterwards, because the
-    finalizer policy would otherwise give later tests' objects a finalizer nobody removes."""
+def installed(releases: Any, apiserver: Any) -> str:
+    """``helm install`` (all namespaces) into the plane, once for this module."""
     namespace = apiserver.create_namespace()
-    result = subprocess.run(
-        [str(helm), "install", "hutch", str(CHART), "-n", namespace, "--kubeconfig",
-         str(apiserver.kubeconfig)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "watches all namespaces" in result.stdout
+    assert "watches all namespaces" in releases("hutch", namespace)
     crds = str(CHART / "crds")
     apiserver.kubectl("wait", "--for=condition=Established", "--timeout=30s", "-f", crds)
-    try:
-        yield namespace
-    finally:
-        subprocess.run(
-            [str(helm), "uninstall", "hutch", "-n", namespace, "--wait", "--kubeconfig",
-             str(apiserver.kubeconfig)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+    return namespace
 
 
 def test_install_into_control_plane(installed: str, apiserver: Any) -> None:

@@ -6,34 +6,20 @@ whose policy matches every namespace.
 
 from __future__ import annotations
 
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from hutch_testing import admission
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "hutch-operator"
 
-
-def test_finalizer_policy_skips_unwatched_namespaces(helm: Path, apiserver: Any) -> None:
+def test_finalizer_policy_skips_unwatched_namespaces(releases: Any, apiserver: Any) -> None:
     release, watched, other = (apiserver.create_namespace() for _ in range(3))
-    install = [str(helm), "install", "scoped", str(CHART), "-n", release, "--kubeconfig",
-               str(apiserver.kubeconfig), "--set", f"watchNamespaces={{{watched}}}"]  # fmt: skip
-    result = subprocess.run(install, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
-    try:
-        admission.await_finalizer(apiserver.api, watched)
-        # An earlier all-namespaces policy may linger in the apiserver's informer for a moment;
-        # a binding that wrongly matched ``other`` would keep adding the finalizer for good.
-        deadline = time.monotonic() + 15
-        while admission.FINALIZER in admission.dry_run_finalizers(apiserver.api, other):
-            assert time.monotonic() < deadline, f"the policy adds the finalizer in {other}"
-            time.sleep(0.2)
-        assert admission.FINALIZER in admission.dry_run_finalizers(apiserver.api, watched)
-    finally:
-        subprocess.run(
-            [str(helm), "uninstall", "scoped", "-n", release, "--wait", "--kubeconfig",
-             str(apiserver.kubeconfig)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+    releases("scoped", release, f"watchNamespaces={{{watched}}}")
+    admission.await_finalizer(apiserver.api, watched)
+    # An earlier all-namespaces policy may linger in the apiserver's informer for a moment; a
+    # binding that wrongly matched ``other`` would keep adding the finalizer for good.
+    deadline = time.monotonic() + 15
+    while admission.FINALIZER in admission.dry_run_finalizers(apiserver.api, other):
+        assert time.monotonic() < deadline, f"the policy adds the finalizer in {other}"
+        time.sleep(0.2)
+    assert admission.FINALIZER in admission.dry_run_finalizers(apiserver.api, watched)
