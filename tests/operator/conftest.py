@@ -74,6 +74,11 @@ class Kube:
     def reasons(self, name: str) -> set[str]:
         return {event.get("reason", "") for event in self.events(name)}
 
+    def wait_reason(self, name: str, reason: str, timeout: float = 10.0) -> None:
+        """Kopf posts Events from a background queue, so one may land just after the status
+        change or deletion a test waited for."""
+        wait_for(lambda: reason in self.reasons(name), timeout, f"{reason} event on {name}")
+
 
 def ready(obj: dict[str, Any] | None, type_: str = "Ready") -> tuple[str, str]:
     """(status, reason) of a condition, or ("", "") when absent."""

@@ -131,7 +131,7 @@ def test_broker_children_and_status(env: dict[str, Any], crds_applied: Any, kit:
         "WatermarkAboveHalf",
     )
     assert kube.get("brokers", BROKER)["status"]["memory"]["highWatermarkBytes"] == 322122547
-    assert "WatermarkAboveHalf" in kube.reasons(BROKER)
+    kube.wait_reason(BROKER, "WatermarkAboveHalf")
 
     # Shrinking the volume is refused and not applied.
     assert kube.patch_spec("brokers", BROKER, {"persistence": {"size": "1Gi"}}).returncode == 0
@@ -153,7 +153,7 @@ def test_queue_lifecycle_keeps_messages(env: dict[str, Any], kit: Any) -> None:
     obj = _wait_ready(kit, env, "queues", "orders")
     assert obj["status"]["observedGeneration"] == 1
     assert mgmt.queue("orders")["arguments"] == {"x-max-length": 100, "x-message-ttl": 60000}
-    assert "Declared" in kube.reasons("orders")
+    kube.wait_reason("orders", "Declared")
 
     mgmt.publish("orders", 3)
     kit.wait_for(lambda: kube.get("queues", "orders")["status"].get("messages") == 3, 20, "stats")
@@ -161,7 +161,7 @@ def test_queue_lifecycle_keeps_messages(env: dict[str, Any], kit: Any) -> None:
     kube.delete("queues", "orders")
     kit.wait_for(lambda: kube.get("queues", "orders") is None, 20, "CR gone")
     assert mgmt.queue("orders")["messages"] == 3  # deleteIfEmpty (default) kept it
-    assert "DeleteSkippedNotEmpty" in kube.reasons("orders")
+    kube.wait_reason("orders", "DeleteSkippedNotEmpty")
 
 
 def test_empty_queue_is_deleted_and_retain_is_kept(env: dict[str, Any], kit: Any) -> None:
@@ -176,7 +176,7 @@ def test_empty_queue_is_deleted_and_retain_is_kept(env: dict[str, Any], kit: Any
     kit.wait_for(lambda: kube.get("queues", "kept") is None, 20, "kept gone")
     assert mgmt.queue("scratch") is None
     assert mgmt.queue("kept") is not None
-    assert "Retained" in kube.reasons("kept")
+    kube.wait_reason("kept", "Retained")
 
 
 def test_limits_change_in_place(env: dict[str, Any], kit: Any) -> None:
@@ -273,7 +273,7 @@ def test_unreachable_broker_is_bounded(env: dict[str, Any], kit: Any) -> None:
     assert "127.0.0.1:9" in obj["status"]["conditions"][0]["message"]
     kube.delete("queues", "stranded")  # HUTCH_DELETE_TIMEOUT=6 in tests
     kit.wait_for(lambda: kube.get("queues", "stranded") is None, 40, "finalizer released")
-    assert "DeleteAbandoned" in kube.reasons("stranded")
+    kube.wait_reason("stranded", "DeleteAbandoned")
 
 
 def test_wrong_credentials_are_authentication_failed(env: dict[str, Any], kit: Any) -> None:
@@ -282,7 +282,7 @@ def test_wrong_credentials_are_authentication_failed(env: dict[str, Any], kit: A
     kube.create("Queue", "queues", "locked-out", {"connectionSecret": {"name": "wrong"}})
     obj = _wait_ready(kit, env, "queues", "locked-out", "False", "AuthenticationFailed")
     assert "401" in obj["status"]["conditions"][0]["message"]
-    assert "AuthenticationFailed" in kube.reasons("locked-out")
+    kube.wait_reason("locked-out", "AuthenticationFailed")
     assert env["mgmt"].queue("locked-out") is None
     # Deleting it meets the same 401: released after HUTCH_DELETE_TIMEOUT (6 s here), not after
     # the 60 s AuthenticationFailed retry delay.
@@ -290,7 +290,7 @@ def test_wrong_credentials_are_authentication_failed(env: dict[str, Any], kit: A
     kube.delete("queues", "locked-out")
     kit.wait_for(lambda: kube.get("queues", "locked-out") is None, 30, "finalizer released")
     assert time.monotonic() - began < 20
-    assert "DeleteAbandoned" in kube.reasons("locked-out")
+    kube.wait_reason("locked-out", "DeleteAbandoned")
 
 
 def test_broker_gone_and_namespace_not_allowed(
@@ -317,4 +317,4 @@ def test_broker_gone_and_namespace_not_allowed(
     kit.wait_for(lambda: kube.get("brokers", "ghost") is None, 20, "Broker gone")
     kube.delete("queues", "haunted")
     kit.wait_for(lambda: kube.get("queues", "haunted") is None, 20, "Queue released")
-    assert "BrokerGone" in kube.reasons("haunted")
+    kube.wait_reason("haunted", "BrokerGone")
