@@ -24,6 +24,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory by name (a read-only descriptor is enough on Linux)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: readers see the old or the new content, never a mix."""
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

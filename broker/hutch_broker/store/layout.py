@@ -3,8 +3,15 @@
 Vhost and queue names are AMQP short strings: any UTF-8 up to 255 bytes, ``/``, ``..`` and NUL
 included, so they can never be used as path components. A queue's directory is named by a hash
 of the length-prefixed (vhost, queue) pair and holds ``queue.json`` with the real names, which
-is what ``existing_queues`` reports. A directory is created under a temporary name and renamed
-into place once its metadata file is durable, so a crash never leaves a directory without it.
+is what ``existing_queues`` reports.
+
+A directory is created when its queue gets its first persistent message, not when the queue is
+declared: declaring thousands of durable queues must not cost thousands of fsync chains. It is
+built under a temporary name and renamed into place with its metadata file inside, so a process
+crash never leaves a directory without it. The fsyncs that make it survive a power cut are left
+to the queue log's next sync pass, which runs before any message in it is confirmed; a power
+cut before that can leave a directory whose metadata never reached the disk, holding nothing
+confirmed: ``existing`` skips it, and ``existing_queue_dir`` repairs it if its queue is declared.
 """
 
 from __future__ import annotations
@@ -34,24 +41,33 @@ def queue_path(root: Path, vhost: str, queue: str) -> Path:
     return root / digest.hexdigest()[:32]
 
 
-def ensure_queue_dir(root: Path, vhost: str, queue: str) -> Path:
-    """The queue's directory, created (durably, with its metadata) if it does not exist."""
+def existing_queue_dir(root: Path, vhost: str, queue: str) -> Path | None:
+    """The queue's directory if there is one (its metadata rewritten if it was lost), else None."""
     path = queue_path(root, vhost, queue)
-    if path.is_dir():
-        names = read_names(path)
-        if names is not None and names != (vhost, queue):
-            raise errors.StoreError(f"{path} belongs to queue {names!r}, not {(vhost, queue)!r}")
-        if names is None:
-            files.write_atomically(path / META_FILE, _meta_bytes(vhost, queue))
-        return path
+    if not path.is_dir():
+        return None
+    names = read_names(path)
+    if names is not None and names != (vhost, queue):
+        raise errors.StoreError(f"{path} belongs to queue {names!r}, not {(vhost, queue)!r}")
+    if names is None:
+        files.write_atomically(path / META_FILE, _meta_bytes(vhost, queue))
+    return path
+
+
+def create_queue_dir(root: Path, vhost: str, queue: str) -> list[Path]:
+    """Create the queue's directory with its metadata, without waiting for the disk.
+
+    Returns what to fsync (in any order) before anything in the directory counts as durable:
+    the metadata file, the directory and ``root``.
+    """
+    path = queue_path(root, vhost, queue)
     incomplete = path.with_name(path.name + INCOMPLETE_SUFFIX)
     if incomplete.exists():
         shutil.rmtree(incomplete)
     incomplete.mkdir()
-    files.write_atomically(incomplete / META_FILE, _meta_bytes(vhost, queue))
+    (incomplete / META_FILE).write_bytes(_meta_bytes(vhost, queue))
     incomplete.rename(path)
-    files.fsync_dir(root)
-    return path
+    return [path / META_FILE, path, root]
 
 
 def read_names(path: Path) -> tuple[str, str] | None:

@@ -12,6 +12,7 @@ to close) from opening the same logs and corrupting them.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -47,14 +48,27 @@ class MessageStore:
         self._closed = False
 
     def open_queue(self, vhost: str, queue: str) -> QueueStore:
-        """The queue's log, created or reopened (and recovered); the same object while open."""
+        """The queue's log, reopened (and recovered) or new; the same object while open.
+
+        A new log creates its directory on its first append (see ``layout``).
+        """
         with self._lock:
             self._check_open()
             store = self._queues.get((vhost, queue))
             if store is not None and not store.closed:
                 return store
-            directory = layout.ensure_queue_dir(self._root, vhost, queue)
-            store = QueueStore(directory, segment_size=self._segment_size, fsync_pool=self._pool)
+            directory = layout.existing_queue_dir(self._root, vhost, queue)
+            if directory is not None:
+                store = QueueStore(
+                    directory, segment_size=self._segment_size, fsync_pool=self._pool
+                )
+            else:
+                store = QueueStore(
+                    layout.queue_path(self._root, vhost, queue),
+                    segment_size=self._segment_size,
+                    fsync_pool=self._pool,
+                    create=functools.partial(layout.create_queue_dir, self._root, vhost, queue),
+                )
             self._queues[(vhost, queue)] = store
             return store
 

@@ -7,8 +7,9 @@ the highest-numbered segment is never deleted outside ``destroy``). A segment is
 every record in it is acked; ``compaction`` bounds the disk use when acks leave holes.
 
 Durability contract: ``append`` and ``ack`` only buffer; ``sync`` hands the buffers to the
-kernel, fdatasyncs every touched file (and the directory when a segment was created), and only
-then returns. The broker confirms a persistent message after the ``sync`` that followed its
+kernel, fdatasyncs every touched file (and the directory when a segment was created, and, after
+the first append of a new log, the directory ``layout.create_queue_dir`` made), and only then
+returns. The broker confirms a persistent message after the ``sync`` that followed its
 ``append``, so ``kill -9`` (which loses userspace buffers, not the page cache) or a power cut can
 only lose what was never confirmed. Fully acked segments are unlinked at the end of a sync
 (so compaction copies are durable before their originals disappear), and the next sync fsyncs
@@ -30,7 +31,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -49,14 +50,27 @@ class QueueStore:
     """The durable log of one durable queue, in its own directory."""
 
     def __init__(
-        self, directory: Path, *, segment_size: int, fsync_pool: Executor | None = None
+        self,
+        directory: Path,
+        *,
+        segment_size: int,
+        fsync_pool: Executor | None = None,
+        create: Callable[[], list[Path]] | None = None,
     ) -> None:
+        """Recover the log in ``directory``; or, given ``create``, start a new log whose
+        directory does not exist yet: the first append calls ``create`` to make it, and the
+        next sync fsyncs the paths it returns."""
         self._directory = directory
         self._segment_size = segment_size
         self._fsync_pool = fsync_pool
         self._lock = threading.Lock()
         self._sync_lock = threading.RLock()
-        recovered = recovery.recover_directory(directory)
+        self._create = create
+        self._unsynced_paths: list[Path] = []
+        if create is None:
+            recovered = recovery.recover_directory(directory)
+        else:
+            recovered = recovery.RecoveredLog(segments={}, moved={}, messages=[], next_number=1)
         self._segments = recovered.segments
         self._moved = recovered.moved  # msg_id -> position of the copy compaction made
         self._recovered: list[StoredMessage] | None = recovered.messages
@@ -71,7 +85,7 @@ class QueueStore:
         self._acked_since_check = 0
         self._closed = False
         self._failure: BaseException | None = None
-        self._write = self._new_segment()
+        self._write: Segment | None = None if create else self._new_segment()
         for segment in list(self._segments.values()):
             if segment.ack_pending:
                 self._dirty.add(segment)
@@ -136,7 +150,7 @@ class QueueStore:
         """Drop every message; the segment files go at the end of the next sync."""
         with self._lock:
             self._check_usable()
-            if self._write.live:
+            if self._write is not None and self._write.live:
                 self._rotate()
             for segment in list(self._segments.values()):
                 if segment is not self._write and not segment.retiring:
@@ -176,7 +190,7 @@ class QueueStore:
         A sync that unlinked segments leaves it true for one more (cheap) pass, which fsyncs
         the directory.
         """
-        return bool(self._dirty or self._retiring or self._dir_dirty)
+        return bool(self._dirty or self._retiring or self._dir_dirty or self._unsynced_paths)
 
     @property
     def closed(self) -> bool:
@@ -210,15 +224,17 @@ class QueueStore:
                 self._check_usable()
                 self._sync_gen += 1
                 flushed = list(self._dirty)
+                paths = self._unsynced_paths + ([self._directory] if self._dir_dirty else [])
                 sync_pass = SyncPass(
                     gen=self._sync_gen,
                     fds=[],
-                    directory=self._directory if self._dir_dirty else None,
+                    paths=list(dict.fromkeys(paths)),
                     flushed=flushed,
                     acked=[],
                 )
                 self._flush(sync_pass)
                 self._dir_dirty = False
+                self._unsynced_paths = []
                 return sync_pass
         except BaseException:
             self._sync_lock.release()
@@ -278,17 +294,32 @@ class QueueStore:
     def _segment_for(self, length: int) -> Segment:
         """The write segment, rotated first if the record would overflow a non-empty one."""
         segment = self._write
+        if segment is None:
+            return self._first_segment()
         if segment.size > records.FILE_HEADER_SIZE and segment.size + length > self._segment_size:
             return self._rotate()
         return segment
 
+    def _first_segment(self) -> Segment:
+        """A new log's first append: its directory, then its first segment."""
+        if self._create is not None:
+            try:
+                self._unsynced_paths = self._create()
+            except OSError as exc:
+                self._failure = exc
+                raise errors.StoreError(f"{self._directory}: cannot create") from exc
+            self._create = None
+        self._write = self._new_segment()
+        return self._write
+
     def _rotate(self) -> Segment:
         old = self._write
-        old.sealed = True
-        self._write = self._new_segment()
-        if not old.live:
-            self._retire(old)
-        return self._write
+        self._write = new = self._new_segment()
+        if old is not None:
+            old.sealed = True
+            if not old.live:
+                self._retire(old)
+        return new
 
     def _write_record(self, segment: Segment, offset: int, length: int, *chunks: bytes) -> None:
         segment.add_record(offset, length)

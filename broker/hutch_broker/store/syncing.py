@@ -30,7 +30,8 @@ class SyncPass:
 
     gen: int
     fds: list[int]
-    directory: Path | None  # fsynced too when a segment file was created
+    paths: list[Path]  # fsynced too: the directory when a segment file was created, and a new
+    # queue directory's metadata file, itself and its parent
     flushed: list[Segment]
     acked: list[Segment]  # segments whose ack files were written
     error: OSError | None = field(default=None)
@@ -47,9 +48,9 @@ def run_all(passes: Sequence[SyncPass], pool: Executor | None = None) -> None:
         for fd in sync_pass.fds
     ]
     jobs += [
-        (sync_pass, functools.partial(files.fsync_dir, sync_pass.directory))
+        (sync_pass, functools.partial(files.fsync_path, path))
         for sync_pass in passes
-        if sync_pass.directory is not None
+        for path in sync_pass.paths
     ]
     if pool is None or len(jobs) <= 1:
         for job in jobs:
