@@ -8,14 +8,13 @@ real RabbitMQ imports into Hutch unchanged.
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from hutch_broker.model import access, paging
+from hutch_broker.model import access, changes, paging
 from hutch_broker.model import policies as policies_mod
+from hutch_broker.model.changes import Change
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
@@ -38,7 +37,7 @@ class Broker:
         self.permissions: dict[tuple[str, str], access.Permission] = {}
         self.loopback_users: list[str] = ["guest"]
         # Wired by the server: persistence of definitions and durable queues.
-        self.on_definitions_changed: Callable[[], None] = lambda: None
+        self.on_definitions_changed: changes.ChangeListener = changes.ignore
         self.on_queue_created: Callable[[Queue], None] = lambda queue: None
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
 
@@ -65,6 +64,7 @@ class Broker:
             existing.description = description or existing.description
             if tags is not None:
                 existing.tags = tags
+            self._definitions_changed(Change("vhosts", changes.vhost_item(existing)))
             return existing, False
         vhost = VirtualHost(
             name, description=description, tags=tags or [], default_queue_type=default_queue_type
@@ -76,7 +76,7 @@ class Broker:
             vhost.clock = self.clock
         vhost.pager = self.pager
         self.vhosts[name] = vhost
-        self._definitions_changed()
+        self._definitions_changed(Change("vhosts", changes.vhost_item(vhost)))
         return vhost, True
 
     def get_vhost(self, name: str) -> VirtualHost:
@@ -93,23 +93,26 @@ class Broker:
             vhost.remove_queue(queue)
         for key in [key for key in self.permissions if key[0] == name]:
             del self.permissions[key]
-        self._definitions_changed()
+        # Deleting a vhost deletes everything in it: the journal applies the same rule.
+        self._definitions_changed(Change("vhosts", changes.vhost_item(vhost), deleted=True))
         return True
 
     # -- users and permissions ---------------------------------------
 
     def put_user(self, name: str, password_hash: str, tags: list[str]) -> bool:
         created = name not in self.users
-        self.users[name] = access.User(name, password_hash, tags)
-        self._definitions_changed()
+        user = self.users[name] = access.User(name, password_hash, tags)
+        self._definitions_changed(Change("users", changes.user_item(user)))
         return created
 
     def delete_user(self, name: str) -> bool:
-        if self.users.pop(name, None) is None:
+        user = self.users.pop(name, None)
+        if user is None:
             return False
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]
-        self._definitions_changed()
+        # The user's permissions go with it: the journal applies the same rule.
+        self._definitions_changed(Change("users", changes.user_item(user), deleted=True))
         return True
 
     def authenticate(self, username: str, password: str) -> access.User | None:
@@ -121,8 +124,10 @@ class Broker:
     def set_permission(self, vhost: str, user: str, configure: str, write: str, read: str) -> bool:
         key = (vhost, user)
         created = key not in self.permissions
-        self.permissions[key] = access.Permission(configure, write, read)
-        self._definitions_changed()
+        permission = self.permissions[key] = access.Permission(configure, write, read)
+        self._definitions_changed(
+            Change("permissions", changes.permission_item(vhost, user, permission))
+        )
         return created
 
     def permission(self, vhost: str, user: str) -> access.Permission | None:
@@ -149,8 +154,8 @@ class Broker:
 
     # -- hooks --------------------------------------------------------
 
-    def _definitions_changed(self) -> None:
-        self.on_definitions_changed()
+    def _definitions_changed(self, change: Change | None = None, /) -> None:
+        self.on_definitions_changed(change)
 
     def _queue_created(self, queue: Queue) -> None:
         self.on_queue_created(queue)
@@ -167,26 +172,11 @@ class Broker:
             "rabbitmq_version": COMPAT_VERSION,
             "product_name": "Hutch",
             "product_version": COMPAT_VERSION,
-            "users": [
-                {
-                    "name": user.name,
-                    "password_hash": user.password_hash,
-                    "hashing_algorithm": access.HASHING_ALGORITHM,
-                    "tags": list(user.tags),
-                    "limits": {},
-                }
-                for user in self.users.values()
-            ],
-            "vhosts": [_vhost_json(vhost) for vhost in self.vhosts.values()],
+            "users": [changes.user_item(user) for user in self.users.values()],
+            "vhosts": [changes.vhost_item(vhost) for vhost in self.vhosts.values()],
             "permissions": [
-                {
-                    "user": user,
-                    "vhost": vhost,
-                    "configure": perm.configure,
-                    "write": perm.write,
-                    "read": perm.read,
-                }
-                for (vhost, user), perm in self.permissions.items()
+                changes.permission_item(vhost, user, permission)
+                for (vhost, user), permission in self.permissions.items()
             ],
             "topic_permissions": [],
             "parameters": [],
@@ -207,91 +197,30 @@ class Broker:
         _import(self, definitions, source)
 
 
-def _vhost_json(vhost: VirtualHost) -> dict[str, Any]:
-    item: dict[str, Any] = {"name": vhost.name}
-    if vhost.description or vhost.tags:
-        item["description"] = vhost.description
-        item["tags"] = list(vhost.tags)
-    if vhost.default_queue_type != "classic":
-        item["default_queue_type"] = vhost.default_queue_type
-    return item
-
-
-def json_safe(value: Any) -> Any:
-    """Field-table values (bytes, decimals, timestamps) as JSON values."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return {str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp())
-    return value
-
-
 def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool) -> None:
     name = vhost.name
     out["policies"].extend(policy.as_json() for policy in vhost.policies.values())
-    for policy in vhost.operator_policies.values():
-        out["parameters"].append(
-            {
-                "value": {
-                    "pattern": policy.pattern,
-                    "definition": policy.definition,
-                    "priority": policy.priority,
-                    "apply-to": policy.apply_to,
-                },
-                "vhost": name,
-                "component": "operator_policy",
-                "name": policy.name,
-            }
-        )
-    for queue in vhost.queues.values():
-        if queue.exclusive_owner is not None or (durable_only and not queue.durable):
-            continue
-        out["queues"].append(
-            {
-                "name": queue.name,
-                "vhost": name,
-                "durable": queue.durable,
-                "auto_delete": queue.auto_delete,
-                "arguments": json_safe(queue.arguments),
-            }
-        )
-    for exchange in vhost.exchanges.values():
-        if exchange.name == "" or exchange.name.startswith("amq."):
-            continue
-        if durable_only and not exchange.durable:
-            continue
-        out["exchanges"].append(
-            {
-                "name": exchange.name,
-                "vhost": name,
-                "type": exchange.kind,
-                "durable": exchange.durable,
-                "auto_delete": exchange.auto_delete,
-                "internal": exchange.internal,
-                "arguments": json_safe(exchange.arguments),
-            }
-        )
-    for binding in vhost.bindings():
-        if durable_only and not binding.durable:
-            continue
-        if getattr(binding.destination, "exclusive_owner", None) is not None:
-            continue
-        out["bindings"].append(
-            {
-                "source": binding.source.name,
-                "vhost": name,
-                "destination": binding.destination.name,
-                "destination_type": binding.destination_type,
-                "routing_key": binding.routing_key,
-                "arguments": json_safe(binding.arguments),
-            }
-        )
+    out["parameters"].extend(
+        changes.operator_policy_item(name, policy) for policy in vhost.operator_policies.values()
+    )
+    out["queues"].extend(
+        changes.queue_item(name, queue)
+        for queue in vhost.queues.values()
+        if queue.exclusive_owner is None and (queue.durable or not durable_only)
+    )
+    out["exchanges"].extend(
+        changes.exchange_item(name, exchange)
+        for exchange in vhost.exchanges.values()
+        if exchange.name != ""
+        and not exchange.name.startswith("amq.")
+        and (exchange.durable or not durable_only)
+    )
+    out["bindings"].extend(
+        changes.binding_item(name, binding)
+        for binding in vhost.bindings()
+        if getattr(binding.destination, "exclusive_owner", None) is None
+        and (binding.durable or not durable_only)
+    )
 
 
 def _items(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:

@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
-from hutch_broker.model import deadletter, paging
+from hutch_broker.model import changes, deadletter, paging
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model import settings as settings_mod
+from hutch_broker.model.changes import Change
 from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
@@ -59,9 +60,9 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.policies: dict[str, policies_mod.Policy] = {}
         self.operator_policies: dict[str, policies_mod.Policy] = {}
-        # Wired by the broker: called when a durable definition changes, when a
-        # queue is created (store attach) or deleted (store cleanup).
-        self.on_definitions_changed: Callable[[], None] = lambda: None
+        # Wired by the broker: called when a durable definition changes (with what
+        # changed), when a queue is created (store attach) or deleted (store cleanup).
+        self.on_definitions_changed: changes.ChangeListener = changes.ignore
         self.on_queue_created: Callable[[Queue], None] = lambda queue: None
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
         self.clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
@@ -116,8 +117,10 @@ class VirtualHost:
         )
         self.exchanges[name] = exchange
         self._apply_exchange_policy(exchange)
-        if durable:
-            self.on_definitions_changed()
+        if changes.exchange_persisted(exchange):
+            self.on_definitions_changed(
+                Change("exchanges", changes.exchange_item(self.name, exchange))
+            )
         return exchange, True
 
     def _check_exchange_equivalence(
@@ -159,8 +162,9 @@ class VirtualHost:
         for binding in list(exchange.incoming.values()):
             self._unlink(binding)
         del self.exchanges[name]
-        if exchange.durable:
-            self.on_definitions_changed()
+        if changes.exchange_persisted(exchange):
+            item = changes.exchange_item(self.name, exchange)
+            self.on_definitions_changed(Change("exchanges", item, deleted=True))
 
     # -- queues -------------------------------------------------------
 
@@ -220,8 +224,7 @@ class VirtualHost:
         self.queues[name] = queue
         self._apply_queue_policy(queue)
         self.on_queue_created(queue)
-        if durable:
-            self.on_definitions_changed()
+        self._queue_changed(queue)
         return queue, True
 
     def update_queue_limits(self, name: str, limits: dict[str, Any]) -> Queue:
@@ -247,9 +250,13 @@ class VirtualHost:
         queue.arguments = arguments
         queue.declared_via = "http"  # type: ignore[attr-defined]
         self._apply_queue_policy(queue)
-        if queue.durable:
-            self.on_definitions_changed()
+        self._queue_changed(queue)
         return queue
+
+    def _queue_changed(self, queue: Queue, *, deleted: bool = False) -> None:
+        if changes.queue_persisted(queue):
+            item = changes.queue_item(self.name, queue)
+            self.on_definitions_changed(Change("queues", item, deleted=deleted))
 
     def check_exclusive(self, queue: Queue, owner: object | None) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
@@ -280,8 +287,7 @@ class VirtualHost:
             queue.remove_consumer(consumer)
             consumer.channel.cancelled_by_broker(consumer)
         self.on_queue_deleted(queue)
-        if queue.durable:
-            self.on_definitions_changed()
+        self._queue_changed(queue, deleted=True)
         return count
 
     # -- bindings -----------------------------------------------------
@@ -305,8 +311,7 @@ class VirtualHost:
             return existing
         source.add_binding(binding)
         destination.incoming[id(binding)] = binding
-        if binding.durable:
-            self.on_definitions_changed()
+        self._binding_changed(binding)
         return binding
 
     def unbind(
@@ -327,10 +332,14 @@ class VirtualHost:
         source = binding.source
         source.remove_binding(binding.identity)
         binding.destination.incoming.pop(id(binding), None)
-        if binding.durable:
-            self.on_definitions_changed()
+        self._binding_changed(binding, deleted=True)
         if source.auto_delete and not source.bindings and source.name in self.exchanges:
             self.delete_exchange(source.name)
+
+    def _binding_changed(self, binding: Binding, *, deleted: bool = False) -> None:
+        if changes.binding_persisted(binding):
+            item = changes.binding_item(self.name, binding)
+            self.on_definitions_changed(Change("bindings", item, deleted=deleted))
 
     def bindings(self) -> list[Binding]:
         return [
@@ -432,14 +441,16 @@ class VirtualHost:
         table = self.operator_policies if operator else self.policies
         table[policy.name] = policy
         self.apply_policies()
-        self.on_definitions_changed()
+        self.on_definitions_changed(changes.policy_change(self.name, policy, operator=operator))
 
     def delete_policy(self, name: str, *, operator: bool) -> bool:
         table = self.operator_policies if operator else self.policies
-        if table.pop(name, None) is None:
+        policy = table.pop(name, None)
+        if policy is None:
             return False
         self.apply_policies()
-        self.on_definitions_changed()
+        change = changes.policy_change(self.name, policy, operator=operator, deleted=True)
+        self.on_definitions_changed(change)
         return True
 
     def apply_policies(self) -> None:

@@ -1,12 +1,16 @@
 """Wiring of one broker process: model, store, listeners, end-of-tick work, shutdown.
 
 End of tick (``_end_of_tick``, scheduled at most once per loop iteration):
-1. save definitions if a durable definition changed (atomic file write);
+1. save definitions if a durable definition changed: the tick's changes appended to the
+   definitions journal with one fdatasync (a whole snapshot only when compaction is due);
 2. start the group-commit fsync of the message store in a worker thread if
    anything was appended and no sync is running (P-3);
-3. release publisher confirms that need no sync;
+3. release publisher confirms that need no sync, and throttled publishers (whose buffered
+   frames may change definitions again: then step 1 runs once more);
 4. write every dirty connection's output with one ``writelines``.
-When a sync finishes, the confirms it made durable are released.
+So no declare-ok precedes its definition on disk; management replies wait for the same save
+(``_durable_replies_middleware``). When a sync finishes, the confirms it made durable are
+released.
 """
 
 from __future__ import annotations
@@ -17,18 +21,23 @@ import shutil
 import signal
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hutch_broker import __version__, memory
 from hutch_broker.config import BrokerConfig
 from hutch_broker.dispatch.context import Context, wall_clock_ms
 from hutch_broker.model.broker import Broker
+from hutch_broker.model.changes import Change
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
-from hutch_broker.store import MessageStore, definitions
+from hutch_broker.store import DefinitionsStore, MessageStore, StoreError
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from aiohttp.typedefs import Handler, Middleware
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +55,7 @@ class BrokerServer:
         self.context = Context(self.broker, clock=wall_clock_ms, request_flush=self.request_flush)
         self.broker.loopback_users = list(config.loopback_users)
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.definitions_path = config.data_dir / "definitions.json"
+        self.definitions = DefinitionsStore(config.data_dir)
         self.store = MessageStore(config.data_dir / "msgs")
         paging_dir = config.data_dir / "paging"
         shutil.rmtree(paging_dir, ignore_errors=True)  # paged bodies are worthless after a restart
@@ -66,6 +75,10 @@ class BrokerServer:
         self.context.stamp_message_id = config.stamp_message_id
         self._flush_scheduled = False
         self._definitions_dirty = False
+        self._snapshot_due = False  # a change came without saying what: write everything
+        self._changes_made = 0  # definitions changes reported by the model so far
+        self._changes_settled = 0  # how many of them were saved, or failed to save and said so
+        self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._sync_running = False
         self._servers: list[asyncio.AbstractServer] = []
         self._stopped = asyncio.Event()
@@ -76,7 +89,7 @@ class BrokerServer:
 
     def recover(self) -> None:
         """Definitions, then durable messages (P-1, P-2)."""
-        stored = definitions.load_definitions(self.definitions_path)
+        stored = self.definitions.recover()
         if stored is None:
             self.broker.create_defaults(
                 user=self.config.default_user, password=self.config.default_pass
@@ -87,7 +100,7 @@ class BrokerServer:
         self.broker.on_definitions_changed = self._definitions_changed
         self.broker.on_queue_created = self._queue_created
         self.broker.on_queue_deleted = self._queue_deleted
-        self._save_definitions()
+        self._compact_definitions()  # start from a fresh snapshot and an empty journal
 
     def _recover_messages(self) -> None:
         live: set[tuple[str, str]] = set()
@@ -136,7 +149,12 @@ class BrokerServer:
 
     # -- model hooks -----------------------------------------------------
 
-    def _definitions_changed(self) -> None:
+    def _definitions_changed(self, change: Change | None = None, /) -> None:
+        if change is None:
+            self._snapshot_due = True
+        else:
+            self.definitions.stage(change.section, change.item, deleted=change.deleted)
+        self._changes_made += 1
         self._definitions_dirty = True
         self.request_flush()
 
@@ -151,10 +169,70 @@ class BrokerServer:
             self.store.delete_queue(queue.vhost, queue.name)
 
     def _save_definitions(self) -> None:
+        """The tick's changes to disk: O(changes) and one fdatasync, and then the waiters.
+
+        A failure is logged and reported to the management replies waiting for it; the next
+        change retries with a compaction, the one write that does not trust the old journal.
+        """
         self._definitions_dirty = False
-        definitions.save_definitions(
-            self.definitions_path, self.broker.export_definitions(durable_only=True)
-        )
+        saving = self._changes_made
+        try:
+            if self._snapshot_due or self.definitions.compaction_due:
+                self._compact_definitions()
+            else:
+                self.definitions.commit()
+        except (OSError, StoreError) as exc:
+            log.exception("could not save definitions")
+            self._definitions_saved(saving, exc)
+            return
+        self._definitions_saved(saving, None)
+        if self.definitions.compaction_due:
+            try:
+                self._compact_definitions()
+            except (OSError, StoreError):  # the committed journal still holds everything
+                log.exception("could not compact the definitions journal")
+
+    def _compact_definitions(self) -> None:
+        self._snapshot_due = True  # until it succeeds
+        self.definitions.compact(self.broker.export_definitions(durable_only=True))
+        self._snapshot_due = False
+
+    def _definitions_saved(self, saving: int, failure: BaseException | None) -> None:
+        """Answer the waiters; after a failure too, or every later reply would wait for a save
+        that only the next change triggers (which compacts, so it saves these changes too)."""
+        self._changes_settled = saving
+        waiting: list[tuple[int, asyncio.Future[None]]] = []
+        for wanted, future in self._durable_waiters:
+            if wanted > saving:
+                waiting.append((wanted, future))
+            elif future.done():
+                pass  # its request was cancelled
+            elif failure is None:
+                future.set_result(None)
+            else:
+                future.set_exception(failure)
+        self._durable_waiters = waiting
+
+    async def definitions_durable(self) -> None:
+        """Return once every definitions change made so far is on disk; raise if saving failed."""
+        if self._changes_settled >= self._changes_made:
+            return
+        future = self.loop.create_future()
+        self._durable_waiters.append((self._changes_made, future))
+        await future
+
+    def _durable_replies_middleware(self) -> Middleware:
+        """aiohttp writes a reply in the very callback that made the change, before the end of
+        the tick saves it: without this, a PUT could be answered and then lost to a crash."""
+        from aiohttp import web  # noqa: PLC0415 - see _start_http
+
+        @web.middleware
+        async def durable_replies(request: web.Request, handler: Handler) -> web.StreamResponse:
+            response = await handler(request)
+            await self.definitions_durable()
+            return response
+
+        return durable_replies
 
     # -- end of tick -----------------------------------------------------
 
@@ -171,13 +249,12 @@ class BrokerServer:
             self.context.ingress_bytes = 0
             self.resources.sample()
         if self._definitions_dirty:
-            try:
-                self._save_definitions()
-            except OSError:
-                log.exception("could not save definitions")
+            self._save_definitions()
         self._maybe_start_sync()
         self.context.release_confirms()
         self.context.release_throttled()
+        if self._definitions_dirty:  # a released publisher's buffered frames declared something
+            self._save_definitions()
         self._flush_connections()
 
     def _sample_after_bytes(self) -> int:
@@ -274,6 +351,7 @@ class BrokerServer:
             disk_free_limit=config.disk_free_limit,
         )
         app = make_app(self.context, memory=self.resources, node=node)
+        app.middlewares.append(self._durable_replies_middleware())  # innermost
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.config.bind, self.config.http_port, reuse_address=True)
@@ -330,6 +408,11 @@ class BrokerServer:
         self.store.sync()
         if self._definitions_dirty:
             self._save_definitions()
+        try:  # after a clean stop, definitions.json alone holds everything
+            self._compact_definitions()
+        except (OSError, StoreError):
+            log.exception("could not compact the definitions journal")
+        self.definitions.close()
         self.store.close()
         if self.broker.pager.store is not None:
             self.broker.pager.store.close()

@@ -2,12 +2,13 @@
 
 Synchronous and free of asyncio and sockets: the server calls ``MessageStore.sync()`` (from a
 worker thread, once per event-loop tick) and confirms persistent messages when it returns.
-Layout: ``definitions.json`` (``definitions``) and ``msgs/<hash>/`` per durable queue
-(``layout``), each an append-only segment log (``queuestores``, ``segments``, ``records``),
-rebuilt after a crash by ``recovery`` and kept bounded by ``compaction``.
+Layout: ``definitions.json`` plus its change journal ``definitions.log`` (``definitions``,
+``journal``, ``documents``), and ``msgs/<hash>/`` per durable queue that ever held a persistent
+message (``layout``), each an append-only segment log (``queuestores``, ``segments``,
+``records``), rebuilt after a crash by ``recovery`` and kept bounded by ``compaction``.
 """
 
-from hutch_broker.store.definitions import load_definitions, save_definitions
+from hutch_broker.store.definitions import DefinitionsStore, load_definitions, save_definitions
 from hutch_broker.store.errors import (
     CorruptDefinitionsError,
     CorruptRecordError,
@@ -24,6 +25,7 @@ from hutch_broker.store.records import StoredMessage
 __all__ = [
     "CorruptDefinitionsError",
     "CorruptRecordError",
+    "DefinitionsStore",
     "MessageNotFoundError",
     "MessageStore",
     "QueueStore",

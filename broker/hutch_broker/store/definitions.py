@@ -1,28 +1,63 @@
-"""The broker's definitions file: vhosts, users, policies, durable exchanges, queues, bindings.
+"""The broker's definitions on disk: a snapshot plus a journal of changes, group-committed.
 
-Rewritten whole on every definitions change (they are small and change rarely), atomically:
-a crash leaves either the previous file or the new one, never a truncated mix, so a broker that
-restarts never comes back without its queues. A file that is not a JSON object is an error, not
-an empty broker: silently starting empty would drop every durable queue and its messages.
+Why a journal: rewriting every definition on every change made declaring n durable queues cost
+O(n^2) and an fsync chain per declare. Now ``definitions.json`` is a snapshot (the export
+format, replaced atomically, as it always was) and ``definitions.log`` (format in ``journal``)
+holds what changed since: one record per changed item. ``stage`` encodes a change as it happens;
+``commit`` appends everything staged with one write and one fdatasync, which the server does
+once per event-loop tick, before any reply that depends on it goes out.
+
+Recovery (``recover``): the snapshot, then the journal's records in order up to the first bad
+one. A torn tail is a write a crash interrupted, so nobody was told it happened; it is cut off.
+Damage in the middle of the file (a bad record with valid ones after it) is not a crash but a
+disk fault, and the records after it were acknowledged: the broker refuses to start, as it does
+for an unreadable snapshot. Starting from the prefix would also make recovery delete the message
+logs of every queue declared after the damage. The error says how to start from the prefix.
+
+Compaction, once the journal outgrows max(1 MiB, the snapshot), is three atomic replacements,
+each leaving a pair of files that recovers to the same definitions:
+
+1. journal := [reset record holding the whole document]  old snapshot + reset  -> document
+2. snapshot := document                                  new snapshot + reset  -> document
+3. journal := empty                                      new snapshot + empty  -> document
+
+A crash before step 1 leaves the old pair, which the committed records complete. The journal is
+replaced before the snapshot because the other order could replay old records over a newer
+snapshot, which is not idempotent (a delete that only the snapshot saw would come undone).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hutch_broker.store import errors, files
+from hutch_broker.store import errors, files, journal
+from hutch_broker.store.documents import KeyedDefinitions
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_NAME = "definitions.json"
+JOURNAL_NAME = "definitions.log"
+MIN_COMPACTION_BYTES = 1024 * 1024
+
+_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 
 def save_definitions(path: Path, definitions: dict[str, Any]) -> None:
     """Replace the file atomically: temp file, fsync, rename, fsync the directory."""
-    data = json.dumps(definitions, indent=2, sort_keys=True, ensure_ascii=False)
-    files.write_atomically(Path(path), data.encode("utf-8", "surrogatepass"))
+    files.write_atomically(Path(path), _snapshot_bytes(definitions))
 
 
 def load_definitions(path: Path) -> dict[str, Any] | None:
-    """The saved definitions, None when there is no file; CorruptDefinitionsError if unreadable."""
+    """The saved definitions, None when there is no file; CorruptDefinitionsError if unreadable.
+
+    A file that is not a JSON object is an error, not an empty broker: silently starting empty
+    would drop every durable queue and its messages.
+    """
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
@@ -35,3 +70,168 @@ def load_definitions(path: Path) -> dict[str, Any] | None:
         kind = type(definitions).__name__
         raise errors.CorruptDefinitionsError(f"{path}: expected a JSON object, found {kind}")
     return definitions
+
+
+class DefinitionsStore:
+    """``definitions.json`` plus ``definitions.log`` in one directory; event-loop thread only."""
+
+    def __init__(
+        self, directory: Path, *, min_compaction_bytes: int = MIN_COMPACTION_BYTES
+    ) -> None:
+        self.snapshot_path = Path(directory) / SNAPSHOT_NAME
+        self.journal_path = Path(directory) / JOURNAL_NAME
+        self._min_compaction_bytes = min_compaction_bytes
+        self._pending = bytearray()
+        self._pending_records = 0
+        self._fd = -1
+        self._journal_size = 0
+        self._snapshot_size = 0
+        self._broken = False  # an append failed: the journal's tail is unknown until compaction
+        self.records_committed = 0  # since open, for tests and for the scaling check
+        self.bytes_committed = 0
+
+    def recover(self) -> dict[str, Any] | None:
+        """The saved definitions; None when nothing was ever saved (a first start)."""
+        snapshot = load_definitions(self.snapshot_path)
+        self._snapshot_size = _size(self.snapshot_path)
+        payloads = self._read_journal()
+        if snapshot is None and not payloads:
+            return None
+        document = KeyedDefinitions(snapshot)
+        for index, payload in enumerate(payloads):
+            _apply(document, payload, f"{self.journal_path}: record {index}")
+        return document.to_export()
+
+    def stage(self, section: str, item: dict[str, Any], *, deleted: bool = False) -> None:
+        """Encode one changed item now (later edits to ``item`` do not leak in)."""
+        record = {"op": "delete" if deleted else "put", "section": section, "item": item}
+        self._pending += journal.encode_record(_json_bytes(record))
+        self._pending_records += 1
+
+    @property
+    def compaction_due(self) -> bool:
+        return self._broken or self._journal_size > max(
+            self._min_compaction_bytes, self._snapshot_size
+        )
+
+    def commit(self) -> None:
+        """Make everything staged durable: one write, one fdatasync."""
+        if not self._pending:
+            return
+        if self._broken:
+            raise errors.StoreError(f"{self.journal_path}: unusable after an I/O error")
+        try:
+            fd = self._open()
+            _write_all(fd, self._pending)
+            _fdatasync(fd)
+        except OSError:
+            # The page cache may hold any part of the batch: only a compaction, which
+            # writes fresh files, may be trusted again.
+            self._broken = True
+            raise
+        self._journal_size += len(self._pending)
+        self.bytes_committed += len(self._pending)
+        self.records_committed += self._pending_records
+        self._drop_pending()
+
+    def compact(self, definitions: dict[str, Any]) -> None:
+        """Replace both files by ``definitions`` (which includes whatever was staged)."""
+        reset = journal.encode_record(_json_bytes({"op": "reset", "definitions": definitions}))
+        snapshot = _snapshot_bytes(definitions)
+        self._close()
+        self._broken = True  # until the last step is done
+        files.write_atomically(self.journal_path, journal.FILE_HEADER + reset)
+        files.write_atomically(self.snapshot_path, snapshot)
+        files.write_atomically(self.journal_path, journal.FILE_HEADER)
+        self._broken = False
+        self._drop_pending()
+        self._snapshot_size = len(snapshot)
+        self._journal_size = journal.FILE_HEADER_SIZE
+
+    def close(self) -> None:
+        self._close()
+
+    def _drop_pending(self) -> None:
+        self._pending.clear()
+        self._pending_records = 0
+
+    def _open(self) -> int:
+        if self._fd < 0:
+            if _size(self.journal_path) == 0:  # none yet (a first start, or an older broker's)
+                files.write_atomically(self.journal_path, journal.FILE_HEADER)
+                self._journal_size = journal.FILE_HEADER_SIZE
+            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+            self._fd = os.open(self.journal_path, flags)
+        return self._fd
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _read_journal(self) -> list[bytes]:
+        path = self.journal_path
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        found = journal.scan(data, name=str(path))
+        dropped = len(data) - found.valid_end
+        if found.damaged:
+            raise errors.CorruptDefinitionsError(
+                f"{path}: damaged record at offset {found.valid_end} with valid records after "
+                "it (a disk fault, not a crash); refusing to start, since starting from the "
+                "records before it would drop acknowledged definitions and the messages of "
+                f"queues declared later. To start from that prefix anyway, keep a copy and "
+                f"truncate the file to {found.valid_end} bytes."
+            )
+        if dropped:
+            log.warning(
+                "%s: torn tail at offset %d, truncating %d bytes", path, found.valid_end, dropped
+            )
+        if dropped:
+            os.truncate(path, found.valid_end)
+        self._journal_size = found.valid_end
+        return found.payloads
+
+
+def _apply(document: KeyedDefinitions, payload: bytes, where: str) -> None:
+    """One record onto the document; a record that passed its checksum but makes no sense is
+    a bug or a newer format, never something to skip quietly."""
+    try:
+        record = json.loads(payload.decode("utf-8", "surrogatepass"))
+        operation = record["op"]
+        if operation == "reset":
+            document.reset(record["definitions"])
+        elif operation == "put":
+            document.put(record["section"], record["item"])
+        elif operation == "delete":
+            document.delete(record["section"], record["item"])
+        else:
+            raise errors.UnsupportedFormatError(f"{where}: unknown operation {operation!r}")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise errors.CorruptDefinitionsError(f"{where}: {exc!r}") from exc
+
+
+def _json_bytes(value: Any) -> bytes:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _snapshot_bytes(definitions: dict[str, Any]) -> bytes:
+    text = json.dumps(definitions, indent=2, sort_keys=True, ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _write_all(fd: int, data: bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

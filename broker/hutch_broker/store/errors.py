@@ -8,10 +8,11 @@
     ├── MessageNotFoundError      read() of an id that was acked, purged or never existed
     ├── CorruptRecordError        read() found a record whose checksum does not match
     ├── UnsupportedFormatError    files written by an unknown (newer) format version
-    └── CorruptDefinitionsError   definitions.json is not a JSON object
+    └── CorruptDefinitionsError   definitions.json is not a JSON object, or a journal record
+                                  that passed its checksum makes no sense
 
-Torn tails found during recovery are not errors: they are the expected result of a crash, are
-logged and truncated away.
+Torn tails (of a message log or of the definitions journal) found during recovery are not
+errors: they are the expected result of a crash, are logged and truncated away.
 """
 
 from __future__ import annotations
