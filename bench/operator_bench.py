@@ -122,11 +122,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def is_ready(obj: dict[str, Any]) -> bool:
+def has_condition(obj: dict[str, Any], type_: str) -> bool:
     return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
+        c.get("type") == type_ and c.get("status") == "True"
         for c in obj.get("status", {}).get("conditions", [])
     )
+
+
+def is_ready(obj: dict[str, Any]) -> bool:
+    return has_condition(obj, "Ready")
 
 
 async def create_all(
@@ -211,12 +215,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "HUTCH_METRICS_PORT": str(metrics_port), "HUTCH_WORKERS": str(args.workers),
                "HUTCH_SYNC_PERIOD": "300", "PYTHONPATH": str(REPO / "operator")}  # fmt: skip
         log_path = args.log
+        log_path.unlink(missing_ok=True)  # the previous run's restart log
         operator = start_operator(env, log_path, tuple(args.operator_arg))
         plane.create(f"/apis/hutch.dev/v1alpha1/namespaces/{ns}/brokers", {
             "apiVersion": "hutch.dev/v1alpha1", "kind": "Broker", "metadata": {"name": "b"},
             "spec": {}})  # fmt: skip
-        wait_log_count(log_path, "Creation is processed", 1, 60)
-        time.sleep(1.0)
+        # Queues wait (BrokerNotReady, 10 s retries) until their Broker is Available, which its
+        # status timer decides: start the clock only once it is, as for any settled Broker.
+        broker_path = f"/apis/hutch.dev/v1alpha1/namespaces/{ns}/brokers/b"
+        deadline = time.monotonic() + 60
+        while not has_condition(plane.api("GET", broker_path)[1], "Available"):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Broker did not become Available in 60 s")
+            time.sleep(0.2)
 
         items = [{"apiVersion": "hutch.dev/v1alpha1", "kind": "Queue",
                   "metadata": {"name": f"q{i:05d}"},
