@@ -130,6 +130,14 @@ class Broker:
         )
         return created
 
+    def delete_permission(self, vhost: str, user: str) -> bool:
+        permission = self.permissions.pop((vhost, user), None)
+        if permission is None:
+            return False
+        item = changes.permission_item(vhost, user, permission)
+        self._definitions_changed(Change("permissions", item, deleted=True))
+        return True
+
     def permission(self, vhost: str, user: str) -> access.Permission | None:
         return self.permissions.get((vhost, user))
 

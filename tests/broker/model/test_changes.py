@@ -62,6 +62,9 @@ def test_each_durable_change_is_reported_with_its_item(recorded):
     vhost.delete_exchange("dx")  # takes its binding with it
     broker.put_user("alice", "hash", ["management"])
     broker.set_permission("/", "alice", ".*", "", "")
+    broker.set_permission("/", "alice", ".*", ".*", "")
+    assert broker.delete_permission("/", "alice")
+    assert not broker.delete_permission("/", "alice")  # nothing left to report
     broker.delete_user("alice")
 
     assert summary(seen) == [
@@ -75,6 +78,8 @@ def test_each_durable_change_is_reported_with_its_item(recorded):
         ("exchanges", "dx", True),
         ("users", "alice", False),
         ("permissions", None, False),
+        ("permissions", None, False),
+        ("permissions", None, True),
         ("users", "alice", True),
     ]
     assert seen[2].item["arguments"] == {"x-flag": "bytes", "x-n": 1.5}  # JSON-ready

@@ -45,6 +45,8 @@ def exercise(broker: Broker) -> None:
     broker.set_permission("v2", "alice", ".*", ".*", "")
     broker.set_permission("/", "bob", "", "", ".*")
     broker.set_permission("v2", "alice", "^a", ".*", ".*")  # replaced
+    broker.set_permission("/", "alice", ".*", "", "")
+    broker.delete_permission("/", "alice")
     import_policy(broker, "/", "lim", {"max-length": 10})
     import_policy(broker, "v2", "ttl", {"message-ttl": 1000})
     import_policy(broker, "/", "gone", {"expires": 1000})

@@ -163,14 +163,6 @@ def _pattern(body: bodies.Body, key: str) -> str:
     return pattern
 
 
-def delete_permission(broker: Broker, vhost: str, user: str) -> bool:
-    """Remove one permission and persist (the model has no such method yet)."""
-    if broker.permissions.pop((vhost, user), None) is None:
-        return False
-    broker.on_definitions_changed()
-    return True
-
-
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
@@ -204,6 +196,6 @@ async def put_permission(request: web.Request) -> web.Response:
 async def delete_permission_route(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     broker = support.state(request).broker
-    if not delete_permission(broker, support.path(request, "vhost"), support.path(request, "user")):
+    if not broker.delete_permission(support.path(request, "vhost"), support.path(request, "user")):
         raise errors.not_found()
     return support.no_content()
