@@ -34,9 +34,7 @@ async def list_vhosts(request: web.Request) -> web.Response:
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
     admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     return support.item_response(request, vhosts_view.vhost_item(vhost, node=admin.node_name))
 
 

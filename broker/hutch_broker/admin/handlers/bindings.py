@@ -81,19 +81,13 @@ async def list_bindings(request: web.Request) -> web.Response:
 
 @routes.get("/api/bindings/{vhost}")
 async def list_vhost_bindings(request: web.Request) -> web.Response:
-    admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     return support.list_response(request, bindings_view.vhost_bindings(vhost), default_sort=())
 
 
 @routes.get(EDGE)
 async def list_edge(request: web.Request) -> web.Response:
-    admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     source, destination = _ends(request, vhost)
     return support.list_response(request, _edge_items(vhost, source, destination), default_sort=())
 
@@ -101,7 +95,7 @@ async def list_edge(request: web.Request) -> web.Response:
 @routes.post(EDGE)
 async def create_binding(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     source, destination = _ends(request, vhost)
     body = await support.body(request)
     routing_key = bodies.string(body, "routing_key", "")
@@ -117,10 +111,7 @@ async def create_binding(request: web.Request) -> web.Response:
 
 @routes.get(EDGE + "/{props}")
 async def get_binding(request: web.Request) -> web.Response:
-    admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     source, destination = _ends(request, vhost)
     given = support.path(request, "props")
     for item in _edge_items(vhost, source, destination):
@@ -132,7 +123,7 @@ async def get_binding(request: web.Request) -> web.Response:
 @routes.delete(EDGE + "/{props}")
 async def delete_binding(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     source, destination = _ends(request, vhost)
     if source is vhost.default_exchange:
         raise errors.not_authorized("operation not permitted on the default exchange")

@@ -51,10 +51,7 @@ def _channel_items(request: web.Request, vhost: str | None) -> list[dict[str, An
 
 
 def _known_vhost(request: web.Request) -> str:
-    admin = support.state(request)
-    return auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    ).name
+    return support.vhost_to_read(request).name
 
 
 @routes.get("/api/connections")

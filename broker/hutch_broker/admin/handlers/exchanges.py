@@ -52,20 +52,14 @@ async def list_exchanges(request: web.Request) -> web.Response:
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost_exchanges(request: web.Request) -> web.Response:
-    admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     items = [exchanges_view.exchange_item(exchange) for exchange in vhost.exchanges.values()]
     return support.list_response(request, items)
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}")
 async def get_exchange(request: web.Request) -> web.Response:
-    admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
     return support.item_response(request, exchanges_view.exchange_detail(exchange))
 
@@ -73,7 +67,7 @@ async def get_exchange(request: web.Request) -> web.Response:
 @routes.put("/api/exchanges/{vhost}/{exchange}")
 async def put_exchange(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     name = support.exchange_path(request, "exchange")
     body = await support.body(request)
     kind = bodies.string(body, "type")
@@ -103,7 +97,7 @@ async def put_exchange(request: web.Request) -> web.Response:
 @routes.delete("/api/exchanges/{vhost}/{exchange}")
 async def delete_exchange(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     name = support.exchange_path(request, "exchange")
     refusal = _builtin_refusal(vhost, name)
     if refusal is not None:
@@ -121,7 +115,7 @@ async def delete_exchange(request: web.Request) -> web.Response:
 @routes.post("/api/exchanges/{vhost}/{exchange}/publish")
 async def publish(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
     message = messaging.parse_publish(await support.body(request))
     auth.check(admin.broker, user, vhost.name, "write", "exchange", exchange.name)
@@ -149,10 +143,7 @@ async def bindings_to(request: web.Request) -> web.Response:
 
 
 def _exchange_bindings(request: web.Request, *, as_source: bool) -> web.Response:
-    admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
     if exchange is vhost.default_exchange and as_source:
         items = [

@@ -132,7 +132,7 @@ async def health_local_alarms(request: web.Request) -> web.Response:
 async def aliveness_test(request: web.Request) -> web.Response:
     admin = support.state(request)
     user = support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     auth.check(admin.broker, user, vhost.name, "configure", "queue", messaging.ALIVENESS_QUEUE)
     auth.check(admin.broker, user, vhost.name, "write", "exchange", "")
     auth.check(admin.broker, user, vhost.name, "read", "queue", messaging.ALIVENESS_QUEUE)

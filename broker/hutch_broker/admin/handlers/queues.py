@@ -51,9 +51,7 @@ async def list_queues(request: web.Request) -> web.Response:
 @routes.get("/api/queues/{vhost}")
 async def list_vhost_queues(request: web.Request) -> web.Response:
     admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     items = [queues_view.queue_item(queue, node=admin.node_name) for queue in vhost.queues.values()]
     return support.list_response(request, items)
 
@@ -61,9 +59,7 @@ async def list_vhost_queues(request: web.Request) -> web.Response:
 @routes.get("/api/queues/{vhost}/{queue}")
 async def get_queue(request: web.Request) -> web.Response:
     admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     queue = _queue(vhost, support.path(request, "queue"))
     item = queues_view.queue_detail(queue, node=admin.node_name, local_address=admin.local_address)
     return support.item_response(request, item)
@@ -72,7 +68,7 @@ async def get_queue(request: web.Request) -> web.Response:
 @routes.put("/api/queues/{vhost}/{queue}")
 async def put_queue(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     name = support.path(request, "queue")
     body = await support.body(request)
     durable = bodies.boolean(body, "durable", True)
@@ -102,7 +98,7 @@ async def put_queue_arguments(request: web.Request) -> web.Response:
     keeps its messages; the effects are those of a policy change. Anything else is a 400.
     """
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     queue = _queue(vhost, support.path(request, "queue"))
     body = await support.body(request)
     arguments = bodies.table(body, "arguments")
@@ -118,7 +114,7 @@ async def put_queue_arguments(request: web.Request) -> web.Response:
 @routes.delete("/api/queues/{vhost}/{queue}")
 async def delete_queue(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     queue = _queue(vhost, support.path(request, "queue"))
     auth.check(admin.broker, user, vhost.name, "configure", "queue", queue.name)
     _not_exclusive(vhost, queue)
@@ -136,7 +132,7 @@ async def delete_queue(request: web.Request) -> web.Response:
 @routes.delete("/api/queues/{vhost}/{queue}/contents")
 async def purge_queue(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     queue = _queue(vhost, support.path(request, "queue"))
     auth.check(admin.broker, user, vhost.name, "read", "queue", queue.name)
     _not_exclusive(vhost, queue)
@@ -147,7 +143,7 @@ async def purge_queue(request: web.Request) -> web.Response:
 @routes.post("/api/queues/{vhost}/{queue}/get")
 async def get_messages(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = auth.vhost_for_writing(admin.broker, user, support.path(request, "vhost"))
+    vhost = support.vhost_to_write(request)
     queue = _queue(vhost, support.path(request, "queue"))
     get_request = messaging.parse_get(await support.body(request))
     auth.check(admin.broker, user, vhost.name, "read", "queue", queue.name)
@@ -160,10 +156,7 @@ async def get_messages(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{queue}/bindings")
 async def queue_bindings(request: web.Request) -> web.Response:
-    admin = support.state(request)
-    vhost = auth.vhost_for_reading(
-        admin.broker, support.user(request), support.path(request, "vhost")
-    )
+    vhost = support.vhost_to_read(request)
     queue = _queue(vhost, support.path(request, "queue"))
     items = bindings_view.queue_bindings(queue, vhost.name)
     return support.list_response(request, items, default_sort=())

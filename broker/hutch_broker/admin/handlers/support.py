@@ -13,9 +13,10 @@ from typing import Any
 
 from aiohttp import web
 
-from hutch_broker.admin import bodies, listing
+from hutch_broker.admin import auth, bodies, listing
 from hutch_broker.admin.state import STATE, USER, AdminState
 from hutch_broker.model import access
+from hutch_broker.model.vhosts import VirtualHost
 
 DEFAULT_EXCHANGE_PATH = "amq.default"
 
@@ -30,6 +31,16 @@ def user(request: web.Request) -> access.User:
 
 def path(request: web.Request, name: str) -> str:
     return request.match_info[name]
+
+
+def vhost_to_read(request: web.Request) -> VirtualHost:
+    """The ``{vhost}`` of the path, if it exists and the caller may see it (else 404/401)."""
+    return auth.vhost_for_reading(state(request).broker, user(request), path(request, "vhost"))
+
+
+def vhost_to_write(request: web.Request) -> VirtualHost:
+    """The ``{vhost}`` of the path, if the caller may change things in it."""
+    return auth.vhost_for_writing(state(request).broker, user(request), path(request, "vhost"))
 
 
 def exchange_path(request: web.Request, name: str) -> str:
