@@ -41,14 +41,18 @@ class Management:
         self.auth = probes.basic_auth(*broker.credentials)
         self.timeout = timeout
 
-    def request(self, method: str, path: str, body: Any = None) -> Response:
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Response:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(  # noqa: S310 - loopback http URL built by the fixture
             self.base + "/api" + path,
             data=data,
             method=method,
-            headers={"Authorization": self.auth, "Content-Type": "application/json"},
-        )
+            headers={
+                "Authorization": self.auth, "Content-Type": "application/json", **(headers or {})
+            },
+        )  # fmt: skip
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:  # noqa: S310
                 return Response(reply.status, _decode(reply.read()))

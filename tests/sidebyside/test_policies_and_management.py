@@ -5,8 +5,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hutch_testing.management import quote
 from hutch_testing.steps import closed_by_broker, get, publish, ready
 from hutch_testing.waiting import wait_for
+from pika.exceptions import ConnectionClosedByBroker
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -357,3 +359,29 @@ def test_exchange_json_names_its_policy_and_creator(target):
 
     assert exchange.get("policy") == n("ae")
     assert exchange["user_who_performed_action"] == "guest"
+
+
+def test_management_force_closes_a_connection(target):
+    """DELETE /api/connections/{name} with X-Reason: the client gets 320 and the reason."""
+    label = target.name("victim")
+    victim = target.connect(client_properties={"connection_name": label})
+    victim.channel()
+
+    def named() -> list[str]:
+        listing = target.api.get("/connections").body or []
+        return [
+            c["name"] for c in listing if c["client_properties"].get("connection_name") == label
+        ]
+
+    # RabbitMQ lists a connection once its statistics are emitted (every 5 s by default).
+    [name] = wait_for(named, lambda found: len(found) == 1, timeout=15, what=label)
+    reply = target.api.request(
+        "DELETE", f"/connections/{quote(name)}", headers={"X-Reason": "maintenance"}
+    )
+    assert reply.status == 204
+    with pytest.raises(ConnectionClosedByBroker) as closed:
+        victim.process_data_events(time_limit=5)
+    assert (closed.value.reply_code, closed.value.reply_text) == (
+        320,
+        "CONNECTION_FORCED - maintenance",
+    )

@@ -15,6 +15,7 @@ from hutch_broker.admin import auth, errors
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.views import connections as connections_view
 from hutch_broker.model import access
+from hutch_broker.protocol import errors as amqp_errors
 
 routes = web.RouteTableDef()
 
@@ -71,6 +72,27 @@ async def get_connection(request: web.Request) -> web.Response:
     for item in _connection_items(request, None):
         if item["name"] == wanted:
             return support.item_response(request, item)
+    raise errors.not_found()
+
+
+@routes.delete("/api/connections/{name}")
+async def close_connection(request: web.Request) -> web.Response:
+    """Force-close an AMQP connection, as RabbitMQ does: connection.close 320 CONNECTION_FORCED
+    with the ``X-Reason`` header's text (default "Closed via management plugin"). The owner of
+    a connection or an administrator may close it."""
+    admin, user = support.state(request), support.user(request)
+    wanted = support.path(request, "name")
+    for session in list(admin.context.sessions.values()):
+        if connections_view.connection_name(session, admin.local_address) != wanted:
+            continue
+        owner = session.user.name if session.user is not None else None
+        if owner != user.name and not auth.is_admin(user):
+            raise errors.not_authorized("Not administrator user")
+        reason = request.headers.get("X-Reason") or "Closed via management plugin"
+        session.fail_connection(amqp_errors.connection_forced(reason))
+        admin.context.mark_dirty(session)
+        admin.context.request_flush()
+        return support.no_content()
     raise errors.not_found()
 
 
