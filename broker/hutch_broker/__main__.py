@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
     return config
 
 
-async def _serve(config: config_mod.BrokerConfig) -> None:
+async def _serve(config: config_mod.BrokerConfig) -> bool:
+    """Runs the broker until it stops; False when it stopped after a failed write."""
     from hutch_broker.server.app import BrokerServer  # noqa: PLC0415
 
     server = BrokerServer(config)
@@ -60,6 +61,7 @@ async def _serve(config: config_mod.BrokerConfig) -> None:
     gc.set_threshold(100_000, 50, 100)
     await server.wait_stopped()
     await asyncio.sleep(0)
+    return not server.failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runner = uvloop.run
     try:
-        runner(_serve(config))
+        clean = runner(_serve(config))
     except OSError as exc:
         logging.getLogger("hutch_broker").error("cannot start: %s", exc)
         return 1
-    return 0
+    return 0 if clean else 70  # EX_SOFTWARE: stopped after a write failed
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ class BrokerServer:
         self._changes_settled = 0  # how many of them were saved, or failed to save and said so
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._sync_running = False
+        self.failed = False  # a write could not be made durable: stopped (see _fail_stop)
         self._servers: list[asyncio.AbstractServer] = []
         self._stopped = asyncio.Event()
         self._done = asyncio.Event()
@@ -168,11 +169,11 @@ class BrokerServer:
             queue.store = None
             self.store.delete_queue(queue.vhost, queue.name)
 
-    def _save_definitions(self) -> None:
+    def _save_definitions(self) -> bool:
         """The tick's changes to disk: O(changes) and one fdatasync, and then the waiters.
 
-        A failure is logged and reported to the management replies waiting for it; the next
-        change retries with a compaction, the one write that does not trust the old journal.
+        A failure stops the broker (``_fail_stop``): the management replies waiting for it
+        get a 500, and no AMQP reply of this tick is sent.
         """
         self._definitions_dirty = False
         saving = self._changes_made
@@ -182,15 +183,16 @@ class BrokerServer:
             else:
                 self.definitions.commit()
         except (OSError, StoreError) as exc:
-            log.exception("could not save definitions")
             self._definitions_saved(saving, exc)
-            return
+            self._fail_stop("saving definitions", exc)
+            return False
         self._definitions_saved(saving, None)
         if self.definitions.compaction_due:
             try:
                 self._compact_definitions()
             except (OSError, StoreError):  # the committed journal still holds everything
                 log.exception("could not compact the definitions journal")
+        return True
 
     def _compact_definitions(self) -> None:
         self._snapshot_due = True  # until it succeeds
@@ -234,6 +236,38 @@ class BrokerServer:
 
         return durable_replies
 
+    def _fail_stop(self, what: str, exc: BaseException) -> None:
+        """Stop as if killed, after a write that could not be made durable.
+
+        Retrying would not do: once fsync has failed, the kernel may have dropped the dirty
+        pages and a later fsync can succeed without them (PostgreSQL's "fsyncgate"), and this
+        tick's buffered replies (a declare-ok, say) may acknowledge a change that is not on
+        disk. So no reply is flushed, every connection is aborted, and the process exits
+        non-zero for its supervisor to restart it; recovery then starts from what is durable,
+        exactly as after kill -9.
+        """
+        if self.failed:
+            return
+        self.failed = True
+        log.critical("%s failed (%s): stopping without sending pending replies", what, exc)
+        for server in self._servers:
+            server.close()
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+        self._stopped.set()
+        self.loop.create_task(self._halt())
+
+    async def _halt(self) -> None:
+        if getattr(self, "_http_runner", None) is not None:
+            await self._http_runner.cleanup()
+        self.definitions.close()
+        self.store.close()
+        if self.broker.pager.store is not None:
+            self.broker.pager.store.close()
+        log.critical("stopped after a failed write")
+        self._done.set()
+
     # -- end of tick -----------------------------------------------------
 
     def request_flush(self) -> None:
@@ -248,13 +282,16 @@ class BrokerServer:
             # after every 1/32 of the watermark's worth of published bodies.
             self.context.ingress_bytes = 0
             self.resources.sample()
-        if self._definitions_dirty:
-            self._save_definitions()
+        if self.failed:
+            return  # nothing more goes out (see _fail_stop)
+        if self._definitions_dirty and not self._save_definitions():
+            return
         self._maybe_start_sync()
         self.context.release_confirms()
         self.context.release_throttled()
-        if self._definitions_dirty:  # a released publisher's buffered frames declared something
-            self._save_definitions()
+        # A released publisher's buffered frames may have declared something.
+        if self._definitions_dirty and not self._save_definitions():
+            return
         self._flush_connections()
 
     def _sample_after_bytes(self) -> int:
@@ -406,8 +443,8 @@ class BrokerServer:
         if getattr(self, "_http_runner", None) is not None:
             await self._http_runner.cleanup()
         self.store.sync()
-        if self._definitions_dirty:
-            self._save_definitions()
+        if self._definitions_dirty and not self._save_definitions():
+            return  # _fail_stop finishes the stop
         try:  # after a clean stop, definitions.json alone holds everything
             self._compact_definitions()
         except (OSError, StoreError):
