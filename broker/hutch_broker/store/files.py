@@ -17,16 +17,16 @@ TOMBSTONE_SUFFIX = ".deleted"
 
 
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(path, getattr(os, "O_DIRECTORY", 0))
 
 
 def fsync_path(path: Path) -> None:
     """fsync a file or a directory by name (a read-only descriptor is enough on Linux)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    _fsync(path, getattr(os, "O_CLOEXEC", 0))
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:

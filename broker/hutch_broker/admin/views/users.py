@@ -9,17 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hutch_broker.model import access
+from hutch_broker.model import access, changes
 
 
 def user_item(user: access.User) -> dict[str, Any]:
-    return {
-        "name": user.name,
-        "password_hash": user.password_hash,
-        "hashing_algorithm": access.HASHING_ALGORITHM,
-        "tags": list(user.tags),
-        "limits": {},
-    }
+    """GET /api/users items have the definitions export's shape (one builder for both)."""
+    return changes.user_item(user)
 
 
 def whoami(user: access.User) -> dict[str, Any]:
@@ -27,10 +22,4 @@ def whoami(user: access.User) -> dict[str, Any]:
 
 
 def permission_item(vhost: str, user: str, permission: access.Permission) -> dict[str, Any]:
-    return {
-        "user": user,
-        "vhost": vhost,
-        "configure": permission.configure,
-        "write": permission.write,
-        "read": permission.read,
-    }
+    return changes.permission_item(vhost, user, permission)
