@@ -154,17 +154,33 @@ async def create_all(
         wanted = {item["metadata"]["name"] for item in items}
 
         async def watch() -> float:
+            """Like a client-go reflector: resume from the last resourceVersion when the stream
+            ends, and re-list when that version is gone (410)."""
             ready: set[str] = set()
-            url = f"{plane.server}{collection}?watch=1&resourceVersion={version}"
+            since = version
             read = aiohttp.ClientTimeout(total=None, sock_read=limit_s)
-            async with session.get(url, timeout=read) as reply:
-                async for line in reply.content:
-                    obj = json.loads(line)["object"]
-                    name = obj["metadata"]["name"]
-                    (ready.add if is_ready(obj) else ready.discard)(name)
-                    if wanted <= ready:
-                        return time.monotonic()
-            raise TimeoutError(f"watch ended with {len(ready)} of {len(wanted)} Ready")
+            while True:
+                url = f"{plane.server}{collection}?watch=1&resourceVersion={since}"
+                async with session.get(url, timeout=read) as reply:
+                    async for line in reply.content:
+                        event = json.loads(line)
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            print(f"watch: {obj.get('message')}; re-listing", file=sys.stderr)
+                            async with session.get(plane.server + collection) as listing:
+                                body = await listing.json()
+                            ready = {o["metadata"]["name"] for o in body["items"] if is_ready(o)}
+                            since = body["metadata"]["resourceVersion"]
+                            break
+                        name = obj["metadata"]["name"]
+                        since = obj["metadata"]["resourceVersion"]
+                        (ready.add if is_ready(obj) else ready.discard)(name)
+                        if wanted <= ready:
+                            return time.monotonic()
+                    else:
+                        print(f"watch ended at {len(ready)} Ready; resuming", file=sys.stderr)
+                if wanted <= ready:
+                    return time.monotonic()
 
         async def post(item: dict[str, Any]) -> int:
             async with limit, session.post(plane.server + collection, json=item) as reply:
@@ -176,10 +192,11 @@ async def create_all(
         began = time.monotonic()
         statuses = list(await asyncio.gather(*(post(item) for item in items)))
         created = time.monotonic() - began
-        try:
-            finished = await asyncio.wait_for(watcher, limit_s)
-        except TimeoutError:
-            raise TimeoutError(f"not all {len(items)} Queues Ready after {limit_s}s") from None
+        done, _ = await asyncio.wait([watcher], timeout=limit_s)
+        if not done:
+            watcher.cancel()
+            raise TimeoutError(f"not all {len(items)} Queues Ready after {limit_s}s")
+        finished = watcher.result()
         return statuses, created, finished - began
 
 
