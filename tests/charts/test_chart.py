@@ -170,7 +170,9 @@ def test_notes_and_example_present() -> None:
 def installed(releases: Any, apiserver: Any) -> str:
     """``helm install`` (all namespaces) into the plane, once for this module."""
     namespace = apiserver.create_namespace()
-    assert "watches all namespaces" in releases("hutch", namespace)
+    notes = releases("hutch", namespace)
+    assert "watches all namespaces" in notes
+    assert "hutch.dev/finalizer at admission" in notes  # the plane serves the v1 API
     crds = str(CHART / "crds")
     apiserver.kubectl("wait", "--for=condition=Established", "--timeout=30s", "-f", crds)
     return namespace
