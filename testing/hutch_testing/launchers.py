@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hutch_testing import brokers, clusters, ports, probes
+from hutch_testing import brokers, clusters, ports, probes, processes
 
 GRACE_SECONDS = 10.0
 _RUNNING: weakref.WeakSet[Child] = weakref.WeakSet()
@@ -112,7 +112,7 @@ def record_pid(run_dir: Path | None, role: str, pid: int) -> None:
 
 
 @dataclass
-class Endpoint:
+class Endpoint(processes.Addressed):
     """A broker on loopback as the chain sees it (what HutchBroker offers, minus the process)."""
 
     amqp_port: int
@@ -125,18 +125,6 @@ class Endpoint:
     def allocate(cls) -> Endpoint:
         amqp, http = ports.free_ports(2)
         return cls(amqp_port=amqp, http_port=http)
-
-    @property
-    def amqp_url(self) -> str:
-        return f"amqp://{self.username}:{self.password}@{self.host}:{self.amqp_port}/%2F"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
-
-    @property
-    def credentials(self) -> tuple[str, str]:
-        return self.username, self.password
 
     def address_entry(self, namespace: str, name: str) -> str:
         """One ``HUTCH_BROKER_ADDRESSES`` entry (hutch_operator.config)."""

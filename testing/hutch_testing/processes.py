@@ -40,7 +40,29 @@ class BrokerStartError(RuntimeError):
     """A broker did not become ready; the message carries the tail of its logs."""
 
 
-class BrokerProcess:
+class Addressed:
+    """The URLs and credentials of a broker on ``host`` (a process, or the chain's Endpoint)."""
+
+    host: str
+    amqp_port: int
+    http_port: int
+    username: str
+    password: str
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://{self.username}:{self.password}@{self.host}:{self.amqp_port}/%2F"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def credentials(self) -> tuple[str, str]:
+        return self.username, self.password
+
+
+class BrokerProcess(Addressed):
     """A broker child process on loopback with AMQP and management HTTP listeners.
 
     Subclasses provide `_command()`, `_environment()`, `_prepare()` and `_log_files()`.
@@ -88,18 +110,6 @@ class BrokerProcess:
         return [self.console_log]
 
     # -- public surface --------------------------------------------------------------------------
-
-    @property
-    def amqp_url(self) -> str:
-        return f"amqp://{self.username}:{self.password}@{self.host}:{self.amqp_port}/%2F"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
-
-    @property
-    def credentials(self) -> tuple[str, str]:
-        return self.username, self.password
 
     @property
     def pid(self) -> int | None:

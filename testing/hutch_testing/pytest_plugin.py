@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from hutch_testing import brokers, processes
+from hutch_testing import brokers, clients, processes
 from hutch_testing import rabbitmq as reference
 
 HutchBrokerFactory = Callable[..., brokers.HutchBroker]
@@ -88,6 +89,20 @@ def hutch_broker_factory(tmp_path: Path) -> Iterator[HutchBrokerFactory]:
 def hutch_broker(hutch_broker_factory: HutchBrokerFactory) -> brokers.HutchBroker:
     """A fresh hutch-broker on loopback with an empty data directory under tmp_path."""
     return hutch_broker_factory()
+
+
+@pytest.fixture
+def connection(hutch_broker: brokers.HutchBroker) -> Iterator[BlockingConnection]:
+    """A pika connection to the test's hutch-broker, closed afterwards if still open."""
+    conn = clients.connect(hutch_broker)
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def channel(connection: BlockingConnection) -> BlockingChannel:
+    return connection.channel()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -7,15 +7,12 @@ up front with the test broker's guest credentials: the operator creates it only 
 
 from __future__ import annotations
 
-import base64
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hutch_testing import management
 from hutch_testing.brokers import HutchBroker
 
 pytestmark = pytest.mark.timeout(120)
@@ -23,27 +20,16 @@ pytestmark = pytest.mark.timeout(120)
 BROKER = "b"
 
 
-class Mgmt:
-    """The test's own view of the broker's management API."""
-
-    def __init__(self, broker: HutchBroker) -> None:
-        self.base = broker.http_url
-        token = base64.b64encode(f"{broker.username}:{broker.password}".encode()).decode()
-        self.headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+class Mgmt(management.Management):
+    """hutch_testing's management client, with the shapes these tests read."""
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data, self.headers, method=method)  # noqa: S310
-        try:
-            with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
-                text = response.read()
-                return response.status, json.loads(text) if text else None
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+        reply = self.request(method, path.removeprefix("/api"), body)
+        return reply.status, reply.body
 
-    def queue(self, name: str) -> dict[str, Any] | None:
-        status, body = self.call("GET", f"/api/queues/%2F/{name}")
-        return body if status == 200 else None
+    def queue(self, name: str) -> dict[str, Any] | None:  # type: ignore[override]
+        reply = self.get(f"/queues/%2F/{name}")
+        return reply.body if reply.status == 200 else None
 
     def publish(self, queue: str, count: int) -> None:
         for index in range(count):

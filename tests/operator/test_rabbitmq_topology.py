@@ -8,28 +8,17 @@ deleting the queue and its messages.
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
+from hutch_testing import management
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _call(node: Any, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    token = base64.b64encode(f"{node.username}:{node.password}".encode()).decode()
-    headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(node.http_url + path, data, headers, method=method)  # noqa: S310
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
-            text = response.read()
-            return response.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    reply = management.Management(node).request(method, path.removeprefix("/api"), body)
+    return reply.status, reply.body
 
 
 @pytest.fixture(scope="module")

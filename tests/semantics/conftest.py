@@ -9,10 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 from hutch_testing.brokers import HutchBroker
-from hutch_testing.clients import connect
 from hutch_testing.management import Management
 from hutch_testing.steps import confirm_channel
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.blocking_connection import BlockingChannel
 
 
 @pytest.fixture
@@ -24,19 +23,6 @@ def hutch_broker(hutch_broker_factory) -> Iterator[HutchBroker]:
     broker = hutch_broker_factory()
     yield broker
     broker.stop(graceful=False)
-
-
-@pytest.fixture
-def connection(hutch_broker) -> Iterator[BlockingConnection]:
-    conn = connect(hutch_broker)
-    yield conn
-    if conn.is_open:
-        conn.close()
-
-
-@pytest.fixture
-def channel(connection) -> BlockingChannel:
-    return connection.channel()
 
 
 @pytest.fixture
