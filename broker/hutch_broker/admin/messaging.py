@@ -14,13 +14,13 @@ import base64
 import binascii
 import datetime
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from hutch_broker.admin import bodies, errors
 from hutch_broker.admin.views import formatting
-from hutch_broker.dispatch import publishing
-from hutch_broker.model import queues as queues_mod
+from hutch_broker.model import publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
@@ -114,30 +114,23 @@ def parse_publish(body: bodies.Body) -> PublishRequest:
     encoding = bodies.string(body, "payload_encoding")
     raw_properties = encode_json_properties(props)
     try:
-        publishing._check_expiration(raw_properties)  # TTL-2, same texts as AMQP
+        publishes.check_expiration(raw_properties)  # TTL-2, same texts as AMQP
     except amqp_errors.AMQPError as exc:
         raise errors.from_amqp(exc) from None
     return PublishRequest(routing_key, raw_properties, decode_payload(payload, encoding))
 
 
 def publish(
-    vhost: VirtualHost, exchange: Exchange, request: PublishRequest, now_ms: int
-) -> tuple[bool, bool]:
-    """Route and enqueue; returns (routed, needs_sync)."""
+    vhost: VirtualHost,
+    exchange: Exchange,
+    request: PublishRequest,
+    now_ms: int,
+    *,
+    message_ids: Callable[[], str] | None = None,
+) -> publishes.Published:
+    """Route and enqueue through the model's one publish operation (as basic.publish)."""
     message = Message(exchange.name, request.routing_key, request.raw_properties, request.body)
-    queues = vhost.route(exchange, publishing.routing_keys(message), message)
-    exchange.stats_publish_in += 1
-    if queues:
-        exchange.stats_publish_out += 1
-    if queues and b"BCC" in message.raw_properties and "BCC" in message.headers():
-        message = publishing._strip_bcc(message)
-    needs_sync = False
-    for queue in queues:
-        if queue.publish(message, now_ms) == queues_mod.PUBLISH_SYNC:
-            needs_sync = True
-        if queue.ready_count and queue.consumers:
-            queue.drain(now_ms)
-    return bool(queues), needs_sync
+    return publishes.publish(vhost, exchange, message, now_ms, message_ids=message_ids)
 
 
 # -- get ----------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ into protocol output on its session's connection.
 Publisher confirms are released strictly in publish order (so one
 ``basic.ack multiple=true`` covers a run): each publish records the
 durability generation it needs (0 = none) and whether it was refused; a
-confirm waits for every earlier one on the channel.
+confirm waits for every earlier one on the channel. A transaction's
+``tx.commit-ok`` waits the same way for the writes of its publishes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Channel:
         self.confirm_mode = False
         self.publish_seq = 0
         self.pending_confirms: deque[tuple[int, int, bool]] = deque()  # (seq, generation, nack)
+        self.pending_commits: deque[int] = deque()  # tx.commit-oks held: their generations
         self.transactional = False
         self.tx_publishes: list[Any] = []
         self.tx_acks: list[tuple[str, int, bool, bool]] = []  # (kind, tag, multiple, requeue)
@@ -173,23 +175,37 @@ class Channel:
             if queue.consumers and not queue.deleted:
                 queue.drain(now_ms)
 
-    # -- confirms -----------------------------------------------------
+    # -- replies that wait for the group commit (dispatch/commits.py) ----
 
-    def next_publish_seq(self) -> int:
+    def add_confirm(self, generation: int, *, nack: bool) -> None:
+        """Confirm the next publish once ``generation`` is durable (at once for 0)."""
         self.publish_seq += 1
-        return self.publish_seq
+        self.pending_confirms.append((self.publish_seq, generation, nack))
+        self.session.context.commits.wait(self)
 
-    def add_confirm(self, seq: int, generation: int, nack: bool) -> None:
-        self.pending_confirms.append((seq, generation, nack))
-        self.session.context.confirm_waiters.add(self)
+    def add_commit(self, generation: int) -> None:
+        """Send tx.commit-ok once the commit's writes (``generation``) are durable."""
+        self.pending_commits.append(generation)
+        self.session.context.commits.wait(self)
 
-    def release_confirms(self, synced_generation: int) -> None:
-        """Send acks/nacks for every leading confirm whose record is durable."""
+    def release_durable(self, durable_generation: int) -> None:
+        """Send every leading confirm and commit-ok that ``durable_generation`` covers."""
+        if self.pending_confirms:
+            self._release_confirms(durable_generation)
+        commits = self.pending_commits
+        while commits and commits[0] <= durable_generation:
+            commits.popleft()
+            self.session.proto.send_method(self.number, commands.Tx.CommitOk())
+        if not self.pending_confirms and not commits:
+            self.session.context.commits.done(self)
+        self.session.context.mark_dirty(self.session)
+
+    def _release_confirms(self, durable_generation: int) -> None:
         pending = self.pending_confirms
         proto = self.session.proto
         run_end = 0
         confirmed = 0
-        while pending and pending[0][1] <= synced_generation:
+        while pending and pending[0][1] <= durable_generation:
             seq, _, nack = pending.popleft()
             confirmed += not nack
             if nack:
@@ -202,9 +218,6 @@ class Channel:
         if run_end:
             proto.send_method(self.number, commands.Basic.Ack(run_end, multiple=True))
         self.session.context.stats.confirms += confirmed
-        if not pending:
-            self.session.context.confirm_waiters.discard(self)
-        self.session.context.mark_dirty(self.session)
 
     # -- teardown -----------------------------------------------------
 
@@ -214,4 +227,5 @@ class Channel:
             self.session.remove_consumer(self, consumer, now_ms)
         self.requeue_all(now_ms)
         self.pending_confirms.clear()
-        self.session.context.confirm_waiters.discard(self)
+        self.pending_commits.clear()
+        self.session.context.commits.done(self)

@@ -3,12 +3,8 @@
 The dispatch layer is synchronous; anything that must happen "at the end of
 this event-loop tick" (flushing output, the group-commit fsync, releasing
 publisher confirms once their records are durable) is requested through
-``request_flush`` and carried out by the server.
-
-Durability generations (P-3): a store append made while ``write_generation``
-is G becomes durable when the sync numbered G completes, i.e. when
-``synced_generation >= G``.  The server starts sync G by bumping
-``write_generation`` to G+1 first, so later appends wait for the next sync.
+``request_flush`` and carried out by the server. The rule that holds replies
+until their writes are durable lives in ``commits``, one object per broker.
 """
 
 from __future__ import annotations
@@ -19,11 +15,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from hutch_broker.dispatch.commits import GroupCommit
 from hutch_broker.dispatch.flow import FlowControl
 from hutch_broker.model.broker import Broker
 
 if TYPE_CHECKING:
-    from hutch_broker.dispatch.channels import Channel
     from hutch_broker.dispatch.sessions import Session
 
 
@@ -80,10 +76,7 @@ class Context:
         self.request_flush = request_flush
         self.sessions: dict[int, Session] = {}
         self.dirty_sessions: list[Session] = []
-        self.confirm_waiters: set[Channel] = set()
-        self.write_generation = 1
-        self.synced_generation = 0
-        self.sync_requested = False
+        self.commits = GroupCommit(request_flush)
         self.stats = Stats()
         self.alarms: AlarmState = _NoAlarms()
         self.channel_count = 0
@@ -116,10 +109,3 @@ class Context:
         if self.flow.waiting:
             for session in self.flow.release_ready(self.clock()):
                 session.release()
-
-    def release_confirms(self) -> None:
-        """Called after a sync completes (or at tick end for non-durable confirms)."""
-        if not self.confirm_waiters:
-            return
-        for channel in list(self.confirm_waiters):
-            channel.release_confirms(self.synced_generation)

@@ -16,8 +16,10 @@ from pamqp import commands
 
 from hutch_broker.dispatch import publishing
 from hutch_broker.dispatch.channels import Channel
+from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import arguments as arguments_mod
 from hutch_broker.model.queues import Consumer, Queue
+from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
 
 if TYPE_CHECKING:
@@ -40,9 +42,8 @@ def _reply(session: Session, channel: Channel, method: Any, nowait: bool = False
         session.proto.send_method(channel.number, method)
 
 
-def _vhost(session: Session) -> Any:
-    assert session.vhost is not None  # noqa: S101 - methods only flow after connection.open
-    return session.vhost
+def _vhost(session: Session) -> VirtualHost:
+    return session.open_vhost
 
 
 def _text(value: Any) -> str:
@@ -339,14 +340,19 @@ def tx_commit(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
         raise errors.precondition_failed("channel is not transactional")
     publishes, channel.tx_publishes = channel.tx_publishes, []
     acks, channel.tx_acks = channel.tx_acks, []
+    generation = NOT_DURABLE
+    vhost = session.open_vhost
     for event in publishes:
-        publishing.route_and_enqueue(session, channel, event, now_ms)
+        written, _ = publishing.route_and_enqueue(
+            session, channel, event, now_ms, exchange=vhost.exchanges.get(event.exchange)
+        )
+        generation = max(generation, written)
     for kind, tag, multiple, requeue in acks:
         if kind == "ack":
             channel.settle(tag, multiple, now_ms)
         else:
             channel.reject(tag, multiple, requeue, now_ms)
-    _reply(session, channel, commands.Tx.CommitOk())
+    channel.add_commit(generation)  # commit-ok once its persistent messages are on disk
 
 
 def tx_rollback(session: Session, channel: Channel, m: Any, now_ms: int) -> None:

@@ -1,21 +1,22 @@
-"""The publish path (ML-8): route (and return) -> enqueue or deliver -> confirm.
+"""basic.publish over AMQP: checks, then the model's one publish operation, then AMQP's extras.
 
-This is the broker's hottest code: one call per message.  It avoids decoding
-the content header unless routing needs it (CC/BCC sender-selected
-distribution, headers exchanges), and records publisher confirms with the
-durability generation their store writes need (P-3).
+The model (``model.publishes``) routes, stamps, counts and enqueues, for HTTP publishes too.
+What only AMQP has is added here: ``basic.return`` for an unroutable mandatory message,
+publisher flow control when a queue with consumers backs up, and the publisher confirm,
+which waits for the group commit when the publish wrote a durable record
+(``dispatch.commits``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from hutch_broker.dispatch import flow
 from hutch_broker.dispatch.channels import Channel
+from hutch_broker.dispatch.commits import NOT_DURABLE
+from hutch_broker.model import publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Message
-from hutch_broker.model.queues import PUBLISH_REJECTED, PUBLISH_SYNC
-from hutch_broker.protocol import errors, properties, rewrite
+from hutch_broker.protocol import errors, events
 
 if TYPE_CHECKING:
     from hutch_broker.dispatch.sessions import Session
@@ -23,10 +24,9 @@ if TYPE_CHECKING:
 NO_ROUTE = 312
 
 
-def publish(session: Session, channel: Channel, event: Any, now_ms: int) -> None:
+def publish(session: Session, channel: Channel, event: events.PublishReceived, now_ms: int) -> None:
     """basic.publish as assembled by the protocol (method + header + body)."""
-    vhost = session.vhost
-    assert vhost is not None  # noqa: S101 - publishing only after connection.open
+    vhost = session.open_vhost
     exchange = vhost.exchanges.get(event.exchange)
     if exchange is None:
         raise errors.not_found(f"no exchange '{event.exchange}' in vhost '{vhost.name}'")
@@ -35,7 +35,7 @@ def publish(session: Session, channel: Channel, event: Any, now_ms: int) -> None
             f"cannot publish to internal exchange '{event.exchange}' in vhost '{vhost.name}'"
         )
     session.check_permission("write", "exchange", event.exchange)
-    _check_expiration(event.raw_properties)
+    publishes.check_expiration(event.raw_properties)
     session.publishes += 1
     context = session.context
     context.stats.publishes += 1
@@ -43,80 +43,34 @@ def publish(session: Session, channel: Channel, event: Any, now_ms: int) -> None
     if channel.transactional:
         channel.tx_publishes.append(event)
         return
-    route_and_enqueue(session, channel, event, now_ms, exchange=exchange)
-
-
-def _check_expiration(raw_properties: bytes) -> None:
-    """TTL-2: a malformed per-message TTL is a 406 on the publishing channel."""
-    if not properties.has_expiration(raw_properties):
-        return
-    value = properties.expiration(raw_properties)
-    if value is None:
-        return
-    # Parsed as Erlang's string:to_integer, as RabbitMQ does: an optional sign, digits, and
-    # the leftover checked before the range ("-1x" is a leftover, "+5" and "-0" are fine).
-    sign = 1 if value[:1] in ("+", "-") else 0
-    digits = len(value) - sign - len(value[sign:].lstrip("0123456789"))
-    if digits == 0:
-        raise errors.precondition_failed(f"invalid expiration '{value}': no_integer")
-    if sign + digits < len(value):
-        raise errors.precondition_failed(
-            f"invalid expiration '{value}': {{leftover_string,\"{value[sign + digits :]}\"}}"
-        )
-    number = int(value)
-    if number < 0:
-        raise errors.precondition_failed(
-            f"invalid expiration '{value}': {{value_negative,{number}}}"
-        )
-    if number > 315_360_000_000:
-        raise errors.precondition_failed(
-            f"invalid expiration '{value}': {{value_too_large,{number}}}"
-        )
-
-
-def routing_keys(message: Message) -> list[str]:
-    """The routing key plus CC and BCC header keys (EX-4, sender-selected distribution)."""
-    keys = [message.routing_key]
-    if b"CC" not in message.raw_properties:
-        return keys
-    headers = message.headers()
-    for name in ("CC", "BCC"):
-        extra = headers.get(name)
-        if isinstance(extra, list):
-            keys.extend(_text(key) for key in extra if isinstance(key, str | bytes))
-    return keys
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    generation, rejected = route_and_enqueue(session, channel, event, now_ms, exchange=exchange)
+    if channel.confirm_mode:
+        channel.add_confirm(generation, nack=rejected)
 
 
 def route_and_enqueue(
     session: Session,
     channel: Channel,
-    event: Any,
+    event: events.PublishReceived,
     now_ms: int,
     *,
-    exchange: Exchange | None = None,
-) -> None:
-    """Route and enqueue one publish; a tx commit passes no exchange (it may be gone by now)."""
-    vhost = session.vhost
-    assert vhost is not None  # noqa: S101
-    if exchange is None:
-        exchange = vhost.exchanges.get(event.exchange)
-    raw_properties = event.raw_properties
+    exchange: Exchange | None,
+) -> tuple[int, bool]:
+    """Publish one message: the write generation its reply must wait for, and whether a
+    queue refused it (overflow=reject-publish*: its confirm is a nack).
+
+    A transaction's commit passes the exchange as it is now (None if it is gone).
+    """
     context = session.context
-    if context.stamp_message_id and not rewrite.has_message_id(raw_properties):
-        raw_properties = rewrite.with_message_id(raw_properties, context.next_message_id())
-    message = Message(event.exchange, event.routing_key, raw_properties, event.body)
-    queues = [] if exchange is None else vhost.route(exchange, routing_keys(message), message)
-    if queues and b"BCC" in message.raw_properties and "BCC" in message.headers():
-        message = _strip_bcc(message)
-    if b"x-death" in raw_properties or b"-death-" in raw_properties:
-        message.foreign_deaths = True
-    generation = 0
-    rejected = False
-    if not queues:
+    message = Message(event.exchange, event.routing_key, event.raw_properties, event.body)
+    outcome = publishes.publish(
+        session.open_vhost,
+        exchange,
+        message,
+        now_ms,
+        message_ids=context.next_message_id if context.stamp_message_id else None,
+    )
+    if not outcome.queues:
         if event.mandatory:
             session.proto.send_return(
                 channel.number,
@@ -128,30 +82,10 @@ def route_and_enqueue(
                 event.body,
             )
             context.stats.returns += 1
-    else:
-        for queue in queues:
-            outcome = queue.publish(message, now_ms)
-            if outcome == PUBLISH_SYNC:
-                generation = context.write_generation
-                context.sync_requested = True
-            elif outcome == PUBLISH_REJECTED:
-                rejected = True
-            if queue.consumers and (queue._fresh or queue._requeued):
-                queue.drain(now_ms)
-                if flow.under_pressure(queue):
-                    session.pressure.append(queue)
-    if channel.confirm_mode:
-        channel.add_confirm(channel.next_publish_seq(), generation, rejected)
-        context.request_flush()
-
-
-def _strip_bcc(message: Message) -> Message:
-    """BCC never reaches consumers (EX-4); one of the few places a message changes."""
-    decoded = properties.decode_properties(message.raw_properties)
-    headers = dict(decoded.get("headers") or {})
-    headers.pop("BCC", None)
-    decoded["headers"] = headers
-    raw = properties.encode_properties(**decoded)
-    return Message(
-        message.exchange, message.routing_key, raw, message.body, persistent=message.persistent
-    )
+        return NOT_DURABLE, False
+    flow = context.flow
+    for queue in outcome.queues:
+        if flow.under_pressure(queue):
+            session.pressure.append(queue)
+    generation = context.commits.wrote() if outcome.wrote else NOT_DURABLE
+    return generation, outcome.rejected

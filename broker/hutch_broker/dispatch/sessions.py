@@ -70,6 +70,14 @@ class Session:
         self.publishes = 0
         self._permission_cache: dict[tuple[str, str], bool] = {}
 
+    @property
+    def open_vhost(self) -> VirtualHost:
+        """The vhost of an open connection: methods flow only after connection.open."""
+        vhost = self.vhost
+        if vhost is None:
+            raise errors.error_for(503, "connection not open")
+        return vhost
+
     # -- input ------------------------------------------------------------
 
     def handle_data(self, data: bytes) -> None:

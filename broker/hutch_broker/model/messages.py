@@ -62,6 +62,28 @@ class Message:
         raw = self.raw_properties
         return properties.expiration(raw) if properties.has_expiration(raw) else None
 
+    def with_properties(self, raw_properties: bytes) -> Message:
+        """The same message with another content header (message-id stamping, BCC removal)."""
+        return Message(
+            self.exchange,
+            self.routing_key,
+            raw_properties,
+            self.body,
+            persistent=self.persistent,
+            foreign_deaths=self.foreign_deaths,
+        )
+
+    def with_body(self, body: bytes) -> Message:
+        """The same message with its body paged out (``b""``) or back in."""
+        return Message(
+            self.exchange,
+            self.routing_key,
+            self.raw_properties,
+            body,
+            persistent=self.persistent,
+            foreign_deaths=self.foreign_deaths,
+        )
+
 
 class Entry:
     """One message's place in one queue."""

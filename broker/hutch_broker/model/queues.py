@@ -74,8 +74,8 @@ class Consumer:
 
 DeadLetterHook = Callable[["Queue", Entry, str], None]
 
-PUBLISH_OK = 0  # enqueued or delivered; confirm now
-PUBLISH_SYNC = 1  # a store record was written; confirm after the next fsync
+PUBLISH_OK = 0  # enqueued or delivered, nothing written; confirm now
+PUBLISH_SYNC = 1  # a store record was written (enqueued or delivered); confirm after its fsync
 PUBLISH_REJECTED = 2  # refused by overflow=reject-publish*; nack under confirms
 
 
@@ -152,8 +152,14 @@ class Queue:
             if limits.overflow == "reject-publish-dlx":
                 self._drop(entry, "maxlen")
             return PUBLISH_REJECTED  # ML-4, ML-5: never a basic.return
-        if self._try_direct_delivery(entry):
-            return PUBLISH_OK
+        consumer = self._direct_consumer()
+        if consumer is not None:
+            # Written before it is handed over, unless nobody will ack it: a confirm may only
+            # follow the write, and a consumer that never acks (channel closed, broker
+            # restarted) must find the message again (P-3).
+            wrote = not consumer.no_ack and self._persist(entry, now_ms)
+            self._deliver(consumer, entry)
+            return PUBLISH_SYNC if wrote else PUBLISH_OK
         if entry.expire_at and entry.expire_at <= now_ms:
             self._drop(entry, "expired")  # TTL-4: nobody could take it at once
             return PUBLISH_OK
@@ -161,7 +167,7 @@ class Queue:
         self._push_fresh(entry)
         if limits.overflow == "drop-head":
             self._enforce_length_limit()
-        return PUBLISH_SYNC if wrote and entry.store_id is not None else PUBLISH_OK
+        return PUBLISH_SYNC if wrote else PUBLISH_OK
 
     def _would_overflow(self, entry: Entry) -> bool:
         limits = self.settings
@@ -189,15 +195,11 @@ class Queue:
             ttl = value if ttl is None else min(ttl, value)
         return 0 if ttl is None else now_ms + ttl
 
-    def _try_direct_delivery(self, entry: Entry) -> bool:
-        """Hand a message straight to a waiting consumer when the queue is empty."""
+    def _direct_consumer(self) -> Consumer | None:
+        """A consumer to hand a new message to at once: the queue is empty and one has room."""
         if self._fresh or self._requeued or not self.consumers:
-            return False
-        consumer = self._next_consumer()
-        if consumer is None:
-            return False
-        self._deliver(consumer, entry)
-        return True
+            return None
+        return self._next_consumer()
 
     def _persist(self, entry: Entry, now_ms: int) -> bool:
         message = entry.message
@@ -262,14 +264,7 @@ class Queue:
                 raw_properties=message.raw_properties,
                 body=message.body,
             )
-        entry.message = Message(
-            message.exchange,
-            message.routing_key,
-            message.raw_properties,
-            b"",
-            persistent=message.persistent,
-            foreign_deaths=message.foreign_deaths,
-        )
+        entry.message = message.with_body(b"")
 
     def _page_in(self, entry: Entry) -> None:
         if entry.page_id is not None:
@@ -282,15 +277,7 @@ class Queue:
             body = self.store.read(entry.store_id).body
         else:
             return
-        stub = entry.message
-        entry.message = Message(
-            stub.exchange,
-            stub.routing_key,
-            stub.raw_properties,
-            body,
-            persistent=stub.persistent,
-            foreign_deaths=stub.foreign_deaths,
-        )
+        entry.message = entry.message.with_body(body)
 
     def _enforce_length_limit(self) -> None:
         """drop-head overflow: trim from the head while over a limit (ML-3, ML-9)."""

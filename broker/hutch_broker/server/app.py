@@ -79,7 +79,6 @@ class BrokerServer:
         self._changes_made = 0  # definitions changes reported by the model so far
         self._changes_settled = 0  # how many of them were saved, or failed to save and said so
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._sync_running = False
         self.failed = False  # a write could not be made durable: stopped (see _fail_stop)
         self._servers: list[asyncio.AbstractServer] = []
         self._stopped = asyncio.Event()
@@ -287,7 +286,7 @@ class BrokerServer:
         if self._definitions_dirty and not self._save_definitions():
             return
         self._maybe_start_sync()
-        self.context.release_confirms()
+        self.context.commits.release()
         self.context.release_throttled()
         # A released publisher's buffered frames may have declared something.
         if self._definitions_dirty and not self._save_definitions():
@@ -304,24 +303,20 @@ class BrokerServer:
                 transport.flush()
 
     def _maybe_start_sync(self, *, periodic: bool = False) -> None:
-        """Start a group commit when a confirm waits for one (or from the 1 s timer)."""
-        context = self.context
-        if self._sync_running or not (context.sync_requested or periodic):
+        """Run the group commit's sync in a worker thread when it asks for one."""
+        generation = self.context.commits.start(periodic=periodic)
+        if generation is None:
             return
-        context.sync_requested = False
-        generation = context.write_generation
-        self.context.write_generation = generation + 1
-        self._sync_running = True
         future = self.loop.run_in_executor(None, self.store.sync)
         future.add_done_callback(lambda fut: self._sync_done(fut, generation))
 
     def _sync_done(self, future: asyncio.Future[None], generation: int) -> None:
-        self._sync_running = False
-        if future.exception() is not None:
-            log.error("message store sync failed: %s", future.exception())
-            return  # confirms stay pending: nothing unsynced is ever confirmed
-        self.context.synced_generation = generation
-        self.request_flush()
+        failure = future.exception()
+        if failure is None:
+            self.context.commits.finished(generation)
+            return
+        self.context.commits.failed(generation)  # nothing it covered is ever confirmed
+        self._fail_stop("syncing the message store", failure)
 
     # -- listeners -------------------------------------------------------
 

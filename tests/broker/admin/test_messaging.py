@@ -29,8 +29,7 @@ def vhost(broker):
 
 def test_api_6_publish_routes_through_the_default_exchange(vhost):
     request = messaging.parse_publish(publish_body())
-    routed, _ = messaging.publish(vhost, vhost.exchanges[""], request, NOW)
-    assert routed is True
+    assert messaging.publish(vhost, vhost.exchanges[""], request, NOW).routed
     (entry,) = vhost.queues["q"].ready_entries()
     assert entry.message.body == b"hello"
     assert properties.decode_properties(entry.message.raw_properties) == {
@@ -41,7 +40,9 @@ def test_api_6_publish_routes_through_the_default_exchange(vhost):
 
 def test_api_6_unroutable_publish(vhost):
     request = messaging.parse_publish(publish_body(routing_key="nowhere"))
-    assert messaging.publish(vhost, vhost.exchanges[""], request, NOW) == (False, False)
+    published = messaging.publish(vhost, vhost.exchanges[""], request, NOW)
+    assert not published.routed
+    assert not published.wrote
 
 
 def test_api_6_base64_payload_and_all_properties(vhost):

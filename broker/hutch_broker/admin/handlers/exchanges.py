@@ -125,11 +125,20 @@ async def publish(request: web.Request) -> web.Response:
         )
     if admin.memory.alarm:
         raise errors.service_unavailable("low on memory")
-    routed, needs_sync = messaging.publish(vhost, exchange, message, admin.now_ms())
-    admin.context.stats.publishes += 1
-    if needs_sync or routed:
-        admin.context.request_flush()
-    return support.json_response({"routed": routed})
+    context = admin.context
+    published = messaging.publish(
+        vhost,
+        exchange,
+        message,
+        admin.now_ms(),
+        message_ids=context.next_message_id if context.stamp_message_id else None,
+    )
+    context.stats.publishes += 1
+    if published.wrote:
+        context.commits.wrote()  # not confirmed (as in RabbitMQ), but synced promptly
+    if published.routed:
+        context.request_flush()
+    return support.json_response({"routed": published.routed})
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}/bindings/source")

@@ -1,0 +1,116 @@
+"""The one home of the rule "nothing is confirmed before it is durable" (P-3).
+
+A persistent message routed to a durable queue is written to that queue's log; the
+publisher confirm (``basic.ack``) and a transaction's ``tx.commit-ok`` for it may go out
+only once the group commit that followed the write has fsynced it. RabbitMQ states the
+contract as "confirmed when it is on disk or acked by its consumers, whichever comes
+first"; Hutch always writes such a message, even when it is handed straight to a consumer,
+so "on disk" always comes and waiting for it is never wrong.
+
+Generations make that cheap. Every write made while ``writing`` is G becomes durable when
+the sync numbered G completes. Starting sync G moves ``writing`` to G+1 first, so a write
+made while that sync runs waits for the next one. One sync covers every write of a tick
+(group commit): the server asks ``start`` at the end of a tick, runs the fsyncs in a worker
+thread and reports ``finished`` or ``failed``; it decides nothing.
+
+Waiters (channels with confirms or commits pending) are told the durable generation after
+each completed sync and after every tick, and release what it covers, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+NOT_DURABLE = 0  # the generation of a publish that wrote nothing: confirmable at once
+
+
+class Waiter(Protocol):
+    """A channel holding replies until their writes are durable."""
+
+    def release_durable(self, durable_generation: int) -> None: ...
+
+
+class GroupCommit:
+    """Write generations, the running sync and the channels waiting for it."""
+
+    def __init__(self, request_flush: Callable[[], None] = lambda: None) -> None:
+        self._request_flush = request_flush
+        self._writing = 1
+        self._durable = 0
+        self._wanted = False
+        self._running: int | None = None
+        self._waiters: set[Waiter] = set()
+        self._broken = False
+
+    # -- the dispatch side -------------------------------------------------------------
+
+    def wrote(self) -> int:
+        """A store write was just buffered: the generation whose sync makes it durable."""
+        self._wanted = True
+        return self._writing
+
+    def is_durable(self, generation: int) -> bool:
+        return generation <= self._durable
+
+    @property
+    def durable_generation(self) -> int:
+        return self._durable
+
+    def wait(self, waiter: Waiter) -> None:
+        """``waiter`` holds replies: tell it the durable generation until ``done``."""
+        self._waiters.add(waiter)
+        self._request_flush()
+
+    def done(self, waiter: Waiter) -> None:
+        self._waiters.discard(waiter)
+
+    def release(self) -> None:
+        """Let every waiter send what the durable generation covers (once per tick)."""
+        for waiter in list(self._waiters):
+            waiter.release_durable(self._durable)
+
+    # -- the server side ----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running is not None
+
+    def start(self, *, periodic: bool = False) -> int | None:
+        """The generation of a sync to run now, or None: none is wanted, or one is running.
+
+        ``periodic`` starts one even with no confirm waiting (acks and dead-lettered
+        records are synced lazily by a timer).
+        """
+        if self._broken or self._running is not None or not (self._wanted or periodic):
+            return None
+        self._wanted = False
+        generation = self._writing
+        self._writing = generation + 1
+        self._running = generation
+        return generation
+
+    def finished(self, generation: int) -> None:
+        """The sync ``generation`` completed: every write made before it started is durable."""
+        if generation != self._running:
+            raise ValueError(f"sync {generation} finished but {self._running} was running")
+        self._running = None
+        if self._broken:
+            return
+        self._durable = generation
+        self._request_flush()
+
+    def failed(self, generation: int) -> None:
+        """The sync failed: its writes are not durable, and no later sync may say they are.
+
+        The durable generation never moves again, so every held reply stays held; the server
+        stops the broker (as after a failed definitions fsync) and recovery starts from what
+        is on disk.
+        """
+        if generation != self._running:
+            raise ValueError(f"sync {generation} failed but {self._running} was running")
+        self._broken = True
+
+    @property
+    def broken(self) -> bool:
+        return self._broken
