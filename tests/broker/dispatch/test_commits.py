@@ -180,7 +180,9 @@ def test_a_persistent_publish_is_written_and_confirmed_only_after_the_sync(clien
 def test_a_requeued_direct_delivery_is_still_in_the_log_and_an_ack_removes_it(client):
     client.send(commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=False))
     client.publish(b"m1")
-    client.send(commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))  # requeues it
+    client.send(
+        commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    )  # requeues it
     queue = client.context.broker.vhosts["/"].queues["q"]
     assert queue.ready_count == 1
     assert list(client.log.live.values()) == [b"m1"]

@@ -1,0 +1,341 @@
+"""Crash cycles: kill -9 or SIGTERM at a random moment while every consumer pattern runs.
+
+Why it exists: hutch-broker's promise is that a confirmed persistent message in a durable
+queue survives every restart, and the one kill -9 test that existed published with no
+consumer attached, so it could not see a confirm released for a message delivered straight
+to a consumer and never written. Each cycle here runs, at the same time, publishers in
+confirm mode with many publishes in flight (and one in tx mode), and one durable queue per
+consumer pattern:
+
+- ``none``: no consumer; ``ack1``: ack each; ``batch``: ack 50 at a time (multiple=true);
+- ``chclose`` / ``connclose``: consumers that close their channel or connection mid-stream;
+- ``nack``: nack with requeue, then reject without requeue into a dead-letter queue;
+- ``ttl``: a 30 ms message TTL that dead-letters; ``ring``: max-length 50, drop-head;
+- ``fan.a``, ``fan.b``, ``fan.c``: a fanout exchange into three queues, one consumed.
+
+The broker is then killed (SIGKILL or SIGTERM, chosen at random) and restarted, every queue
+is drained and the ledger is checked: every confirmed message is in its queue, or was
+acked, or left by a documented route (dead-lettered into its dead-letter queue, dropped by
+the ring's length limit); no queue holds a message twice; every body's checksum holds.
+``run`` is the library; ``tests/broker/torture`` runs a bounded form in CI and
+``python -m hutch_testing.torture --cycles 100`` the long form, which writes its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+
+from hutch_testing import brokers, clients
+
+CONSUMED = ("ack1", "batch", "chclose", "connclose", "nack")
+QUEUES = ("none", *CONSUMED, "ttl", "ring", "fan.a", "fan.b", "fan.c")
+DEAD = ("dead.nack", "dead.ttl")
+MAY_DROP = {"ring"}  # the length limit drops the head: a confirmed message may go that way
+DEAD_LETTERS = {"nack": "dead.nack", "ttl": "dead.ttl"}
+
+
+def body_for(message_id: str) -> bytes:
+    payload = (message_id.encode() + b"/") * 40
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    return message_id.encode() + b":" + digest + b":" + payload
+
+
+def parse(body: bytes) -> str:
+    """The message id of an intact body; raises AssertionError for a corrupt one."""
+    message_id, digest, payload = body.split(b":", 2)
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise AssertionError(f"corrupt body served: {body[:60]!r}")
+    return message_id.decode()
+
+
+@dataclass
+class Ledger:
+    """What the clients know of one cycle: confirmed per queue, and acks sent per queue."""
+
+    confirmed: dict[str, set[str]] = field(default_factory=dict)
+    acked: dict[str, set[str]] = field(default_factory=dict)
+
+    def confirm(self, queues: tuple[str, ...], message_id: str) -> None:
+        for queue in queues:
+            self.confirmed.setdefault(queue, set()).add(message_id)
+
+    def ack(self, queue: str, message_ids: list[str]) -> None:
+        self.acked.setdefault(queue, set()).update(message_ids)
+
+
+@dataclass
+class CycleResult:
+    cycle: int
+    signal: str
+    ran_s: float
+    confirmed: int
+    acked: int
+    recovered: int
+    lost: list[str]
+    duplicated: list[str]
+    restart_s: float
+
+
+def declare(broker: Any) -> None:
+    conn = clients.connect(broker)
+    ch = conn.channel()
+    for name in DEAD:
+        ch.queue_declare(name, durable=True)
+    args: dict[str, dict[str, Any]] = {
+        "nack": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead.nack"},
+        "ttl": {
+            "x-message-ttl": 30,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "dead.ttl",
+        },
+        "ring": {"x-max-length": 50, "x-overflow": "drop-head"},
+    }
+    for name in QUEUES:
+        ch.queue_declare(name, durable=True, arguments=args.get(name))
+    ch.exchange_declare("fan", "fanout", durable=True)
+    for name in ("fan.a", "fan.b", "fan.c"):
+        ch.queue_bind(name, "fan")
+    conn.close()
+
+
+# -- the clients ---------------------------------------------------------------------------
+
+
+async def publisher(url: str, name: str, ledger: Ledger, stop: asyncio.Event, rng: random.Random):
+    """Confirm mode, up to 16 publishes in flight, spread over every target."""
+    targets: list[tuple[str, str, tuple[str, ...]]] = [("", q, (q,)) for q in QUEUES[:-3]]
+    targets.append(("fan", "", ("fan.a", "fan.b", "fan.c")))
+    seq = 0
+    with contextlib.suppress(Exception):
+        connection = await aio_pika.connect(url)
+        channel = await connection.channel(publisher_confirms=True)
+        exchanges = {"": channel.default_exchange, "fan": await channel.get_exchange("fan")}
+
+        async def one(message_id: str, target: tuple[str, str, tuple[str, ...]]) -> None:
+            exchange, key, queues = target
+            message = aio_pika.Message(
+                body_for(message_id), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
+            )
+            with contextlib.suppress(Exception):
+                await exchanges[exchange].publish(message, routing_key=key)
+                ledger.confirm(queues, message_id)  # only reached on basic.ack
+
+        while not stop.is_set():
+            batch = []
+            for _ in range(rng.randint(1, 16)):
+                seq += 1
+                batch.append(one(f"{name}-{seq}", rng.choice(targets)))
+            await asyncio.gather(*batch)
+        with contextlib.suppress(Exception):
+            await connection.close()
+
+
+async def tx_publisher(url: str, ledger: Ledger, stop: asyncio.Event, rng: random.Random):
+    """Transactions of 1-10 publishes; confirmed when tx.commit-ok arrives."""
+    seq = 0
+    with contextlib.suppress(Exception):
+        connection = await aio_pika.connect(url)
+        channel = await connection.channel(publisher_confirms=False)
+        while not stop.is_set():
+            tx = channel.transaction()
+            await tx.select()
+            ids = []
+            for _ in range(rng.randint(1, 10)):
+                seq += 1
+                ids.append(f"tx-{seq}")
+                message = aio_pika.Message(
+                    body_for(ids[-1]), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
+                )
+                await channel.default_exchange.publish(message, routing_key="ack1")
+            await tx.commit()
+            for message_id in ids:
+                ledger.confirm(("ack1",), message_id)
+            await tx.close()
+
+
+async def consumer(url: str, queue: str, ledger: Ledger, stop: asyncio.Event, rng: random.Random):
+    """One consumer pattern on ``queue`` until ``stop``; acks are noted before they are sent."""
+    while not stop.is_set():
+        with contextlib.suppress(Exception):
+            connection = await aio_pika.connect(url)
+            await _consume_for_a_while(connection, queue, ledger, stop, rng)
+            await connection.close()  # "connclose" stops here with unacked ones: they go back
+        await asyncio.sleep(0.01)
+
+
+async def _consume_for_a_while(connection, queue, ledger, stop, rng) -> None:
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=rng.choice([0, 10, 100]))
+    source = await channel.get_queue(queue)
+    pending: list[Any] = []
+    lifetime = rng.randint(20, 400) if queue in ("chclose", "connclose") else None
+    seen = 0
+    async with source.iterator(timeout=0.5) as messages:
+        with contextlib.suppress(asyncio.TimeoutError):
+            async for message in messages:
+                seen += 1
+                message_id = parse(message.body)
+                if queue == "batch":
+                    pending.append(message_id)
+                    if len(pending) >= 50:
+                        ledger.ack(queue, pending)
+                        pending = []
+                        await message.ack(multiple=True)
+                elif queue == "nack":
+                    if message.redelivered:
+                        await message.reject(requeue=False)  # dead-lettered into dead.nack
+                    else:
+                        await message.nack(requeue=True)
+                elif lifetime is not None and seen >= lifetime:
+                    break  # the channel (or connection) closes with this one unacked
+                else:
+                    ledger.ack(queue, [message_id])
+                    await message.ack()
+                if stop.is_set():
+                    break
+    with contextlib.suppress(Exception):
+        await channel.close()
+
+
+async def killer(broker: Any, stop: asyncio.Event, rng: random.Random, how: signal.Signals):
+    await asyncio.sleep(rng.uniform(0.4, 1.6))
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, broker.kill, how)
+    stop.set()
+
+
+async def one_cycle(broker: Any, rng: random.Random, how: signal.Signals) -> Ledger:
+    url = f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}/"
+    ledger = Ledger()
+    stop = asyncio.Event()
+    tasks = [publisher(url, f"p{n}", ledger, stop, rng) for n in range(2)]
+    tasks.append(tx_publisher(url, ledger, stop, rng))
+    tasks += [consumer(url, queue, ledger, stop, rng) for queue in CONSUMED]
+    tasks.append(consumer(url, "fan.a", ledger, stop, rng))
+    tasks.append(killer(broker, stop, rng, how))
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+    return ledger
+
+
+# -- after the restart: the ledger ----------------------------------------------------------
+
+
+def drain_all(broker: Any) -> dict[str, list[str]]:
+    conn = clients.connect(broker)
+    ch = conn.channel()
+    found = {
+        name: [parse(body) for body in clients.drain(ch, name, limit=1_000_000)]
+        for name in QUEUES + DEAD
+    }
+    conn.close()
+    return found
+
+
+def check(ledger: Ledger, found: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """(lost, duplicated) message ids, each as ``queue/id``."""
+    lost, duplicated = [], []
+    for queue, ids in found.items():
+        duplicated += [f"{queue}/{i}" for i, n in Counter(ids).items() if n > 1]
+    for queue, confirmed in ledger.confirmed.items():
+        if queue in MAY_DROP:
+            continue
+        accounted = set(found.get(queue, ())) | ledger.acked.get(queue, set())
+        dead = DEAD_LETTERS.get(queue)
+        if dead is not None:
+            accounted |= set(found.get(dead, ()))
+        lost += [f"{queue}/{i}" for i in sorted(confirmed - accounted)]
+    return lost, duplicated
+
+
+def run(broker: Any, *, cycles: int, seed: int, log: Any = print) -> list[CycleResult]:
+    """``cycles`` crash cycles against a started ``broker``; returns one result per cycle."""
+    rng = random.Random(seed)
+    declare(broker)
+    results = []
+    for cycle in range(cycles):
+        how = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
+        began = time.monotonic()
+        ledger = asyncio.run(one_cycle(broker, rng, how))
+        ran = time.monotonic() - began
+        began = time.monotonic()
+        broker.start()
+        restart = time.monotonic() - began
+        found = drain_all(broker)
+        lost, duplicated = check(ledger, found)
+        result = CycleResult(
+            cycle=cycle,
+            signal=how.name,
+            ran_s=round(ran, 2),
+            confirmed=sum(len(ids) for ids in ledger.confirmed.values()),
+            acked=sum(len(ids) for ids in ledger.acked.values()),
+            recovered=sum(len(ids) for ids in found.values()),
+            lost=lost,
+            duplicated=duplicated,
+            restart_s=round(restart, 2),
+        )
+        results.append(result)
+        log(
+            f"cycle {cycle + 1}/{cycles} {how.name}: confirmed {result.confirmed}, "
+            f"acked {result.acked}, recovered {result.recovered}, lost {len(lost)}, "
+            f"duplicated {len(duplicated)}, restart {restart:.2f}s"
+        )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--out", type=Path, default=Path("test-artifacts/torture.json"))
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hutch-torture-") as work:
+        broker = brokers.HutchBroker(work_dir=Path(work))
+        broker.start()
+        try:
+            results = run(broker, cycles=args.cycles, seed=args.seed, log=_say)
+        finally:
+            broker.stop()
+    lost = sum(len(r.lost) for r in results)
+    summary = {
+        "seed": args.seed,
+        "cycles": len(results),
+        "kills": sum(r.signal == "SIGKILL" for r in results),
+        "sigterms": sum(r.signal == "SIGTERM" for r in results),
+        "confirmed": sum(r.confirmed for r in results),
+        "acked": sum(r.acked for r in results),
+        "lost": lost,
+        "duplicated": sum(len(r.duplicated) for r in results),
+        "results": [asdict(r) for r in results],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2))
+    _say(
+        f"{summary['cycles']} cycles ({summary['kills']} kill -9, {summary['sigterms']} SIGTERM), "
+        f"seed {args.seed}: {summary['confirmed']} confirmed, {lost} lost, "
+        f"{summary['duplicated']} duplicated; figures in {args.out}"
+    )
+    return 1 if lost or summary["duplicated"] else 0
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
