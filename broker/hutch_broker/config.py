@@ -53,6 +53,7 @@ class BrokerConfig:
     total_memory: int | None = None
     disk_free_limit: int = 50_000_000
     handshake_timeout_s: float = 10.0
+    closing_timeout_s: float = 30.0  # connection.close sent, no close-ok: drop the socket
     stamp_message_id: bool = True
 
 

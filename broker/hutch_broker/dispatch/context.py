@@ -104,6 +104,36 @@ class Context:
             session.dirty = False
         return dirty
 
+    def close_sessions(
+        self, reason: str, *, vhost: str | None = None, user: str | None = None
+    ) -> int:
+        """Force-close (320) the open connections of a deleted vhost or user; returns how many.
+
+        RabbitMQ does the same: a connection must not go on declaring and publishing in a
+        vhost that no longer exists (its durable queues would name a vhost that recovery
+        cannot find) or as a user that no longer exists.
+        """
+        closed = 0
+        for session in list(self.sessions.values()):
+            if session.belongs_to(vhost=vhost, user=user):
+                session.force_close(reason)
+                closed += 1
+        return closed
+
+    def permissions_changed(self, vhost: str, user: str) -> None:
+        """A user's permissions in a vhost changed or went: their connections see it at once.
+
+        Connections left with no permission at all are closed (320), as a deleted user's are.
+        """
+        permission = self.broker.permission(vhost, user)
+        for session in list(self.sessions.values()):
+            if not session.belongs_to(vhost=vhost, user=user):
+                continue
+            if permission is None:
+                session.force_close(f"user '{user}' has no access to vhost '{vhost}' any more")
+            else:
+                session.use_permission(permission)
+
     def release_throttled(self) -> None:
         """Let publishers whose queues caught up (or whose consumers stalled) go on."""
         if self.flow.waiting:

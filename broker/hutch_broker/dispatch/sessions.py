@@ -242,6 +242,19 @@ class Session:
                 f"'{vhost}' refused for user '{user}'"
             )
 
+    def use_permission(self, permission: access.Permission) -> None:
+        """The user's permissions in this vhost changed: check against the new ones from now."""
+        self.permission = permission
+        self._permission_cache.clear()
+
+    def belongs_to(self, *, vhost: str | None = None, user: str | None = None) -> bool:
+        """Is this an open connection to ``vhost`` (if given) as ``user`` (if given)?"""
+        if self.vhost is None or self.user is None:
+            return False
+        if vhost is not None and self.vhost.name != vhost:
+            return False
+        return user is None or self.user.name == user
+
     def capability(self, name: str) -> bool:
         capabilities = self.proto.capabilities
         return bool(capabilities.get(name)) if capabilities else False
@@ -263,6 +276,14 @@ class Session:
         log.info("closing connection %s: %s", self.id, exc.reply_text)
         self.proto.close(exc)
         self._release_all()
+
+    def force_close(self, reason: str) -> None:
+        """The broker closes this connection (320 CONNECTION_FORCED) and forgets it at once."""
+        if self.closed:
+            return
+        self.fail_connection(errors.connection_forced(reason))
+        self.connection_lost()  # nothing it sends from now on reaches the model
+        self.context.mark_dirty(self)
 
     # -- teardown ---------------------------------------------------------
 

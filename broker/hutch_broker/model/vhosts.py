@@ -182,10 +182,16 @@ class VirtualHost:
         exclusive_owner: object | None = None,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
-        now_ms: int = 0,
+        now_ms: int | None = None,
         source: str = "amqp",
     ) -> tuple[Queue, bool]:
-        """Create or check a queue; returns (queue, created) (Q-1..Q-3)."""
+        """Create or check a queue; returns (queue, created) (Q-1..Q-3).
+
+        The declare counts as a use (EXP-1): a queue with ``x-expires`` starts its lease now,
+        the vhost's clock when no time is given (a definitions import), never at 0.
+        """
+        if now_ms is None:
+            now_ms = self.clock()
         arguments = dict(arguments or {})
         generated = not name
         if generated:

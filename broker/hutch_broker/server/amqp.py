@@ -18,6 +18,7 @@ from hutch_broker.dispatch.context import Context
 from hutch_broker.dispatch.sessions import Session
 from hutch_broker.protocol import connection as proto_connection
 from hutch_broker.protocol import errors
+from hutch_broker.protocol.connection import ConnectionState
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class AMQPConnection(asyncio.Protocol):
         self.last_received = time.monotonic()
         self.last_sent = self.last_received
         self.opened_at = self.last_received
+        self.closing_since: float | None = None  # when the broker sent connection.close
 
     # -- asyncio.Protocol ---------------------------------------------------
 
@@ -89,8 +91,11 @@ class AMQPConnection(asyncio.Protocol):
         if data:
             transport.writelines(data)
             self.last_sent = time.monotonic()
-        if session.proto.closed:
+        proto = session.proto
+        if proto.closed or proto.framing_lost:  # after a 501 no close-ok can be read
             transport.close()
+        elif self.closing_since is None and proto.state is ConnectionState.CLOSING:
+            self.closing_since = time.monotonic()
 
     def close_transport(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -98,9 +103,15 @@ class AMQPConnection(asyncio.Protocol):
 
     # -- timers (called about once a second by the server) -------------------
 
-    def tick(self, now: float, handshake_timeout: float) -> None:
+    def tick(self, now: float, handshake_timeout: float, closing_timeout: float = 30.0) -> None:
         session = self.session
         if session is None or self.transport is None or self.transport.is_closing():
+            return
+        if self.closing_since is not None and now - self.closing_since > closing_timeout:
+            # The broker sent connection.close and no close-ok came: RabbitMQ also drops
+            # the socket after its 30 s closing timeout, heartbeats or not.
+            log.info("no close-ok from connection %s, closing its socket", session.id)
+            self.close_transport()
             return
         proto = session.proto
         if session.vhost is None:

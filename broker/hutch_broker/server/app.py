@@ -400,7 +400,7 @@ class BrokerServer:
                 if connection.session is not None and connection.session.closed:
                     self.connections.discard(connection)
                     continue
-                connection.tick(now, self.config.handshake_timeout_s)
+                connection.tick(now, self.config.handshake_timeout_s, self.config.closing_timeout_s)
             # Acks and dead-lettered records need no confirm; sync them lazily.
             self._maybe_start_sync(periodic=True)
             self.broker.pager.sync()

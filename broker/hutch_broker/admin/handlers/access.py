@@ -62,8 +62,10 @@ async def put_vhost(request: web.Request) -> web.Response:
 @routes.delete("/api/vhosts/{vhost}")
 async def delete_vhost(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
-    if not support.state(request).broker.delete_vhost(support.path(request, "vhost")):
+    state, name = support.state(request), support.path(request, "vhost")
+    if not state.broker.delete_vhost(name):
         raise errors.not_found()
+    state.context.close_sessions(f"vhost '{name}' is deleted", vhost=name)
     return support.no_content()
 
 
@@ -125,8 +127,10 @@ async def put_user(request: web.Request) -> web.Response:
 @routes.delete("/api/users/{user}")
 async def delete_user(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
-    if not support.state(request).broker.delete_user(support.path(request, "user")):
+    state, name = support.state(request), support.path(request, "user")
+    if not state.broker.delete_user(name):
         raise errors.not_found()
+    state.context.close_sessions(f"user '{name}' was deleted", user=name)
     return support.no_content()
 
 
@@ -187,13 +191,17 @@ async def put_permission(request: web.Request) -> web.Response:
         raise errors.not_found()
     body = await support.body(request)
     configure, write, read = (_pattern(body, key) for key in ("configure", "write", "read"))
-    return support.created_or_updated(broker.set_permission(vhost, user, configure, write, read))
+    created = broker.set_permission(vhost, user, configure, write, read)
+    support.state(request).context.permissions_changed(vhost, user)
+    return support.created_or_updated(created)
 
 
 @routes.delete("/api/permissions/{vhost}/{user}")
 async def delete_permission_route(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     broker = support.state(request).broker
-    if not broker.delete_permission(support.path(request, "vhost"), support.path(request, "user")):
+    vhost, user = support.path(request, "vhost"), support.path(request, "user")
+    if not broker.delete_permission(vhost, user):
         raise errors.not_found()
+    support.state(request).context.permissions_changed(vhost, user)
     return support.no_content()

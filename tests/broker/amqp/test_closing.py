@@ -1,0 +1,125 @@
+"""The broker drops a socket it closed (issue 11, item 9): with close-ok, without, after a 501.
+
+RabbitMQ closes the socket when the close-ok arrives, at once after a framing error (nothing
+more can be parsed), and after its 30 s closing timeout when the client never answers; with
+heartbeats off nothing else would ever free the connection.
+"""
+
+import socket
+import time
+
+from hutch_broker.dispatch.context import Context
+from hutch_broker.model.broker import Broker
+from hutch_broker.server.amqp import AMQPConnection
+from pamqp import commands, frame
+
+OPTIONS = {"server_properties": {"product": "Hutch"}, "heartbeat": 0, "channel_max": 16}
+
+
+def handshake(sock: socket.socket) -> None:
+    sock.sendall(b"AMQP\x00\x00\x09\x01")
+    login = "\0guest\0guest"
+    start_ok = commands.Connection.StartOk(
+        client_properties={}, mechanism="PLAIN", response=login, locale="en_US"
+    )
+    sock.sendall(frame.marshal(start_ok, 0))
+    tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0)
+    sock.sendall(frame.marshal(tune_ok, 0))
+    sock.sendall(frame.marshal(commands.Connection.Open(virtual_host="/"), 0))
+
+
+def read_until_close(sock: socket.socket) -> commands.Connection.Close:
+    data = b""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        chunk = sock.recv(65536)
+        assert chunk, "socket closed before connection.close arrived"
+        data += chunk
+        while data:
+            try:
+                consumed, _, value = frame.unmarshal(data)
+            except Exception:  # noqa: BLE001 - an incomplete frame: read more
+                break
+            data = data[consumed:]
+            if isinstance(value, commands.Connection.Close):
+                return value
+    raise AssertionError("no connection.close")
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    return True
+
+
+def test_504_then_close_ok_drops_the_socket_with_heartbeats_off(hutch_broker):
+    with socket.create_connection(("127.0.0.1", hutch_broker.amqp_port)) as sock:
+        handshake(sock)
+        sock.sendall(frame.marshal(commands.Basic.Qos(prefetch_count=1), 7))  # channel 7 not open
+        close = read_until_close(sock)
+        assert close.reply_code == 504
+        sock.sendall(frame.marshal(commands.Connection.CloseOk(), 0))
+        assert closed_within(sock, 2.0)
+
+
+def test_501_drops_the_socket_without_waiting_for_a_close_ok(hutch_broker):
+    with socket.create_connection(("127.0.0.1", hutch_broker.amqp_port)) as sock:
+        handshake(sock)
+        sock.sendall(b"\x01\x00\x00\x00\x00\x00\x04abcd\x00")  # frame end 0x00, not 0xCE
+        close = read_until_close(sock)
+        assert close.reply_code == 501
+        assert closed_within(sock, 2.0)
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.closed = False
+        self.written: list[bytes] = []
+
+    def set_write_buffer_limits(self, **_: int) -> None: ...
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 5000) if name == "peername" else None
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.written.extend(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+def test_no_close_ok_drops_the_socket_after_the_closing_timeout():
+    broker = Broker()
+    broker.create_defaults()
+    connection = AMQPConnection(Context(broker, clock=lambda: 0), OPTIONS)
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.data_received(b"AMQP\x00\x00\x09\x01")
+    login = "\0guest\0guest"
+    start_ok = commands.Connection.StartOk(
+        client_properties={}, mechanism="PLAIN", response=login, locale="en_US"
+    )
+    tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0)
+    connection.data_received(frame.marshal(start_ok, 0) + frame.marshal(tune_ok, 0))
+    connection.data_received(frame.marshal(commands.Connection.Open(virtual_host="/"), 0))
+    connection.data_received(frame.marshal(commands.Basic.Qos(prefetch_count=1), 7))
+    connection.flush()
+    assert connection.closing_since is not None
+    now = connection.closing_since
+    connection.tick(now + 29, handshake_timeout=10, closing_timeout=30)
+    assert not transport.closed, "closed before the timeout"
+    connection.tick(now + 31, handshake_timeout=10, closing_timeout=30)
+    assert transport.closed
