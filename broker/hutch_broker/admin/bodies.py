@@ -6,16 +6,50 @@ RabbitMQ's management API is lenient in known ways (an empty body or
 so the rules live here once.  Every function is pure and raises
 ``errors.ApiError`` (400), never a model error: handlers validate a whole
 body before they change anything.
+
+RabbitMQ's JSON parser refuses ``NaN``, ``Infinity`` and numbers beyond a
+double (``1e400``) with ``not_json``; Python's accepts them, so they are
+refused here the same way, and so is nesting deeper than ``MAX_DEPTH``
+(every later walk over a body may then recurse safely).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+from typing import Any, Final
 
 from hutch_broker.admin import errors
+from hutch_broker.model import names
 
 Body = dict[str, Any]
+MAX_DEPTH: Final = names.MAX_DEPTH
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond a double")
+    return value
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    """True if no array or object in ``value`` is nested deeper than ``limit``."""
+    pending = [(value, 1)]
+    while pending:
+        current, depth = pending.pop()
+        if isinstance(current, dict):
+            current = list(current.values())
+        elif not isinstance(current, list):
+            continue
+        if depth > limit:
+            return False
+        pending.extend((item, depth + 1) for item in current if isinstance(item, dict | list))
+    return True
 
 
 def parse_json(raw: bytes) -> Body:
@@ -24,9 +58,11 @@ def parse_json(raw: bytes) -> Body:
     if text in (b"", b"null", b"undefined"):
         return {}
     try:
-        value = json.loads(text)
-    except (UnicodeDecodeError, ValueError):
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise errors.bad_request("not_json") from None
+    if not _depth_within(value, MAX_DEPTH):
+        raise errors.bad_request("not_json")
     if isinstance(value, dict):
         return value
     if isinstance(value, bool):
@@ -37,6 +73,23 @@ def parse_json(raw: bytes) -> Body:
             "Is the input doubly-JSON-encoded?"
         )
     raise errors.bad_request("not_json")
+
+
+def name(kind: str, value: str) -> str:
+    """A name or key that must fit an AMQP shortstr (model/names.py), else RabbitMQ's 400."""
+    try:
+        return names.check(kind, value)
+    except names.InvalidNameError as exc:
+        raise errors.bad_request(f"{exc}\n") from None
+
+
+def name_table(kind: str, table: dict[str, Any]) -> dict[str, Any]:
+    """An arguments or headers table whose keys all fit a shortstr."""
+    try:
+        names.check_table(kind, table)
+    except names.InvalidNameError as exc:
+        raise errors.bad_request(f"{exc}\n") from None
+    return table
 
 
 def missing(key: str) -> errors.ApiError:
@@ -83,6 +136,30 @@ def table(body: Body, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.bad_request(f"{key} must be an object, got {_shown(value)}")
     return value
+
+
+# Arguments and policy keys whose values become exchange names or routing keys of deliveries.
+NAME_VALUED: Final = {
+    "alternate-exchange": "exchange",
+    "x-dead-letter-exchange": "exchange",
+    "x-dead-letter-routing-key": "routing_key",
+    "dead-letter-exchange": "exchange",
+    "dead-letter-routing-key": "routing_key",
+}
+
+
+def named_values(table: dict[str, Any]) -> dict[str, Any]:
+    """Checks the string values of ``NAME_VALUED`` keys (a DLX, its routing key, an AE)."""
+    for key, kind in NAME_VALUED.items():
+        value = table.get(key)
+        if isinstance(value, str):
+            name(kind, value)
+    return table
+
+
+def arguments(body: Body, key: str = "arguments") -> dict[str, Any]:
+    """An ``arguments`` object of a queue, exchange or binding, checked as AMQP would."""
+    return named_values(name_table(key, table(body, key)))
 
 
 def integer(body: Body, key: str, *, minimum: int) -> int:

@@ -1,9 +1,13 @@
 """``GET/POST /api/definitions[/{vh}]`` (API-12): export, and all-or-nothing import.
 
 The model's importer applies items one by one, so a bad item half-way would
-leave a half-imported broker.  An HTTP import therefore runs twice: first
-into a scratch ``Broker`` loaded with a copy of the current definitions
-(any error there is a 400 and the real broker is untouched), then for real.
+leave a half-imported broker.  An HTTP import therefore validates everything
+before it changes anything: first every item's shape, names and keys
+(``check``: strings where names go, shortstr lengths as model/names.py says),
+then a rehearsal into a scratch ``Broker`` holding a copy of the current
+state, including what the export leaves out but an import can collide with:
+exclusive queues and server-named ``amq.*`` queues.  Any error in either pass
+is a 400 and the real broker is untouched; only then is it imported for real.
 The per-vhost forms use RabbitMQ's vhost export shape: only the vhost's
 objects, without ``vhost`` fields, imported into the vhost named in the URL.
 """
@@ -13,8 +17,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from hutch_broker.admin import errors
+from hutch_broker.admin import bodies, errors
 from hutch_broker.model.broker import Broker
+from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors as amqp_errors
 
 VHOST_SECTIONS: Final = ("parameters", "policies", "queues", "exchanges", "bindings")
@@ -60,14 +65,131 @@ def _apply(broker: Broker, definitions: dict[str, Any]) -> None:
         raise errors.bad_request(_reason(exc)) from None
 
 
-def rehearse(broker: Broker, definitions: dict[str, Any]) -> None:
-    """Import into a scratch copy of ``broker``; raises a 400 if anything fails."""
+# -- the shape pass --------------------------------------------------------------------------
+
+# section -> (fields that must be strings when present, fields that must be present)
+_STRINGS: Final = {
+    "vhosts": (("name",), ("name",)),
+    "users": (("name", "password_hash"), ("name", "password_hash")),
+    "permissions": (
+        ("vhost", "user", "configure", "write", "read"),
+        ("vhost", "user", "configure", "write", "read"),
+    ),
+    "policies": (("vhost", "name"), ("vhost", "name")),
+    "parameters": (("vhost", "name", "component"), ()),
+    "exchanges": (("vhost", "name", "type"), ("vhost", "name")),
+    "queues": (("vhost", "name"), ("vhost", "name")),
+    "bindings": (
+        ("vhost", "source", "destination", "destination_type", "routing_key"),
+        ("vhost", "source", "destination"),
+    ),
+}
+# section -> the string fields that travel as AMQP shortstrs, with their kind of name.
+_SHORTSTRS: Final = {
+    "policies": (("name", "policy"),),
+    "parameters": (("name", "policy"),),
+    "exchanges": (("name", "exchange"),),
+    "queues": (("name", "queue"),),
+    "bindings": (
+        ("source", "exchange"),
+        ("destination", "destination"),
+        ("routing_key", "routing_key"),
+    ),
+}
+
+
+def _check_item(section: str, item: dict[str, Any]) -> None:
+    strings, required = _STRINGS[section]
+    for key in required:
+        if key not in item:
+            raise errors.bad_request(f"{section}: missing key '{key}'")
+    for key in strings:
+        if key in item and not isinstance(item[key], str):
+            raise errors.bad_request(f"{section}: '{key}' must be a string")
+    for key, kind in _SHORTSTRS.get(section, ()):
+        if key in item:
+            bodies.name(kind, item[key])
+    for key in ("arguments", "value", "definition"):
+        value = item.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise errors.bad_request(f"{section}: '{key}' must be an object")
+    if isinstance(item.get("arguments"), dict):
+        bodies.named_values(bodies.name_table("arguments", item["arguments"]))
+    definition = item.get("definition")
+    if isinstance(item.get("value"), dict):
+        definition = item["value"].get("definition")
+    if isinstance(definition, dict):
+        bodies.named_values(definition)
+
+
+def check(definitions: dict[str, Any]) -> None:
+    """Every item's shape, names and keys; a 400 before anything is applied."""
+    for section in _STRINGS:
+        items = definitions.get(section, [])
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise errors.bad_request(f"'{section}' must be a list of objects")
+        for item in items:
+            _check_item(section, item)
+
+
+# -- the rehearsal ------------------------------------------------------------------------
+
+
+def _hidden_queues(broker: Broker) -> list[tuple[str, Queue]]:
+    """Queues the export leaves out or the importer refuses: exclusive and ``amq.*`` ones."""
+    return [
+        (vhost.name, queue)
+        for vhost in broker.vhosts.values()
+        for queue in vhost.queues.values()
+        if queue.exclusive_owner is not None or queue.name.startswith("amq.")
+    ]
+
+
+def _scratch_copy(broker: Broker) -> Broker:
+    """A broker with ``broker``'s definitions, loaded as an import would see them."""
     scratch = Broker(cluster_name=broker.cluster_name)
     scratch.loopback_users = list(broker.loopback_users)
-    _apply(scratch, broker.export_definitions())
-    _apply(scratch, definitions)
+    current = broker.export_definitions()
+    hidden = _hidden_queues(broker)
+    hidden_names = {(vhost, queue.name) for vhost, queue in hidden}
+    current["queues"] = [
+        item for item in current["queues"] if (item["vhost"], item["name"]) not in hidden_names
+    ]
+    hidden_bindings = [
+        item
+        for item in current["bindings"]
+        if item["destination_type"] == "queue"
+        and (item["vhost"], item["destination"]) in hidden_names
+    ]
+    current["bindings"] = [item for item in current["bindings"] if item not in hidden_bindings]
+    _apply(scratch, current)
+    for vhost_name, queue in hidden:
+        stand_in = Queue(
+            queue.name,
+            vhost=vhost_name,
+            durable=queue.durable,
+            exclusive_owner=queue.exclusive_owner,
+            auto_delete=queue.auto_delete,
+            arguments=queue.arguments,
+        )
+        stand_in.declared_via = getattr(queue, "declared_via", "amqp")  # type: ignore[attr-defined]
+        scratch.vhosts[vhost_name].queues[queue.name] = stand_in
+    _apply(scratch, {"bindings": hidden_bindings})
+    return scratch
+
+
+def rehearse(broker: Broker, definitions: dict[str, Any]) -> None:
+    """Import into a scratch copy of ``broker``; raises a 400 if anything fails."""
+    scratch = _scratch_copy(broker)
+    try:
+        _apply(scratch, definitions)
+    except errors.ApiError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any refusal here must leave the broker untouched
+        raise errors.bad_request(_reason(exc) or type(exc).__name__) from None
 
 
 def import_definitions(broker: Broker, definitions: dict[str, Any]) -> None:
+    check(definitions)
     rehearse(broker, definitions)
     _apply(broker, definitions)

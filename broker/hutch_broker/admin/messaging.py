@@ -67,15 +67,26 @@ class PublishRequest:
     body: bytes
 
 
+def _timestamp(value: Any) -> datetime.datetime:
+    """Seconds since the epoch, up to the last second a datetime (and pamqp) can hold."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= properties.MAX_TIMESTAMP_SECONDS
+    ):
+        raise errors.bad_request(f"invalid property 'timestamp': {value!r}")
+    return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+
+
 def _property_value(name: str, value: Any) -> Any:
     if name == "timestamp":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise errors.bad_request(f"invalid property 'timestamp': {value!r}")
-        return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+        return _timestamp(value)
     if name == "delivery_mode" and value not in (1, 2):
         raise errors.bad_request(f"invalid property 'delivery_mode': {value!r}")
-    if name == "headers" and not isinstance(value, dict):
-        raise errors.bad_request("invalid property 'headers': must be an object")
+    if name == "headers":
+        if not isinstance(value, dict):
+            raise errors.bad_request("invalid property 'headers': must be an object")
+        bodies.name_table("headers", value)  # a key longer than a shortstr is refused, not cut
     return value
 
 
@@ -106,7 +117,7 @@ def decode_payload(payload: str, encoding: str) -> bytes:
 
 
 def parse_publish(body: bodies.Body) -> PublishRequest:
-    routing_key = bodies.string(body, "routing_key")
+    routing_key = bodies.name("routing_key", bodies.string(body, "routing_key"))
     props = bodies.required(body, "properties")
     if not isinstance(props, dict):
         raise errors.bad_request("properties must be an object")

@@ -13,7 +13,9 @@ values.  So the broker keeps ``raw`` (the header from the property flags on) and
   bytes, nesting deeper than ``MAX_DEPTH``).
 - ``decode_properties`` / ``headers``: full decode through pamqp, for the rare paths that need
   values (headers exchange, dead-lettering, management API).
-- ``encode_properties``: pamqp's encoder, for messages the broker makes itself.
+- ``encode_properties``: pamqp's encoder, for messages the broker makes itself, except for
+  field-table keys: pamqp cuts keys longer than 128 bytes (a warning in the log), so tables are
+  encoded here and a key is either carried whole (up to a shortstr's 255 bytes) or refused.
 
 Property order and flag bits (AMQP 0-9-1 basic class; bit 0 of a flag word means "another flag
 word follows", bit 1 is reserved)::
@@ -28,7 +30,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from pamqp import commands, common, decode
+from pamqp import commands, common, decode, encode
 
 # Wire types of the properties, as used in FIELDS (rewrite.py relies on these numbers).
 SHORTSTR, OCTET, TABLE, TIMESTAMP = 0, 1, 2, 3
@@ -61,7 +63,7 @@ _FLAG_EXPIRATION = 0x0100
 _NOT_A_PROPERTY = 0x0003  # continuation + reserved: never used for the 14 basic properties
 
 MAX_DEPTH = 64  # nested tables/arrays; pamqp recurses twice per level
-_MAX_TIMESTAMP_SECONDS = 253402300799  # 9999-12-31T23:59:59Z, datetime's ceiling
+MAX_TIMESTAMP_SECONDS = 253402300799  # 9999-12-31T23:59:59Z, datetime's ceiling
 _UINT32 = struct.Struct(">I")
 _UINT64 = struct.Struct(">Q")
 
@@ -202,13 +204,44 @@ def decode_properties(raw: bytes) -> dict[str, Any]:
     return result
 
 
+class _Properties(commands.Basic.Properties):
+    """pamqp's properties with ``encode_table`` for the headers."""
+
+    def encode_property(self, name: str, value: common.FieldValue) -> bytes:
+        if name == "headers" and isinstance(value, dict):
+            return encode_table(value)
+        return super().encode_property(name, value)
+
+
 def encode_properties(**props: Any) -> bytes:
     """Raw properties for a broker-made message, e.g. ``encode_properties(delivery_mode=2)``.
 
     Keyword names as in ``decode_properties``; None values are left out.  Raises pamqp's
     ``TypeError`` / ``ValueError`` for values it cannot encode.
     """
-    return bytes(commands.Basic.Properties(**props).marshal())
+    return bytes(_Properties(**props).marshal())
+
+
+def encode_table(table: dict[str, Any]) -> bytes:
+    """A field table as pamqp encodes it (keys sorted), but a key over 255 bytes is a
+    ``ValueError`` instead of being cut to 128 bytes."""
+    parts: list[bytes] = []
+    for key, value in sorted(table.items()):
+        raw_key = key.encode("utf-8")
+        if len(raw_key) > 255:
+            raise ValueError(f"field table key longer than 255 bytes: {key[:32]!r}...")
+        parts += (bytes((len(raw_key),)), raw_key, _encode_value(value))
+    body = b"".join(parts)
+    return _UINT32.pack(len(body)) + body
+
+
+def _encode_value(value: Any) -> bytes:
+    if isinstance(value, dict):
+        return b"F" + encode_table(value)
+    if isinstance(value, list):
+        body = b"".join(_encode_value(item) for item in value)
+        return b"A" + _UINT32.pack(len(body)) + body
+    return encode.encode_table_value(value)
 
 
 # -- validation -----------------------------------------------------------------------------
@@ -301,5 +334,5 @@ def _check_timestamp(raw: bytes, offset: int) -> None:
     seconds = _UINT64.unpack_from(raw, offset)[0]
     if seconds > 0xFFFFFFFF:
         seconds //= 1000
-    if seconds > _MAX_TIMESTAMP_SECONDS:
+    if seconds > MAX_TIMESTAMP_SECONDS:
         raise MalformedPropertiesError("timestamp beyond year 9999")

@@ -98,8 +98,8 @@ async def create_binding(request: web.Request) -> web.Response:
     vhost = support.vhost_to_write(request)
     source, destination = _ends(request, vhost)
     body = await support.body(request)
-    routing_key = bodies.string(body, "routing_key", "")
-    arguments = bodies.table(body, "arguments")
+    routing_key = bodies.name("routing_key", bodies.string(body, "routing_key", ""))
+    arguments = bodies.arguments(body)
     auth.check(admin.broker, user, vhost.name, "write", _kind(request), destination.name)
     auth.check(admin.broker, user, vhost.name, "read", "exchange", source.name)
     try:

@@ -68,13 +68,13 @@ async def get_exchange(request: web.Request) -> web.Response:
 async def put_exchange(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
     vhost = support.vhost_to_write(request)
-    name = support.exchange_path(request, "exchange")
+    name = bodies.name("exchange", support.exchange_path(request, "exchange"))
     body = await support.body(request)
     kind = bodies.string(body, "type")
     durable = bodies.boolean(body, "durable", True)
     auto_delete = bodies.boolean(body, "auto_delete", False)
     internal = bodies.boolean(body, "internal", False)
-    arguments = bodies.table(body, "arguments")
+    arguments = bodies.arguments(body)
     if name == "":
         raise errors.not_authorized("operation not permitted on the default exchange")
     auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, errors
+from hutch_broker.admin import auth, bodies, errors
 from hutch_broker.admin.handlers import support
 from hutch_broker.model import access
 from hutch_broker.model import policies as policies_mod
@@ -48,6 +48,7 @@ def _policy_vhosts(broker: Broker, user: access.User, *, operator: bool) -> list
 
 
 def parse_policy(body: object, *, vhost: str, name: str, operator: bool) -> policies_mod.Policy:
+    bodies.name("policy", name)
     if isinstance(body, dict):
         for key in ("pattern", "definition"):
             if key not in body:  # RabbitMQ answers a missing key without "Validation failed"
@@ -55,6 +56,7 @@ def parse_policy(body: object, *, vhost: str, name: str, operator: bool) -> poli
     policy, detail = policies_mod.validate(body, operator=operator)
     if policy is None:
         raise errors.validation_failed(detail or "invalid policy")
+    bodies.named_values(policy.definition)  # a DLX, its routing key or an AE: shortstrs
     policy.vhost = vhost
     policy.name = name
     return policy

@@ -69,11 +69,11 @@ async def get_queue(request: web.Request) -> web.Response:
 async def put_queue(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
     vhost = support.vhost_to_write(request)
-    name = support.path(request, "queue")
+    name = bodies.name("queue", support.path(request, "queue"))
     body = await support.body(request)
     durable = bodies.boolean(body, "durable", True)
     auto_delete = bodies.boolean(body, "auto_delete", False)
-    arguments = bodies.table(body, "arguments")
+    arguments = bodies.arguments(body)
     auth.check(admin.broker, user, vhost.name, "configure", "queue", name)
     try:
         _, created = vhost.declare_queue(
@@ -101,7 +101,7 @@ async def put_queue_arguments(request: web.Request) -> web.Response:
     vhost = support.vhost_to_write(request)
     queue = _queue(vhost, support.path(request, "queue"))
     body = await support.body(request)
-    arguments = bodies.table(body, "arguments")
+    arguments = bodies.arguments(body)
     auth.check(admin.broker, user, vhost.name, "configure", "queue", queue.name)
     _not_exclusive(vhost, queue)
     try:
