@@ -196,11 +196,12 @@ def queue_purge(session: Session, channel: Channel, m: Any, now_ms: int) -> None
 
 def queue_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
     vhost = _vhost(session)
+    # Before the lookup, as RabbitMQ does: a refusal must not tell whether the queue exists.
+    session.check_permission("configure", "queue", m.queue)
     queue = vhost.queues.get(m.queue)
     count = 0
     if queue is not None:
         vhost.check_exclusive(queue, session)
-        session.check_permission("configure", "queue", m.queue)
         count = vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
         session.exclusive_queues.discard(queue)
     _reply(session, channel, commands.Queue.DeleteOk(count), m.nowait)

@@ -471,3 +471,18 @@ class Queue:
     def apply_settings(self, settings: settings_mod.QueueSettings) -> None:
         self.settings = settings
         self._enforce_length_limit()
+
+    @property
+    def paged_out(self) -> tuple[int, int]:
+        """(count, body bytes) of ready messages whose bodies are paged out (model/paging.py).
+
+        Only fresh entries are ever paged out; with no pager nothing is, so the scan is skipped.
+        """
+        if self.pager is None or (self.pager.store is None and self.store is None):
+            return 0, 0
+        count = size = 0
+        for entry in self._fresh:
+            if entry.paged:
+                count += 1
+                size += entry.size
+        return count, size

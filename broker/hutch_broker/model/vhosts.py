@@ -157,11 +157,13 @@ class VirtualHost:
             return
         if if_unused and (exchange.bindings or exchange.incoming):
             raise errors.precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        # Out of the table first: unlinking the last binding of an auto-delete exchange
+        # deletes it (``_unlink``), which must not happen a second time here.
+        del self.exchanges[name]
         for binding in list(exchange.bindings.values()):
             self._unlink(binding)
         for binding in list(exchange.incoming.values()):
             self._unlink(binding)
-        del self.exchanges[name]
         if changes.exchange_persisted(exchange):
             item = changes.exchange_item(self.name, exchange)
             self.on_definitions_changed(Change("exchanges", item, deleted=True))

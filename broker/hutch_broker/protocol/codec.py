@@ -16,12 +16,21 @@ where pamqp packs them signed (identical bytes below 2**63).  Frame layout (AMQP
 
 from __future__ import annotations
 
+import re
 import struct
 
-from pamqp import base, commands
+from pamqp import base, commands, constants
 from pamqp import frame as pamqp_frame
 
 from hutch_broker.protocol import errors
+
+# pamqp checks queue and exchange names against the 0-9-1 spec's grammar (letters, digits and
+# ``-_.:@#,/+ ``) whenever it builds a method, so ``Queue.DeclareOk("café")`` raised and a queue
+# RabbitMQ accepts (any UTF-8, over AMQP and HTTP) was created and then answered with 541.  The
+# length rule, the only one RabbitMQ applies, lives in model/names.py and the frame encoders.
+_ANY_NAME = re.compile(r".*", re.DOTALL)
+constants.DOMAIN_REGEX["queue-name"] = _ANY_NAME
+constants.DOMAIN_REGEX["exchange-name"] = _ANY_NAME
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD = 1

@@ -41,17 +41,18 @@ def _counts(queue: Queue) -> dict[str, Any]:
     ready, unacked = queue.ready_count, queue.unacked_count
     ready_bytes, unacked_bytes = queue.ready_bytes, queue.unacked_bytes
     persistent, persistent_bytes = _persistent_ready(queue)
+    paged, paged_bytes = queue.paged_out
     counts: dict[str, Any] = {
         "message_bytes": ready_bytes + unacked_bytes,
-        "message_bytes_paged_out": 0,
+        "message_bytes_paged_out": paged_bytes,
         "message_bytes_persistent": persistent_bytes,
-        "message_bytes_ram": ready_bytes + unacked_bytes,
+        "message_bytes_ram": ready_bytes + unacked_bytes - paged_bytes,
         "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
-        "messages_paged_out": 0,
+        "messages_paged_out": paged,
         "messages_persistent": persistent,
-        "messages_ram": ready + unacked,
-        "messages_ready_ram": ready,
+        "messages_ram": ready + unacked - paged,
+        "messages_ready_ram": ready - paged,
         "messages_unacknowledged_ram": unacked,
     }
     counts.update(

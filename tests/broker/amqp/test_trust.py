@@ -1,0 +1,56 @@
+"""Issue "Broker trust", item 12 over AMQP: wrong errors that changed state or answered 541."""
+
+import pytest
+from hutch_testing import management
+from hutch_testing.clients import connect, drain
+from pika.exceptions import ChannelClosedByBroker
+
+
+@pytest.mark.parametrize("name", ["café", "q!", "a b", "日本"])
+def test_item_12_queue_names_rabbitmq_accepts_work(channel, hutch_broker, name):
+    """pamqp's name grammar made declare-ok raise after the queue was created (541)."""
+    assert channel.queue_declare(name).method.queue == name
+    assert channel.queue_declare(name, passive=True).method.queue == name
+    channel.exchange_declare(f"x.{name}", "direct")
+    channel.queue_bind(name, f"x.{name}", name)
+    channel.basic_publish(f"x.{name}", name, b"via")
+    channel.basic_publish("", name, b"direct")
+    method, _, body = channel.basic_get(name, auto_ack=True)
+    assert (method.exchange, method.routing_key, body) == (f"x.{name}", name, b"via")
+    assert drain(channel, name) == [b"direct"]
+    assert channel.queue_delete(name).method.message_count == 0
+    assert "Traceback" not in hutch_broker.log_tail()
+
+
+def test_item_12_deleting_an_auto_delete_exchange_with_a_binding(channel, hutch_broker):
+    """KeyError (541) on the second, nested deletion; the exchange is deleted once, cleanly."""
+    channel.exchange_declare("ad", "direct", auto_delete=True)
+    channel.queue_declare("q")
+    channel.queue_bind("q", "ad", "k")
+    channel.exchange_delete("ad")
+    with pytest.raises(ChannelClosedByBroker) as info:
+        channel.exchange_declare("ad", passive=True)
+    assert info.value.reply_code == 404
+    assert "Traceback" not in hutch_broker.log_tail()
+
+
+def test_item_12_queue_delete_checks_permission_before_existence(hutch_broker):
+    """A refusal must be the same whether or not the queue exists (no existence oracle)."""
+    mgmt = management.Management(hutch_broker)
+    assert mgmt.put("/users/app", {"password": "secret", "tags": ""}).status == 201
+    permissions = {"configure": "^app\\.", "write": ".*", "read": ".*"}
+    assert mgmt.put("/permissions/%2F/app", permissions).status == 201
+    admin = connect(hutch_broker).channel()
+    admin.queue_declare("secret.q")
+    conn = connect(hutch_broker, user="app", password="secret")
+    texts = []
+    for name in ("secret.q", "missing.q"):
+        with pytest.raises(ChannelClosedByBroker) as info:
+            conn.channel().queue_delete(name)
+        texts.append((info.value.reply_code, info.value.reply_text))
+    assert texts == [
+        (403, f"ACCESS_REFUSED - access to queue '{name}' in vhost '/' refused for user 'app'")
+        for name in ("secret.q", "missing.q")
+    ]
+    assert admin.queue_declare("secret.q", passive=True).method.queue == "secret.q"
+    conn.close()
