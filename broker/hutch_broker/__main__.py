@@ -1,4 +1,9 @@
-"""``hutch-broker`` / ``python -m hutch_broker``: parse flags, wire, run. No logic here."""
+"""``hutch-broker`` / ``python -m hutch_broker``: parse flags, wire, run. No logic here.
+
+A broker that cannot start (bad config, port in use, unreadable data directory, definitions it
+refuses to recover) says why in one line, ``hutch-broker: <reason>``, on stderr and exits
+non-zero: a supervisor's log shows the reason, not a traceback (that goes to the DEBUG log).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,21 @@ import sys
 from pathlib import Path
 
 from hutch_broker import config as config_mod
+from hutch_broker.protocol import errors as amqp_errors
+from hutch_broker.store import errors as store_errors
+
+EXIT_CONFIG = 2  # as argparse exits on a bad flag
+EXIT_START = 1
+# What start-up raises when it refuses: the OS (ports, files), the store (locked, corrupt,
+# newer format) and the model importing recovered definitions it cannot accept.
+START_ERRORS = (
+    OSError,
+    store_errors.StoreError,
+    amqp_errors.AMQPError,
+    ValueError,
+    KeyError,
+    TypeError,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
@@ -30,8 +50,8 @@ def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
     if args.config is not None:
         try:
             config = config_mod.load(args.config, config)
-        except (OSError, config_mod.ConfigError) as exc:
-            parser.error(f"{args.config}: {exc}")
+        except (OSError, UnicodeDecodeError, config_mod.ConfigError) as exc:
+            raise config_mod.ConfigError(f"{args.config}: {exc}") from exc
     # The operator passes the generated default user through the environment (from a Secret),
     # never through the config file, which lives in a ConfigMap.
     config.default_user = os.environ.get("HUTCH_DEFAULT_USER") or config.default_user
@@ -64,8 +84,24 @@ async def _serve(config: config_mod.BrokerConfig) -> bool:
     return not server.failed
 
 
+def _refuse(reason: str, code: int) -> int:
+    sys.stderr.write(f"hutch-broker: {reason}\n")
+    return code
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing key {exc}"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.strerror or exc}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
+    try:
+        config = parse_args(argv)
+    except config_mod.ConfigError as exc:
+        return _refuse(str(exc), EXIT_CONFIG)
     try:
         import uvloop  # noqa: PLC0415
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
@@ -74,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         runner = uvloop.run
     try:
         clean = runner(_serve(config))
-    except OSError as exc:
-        logging.getLogger("hutch_broker").error("cannot start: %s", exc)
-        return 1
+    except START_ERRORS as exc:
+        logging.getLogger("hutch_broker").debug("start-up refused", exc_info=True)
+        return _refuse(_reason(exc), EXIT_START)
     return 0 if clean else 70  # EX_SOFTWARE: stopped after a write failed
 
 

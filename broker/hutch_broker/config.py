@@ -29,6 +29,8 @@ _UNITS: Final = {
     "g": 1024**3,
 }
 
+MAX_MESSAGE_SIZE_CAP: Final = 512 * 1024 * 1024
+
 
 class ConfigError(ValueError):
     """A config line that cannot be applied."""
@@ -65,6 +67,14 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
+def _message_size(text: str) -> int:
+    """RabbitMQ refuses a ``max_message_size`` above 512 MiB (its hard cap); so does Hutch."""
+    size = parse_size(text)
+    if not 1 <= size <= MAX_MESSAGE_SIZE_CAP:
+        raise ConfigError(f"must be between 1 and {MAX_MESSAGE_SIZE_CAP} (512 MiB): {text!r}")
+    return size
+
+
 def _bool(text: str) -> bool:
     if text.lower() in ("true", "yes", "1"):
         return True
@@ -95,7 +105,7 @@ _SIMPLE: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "heartbeat": ("heartbeat", int),
     "frame_max": ("frame_max", int),
     "channel_max": ("channel_max", int),
-    "max_message_size": ("max_message_size", parse_size),
+    "max_message_size": ("max_message_size", _message_size),
     "total_memory_available_override_value": ("total_memory", parse_size),
     "disk_free_limit.absolute": ("disk_free_limit", parse_size),
 }
