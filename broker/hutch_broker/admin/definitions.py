@@ -172,7 +172,7 @@ def _scratch_copy(broker: Broker) -> Broker:
             auto_delete=queue.auto_delete,
             arguments=queue.arguments,
         )
-        stand_in.declared_via = getattr(queue, "declared_via", "amqp")  # type: ignore[attr-defined]
+        stand_in.declared_via = queue.declared_via
         scratch.vhosts[vhost_name].queues[queue.name] = stand_in
     _apply(scratch, {"bindings": hidden_bindings})
     return scratch

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pamqp import commands
 
@@ -36,6 +35,28 @@ class _Publish:
 _PUBLISH = _Publish()
 
 
+class Transport(Protocol):
+    """What a session needs from the socket under it (the server's ``AMQPConnection``)."""
+
+    def flush(self) -> None:
+        """Write what the protocol produced (called once per event-loop tick)."""
+
+    def pause_reading(self) -> None:
+        """Stop reading: the connection is blocked by an alarm or throttled."""
+
+    def resume_reading(self) -> None: ...
+
+
+class _NoTransport:
+    """In-memory sessions (tests, tools): output stays in ``proto.data_to_send()``."""
+
+    def flush(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
 class Session:
     def __init__(
         self,
@@ -44,6 +65,7 @@ class Session:
         *,
         peer_host: str | None,
         peer_port: int = 0,
+        transport: Transport | None = None,
     ) -> None:
         self.id = next(_ids)
         self.context = context
@@ -63,9 +85,7 @@ class Session:
         self.pressure: list[Any] = []  # queues over the flow high-water mark after a publish
         self.notified_blocked = False
         self.held_publish: events.PublishReceived | None = None
-        # Set by the server adapter: stop / restart reading the socket.
-        self.pause_reading: Callable[[], None] = lambda: None
-        self.resume_reading: Callable[[], None] = lambda: None
+        self.transport: Transport = transport or _NoTransport()
         self.connected_at_ms = context.clock()
         self.publishes = 0
         self._permission_cache: dict[tuple[str, str], bool] = {}
@@ -112,7 +132,7 @@ class Session:
             return
         self.throttled = True
         self.context.flow.throttle(self, queues, self.context.clock())
-        self.pause_reading()
+        self.transport.pause_reading()
 
     def release(self) -> None:
         """Consumers caught up: read and process this publisher again."""
@@ -120,7 +140,7 @@ class Session:
             return
         self.throttled = False
         if not self.blocked:
-            self.resume_reading()
+            self.transport.resume_reading()
         self._process()
 
     # -- resource alarms (MEM-4..MEM-6) --------------------------------------
@@ -136,7 +156,7 @@ class Session:
             reason = getattr(self.context.alarms, "block_reason", "low on memory")
             self.proto.send_method(0, commands.Connection.Blocked(reason))
             self.notified_blocked = True
-        self.pause_reading()
+        self.transport.pause_reading()
 
     def unblock(self) -> None:
         """The alarm cleared: unblocked, complete the held publish, read again."""
@@ -155,7 +175,7 @@ class Session:
             except errors.HardError as exc:
                 self.fail_connection(exc)
         if not self.throttled:
-            self.resume_reading()
+            self.transport.resume_reading()
         self._process()
 
     def handle_event(self, event: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from hutch_broker.model import access, changes, paging
 from hutch_broker.model import policies as policies_mod
@@ -18,6 +18,9 @@ from hutch_broker.model.changes import Change
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
+
+if TYPE_CHECKING:
+    from hutch_broker.store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +30,16 @@ FULL_ACCESS: Final = (".*", ".*", ".*")
 
 class Broker:
     def __init__(
-        self, *, cluster_name: str = "hutch@localhost", clock: Callable[[], int] | None = None
+        self,
+        *,
+        cluster_name: str = "hutch@localhost",
+        clock: Callable[[], int] | None = None,
+        paging_store: MessageStore | None = None,
     ) -> None:
+        """``paging_store`` is where bodies go under memory pressure (none: never paged)."""
         self.cluster_name = cluster_name
         self.clock = clock
-        self.pager = paging.Pager()
+        self.pager = paging.Pager(paging_store)
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}

@@ -98,6 +98,9 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = dict(arguments or {})
+        # "amqp" or "http": the management API accepts a few argument spellings AMQP refuses,
+        # and redeclare equivalence is judged by the rules of the way it was declared.
+        self.declared_via = "amqp"
         self.policy: Any = None
         self.operator_policy: Any = None
         self.settings = settings_mod.effective(self.arguments, None, None)

@@ -210,7 +210,7 @@ class VirtualHost:
                 self.name,
                 existing.arguments,
                 arguments,
-                current_source=getattr(existing, "declared_via", "amqp"),
+                current_source=existing.declared_via,
             )
             existing.last_used_ms = now_ms
             return existing, False
@@ -225,7 +225,7 @@ class VirtualHost:
             auto_delete=auto_delete,
             arguments=arguments,
         )
-        queue.declared_via = source  # type: ignore[attr-defined]
+        queue.declared_via = source
         queue.last_used_ms = now_ms
         queue.on_dead_letter = self.dead_letter
         queue.pager = self.pager
@@ -256,7 +256,7 @@ class VirtualHost:
         arguments.update(limits)
         args_mod.validate_queue_arguments(name, self.name, arguments)
         queue.arguments = arguments
-        queue.declared_via = "http"  # type: ignore[attr-defined]
+        queue.declared_via = "http"
         self._apply_queue_policy(queue)
         self._queue_changed(queue)
         return queue

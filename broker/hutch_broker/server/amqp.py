@@ -42,10 +42,9 @@ class AMQPConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
         peer = transport.get_extra_info("peername") or ("", 0)
         proto = proto_connection.Connection(**self.protocol_options)
-        self.session = Session(self.context, proto, peer_host=peer[0], peer_port=peer[1])
-        self.session.transport = self  # type: ignore[attr-defined]
-        self.session.pause_reading = transport.pause_reading
-        self.session.resume_reading = transport.resume_reading
+        self.session = Session(
+            self.context, proto, peer_host=peer[0], peer_port=peer[1], transport=self
+        )
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()
@@ -96,6 +95,14 @@ class AMQPConnection(asyncio.Protocol):
             transport.close()
         elif self.closing_since is None and proto.state is ConnectionState.CLOSING:
             self.closing_since = time.monotonic()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def close_transport(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

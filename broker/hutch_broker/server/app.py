@@ -48,18 +48,19 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.loop = asyncio.get_event_loop()
-        self.broker = Broker(
-            cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}",
-            clock=wall_clock_ms,
-        )
-        self.context = Context(self.broker, clock=wall_clock_ms, request_flush=self.request_flush)
-        self.broker.loopback_users = list(config.loopback_users)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.definitions = DefinitionsStore(config.data_dir)
         self.store = MessageStore(config.data_dir / "msgs")
         paging_dir = config.data_dir / "paging"
         shutil.rmtree(paging_dir, ignore_errors=True)  # paged bodies are worthless after a restart
-        self.broker.pager.store = MessageStore(paging_dir)
+        self.paging_store = MessageStore(paging_dir)
+        self.broker = Broker(
+            cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}",
+            clock=wall_clock_ms,
+            paging_store=self.paging_store,
+        )
+        self.context = Context(self.broker, clock=wall_clock_ms, request_flush=self.request_flush)
+        self.broker.loopback_users = list(config.loopback_users)
         self.connections: set[AMQPConnection] = set()
         self.resources = ResourceMonitor(
             watermark=memory.Watermark(
@@ -262,8 +263,7 @@ class BrokerServer:
             await self._http_runner.cleanup()
         self.definitions.close()
         self.store.close()
-        if self.broker.pager.store is not None:
-            self.broker.pager.store.close()
+        self.paging_store.close()
         log.critical("stopped after a failed write")
         self._done.set()
 
@@ -298,9 +298,7 @@ class BrokerServer:
 
     def _flush_connections(self) -> None:
         for session in self.context.take_dirty():
-            transport = getattr(session, "transport", None)
-            if transport is not None:
-                transport.flush()
+            session.transport.flush()
 
     def _maybe_start_sync(self, *, periodic: bool = False) -> None:
         """Run the group commit's sync in a worker thread when it asks for one."""
@@ -446,8 +444,7 @@ class BrokerServer:
             log.exception("could not compact the definitions journal")
         self.definitions.close()
         self.store.close()
-        if self.broker.pager.store is not None:
-            self.broker.pager.store.close()
+        self.paging_store.close()
         log.info("stopped")
         self._done.set()
 
