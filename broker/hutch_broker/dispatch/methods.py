@@ -53,7 +53,9 @@ def _text(value: Any) -> str:
 # -- exchange.* ----------------------------------------------------------
 
 
-def exchange_declare(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def exchange_declare(
+    session: Session, channel: Channel, m: commands.Exchange.Declare, now_ms: int
+) -> None:
     vhost = _vhost(session)
     if m.exchange == "":
         raise errors.access_refused("operation not permitted on the default exchange")
@@ -83,7 +85,9 @@ def exchange_declare(session: Session, channel: Channel, m: Any, now_ms: int) ->
     _reply(session, channel, commands.Exchange.DeclareOk(), m.nowait)
 
 
-def exchange_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def exchange_delete(
+    session: Session, channel: Channel, m: commands.Exchange.Delete, now_ms: int
+) -> None:
     if m.exchange == "":
         raise errors.access_refused("operation not permitted on the default exchange")
     if m.exchange.startswith("amq."):
@@ -106,13 +110,17 @@ def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
     return vhost, vhost.get_exchange(m.destination)
 
 
-def exchange_bind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def exchange_bind(
+    session: Session, channel: Channel, m: commands.Exchange.Bind, now_ms: int
+) -> None:
     vhost, destination = _exchange_edge(session, m)
     vhost.bind(m.source, destination, m.routing_key, m.arguments or {})
     _reply(session, channel, commands.Exchange.BindOk(), m.nowait)
 
 
-def exchange_unbind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def exchange_unbind(
+    session: Session, channel: Channel, m: commands.Exchange.Unbind, now_ms: int
+) -> None:
     vhost, destination = _exchange_edge(session, m)
     vhost.unbind(m.source, destination, m.routing_key, m.arguments or {})
     _reply(session, channel, commands.Exchange.UnbindOk(), m.nowait)
@@ -128,7 +136,9 @@ def _queue(session: Session, name: str) -> Queue:
     return queue
 
 
-def queue_declare(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def queue_declare(
+    session: Session, channel: Channel, m: commands.Queue.Declare, now_ms: int
+) -> None:
     vhost = _vhost(session)
     if m.passive:
         queue = _queue(session, m.queue)
@@ -175,26 +185,26 @@ def _queue_edge(session: Session, m: Any) -> Queue:
     return _queue(session, m.queue)
 
 
-def queue_bind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def queue_bind(session: Session, channel: Channel, m: commands.Queue.Bind, now_ms: int) -> None:
     queue = _queue_edge(session, m)
     _vhost(session).bind(m.exchange, queue, m.routing_key, m.arguments or {})
     _reply(session, channel, commands.Queue.BindOk(), m.nowait)
 
 
-def queue_unbind(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def queue_unbind(session: Session, channel: Channel, m: commands.Queue.Unbind, now_ms: int) -> None:
     queue = _queue_edge(session, m)
     _vhost(session).unbind(m.exchange, queue, m.routing_key, m.arguments or {})
     _reply(session, channel, commands.Queue.UnbindOk())
 
 
-def queue_purge(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def queue_purge(session: Session, channel: Channel, m: commands.Queue.Purge, now_ms: int) -> None:
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
     count = queue.purge()
     _reply(session, channel, commands.Queue.PurgeOk(count), m.nowait)
 
 
-def queue_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def queue_delete(session: Session, channel: Channel, m: commands.Queue.Delete, now_ms: int) -> None:
     vhost = _vhost(session)
     # Before the lookup, as RabbitMQ does: a refusal must not tell whether the queue exists.
     session.check_permission("configure", "queue", m.queue)
@@ -210,7 +220,7 @@ def queue_delete(session: Session, channel: Channel, m: Any, now_ms: int) -> Non
 # -- basic.* -------------------------------------------------------------
 
 
-def basic_qos(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def basic_qos(session: Session, channel: Channel, m: commands.Basic.Qos, now_ms: int) -> None:
     if m.prefetch_size:
         raise errors.not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
     if m.global_:
@@ -225,7 +235,9 @@ def _consumer_tag() -> str:
     return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
-def basic_consume(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def basic_consume(
+    session: Session, channel: Channel, m: commands.Basic.Consume, now_ms: int
+) -> None:
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
     tag = m.consumer_tag or _consumer_tag()
@@ -251,14 +263,14 @@ def basic_consume(session: Session, channel: Channel, m: Any, now_ms: int) -> No
     queue.drain(now_ms)
 
 
-def basic_cancel(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
-    consumer = channel.consumers.get(m.consumer_tag)
+def basic_cancel(session: Session, channel: Channel, m: commands.Basic.Cancel, now_ms: int) -> None:
+    consumer = channel.consumers.get(m.consumer_tag or "")
     if consumer is not None:
         session.remove_consumer(channel, consumer, now_ms)
     _reply(session, channel, commands.Basic.CancelOk(m.consumer_tag), m.nowait)
 
 
-def basic_get(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms: int) -> None:
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
     entry = queue.get(now_ms, no_ack=m.no_ack)
@@ -283,28 +295,33 @@ def basic_get(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
         stats.redelivers += 1
 
 
-def basic_ack(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def basic_ack(session: Session, channel: Channel, m: commands.Basic.Ack, now_ms: int) -> None:
     if channel.transactional:
         channel.tx_acks.append(("ack", m.delivery_tag, m.multiple, False))
         return
     channel.settle(m.delivery_tag, m.multiple, now_ms)
 
 
-def basic_reject(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def basic_reject(session: Session, channel: Channel, m: commands.Basic.Reject, now_ms: int) -> None:
     if channel.transactional:
-        channel.tx_acks.append(("reject", m.delivery_tag, False, m.requeue))
+        channel.tx_acks.append(("reject", m.delivery_tag or 0, False, m.requeue))
         return
-    channel.reject(m.delivery_tag, False, m.requeue, now_ms)
+    channel.reject(m.delivery_tag or 0, False, m.requeue, now_ms)
 
 
-def basic_nack(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def basic_nack(session: Session, channel: Channel, m: commands.Basic.Nack, now_ms: int) -> None:
     if channel.transactional:
         channel.tx_acks.append(("reject", m.delivery_tag, m.multiple, m.requeue))
         return
     channel.reject(m.delivery_tag, m.multiple, m.requeue, now_ms)
 
 
-def basic_recover(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def basic_recover(
+    session: Session,
+    channel: Channel,
+    m: commands.Basic.Recover | commands.Basic.RecoverAsync,
+    now_ms: int,
+) -> None:
     if not m.requeue:
         raise errors.not_implemented("requeue=false")
     channel.requeue_all(now_ms)
@@ -315,28 +332,30 @@ def basic_recover(session: Session, channel: Channel, m: Any, now_ms: int) -> No
 # -- channel.flow, confirm.*, tx.* ---------------------------------------
 
 
-def channel_flow(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
-    channel.flow_active = m.active
+def channel_flow(session: Session, channel: Channel, m: commands.Channel.Flow, now_ms: int) -> None:
+    channel.flow_active = bool(m.active)
     _reply(session, channel, commands.Channel.FlowOk(m.active))
     if m.active:
         channel.drain_consumers(now_ms)
 
 
-def confirm_select(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def confirm_select(
+    session: Session, channel: Channel, m: commands.Confirm.Select, now_ms: int
+) -> None:
     if channel.transactional:
         raise errors.precondition_failed("cannot switch from tx to confirm mode")
     channel.confirm_mode = True
     _reply(session, channel, commands.Confirm.SelectOk(), m.nowait)
 
 
-def tx_select(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def tx_select(session: Session, channel: Channel, m: commands.Tx.Select, now_ms: int) -> None:
     if channel.confirm_mode:
         raise errors.precondition_failed("cannot switch from confirm to tx mode")
     channel.transactional = True
     _reply(session, channel, commands.Tx.SelectOk())
 
 
-def tx_commit(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def tx_commit(session: Session, channel: Channel, m: commands.Tx.Commit, now_ms: int) -> None:
     if not channel.transactional:
         raise errors.precondition_failed("channel is not transactional")
     publishes, channel.tx_publishes = channel.tx_publishes, []
@@ -356,7 +375,7 @@ def tx_commit(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
     channel.add_commit(generation)  # commit-ok once its persistent messages are on disk
 
 
-def tx_rollback(session: Session, channel: Channel, m: Any, now_ms: int) -> None:
+def tx_rollback(session: Session, channel: Channel, m: commands.Tx.Rollback, now_ms: int) -> None:
     if not channel.transactional:
         raise errors.precondition_failed("channel is not transactional")
     channel.tx_publishes.clear()
@@ -364,7 +383,7 @@ def tx_rollback(session: Session, channel: Channel, m: Any, now_ms: int) -> None
     _reply(session, channel, commands.Tx.RollbackOk())
 
 
-HANDLERS: dict[type, Handler] = {
+HANDLERS: dict[type, Handler] = {  # each handler takes the method of its key
     commands.Exchange.Declare: exchange_declare,
     commands.Exchange.Delete: exchange_delete,
     commands.Exchange.Bind: exchange_bind,

@@ -147,6 +147,10 @@ class FakeChannel:
         self.session = session
         self.number = number
         self.delivered = []
+        self.flow_active = True
+        self.consumer_prefetch = self.prefetch_count = 0
+        self.confirm_mode = self.transactional = False
+        self.consumers = self.unacked = {}
 
     def has_capacity(self, consumer):
         return True
@@ -159,7 +163,9 @@ class FakeChannel:
 
 
 def test_api_7_consumer_details(vhost, broker):
-    session = SimpleNamespace(peer_host="127.0.0.1", peer_port=40000, user=broker.users["guest"])
+    session = SimpleNamespace(
+        peer_host="127.0.0.1", peer_port=40000, user=broker.users["guest"], vhost=vhost
+    )
     queue = vhost.queues["mgmt.q2"]
     queue.add_consumer(
         Consumer("ctag", queue, FakeChannel(session, 3), no_ack=False, exclusive=True, prefetch=7)

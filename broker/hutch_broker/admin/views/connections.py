@@ -3,45 +3,86 @@
 Only the basic fields: identity (name, user, vhost, peer), state and
 counts.  Traffic counters RabbitMQ keeps per socket (``recv_oct`` …) are not
 tracked by Hutch and are reported as 0 so dashboards do not break.  Sessions
-and channels are dispatch objects; they are read through ``getattr`` with
-defaults so this module depends only on the attributes it shows.
+and channels are dispatch objects; ``SessionInfo`` and ``ChannelInfo`` name
+exactly what is read of them, so mypy catches a renamed field instead of the
+API silently reporting a default.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sized
+from typing import Any, Protocol, runtime_checkable
 
 from hutch_broker.admin.views import formatting
+from hutch_broker.model import access
+from hutch_broker.model.vhosts import VirtualHost
+from hutch_broker.protocol import connection as proto_connection
 
 
-def connection_name(session: Any, local_address: str) -> str:
+class SessionInfo(Protocol):
+    """What the views read of a dispatch ``Session``."""
+
+    peer_host: str | None
+    peer_port: int
+    blocked: bool
+    connected_at_ms: int
+    user: access.User | None
+    vhost: VirtualHost | None
+    proto: proto_connection.Connection
+
+    @property
+    def channels(self) -> Sized: ...
+
+
+class ChannelInfo(Protocol):
+    """What the views read of a dispatch ``Channel``."""
+
+    number: int
+    flow_active: bool
+    consumer_prefetch: int
+    prefetch_count: int
+    confirm_mode: bool
+    transactional: bool
+
+    @property
+    def consumers(self) -> Sized: ...
+
+    @property
+    def unacked(self) -> Sized: ...
+
+
+@runtime_checkable
+class ConnectedChannel(ChannelInfo, Protocol):
+    """A consumer's channel that belongs to a client connection (a dispatch ``Channel``)."""
+
+    session: SessionInfo
+
+
+def connection_name(session: SessionInfo, local_address: str) -> str:
     """RabbitMQ's ``peer -> local`` form, e.g. ``127.0.0.1:50342 -> 127.0.0.1:5672``."""
     return f"{session.peer_host}:{session.peer_port} -> {local_address}"
 
 
-def _user(session: Any) -> str:
-    user = getattr(session, "user", None)
-    return str(user.name) if user is not None else ""
+def _user(session: SessionInfo) -> str:
+    return session.user.name if session.user is not None else ""
 
 
-def _vhost(session: Any) -> str:
-    vhost = getattr(session, "vhost", None)
-    return str(vhost.name) if vhost is not None else ""
+def _vhost(session: SessionInfo) -> str:
+    return session.vhost.name if session.vhost is not None else ""
 
 
-def _client_properties(session: Any) -> Any:
-    proto = getattr(session, "proto", None)
-    return formatting.jsonable(getattr(proto, "client_properties", None) or {})
+def _client_properties(session: SessionInfo) -> Any:
+    return formatting.jsonable(session.proto.client_properties or {})
 
 
-def connection_item(session: Any, *, node: str, local_address: str) -> dict[str, Any]:
+def connection_item(session: SessionInfo, *, node: str, local_address: str) -> dict[str, Any]:
     host, _, port = local_address.rpartition(":")
     item: dict[str, Any] = {
         "name": connection_name(session, local_address),
         "node": node,
         "type": "network",
         "protocol": "AMQP 0-9-1",
-        "state": "blocked" if getattr(session, "blocked", False) else "running",
+        "state": "blocked" if session.blocked else "running",
         "user": _user(session),
         "user_who_performed_action": _user(session),
         "vhost": _vhost(session),
@@ -51,15 +92,17 @@ def connection_item(session: Any, *, node: str, local_address: str) -> dict[str,
         "port": int(port) if port.isdigit() else 0,
         "ssl": False,
         "auth_mechanism": "PLAIN",
-        "channels": len(getattr(session, "channels", {})),
-        "connected_at": getattr(session, "connected_at_ms", 0),
+        "channels": len(session.channels),
+        "connected_at": session.connected_at_ms,
         "client_properties": _client_properties(session),
     }
     item.update(formatting.with_details({"recv_oct": 0, "send_oct": 0}))
     return item
 
 
-def channel_item(session: Any, channel: Any, *, node: str, local_address: str) -> dict[str, Any]:
+def channel_item(
+    session: SessionInfo, channel: ChannelInfo, *, node: str, local_address: str
+) -> dict[str, Any]:
     name = connection_name(session, local_address)
     return {
         "name": f"{name} ({channel.number})",
@@ -68,16 +111,16 @@ def channel_item(session: Any, channel: Any, *, node: str, local_address: str) -
         "user": _user(session),
         "user_who_performed_action": _user(session),
         "vhost": _vhost(session),
-        "state": "running" if getattr(channel, "flow_active", True) else "flow",
+        "state": "running" if channel.flow_active else "flow",
         "connection_details": {
             "name": name,
             "peer_host": session.peer_host,
             "peer_port": session.peer_port,
         },
-        "consumer_count": len(getattr(channel, "consumers", {})),
-        "messages_unacknowledged": len(getattr(channel, "unacked", {})),
-        "prefetch_count": getattr(channel, "consumer_prefetch", 0),
-        "global_prefetch_count": getattr(channel, "prefetch_count", 0),
-        "confirm": getattr(channel, "confirm_mode", False),
-        "transactional": getattr(channel, "transactional", False),
+        "consumer_count": len(channel.consumers),
+        "messages_unacknowledged": len(channel.unacked),
+        "prefetch_count": channel.consumer_prefetch,
+        "global_prefetch_count": channel.prefetch_count,
+        "confirm": channel.confirm_mode,
+        "transactional": channel.transactional,
     }

@@ -119,10 +119,10 @@ def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
 
 
 def _channel_details(consumer: Consumer, *, node: str, local_address: str) -> dict[str, Any]:
-    channel: Any = consumer.channel
-    session: Any = getattr(channel, "session", None)
-    if session is None:
+    channel = consumer.channel
+    if not isinstance(channel, connections.ConnectedChannel):  # a model-only consumer
         return {}
+    session = channel.session
     item = connections.channel_item(session, channel, node=node, local_address=local_address)
     return {
         "connection_name": item["connection_details"]["name"],
