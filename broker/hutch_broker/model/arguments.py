@@ -14,6 +14,7 @@ import datetime
 import decimal
 from typing import Any, Final
 
+from hutch_broker.model import names
 from hutch_broker.protocol import errors
 
 OVERFLOW_MODES: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -131,6 +132,12 @@ def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) 
     if routing_key is not None and not isinstance(routing_key, str | bytes):
         detail = f"{{unacceptable_type,{type_name(routing_key)}}}"
         raise _invalid("x-dead-letter-routing-key", queue, vhost, detail)
+    for arg in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
+        # Longstrs in AMQP, but a dead-lettered delivery carries them as shortstrs: one over
+        # 255 bytes would make every dead-lettered message kill its consumers (541).
+        size = _byte_length(arguments.get(arg))
+        if size > names.MAX_BYTES:
+            raise _invalid(arg, queue, vhost, f"{{too_long,{size}}}")
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
         raise _invalid("x-dead-letter-routing-key", queue, vhost, "routing_key_but_no_dlx_defined")
     queue_type = arguments.get("x-queue-type")
@@ -141,6 +148,12 @@ def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) 
     for arg in _REJECTED:
         if arg in arguments:
             raise _invalid(arg, queue, vhost, "not supported by Hutch classic queues")
+
+
+def _byte_length(value: Any) -> int:
+    if isinstance(value, bytes):
+        return len(value)
+    return names.byte_length(value) if isinstance(value, str) else 0
 
 
 def _normalise(value: Any) -> Any:

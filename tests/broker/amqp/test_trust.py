@@ -54,3 +54,16 @@ def test_item_12_queue_delete_checks_permission_before_existence(hutch_broker):
     ]
     assert admin.queue_declare("secret.q", passive=True).method.queue == "secret.q"
     conn.close()
+
+
+@pytest.mark.parametrize("arg", ["x-dead-letter-exchange", "x-dead-letter-routing-key"])
+def test_item_8_dead_letter_names_over_255_bytes_are_refused(channel, hutch_broker, arg):
+    """AMQP carries them as longstrs; a dead-lettered delivery could not carry them (541)."""
+    arguments = {"x-dead-letter-exchange": "dlx", arg: "k" * 300}
+    with pytest.raises(ChannelClosedByBroker) as info:
+        channel.queue_declare("q", arguments=arguments)
+    assert info.value.reply_code == 406
+    assert info.value.reply_text == (
+        f"PRECONDITION_FAILED - invalid arg '{arg}' for queue 'q' in vhost '/': {{too_long,300}}"
+    )
+    assert not management.Management(hutch_broker).queue_exists("q")
