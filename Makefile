@@ -24,6 +24,7 @@ check: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check broker operator spark testing tests e2e bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: bootstrap
 	$(PY) -m pytest tests -m "not rabbitmq and not k8s and not slow"
