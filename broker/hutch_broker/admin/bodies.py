@@ -10,13 +10,15 @@ body before they change anything.
 RabbitMQ's JSON parser refuses ``NaN``, ``Infinity`` and numbers beyond a
 double (``1e400``) with ``not_json``; Python's accepts them, so they are
 refused here the same way, and so is nesting deeper than ``MAX_DEPTH``
-(every later walk over a body may then recurse safely).
+(every later walk over a body may then recurse safely) and a lone UTF-16
+surrogate escape (``"\ud800"``), which no later UTF-8 encoding survives.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final
 
 from hutch_broker.admin import errors
@@ -35,6 +37,27 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is beyond a double")
     return value
+
+
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _encodable(value: Any) -> bool:
+    """True if every string (keys too) in ``value`` encodes as UTF-8."""
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, str):
+            try:
+                current.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(current, dict):
+            pending.extend(current)
+            pending.extend(current.values())
+        elif isinstance(current, list):
+            pending.extend(current)
+    return True
 
 
 def _depth_within(value: Any, limit: int) -> bool:
@@ -62,6 +85,8 @@ def parse_json(raw: bytes) -> Body:
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise errors.bad_request("not_json") from None
     if not _depth_within(value, MAX_DEPTH):
+        raise errors.bad_request("not_json")
+    if _SURROGATE_ESCAPE.search(text) and not _encodable(value):  # valid pairs pass
         raise errors.bad_request("not_json")
     if isinstance(value, dict):
         return value

@@ -25,14 +25,19 @@ class InvalidNameError(ValueError):
 
 
 def byte_length(value: str) -> int:
+    """UTF-8 length; a lone surrogate (which no UTF-8 encoder accepts) counts 3 bytes."""
     return len(value.encode("utf-8", "surrogatepass"))
 
 
 def check(kind: str, value: str) -> str:
     """``value`` if it fits a shortstr, else ``InvalidNameError`` naming ``kind``."""
-    if len(value) * 4 <= MAX_BYTES:  # fast path: no UTF-8 string this short can overflow
-        return value
-    size = byte_length(value)
+    if value.isascii():
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidNameError(f"{kind} is not valid UTF-8") from None
     if size > MAX_BYTES:
         raise InvalidNameError(f"{kind} should be less than 255 bytes, actually was {size}")
     return value

@@ -269,3 +269,42 @@ async def test_item_12_messages_paged_out_is_reported(api, broker, tmp_path):
     assert item["messages_ready_ram"] == paging.KEEP_IN_MEMORY
     assert item["messages"] == total
     broker.pager.store.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw"),
+    [
+        (
+            "POST",
+            PUBLISH,
+            b'{"properties":{},"routing_key":"q","payload":"\\ud800","payload_encoding":"string"}',
+        ),
+        (
+            "POST",
+            "/api/exchanges/%2F/x/publish",
+            b'{"properties":{},"routing_key":"\\ud800","payload":"x","payload_encoding":"string"}',
+        ),
+        ("POST", "/api/bindings/%2F/e/x/q/q", b'{"routing_key":"\\udc80"}'),
+        ("POST", "/api/definitions", b'{"queues":[{"name":"\\udc80x","vhost":"/"}]}'),
+        ("PUT", "/api/users/u", b'{"password":"\\ud800","tags":""}'),
+    ],
+    ids=["payload", "publish-routing-key", "binding-key", "definitions", "password"],
+)
+async def test_fuzz_lone_surrogates_are_not_json(api, broker, method, path, raw):
+    """Found by the management fuzzer: JSON's "\\ud800" is no UTF-8 string; it answered 500 or,
+    as a routing key or name, made messages no frame could carry."""
+    assert (await api.put("/api/queues/%2F/q", {})).status == 201
+    assert (await api.put("/api/exchanges/%2F/x", {"type": "fanout"})).status == 201
+    assert (await api.post("/api/bindings/%2F/e/x/q/q", {})).status == 201
+    before = state(broker)
+    reply = await api.call(method, path, raw=raw)
+    assert (reply.status, reply.body) == (400, {"error": "bad_request", "reason": "not_json"})
+    assert state(broker) == before
+
+
+async def test_fuzz_surrogate_pairs_are_fine(api, broker):
+    assert (await api.put("/api/queues/%2F/q%F0%9F%98%80", {})).status == 201
+    raw = b'{"properties":{},"routing_key":"q\\ud83d\\ude00","payload":"x","payload_encoding":"string"}'
+    reply = await api.call("POST", PUBLISH, raw=raw)
+    assert (reply.status, reply.body) == (200, {"routed": True})
+    assert broker.vhosts["/"].queues["q\U0001f600"].ready_count == 1

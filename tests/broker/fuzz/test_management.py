@@ -5,9 +5,11 @@ added.  Path segments are real object names or hostile ones (empty, ``%``, inval
 bytes, ``..``); bodies are plausible ones with mutated fields, random JSON (deep nesting, huge
 numbers, wrong types, long strings) or raw text JSON parsers disagree about (``NaN``,
 ``Infinity``, ``1e400``).  The broker must answer every one below 500 with no traceback in its
-log, and a refused write (a sample of them) must leave ``GET /api/definitions`` unchanged.
+log, a refused write (a sample of them) must leave ``GET /api/definitions`` unchanged, and
+every message left in a queue must still be deliverable over AMQP (no poison messages).
 """
 
+import asyncio
 import json
 import random
 import sys
@@ -21,6 +23,8 @@ import pytest
 from hutch_broker.admin.app import make_app
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model.broker import Broker
+from hutch_testing.clients import connect
+from pika.exceptions import AMQPChannelError, AMQPConnectionError
 
 WRITES = frozenset({"PUT", "POST", "DELETE"})
 SNAPSHOT_SHARE = 0.2  # of refused writes, checked against a before/after export
@@ -116,7 +120,9 @@ def random_json(rng: random.Random, depth: int = 0) -> Any:
     if kind == 1:
         return rng.choice([0.5, -0.0, 1e308, 1e-308, 3.14])
     if kind == 2:
-        return rng.choice(["", "x", "é", "true", "false", "\0", "a" * 300, "%2F", "(", ".*"])
+        return rng.choice(
+            ["", "x", "é", "true", "false", "\0", "a" * 300, "%2F", "(", ".*", "\ud800", "q1"]
+        )
     if kind == 3:
         return rng.choice([True, False])
     if kind == 4:
@@ -290,29 +296,67 @@ def comparable(definitions: dict[str, Any]) -> dict[str, Any]:
 
 
 async def build_topology(session: aiohttp.ClientSession, base: str) -> None:
-    steps: list[tuple[str, str, Any]] = [
-        ("PUT", "/api/vhosts/%2F", {}),
-        ("PUT", "/api/permissions/%2F/guest", {"configure": ".*", "write": ".*", "read": ".*"}),
-        ("PUT", "/api/vhosts/fz", {}),
-        ("PUT", "/api/permissions/fz/guest", {"configure": ".*", "write": ".*", "read": ".*"}),
-        ("PUT", "/api/exchanges/%2F/x1", {"type": "topic"}),
-        ("PUT", "/api/exchanges/%2F/ad", {"type": "direct", "auto_delete": True}),
-        ("PUT", "/api/queues/%2F/q1", {"durable": True}),
-        ("PUT", "/api/queues/%2F/q2", {"durable": False, "arguments": {"x-max-length": 3}}),
-        ("PUT", "/api/queues/%2F/caf%C3%A9", {}),
-        ("POST", "/api/bindings/%2F/e/x1/q/q1", {"routing_key": "k"}),
-        ("POST", "/api/bindings/%2F/e/ad/q/q2", {"routing_key": "k"}),
-        ("PUT", "/api/policies/%2F/pol", {"pattern": "^q2$", "definition": {"max-length": 2}}),
-        ("PUT", "/api/users/bob", {"password": "bob", "tags": "management"}),
-        (
-            "POST",
-            "/api/exchanges/%2F/amq.default/publish",
-            {"properties": {}, "routing_key": "q1", "payload": "m", "payload_encoding": "string"},
-        ),
-    ]
+    """The same small world in both vhosts, so most generated paths name real objects."""
+    everyone = {"configure": ".*", "write": ".*", "read": ".*"}
+    steps: list[tuple[str, str, Any]] = [("PUT", "/api/users/bob", {"password": "bob", "tags": ""})]
+    for vhost in ("%2F", "fz"):
+        steps += [
+            ("PUT", f"/api/vhosts/{vhost}", {}),
+            ("PUT", f"/api/permissions/{vhost}/guest", everyone),
+            ("PUT", f"/api/permissions/{vhost}/bob", everyone),
+            ("PUT", f"/api/exchanges/{vhost}/x1", {"type": "topic"}),
+            ("PUT", f"/api/exchanges/{vhost}/ad", {"type": "direct", "auto_delete": True}),
+            ("PUT", f"/api/queues/{vhost}/q1", {"durable": True}),
+            ("PUT", f"/api/queues/{vhost}/q2", {"arguments": {"x-max-length": 3}}),
+            ("PUT", f"/api/queues/{vhost}/caf%C3%A9", {}),
+            ("POST", f"/api/bindings/{vhost}/e/x1/q/q1", {"routing_key": "k"}),
+            ("POST", f"/api/bindings/{vhost}/e/ad/q/q2", {"routing_key": "k"}),
+            ("POST", f"/api/bindings/{vhost}/e/x1/e/ad", {"routing_key": "k"}),
+            (
+                "PUT",
+                f"/api/policies/{vhost}/pol",
+                {"pattern": "^q2$", "definition": {"max-length": 2}},
+            ),
+            (
+                "PUT",
+                f"/api/operator-policies/{vhost}/pol",
+                {"pattern": "^q1$", "definition": {"max-length": 9}},
+            ),
+            (
+                "POST",
+                f"/api/exchanges/{vhost}/amq.default/publish",
+                {
+                    "properties": {},
+                    "routing_key": "q1",
+                    "payload": "m",
+                    "payload_encoding": "string",
+                },
+            ),
+        ]
     for method, path, body in steps:  # the fuzzer may have redeclared some: 400s are fine
         async with session.request(method, base + path, json=body) as response:
             assert response.status < 500, (method, path, response.status, await response.text())
+
+
+def undeliverable(broker: Any, queues: list[dict[str, Any]]) -> list[str]:
+    """Fetch what the fuzzer left in every queue over AMQP: any message whose ``basic.get-ok``
+    cannot be framed (a 541) is a poison message some entry point let in."""
+    poisoned = []
+    for item in queues:
+        if not item.get("messages_ready"):
+            continue
+        connection = connect(broker, vhost=item["vhost"])
+        try:
+            channel = connection.channel()
+            for _ in range(min(item["messages_ready"], 100)):
+                if channel.basic_get(item["name"], auto_ack=True)[0] is None:
+                    break
+        except (AMQPConnectionError, AMQPChannelError) as exc:
+            poisoned.append(f"{item['vhost']}/{item['name']}: {exc!r}")
+        finally:
+            if connection.is_open:
+                connection.close()
+    return poisoned
 
 
 @pytest.mark.slow
@@ -326,6 +370,7 @@ async def test_management_fuzzer(hutch_broker, fuzz, tracebacks):
     server_errors: list[str] = []
     changed: list[str] = []
     checked = 0
+    vhost_deleted = False
     started = time.monotonic()
     guest = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
     async with aiohttp.ClientSession(headers=guest) as session:
@@ -336,8 +381,9 @@ async def test_management_fuzzer(hutch_broker, fuzz, tracebacks):
                 return comparable(json.loads(await response.text()))
 
         for number in range(fuzz.inputs):
-            if number % 2000 == 0:
+            if number % 2000 == 0 or vhost_deleted:
                 await build_topology(session, base)  # what the fuzzer deleted comes back
+                vhost_deleted = False
             method, template = rng.choice(writes if rng.random() < 0.6 else table)
             path, body = request_for(rng, method, template)
             if not protects_guest(path, body):
@@ -352,6 +398,8 @@ async def test_management_fuzzer(hutch_broker, fuzz, tracebacks):
                 await response.read()
                 status = response.status
             statuses[status] += 1
+            # A deleted vhost takes everything in it: without a rebuild most paths would 404.
+            vhost_deleted = status == 204 and template == "/api/vhosts/{vhost}"
             described = f"#{number} {method} {path[:200]} body={(body or b'')[:300]!r}"
             if status >= 500:
                 server_errors.append(f"{status} {described}")
@@ -360,6 +408,9 @@ async def test_management_fuzzer(hutch_broker, fuzz, tracebacks):
                 after = await export()
                 if after != before:
                     changed.append(f"{status} {described}")
+        async with session.get(base + "/api/queues?columns=vhost,name,messages_ready") as response:
+            queues_left = json.loads(await response.text())
+    poisoned = await asyncio.to_thread(undeliverable, hutch_broker, queues_left)
     elapsed = time.monotonic() - started
     sys.stderr.write(
         f"management fuzzer: {fuzz.inputs} requests over {len(table)} routes in {elapsed:.1f} s; "
@@ -369,4 +420,5 @@ async def test_management_fuzzer(hutch_broker, fuzz, tracebacks):
     assert server_errors == [], "\n".join(server_errors[:10])
     found = tracebacks(hutch_broker)
     assert found == [], "\n\n".join(found[:3])
+    assert poisoned == [], f"messages that kill their consumer: {poisoned[:10]}"
     assert changed == [], "refused, yet the definitions changed:\n" + "\n".join(changed[:10])
