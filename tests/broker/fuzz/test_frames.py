@@ -3,7 +3,8 @@
 Each fuzz connection pipelines a valid handshake and ``channel.open`` (or, for some, a mutated
 handshake) and then a batch of hostile frames: method frames of every client method with random
 arguments, truncated frames, bad frame-end octets, oversized sizes, wrong channel numbers, bad
-field tables, content with lying sizes and plain random bytes.  The broker must answer all of
+field tables, content with lying sizes, consumers fed messages with random headers and random
+acks, and plain random bytes.  The broker must answer all of
 it with protocol errors: no crash, no traceback in its log, never 541 INTERNAL_ERROR, and the
 canary's publish + get round trip must never stall beyond ``MAX_STALL_MS``.
 
@@ -33,6 +34,8 @@ IDLE_S = 0.05  # a connection the broker neither answers nor closes for this lon
 MAX_STALL_MS = float(os.environ.get("HUTCH_FUZZ_MAX_STALL_MS", "50"))
 HEADER = b"AMQP\x00\x00\x09\x01"
 CANARY = Path(__file__).parent / "canary.py"
+CONNECTION_CLOSE = struct.pack(">I", commands.Connection.Close.index)
+BASIC_DELIVER = struct.pack(">I", commands.Basic.Deliver.index)
 
 # Every method a client may send (and a few it may not), to be filled with random arguments.
 CLIENT_METHODS: list[Any] = [
@@ -243,6 +246,35 @@ def random_method_payload_of(method: Any, rng: random.Random) -> bytes:
     )
 
 
+def consumed(rng: random.Random, channel: int) -> bytes:
+    """A consumer on its own queue, then publishes with random properties and random settles:
+    the deliver path (raw properties forwarded, tags, requeues) under hostile headers."""
+    queue = f"fz.{channel}.{rng.randrange(4)}"
+    frames = [
+        method_frame(commands.Basic.Qos(prefetch_count=rng.choice([0, 1, 2])), channel),
+        method_frame(commands.Queue.Declare(queue=queue, auto_delete=True), channel),
+        method_frame(commands.Basic.Consume(queue=queue, consumer_tag=queue), channel),
+    ]
+    for _ in range(rng.randrange(1, 4)):
+        props = struct.pack(">H", 0x2000 | 0x1000) + encode.field_table(random_table(rng))
+        props += bytes((rng.choice([1, 2]),))
+        body = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 16)))
+        publish = struct.pack(">IH", commands.Basic.Publish.index, 0) + b"\x00"
+        publish += bytes((len(queue),)) + queue.encode() + b"\x00"
+        frames += [
+            raw_frame(1, channel, publish),
+            raw_frame(2, channel, struct.pack(">HHQ", 60, 0, len(body)) + props),
+            raw_frame(3, channel, body),
+        ]
+    settle = rng.choice([commands.Basic.Ack, commands.Basic.Nack, commands.Basic.Reject])
+    tag = rng.choice([1, 2, 3, 0, 99])
+    if settle is commands.Basic.Reject:
+        frames.append(method_frame(settle(tag, requeue=rng.random() < 0.5), channel))
+    else:
+        frames.append(method_frame(settle(tag, multiple=rng.random() < 0.5), channel))
+    return b"".join(frames)
+
+
 FATAL_KINDS = frozenset({3, 4, 5, 6, 9})  # framing errors: the broker closes the connection
 
 
@@ -274,6 +306,8 @@ def hostile_frame(rng: random.Random, own_channel: int, kind: int) -> bytes:
         )
     if kind == 7:
         return content(rng, channel)
+    if kind == 10:
+        return consumed(rng, own_channel)
     if kind == 8:
         return raw_frame(8, channel, b"")  # heartbeat, often on a channel
     return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
@@ -298,19 +332,27 @@ def hostile_handshake(rng: random.Random) -> bytes:
 # -- one connection ----------------------------------------------------------------------------
 
 
-def close_code(data: bytes) -> int | None:
-    """The reply code of the broker's connection.close in ``data``, if it sent one."""
-    offset = 0
+def methods_received(data: bytes) -> list[bytes]:
+    """The payloads of the method frames the broker sent."""
+    found, offset = [], 0
     while offset + 7 <= len(data):
         kind, _, size = struct.unpack_from(">BHI", data, offset)
-        payload = data[offset + 7 : offset + 7 + size]
-        if kind == 1 and payload[:4] == struct.pack(">I", commands.Connection.Close.index):
-            return int(struct.unpack_from(">H", payload, 4)[0])
+        if kind == 1:
+            found.append(data[offset + 7 : offset + 7 + size])
         offset += size + 8
+    return found
+
+
+def close_code(methods: list[bytes]) -> int | None:
+    """The reply code of the broker's connection.close, if it sent one."""
+    for payload in methods:
+        if payload[:4] == CONNECTION_CLOSE and len(payload) >= 6:
+            return int(struct.unpack_from(">H", payload, 4)[0])
     return None
 
 
-async def one_connection(port: int, inputs: bytes) -> tuple[int | None, bytes]:
+async def one_connection(port: int, inputs: bytes) -> tuple[int | None, int]:
+    """Send ``inputs``, read until closed or idle; (connection.close code, deliveries seen)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     received = bytearray()
     try:
@@ -327,7 +369,8 @@ async def one_connection(port: int, inputs: bytes) -> tuple[int | None, bytes]:
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
-    return close_code(bytes(received)), bytes(received)
+    methods = methods_received(bytes(received))
+    return close_code(methods), sum(payload[:4] == BASIC_DELIVER for payload in methods)
 
 
 def connection_inputs(fuzz: Any, index: int) -> tuple[bytes, int]:
@@ -336,7 +379,7 @@ def connection_inputs(fuzz: Any, index: int) -> tuple[bytes, int]:
         return hostile_handshake(rng), 1
     # Framing errors end the connection, so they go last: every input before them is parsed.
     kinds = sorted(
-        (rng.choice([0, 0, 1, 1, 2, 2, 7, 7, 3, 4, 5, 6, 8, 9]) for _ in range(BATCH)),
+        (rng.choice([0, 0, 1, 1, 2, 2, 7, 7, 10, 10, 3, 4, 5, 6, 8, 9]) for _ in range(BATCH)),
         key=lambda kind: kind in FATAL_KINDS,
     )
     frames = [hostile_frame(rng, channel, kind) for channel, kind in enumerate(kinds, start=1)]
@@ -355,6 +398,7 @@ async def test_frame_fuzzer(hutch_broker, fuzz, tracebacks, tmp_path):
     )
     codes: Counter[int | None] = Counter()
     internal: list[str] = []
+    deliveries = [0]
     spans: list[tuple[float, float, int]] = []  # (opened, closed, connection number)
     sent = 0
     started = time.monotonic()
@@ -368,7 +412,8 @@ async def test_frame_fuzzer(hutch_broker, fuzz, tracebacks, tmp_path):
             data, count = connection_inputs(fuzz, number)
             async with semaphore:
                 opened = time.time()
-                code, _ = await one_connection(hutch_broker.amqp_port, data)
+                code, delivered = await one_connection(hutch_broker.amqp_port, data)
+                deliveries[0] += delivered
                 spans.append((opened, time.time(), number))
             sent += count
             codes[code] += 1
@@ -391,7 +436,7 @@ async def test_frame_fuzzer(hutch_broker, fuzz, tracebacks, tmp_path):
     canary_report = json.loads(report.read_text())
     sys.stderr.write(
         f"frame fuzzer: {sent} inputs over {index} connections in {elapsed:.1f} s; "
-        f"close codes {dict(codes)}; canary {canary_report}\n"
+        f"{deliveries[0]} deliveries; close codes {dict(codes)}; canary {canary_report}\n"
     )
     assert hutch_broker.running, "the broker died"
     assert internal == [], f"541 INTERNAL_ERROR for (replay with the seed): {internal[:3]}"
