@@ -57,6 +57,9 @@ class _NoTransport:
     def resume_reading(self) -> None: ...
 
 
+NO_TRANSPORT: Transport = _NoTransport()
+
+
 class Session:
     def __init__(
         self,
@@ -85,7 +88,7 @@ class Session:
         self.pressure: list[Any] = []  # queues over the flow high-water mark after a publish
         self.notified_blocked = False
         self.held_publish: events.PublishReceived | None = None
-        self.transport: Transport = transport or _NoTransport()
+        self.transport: Transport = transport or NO_TRANSPORT
         self.connected_at_ms = context.clock()
         self.publishes = 0
         self._permission_cache: dict[tuple[str, str], bool] = {}

@@ -352,7 +352,7 @@ class BrokerServer:
         options = self._protocol_options()
 
         def factory() -> AMQPConnection:
-            connection = AMQPConnection(self.context, options)
+            connection = AMQPConnection(self.context, options, on_lost=self.connections.discard)
             self.connections.add(connection)
             return connection
 
