@@ -99,6 +99,8 @@ class MessageStore:
                 sync_pass = store.begin_sync()
                 if sync_pass is not None:
                     passes.append((store, sync_pass))
+            for store, sync_pass in passes:  # every log's records first, then the acks
+                store.write_acks(sync_pass)
             syncing.run_all([sync_pass for _, sync_pass in passes], self._pool)
         finally:
             _end_all(passes)

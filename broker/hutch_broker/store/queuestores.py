@@ -207,6 +207,11 @@ class QueueStore:
         sync_pass = self.begin_sync()
         if sync_pass is None:
             return
+        try:
+            self.write_acks(sync_pass)
+        except BaseException:
+            self._sync_lock.release()
+            raise
         sync_pass.run(self._fsync_pool)
         self.end_sync(sync_pass)
 
@@ -382,20 +387,38 @@ class QueueStore:
             os.close(fd)
 
     def _flush(self, sync_pass: SyncPass) -> None:
-        """Write out the buffers of the pass's segments; note the descriptors to fdatasync."""
+        """Write out the records of the pass's segments; note the descriptors to fdatasync.
+
+        The acks are written by ``write_acks``, after every log's records (see there).
+        """
         try:
             for segment in sync_pass.flushed:
                 segment.flush()
                 if segment.unsynced:
                     sync_pass.fds.append(segment.fd)
                     segment.unsynced = False
-                if segment.flush_acks():
-                    sync_pass.fds.append(segment.ack_fd)
-                    sync_pass.acked.append(segment)
         except OSError as exc:
             self._failure = exc
             raise errors.StoreError(f"{self._directory}: write failed") from exc
         self._dirty.clear()
+
+    def write_acks(self, sync_pass: SyncPass) -> None:
+        """Write out the acks of the pass's segments, once every log's records are written.
+
+        A message moved from one queue to another (dead-lettering) is an append in one log
+        and an ack in another. ``kill -9`` keeps what reached the kernel, so writing every
+        append of a group commit before any of its acks means a crash between the two can
+        only leave the message in both queues (at-least-once), never in neither.
+        """
+        with self._lock:
+            try:
+                for segment in sync_pass.flushed:
+                    if segment.flush_acks():
+                        sync_pass.fds.append(segment.ack_fd)
+                        sync_pass.acked.append(segment)
+            except OSError as exc:
+                self._failure = exc
+                raise errors.StoreError(f"{self._directory}: write failed") from exc
 
     def _finish_pass(self, sync_pass: SyncPass) -> None:
         """After a successful pass: unlink what it made safe to unlink, close idle files.

@@ -1,0 +1,46 @@
+"""A group commit writes every log's records before any log's acks.
+
+Dead-lettering moves a message: an append in the dead-letter queue's log, an ack in the
+source's. ``kill -9`` keeps whatever reached the kernel, so if an ack could be written before
+the append of the same pass, a crash between them would lose the message from both queues.
+The torture suite could not see it because its dead-letter queues happened to be flushed
+first; this test checks the order of the write syscalls whatever the queues' order.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hutch_broker.store import MessageStore, segments
+
+
+@pytest.mark.parametrize("order", [("source", "dead"), ("dead", "source")])
+def test_every_append_reaches_the_kernel_before_any_ack(tmp_path, monkeypatch, order):
+    store = MessageStore(tmp_path, segment_size=1 << 20)
+    logs = {name: store.open_queue("/", name) for name in order}
+    fields = {
+        "enqueued_at_ms": 1,
+        "expire_at_ms": 0,
+        "exchange": "",
+        "raw_properties": b"",
+        "body": b"payload",
+    }
+    moved = logs["source"].append(routing_key="k", **fields)
+    store.sync()
+    writes: list[str] = []
+    pwrite_all, write_all = segments._pwrite_all, segments._write_all
+
+    def record(fd, data, offset):
+        writes.append("append")
+        pwrite_all(fd, data, offset)
+
+    def ack(fd, data):
+        writes.append("ack")
+        write_all(fd, data)
+
+    monkeypatch.setattr(segments, "_pwrite_all", record)
+    monkeypatch.setattr(segments, "_write_all", ack)
+    logs["source"].ack(moved)  # dead-lettered: gone from the source ...
+    logs["dead"].append(routing_key="k", **fields)  # ... into the dead-letter queue
+    store.sync()
+    store.close()
+    assert writes == ["append", "ack"]
