@@ -397,6 +397,8 @@ class QueueStore:
                 if segment.unsynced:
                     sync_pass.fds.append(segment.fd)
                     segment.unsynced = False
+                if segment.ack_pending:  # taken now: a later drop() must not discard them
+                    sync_pass.ack_data.append((segment, segment.take_acks()))
         except OSError as exc:
             self._failure = exc
             raise errors.StoreError(f"{self._directory}: write failed") from exc
@@ -412,10 +414,10 @@ class QueueStore:
         """
         with self._lock:
             try:
-                for segment in sync_pass.flushed:
-                    if segment.flush_acks():
-                        sync_pass.fds.append(segment.ack_fd)
-                        sync_pass.acked.append(segment)
+                for segment, data in sync_pass.ack_data:
+                    segment.write_acks(data)
+                    sync_pass.fds.append(segment.ack_fd)
+                    sync_pass.acked.append(segment)
             except OSError as exc:
                 self._failure = exc
                 raise errors.StoreError(f"{self._directory}: write failed") from exc

@@ -143,16 +143,17 @@ class Segment:
         self.ack_pending += records.encode_ack(offset)
         return length
 
-    def flush_acks(self) -> bool:
-        """Append the buffered acks to the ack file; True if there were any."""
-        if not self.ack_pending:
-            return False
+    def take_acks(self) -> bytearray:
+        """The buffered acks, handed to a sync pass (``write_acks``) and cleared here."""
+        taken, self.ack_pending = self.ack_pending, bytearray()
+        return taken
+
+    def write_acks(self, data: bytearray) -> None:
+        """Append acks taken by ``take_acks`` to the ack file."""
         if self.ack_fd < 0:
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
             self.ack_fd = os.open(self.ack_path, flags, 0o644)
-        _write_all(self.ack_fd, self.ack_pending)
-        self.ack_pending.clear()
-        return True
+        _write_all(self.ack_fd, data)
 
     def read_pending(self, offset: int, length: int) -> bytes | None:
         """The record at ``offset`` if it is still in the userspace buffer."""

@@ -34,6 +34,8 @@ class SyncPass:
     # queue directory's metadata file, itself and its parent
     flushed: list[Segment]
     acked: list[Segment]  # segments whose ack files were written
+    # Acks buffered when the pass began, written after every log's records (``write_acks``).
+    ack_data: list[tuple[Segment, bytearray]] = field(default_factory=list)
     error: OSError | None = field(default=None)
 
     def run(self, pool: Executor | None = None) -> None:
