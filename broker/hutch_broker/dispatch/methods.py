@@ -121,8 +121,15 @@ def exchange_bind(
 def exchange_unbind(
     session: Session, channel: Channel, m: commands.Exchange.Unbind, now_ms: int
 ) -> None:
-    vhost, destination = _exchange_edge(session, m)
-    vhost.unbind(m.source, destination, m.routing_key, m.arguments or {})
+    vhost = _vhost(session)
+    session.check_permission("write", "exchange", m.destination)
+    if m.source == "" or m.destination == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
+    session.check_permission("read", "exchange", m.source)
+    destination = vhost.exchanges.get(m.destination)
+    if m.source in vhost.exchanges and destination is not None:
+        vhost.unbind(m.source, destination, m.routing_key, m.arguments or {})
+    # Either end gone: nothing to remove, and RabbitMQ answers unbind-ok (idempotent clean-up).
     _reply(session, channel, commands.Exchange.UnbindOk(), m.nowait)
 
 
@@ -192,8 +199,17 @@ def queue_bind(session: Session, channel: Channel, m: commands.Queue.Bind, now_m
 
 
 def queue_unbind(session: Session, channel: Channel, m: commands.Queue.Unbind, now_ms: int) -> None:
-    queue = _queue_edge(session, m)
-    _vhost(session).unbind(m.exchange, queue, m.routing_key, m.arguments or {})
+    vhost = _vhost(session)
+    session.check_permission("write", "queue", m.queue)
+    if m.exchange == "":
+        raise errors.access_refused("operation not permitted on the default exchange")
+    session.check_permission("read", "exchange", m.exchange)
+    queue = vhost.queues.get(m.queue)
+    if queue is not None:
+        vhost.check_exclusive(queue, session)
+        if m.exchange in vhost.exchanges:
+            vhost.unbind(m.exchange, queue, m.routing_key, m.arguments or {})
+    # Either end gone: nothing to remove, and RabbitMQ answers unbind-ok (idempotent clean-up).
     _reply(session, channel, commands.Queue.UnbindOk())
 
 
