@@ -190,6 +190,9 @@ class Session:
                 _attach_method(exc, _PUBLISH, event.channel)
                 raise
         elif isinstance(event, events.MethodReceived):
+            if isinstance(event.method, commands.Connection.UpdateSecret):
+                self._update_secret(event.method)
+                return
             channel = self.channels[event.channel] if event.channel else None
             try:
                 methods.handle(self, channel, event.method, now_ms)
@@ -211,6 +214,16 @@ class Session:
             self._drop_channel(event.channel, now_ms)
         elif isinstance(event, events.ConnectionCloseRequested | events.ConnectionCloseConfirmed):
             self.connection_lost()
+
+    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+        """connection.update-secret (OAuth token refresh in pika, the Java and .NET clients).
+
+        RabbitMQ's internal user database answers update-secret-ok and keeps the connection's
+        user as it is: the secret proves nothing new to a connection already logged in.
+        Hutch does the same; a deleted user's connections are closed anyway.
+        """
+        log.info("connection %s refreshed its secret (%s)", self.id, method.reason)
+        self.proto.send_method(0, commands.Connection.UpdateSecretOk())
 
     # -- handshake --------------------------------------------------------
 
