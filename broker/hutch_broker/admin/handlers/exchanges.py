@@ -116,7 +116,10 @@ async def delete_exchange(request: web.Request) -> web.Response:
 async def publish(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
     vhost = support.vhost_to_write(request)
-    exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
+    name = support.exchange_path(request, "exchange")
+    exchange = vhost.exchanges.get(name)
+    if exchange is None:  # RabbitMQ answers the channel error it got, as a 400
+        raise errors.bad_request(f"404 NOT_FOUND - no exchange '{name}' in vhost '{vhost.name}'")
     message = messaging.parse_publish(await support.body(request))
     auth.check(admin.broker, user, vhost.name, "write", "exchange", exchange.name)
     if exchange.internal:
