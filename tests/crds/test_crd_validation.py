@@ -46,6 +46,11 @@ REF = {"brokerRef": {"name": "b"}}
         ("Queue", {**REF, "limits": {"maxLength": -1}}, "spec.limits.maxLength"),
         ("Queue", {**REF, "limits": {"maxLength": 1}, "arguments": {"x-max-length": 2}},
          "must not also appear in arguments"),
+        ("Queue", {**REF, "name": "é" * 200}, "must be at most 255 bytes in UTF-8"),
+        ("Exchange", {**REF, "name": "é" * 128}, "must be at most 255 bytes in UTF-8"),
+        ("Binding", {**REF, "source": "x", "destination": "é" * 128}, "at most 255 bytes"),
+        ("Policy", {**REF, "name": "é" * 128, "pattern": ".", "definition": {"a": 1}},
+         "at most 255 bytes"),
         ("Exchange", {**REF, "type": "weird"}, "spec.type"),
         ("Binding", {**REF, "source": "", "destination": "q"}, "spec.source"),
         ("Policy", {**REF, "pattern": ".", "definition": {}}, "spec.definition"),
@@ -63,6 +68,16 @@ def test_invalid_objects_are_refused(
     status, reply = _create(plane, ns, kind, spec)
     assert status == 422, reply
     assert message in reply["message"], reply["message"]
+
+
+def test_names_count_bytes_not_characters(plane: Any) -> None:
+    """255 bytes pass whatever the characters; 256 bytes of 2-byte characters do not."""
+    ns = plane.create_namespace()
+    for index, name in enumerate(["q" * 255, "é" * 127 + "q", "€" * 85]):
+        status, reply = _create(plane, ns, "Queue", {**REF, "name": name}, f"q{index}")
+        assert status == 201, reply
+    status, reply = _create(plane, ns, "Queue", {**REF, "name": "é" * 128}, "too-long")
+    assert status == 422 and "spec.name" in reply["message"], reply
 
 
 def test_defaults_and_immutability(plane: Any) -> None:

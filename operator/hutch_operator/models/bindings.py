@@ -12,13 +12,17 @@ from hutch_operator.models import common
 class BindingSpec(common.TopologySpec):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": common.TOPOLOGY_RULES})
 
-    source: str = Field(
-        min_length=1, description="Source exchange.", json_schema_extra=common.immutable("source")
-    )
-    destination: str = Field(
+    source: common.BrokerName = Field(
         min_length=1,
+        max_length=255,
+        description="Source exchange.",
+        json_schema_extra=common.immutable("source", common.name_bytes_rule()),
+    )
+    destination: common.BrokerName = Field(
+        min_length=1,
+        max_length=255,
         description="Destination queue or exchange.",
-        json_schema_extra=common.immutable("destination"),
+        json_schema_extra=common.immutable("destination", common.name_bytes_rule()),
     )
     destination_type: Literal["queue", "exchange"] = Field(
         "queue", json_schema_extra=common.immutable("destinationType")

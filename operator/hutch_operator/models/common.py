@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 GROUP = "hutch.dev"
@@ -26,6 +26,22 @@ FreeForm = Annotated[
 ]
 
 
+#: AMQP names (shortstr) stop at 255 *bytes*; the CRD's ``maxLength`` counts characters.
+NAME_BYTES = 255
+
+
+def _at_most_name_bytes(value: str) -> str:
+    """Refuse names over 255 UTF-8 bytes: 200 times "é" is 200 characters but 400 bytes."""
+    size = len(value.encode())
+    if size > NAME_BYTES:
+        raise ValueError(f"must be at most {NAME_BYTES} bytes in UTF-8, not {size}")
+    return value
+
+
+#: A broker object's name: the CRD counts characters *and* bytes (CEL), the operator bytes too.
+BrokerName = Annotated[str, AfterValidator(_at_most_name_bytes)]
+
+
 def rule(expression: str, message: str, *, reason: str | None = None) -> Any:
     """One ``x-kubernetes-validations`` entry."""
     entry = {"rule": expression, "message": message}
@@ -34,11 +50,26 @@ def rule(expression: str, message: str, *, reason: str | None = None) -> Any:
     return entry
 
 
-def immutable(field: str) -> dict[str, Any]:
-    """The field-level rule for an immutable field that always exists (it has a default)."""
+def name_bytes_rule() -> Any:
+    """The CEL rule that counts a name's UTF-8 bytes (``maxLength`` counts characters only)."""
+    return rule(
+        f"size(bytes(self)) <= {NAME_BYTES}",
+        f"must be at most {NAME_BYTES} bytes in UTF-8 (a name of multi-byte characters is longer "
+        "in bytes than in characters)",
+    )
+
+
+def immutable(field: str, *more: Any) -> dict[str, Any]:
+    """The field-level rule for an immutable field that always exists (it has a default).
+
+    ``more`` are further rules on the same field (one ``x-kubernetes-validations`` list).
+    """
     message = IMMUTABLE_MESSAGE.format(field=field)
     return {
-        "x-kubernetes-validations": [rule("self == oldSelf", message, reason="FieldValueForbidden")]
+        "x-kubernetes-validations": [
+            rule("self == oldSelf", message, reason="FieldValueForbidden"),
+            *more,
+        ]
     }
 
 
@@ -140,3 +171,13 @@ class TopologyStatus(CrdModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     conflict_with: str | None = Field(None, description="<namespace>/<name> of the owner.")
+    broker_endpoint: str | None = Field(
+        None,
+        description="The broker's normalised management endpoint: with vhost and name, the key "
+        "that conflicting objects are found by, whichever way they reach the broker.",
+    )
+    declared: bool | None = Field(
+        None,
+        description="True once this object's declaration into brokerEndpoint succeeded; only "
+        "then does deleting it delete the broker object.",
+    )

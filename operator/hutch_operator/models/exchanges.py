@@ -10,14 +10,15 @@ from hutch_operator.models import common
 class ExchangeSpec(common.TopologySpec):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": common.NAMED_RULES})
 
-    name: str | None = Field(
+    name: common.BrokerName | None = Field(
         None,
         min_length=1,
         max_length=255,
         description="Exchange name; defaults to metadata.name. Must not start with amq.",
         json_schema_extra={
             "x-kubernetes-validations": [
-                common.rule("!self.startsWith('amq.')", "names starting with amq. are reserved")
+                common.rule("!self.startsWith('amq.')", "names starting with amq. are reserved"),
+                common.name_bytes_rule(),
             ]
         },
     )

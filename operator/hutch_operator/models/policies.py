@@ -28,8 +28,12 @@ OPERATOR_POLICY_KEYS = (
 class PolicySpec(common.TopologySpec):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": common.NAMED_RULES})
 
-    name: str | None = Field(
-        None, min_length=1, max_length=255, description="Policy name; defaults to metadata.name."
+    name: common.BrokerName | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="Policy name; defaults to metadata.name.",
+        json_schema_extra={"x-kubernetes-validations": [common.name_bytes_rule()]},
     )
     pattern: str = Field(description="Regular expression (unanchored) matched against names.")
     apply_to: Literal[
@@ -45,8 +49,12 @@ class PolicySpec(common.TopologySpec):
 class OperatorPolicySpec(common.TopologySpec):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": common.NAMED_RULES})
 
-    name: str | None = Field(
-        None, min_length=1, max_length=255, description="Policy name; defaults to metadata.name."
+    name: common.BrokerName | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="Policy name; defaults to metadata.name.",
+        json_schema_extra={"x-kubernetes-validations": [common.name_bytes_rule()]},
     )
     pattern: str = Field(description="Regular expression (unanchored) matched against names.")
     apply_to: Literal["queues", "classic_queues", "quorum_queues", "streams"] = Field(

@@ -72,14 +72,15 @@ class QueueSpec(common.TopologySpec):
         }
     )
 
-    name: str | None = Field(
+    name: common.BrokerName | None = Field(
         None,
         min_length=1,
         max_length=255,
         description="Queue name; defaults to metadata.name. Must not start with amq.",
         json_schema_extra={
             "x-kubernetes-validations": [
-                common.rule("!self.startsWith('amq.')", "names starting with amq. are reserved")
+                common.rule("!self.startsWith('amq.')", "names starting with amq. are reserved"),
+                common.name_bytes_rule(),
             ]
         },
     )
