@@ -42,7 +42,8 @@ class Observation:
     stats: dict[str, Any] | None = None
 
 
-Declare = Callable[[references.Target, Any, str], Awaitable[bool]]
+# (target, model, broker object name, owned: this object's earlier declare made it) → wrote
+Declare = Callable[[references.Target, Any, str, bool], Awaitable[bool]]
 Delete = Callable[[references.Target, Any, str], Awaitable[tuple[str, str] | None]]
 Observe = Callable[[references.Target, Any, str], Awaitable[Observation]]
 
@@ -102,29 +103,76 @@ def object_name(model: Any, ctx: Context) -> str:
     return str(name)
 
 
-def claim_key(ctx: Context, model: Any, name: str) -> tuple[str, ...]:
-    key = references.broker_key(model, ctx.namespace)
-    return (key, model.vhost, *ctx.ops.identity(model, name))
+def claim_key(ops: KindOps, endpoint: str, model: Any, name: str) -> tuple[str, ...]:
+    """(normalised broker endpoint, vhost, kind identity): what the broker object *is*."""
+    return (endpoint, model.vhost, *ops.identity(model, name))
 
 
-def my_claim(body: kopf.Body) -> conflicts.Claim:
+def claimed_endpoint(model: Any, namespace: str, status: Mapping[str, Any]) -> str | None:
+    """The endpoint an object claims on without resolving anything (index, deletion).
+
+    A ``brokerRef`` resolves purely; a ``connectionSecret``'s endpoint is in the Secret, which
+    the index must not read, so it is the one the last reconcile recorded in status.
+    """
+    endpoint = references.broker_ref_endpoint(model, namespace)
+    if endpoint is None:
+        recorded = status.get("brokerEndpoint")
+        endpoint = str(recorded) if recorded else None
+    return endpoint
+
+
+def my_claim(body: kopf.Body, model: Any = None) -> conflicts.Claim:
     meta = body.metadata
+    namespace = str(meta.namespace)
+    broker = references.broker_ref_name(model, namespace) if model is not None else ""
     return conflicts.Claim(
-        str(meta.get("creationTimestamp", "")), str(meta.namespace), str(meta.name), str(meta.uid)
+        str(meta.get("creationTimestamp", "")), namespace, str(meta.name), str(meta.uid), broker
     )
 
 
-def index_claim(ops: KindOps, body: kopf.Body) -> dict[tuple[str, ...], conflicts.Claim] | None:
-    """The per-kind conflict index function; deleting or invalid objects claim nothing."""
+def index_claim(ops: KindOps, body: kopf.Body) -> dict[tuple[str, ...], conflicts.Claim]:
+    """The per-kind conflict index function; deleting or invalid objects claim nothing.
+
+    Returns ``{}`` rather than None for "nothing": Kopf 1.45 stores a mapping as the object's
+    complete set of keys (dropping the rest) but ignores None, which would leave a deleting
+    winner's claim in place until its DELETED event.
+    """
     if body.metadata.get("deletionTimestamp"):
-        return None
+        return {}
     try:
         model: Any = ops.kind.spec.model_validate(dict(body.spec))
         name = getattr(model, "name", None) or str(body.metadata.name)
-        key = references.broker_key(model, str(body.metadata.namespace))
+        endpoint = claimed_endpoint(model, str(body.metadata.namespace), body.status)
     except (pydantic.ValidationError, errors.HutchError):
-        return None
-    return {(key, model.vhost, *ops.identity(model, name)): my_claim(body)}
+        return {}
+    if endpoint is None:
+        return {}
+    return {claim_key(ops, endpoint, model, name): my_claim(body, model)}
+
+
+def admits(brokers: references.BrokerIndex) -> Callable[[conflicts.Claim], bool]:
+    """Whether a claim counts: a brokerRef claim from a namespace its Broker does not admit
+    never reaches the broker, so it must not block an admitted one. An unknown Broker admits
+    (ownership must not move because a Broker is briefly missing from the index)."""
+
+    def check(claim: conflicts.Claim) -> bool:
+        if not claim.broker:
+            return True
+        namespace, _, name = claim.broker.partition("/")
+        facts = references.broker_facts(brokers, namespace, name)
+        return facts is None or facts.allows(claim.namespace)
+
+    return check
+
+
+def record_endpoint(ctx: Context, target: references.Target) -> None:
+    """Writes the resolved endpoint to status: the claim of a connectionSecret object, and the
+    broker its ownership refers to (a changed endpoint means nothing there was declared yet)."""
+    recorded = ctx.status.get("brokerEndpoint")
+    desired: dict[str, Any] = {"brokerEndpoint": target.key}
+    if recorded is not None and recorded != target.key and ctx.status.get("declared"):
+        desired["declared"] = False
+    write_status(ctx, desired)
 
 
 def write_status(ctx: Context, desired: dict[str, Any]) -> None:
@@ -172,12 +220,12 @@ def fail(ctx: Context, error: errors.HutchError, retry: int, *, raise_: bool = T
     raise kopf.TemporaryError(str(error), delay=retry_delay(error, retry)) from error
 
 
-async def check_conflict(ctx: Context, model: Any, name: str) -> bool:
-    """Ready=False ResourceConflict when an older object claims the same broker object."""
-    claimants = conflicts.claims(ctx.claims, claim_key(ctx, model, name))
-    owner = conflicts.winner(claimants)
-    me = my_claim(ctx.body)
-    if owner is None or owner.uid == me.uid:
+def check_conflict(ctx: Context, target: references.Target, model: Any, name: str) -> bool:
+    """Ready=False ResourceConflict when an older admitted object claims the same broker object."""
+    claimants = conflicts.claims(ctx.claims, claim_key(ctx.ops, target.key, model, name))
+    me = my_claim(ctx.body, model)
+    owner = conflicts.owner(claimants, me, admits(ctx.brokers))
+    if owner.uid == me.uid:
         return False
     message = f"managed by {ctx.ops.kind.kind} {owner.ref}"
     if set_ready(ctx, False, "ResourceConflict", message, conflictWith=owner.ref):
@@ -198,22 +246,32 @@ async def _declare_timed(ctx: Context, retry: int) -> None:
     try:
         model = parse(ctx.ops, ctx.body.spec)
         name = object_name(model, ctx)
-        if await check_conflict(ctx, model, name):
-            return
         target = await references.resolve(model, ctx.namespace, ctx.brokers)
+        record_endpoint(ctx, target)
+        if check_conflict(ctx, target, model, name):
+            return
         wrote = await declare_into(ctx, target, model, name)
     except errors.HutchError as error:
         fail(ctx, error, retry)
         return
-    set_ready(ctx, True, "Declared", f"{ctx.ops.label} {name} declared")
+    declared(ctx, target, name, wrote)
+
+
+def declared(ctx: Context, target: references.Target, name: str, wrote: bool) -> None:
+    """Ready=True and ownership: from now on deleting this object may delete the broker object."""
+    set_ready(
+        ctx, True, "Declared", f"{ctx.ops.label} {name} declared",
+        declared=True, brokerEndpoint=target.key,
+    )  # fmt: skip
     metrics.RECONCILES.labels(ctx.ops.kind.kind, "Declared").inc()
     if wrote:
         kopf.info(ctx.body, reason="Declared", message=f"{ctx.ops.label} {name} declared")
 
 
 async def declare_into(ctx: Context, target: references.Target, model: Any, name: str) -> bool:
+    owned = conflicts.owns(ctx.status, target.key)
     try:
-        return await ctx.ops.declare(target, model, name)
+        return await ctx.ops.declare(target, model, name, owned)
     except errors.AuthenticationFailedError:
         references.forget_secrets()
         await brokerclient.POOL.drop(target.client)
@@ -229,18 +287,28 @@ async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
         name = object_name(model, ctx)
     except errors.SpecError:
         return  # nothing was ever declared
+    me = my_claim(ctx.body, model)
+    endpoint = claimed_endpoint(model, ctx.namespace, ctx.status)
+    index = (
+        conflicts.claims(ctx.claims, claim_key(ctx.ops, endpoint, model, name)) if endpoint else []
+    )
+    claimants = conflicts.counted(conflicts.others(index, me.uid), admits(ctx.brokers))
+    if any(claim < me for claim in claimants):
+        return  # a conflict loser never touched the broker object
+    if claimants:  # before retain: a departing winner always wakes its successor
+        await _hand_over(ctx, claimants[0])
+        return
     if model.deletion_policy == "retain":
         kopf.info(ctx.body, reason="Retained", message=f"{ctx.ops.label} {name} kept in broker")
         return
-    me = my_claim(ctx.body)
-    claimants = conflicts.others(conflicts.claims(ctx.claims, claim_key(ctx, model, name)), me.uid)
-    if any(claim < me for claim in claimants):
-        return  # a conflict loser never touched the broker object
-    if claimants:
-        await _hand_over(ctx, claimants[0])
+    if not conflicts.owns(ctx.status):
+        _not_owned(ctx, name)
         return
     try:
         target = await references.resolve(model, ctx.namespace, ctx.brokers, deleting=True)
+        if not conflicts.owns(ctx.status, target.key):
+            _not_owned(ctx, name)
+            return
         kept = await ctx.ops.delete(target, model, name)
     except (errors.BrokerNotFoundError, errors.ConnectionSecretInvalidError) as exc:
         kopf.warn(ctx.body, reason="BrokerGone", message=f"{exc}; finalizer released")
@@ -260,6 +328,14 @@ async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
         raise kopf.TemporaryError(str(exc), delay=delay) from exc
     if kept is not None:
         kopf.warn(ctx.body, reason=kept[0], message=kept[1])
+
+
+def _not_owned(ctx: Context, name: str) -> None:
+    message = (
+        f"{ctx.ops.label} {name} was never declared by this object (its declaration was refused "
+        "or never succeeded): left alone in the broker"
+    )
+    kopf.warn(ctx.body, reason="DeleteSkippedNotOwned", message=message)
 
 
 async def _hand_over(ctx: Context, successor: conflicts.Claim) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import time
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,20 +37,63 @@ class BrokerFacts:
 
 @dataclass(frozen=True)
 class Target:
+    """A resolved broker: ``key`` is its normalised management endpoint, ``client`` talks to it."""
+
     key: str
     client: brokerclient.HttpBrokerClient
 
 
 BrokerIndex = Mapping[tuple[str, str], Any]
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
-def broker_key(spec: common.TopologySpec, namespace: str) -> str:
-    """``broker:<ns>/<name>`` or ``secret:<ns>/<name>``: the identity conflicts are scoped by."""
-    if spec.broker_ref is not None:
-        return f"broker:{spec.broker_ref.namespace or namespace}/{spec.broker_ref.name}"
-    if spec.connection_secret is None:
-        raise errors.SpecError("exactly one of brokerRef and connectionSecret must be set")
-    return f"secret:{namespace}/{spec.connection_secret.name}"
+
+def normalise_endpoint(url: str) -> str:
+    """One string per broker, however a management URL spells it; the key claims are scoped by.
+
+    Why: claims keyed by the Kubernetes reference (``brokerRef`` vs ``connectionSecret``) let a
+    Queue reached both ways through the same broker be declared twice with different limits,
+    each sweep truncating the other's messages. Scheme and host are lowercased, the default
+    port is filled in, userinfo, query and a trailing ``/`` dropped, and an in-cluster Service
+    name loses its cluster domain (``b.ns.svc.cluster.local`` → ``b.ns.svc``, the form a
+    ``brokerRef`` resolves to). Names are not resolved: a ClusterIP or another DNS alias of the
+    same Service still counts as another broker.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise errors.ConnectionSecretInvalidError(f"uri {url!r} is not a URL: {exc}") from exc
+    scheme = (parts.scheme or "http").lower()
+    host = (parts.hostname or "").lower().rstrip(".")
+    labels = host.split(".")
+    if len(labels) > 3 and labels[2] == "svc":  # <service>.<namespace>.svc.<cluster domain>
+        host = ".".join(labels[:3])
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    port = port or DEFAULT_PORTS.get(scheme)
+    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+def broker_ref_endpoint(spec: common.TopologySpec, namespace: str) -> str | None:
+    """The normalised endpoint a ``brokerRef`` resolves to (None for ``connectionSecret``).
+
+    Pure (no Secret read), so the conflict index can key a brokerRef claim before any handler
+    ran; it is the URL ``resolve`` gives the client, so both agree.
+    """
+    if spec.broker_ref is None:
+        return None
+    ref = spec.broker_ref
+    return normalise_endpoint(
+        config.broker_address(ref.namespace or namespace, ref.name).management
+    )
+
+
+def broker_ref_name(spec: common.TopologySpec, namespace: str) -> str:
+    """``<ns>/<name>`` of the referenced Broker, "" for ``connectionSecret``."""
+    if spec.broker_ref is None:
+        return ""
+    return f"{spec.broker_ref.namespace or namespace}/{spec.broker_ref.name}"
 
 
 def broker_facts(index: BrokerIndex, namespace: str, name: str) -> BrokerFacts | None:
@@ -68,10 +112,9 @@ async def resolve(
     When ``deleting``, a Broker that is gone or going raises ``BrokerNotFoundError`` before any
     readiness check, so the finalizer can be released at once (namespace deletion).
     """
-    key = broker_key(spec, namespace)
     if spec.connection_secret is not None:
         username, password, uri = await _connection_secret(namespace, spec.connection_secret.name)
-        return Target(key, brokerclient.POOL.get(uri, username, password))
+        return Target(normalise_endpoint(uri), brokerclient.POOL.get(uri, username, password))
     if spec.broker_ref is None:
         raise errors.SpecError("exactly one of brokerRef and connectionSecret must be set")
     broker_ns = spec.broker_ref.namespace or namespace
@@ -88,7 +131,7 @@ async def resolve(
         raise errors.BrokerNotReadyError(f"Broker {broker_ns}/{name} is not Available yet")
     username, password = await _default_user(broker_ns, name)
     base_url = config.broker_address(broker_ns, name).management
-    return Target(key, brokerclient.POOL.get(base_url, username, password))
+    return Target(normalise_endpoint(base_url), brokerclient.POOL.get(base_url, username, password))
 
 
 _SECRETS: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}

@@ -29,14 +29,19 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
         name = reconciling.object_name(model, ctx)
     except errors.SpecError:
         return
-    if await reconciling.check_conflict(ctx, model, name):
+    try:
+        target = await references.resolve(model, ctx.namespace, ctx.brokers)
+        reconciling.record_endpoint(ctx, target)
+    except errors.HutchError as error:
+        reconciling.fail(ctx, error, retry, raise_=False)
+        return
+    if reconciling.check_conflict(ctx, target, model, name):
         return
     settled = ctx.status.get("observedGeneration") == ctx.generation
     if not (settled and conditions.is_true(ctx.status.get("conditions"), reconciling.READY)):
-        await _redeclare(ctx, model, name, retry)
+        await _redeclare(ctx, target, model, name, retry)
         return
     try:
-        target = await references.resolve(model, ctx.namespace, ctx.brokers)
         observation = await ctx.ops.observe(target, model, name)
         if observation.mismatched:
             fields = ", ".join(observation.mismatched)
@@ -60,16 +65,15 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
         _write_stats(ctx, observation.stats)
 
 
-async def _redeclare(ctx: reconciling.Context, model: Any, name: str, retry: int) -> None:
+async def _redeclare(
+    ctx: reconciling.Context, target: references.Target, model: Any, name: str, retry: int
+) -> None:
     try:
-        target = await references.resolve(model, ctx.namespace, ctx.brokers)
         wrote = await reconciling.declare_into(ctx, target, model, name)
     except errors.HutchError as error:
         reconciling.fail(ctx, error, retry, raise_=False)
         return
-    reconciling.set_ready(ctx, True, "Declared", f"{ctx.ops.label} {name} declared")
-    if wrote:
-        kopf.info(ctx.body, reason="Declared", message=f"{ctx.ops.label} {name} declared")
+    reconciling.declared(ctx, target, name, wrote)
 
 
 def _write_stats(ctx: reconciling.Context, stats: dict[str, Any]) -> None:

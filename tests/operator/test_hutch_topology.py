@@ -251,32 +251,55 @@ def test_invalid_and_unresolvable_specs(env: dict[str, Any], kit: Any) -> None:
     assert "durable is immutable" in refused.stderr
 
 
-def test_unreachable_broker_is_bounded(env: dict[str, Any], kit: Any) -> None:
+def test_unreachable_broker_is_bounded(env: dict[str, Any], kit: Any, tmp_path: Any) -> None:
     kube = env["kube"]
     kube.secret("dead", {"uri": "http://127.0.0.1:9", "username": "u", "password": "p"})
-    kube.create("Queue", "queues", "stranded", {"connectionSecret": {"name": "dead"}})
-    obj = _wait_ready(kit, env, "queues", "stranded", "False", "BrokerUnavailable")
+    kube.create("Queue", "queues", "never", {"connectionSecret": {"name": "dead"}})
+    obj = _wait_ready(kit, env, "queues", "never", "False", "BrokerUnavailable")
     assert "127.0.0.1:9" in obj["status"]["conditions"][0]["message"]
-    kube.delete("queues", "stranded")  # HUTCH_DELETE_TIMEOUT=6 in tests
+    # Never declared, so nothing to delete: released at once, without waiting for the broker.
+    kube.delete("queues", "never")
+    kit.wait_for(lambda: kube.get("queues", "never") is None, 5, "finalizer released")
+    kube.wait_reason("never", "DeleteSkippedNotOwned")
+
+    # Declared, then the broker goes away: retried until HUTCH_DELETE_TIMEOUT (6 s), released.
+    doomed = HutchBroker(work_dir=tmp_path / "doomed").start()
+    try:
+        kube.secret("doomed", {"uri": doomed.http_url, "username": "guest", "password": "guest"})
+        kube.create("Queue", "queues", "stranded", {"connectionSecret": {"name": "doomed"}})
+        _wait_ready(kit, env, "queues", "stranded")
+    finally:
+        doomed.stop()
+    kube.delete("queues", "stranded")
     kit.wait_for(lambda: kube.get("queues", "stranded") is None, 40, "finalizer released")
     kube.wait_reason("stranded", "DeleteAbandoned")
 
 
 def test_wrong_credentials_are_authentication_failed(env: dict[str, Any], kit: Any) -> None:
-    kube, broker = env["kube"], env["broker"]
+    kube, broker, mgmt = env["kube"], env["broker"], env["mgmt"]
     kube.secret("wrong", {"uri": broker.http_url, "username": "guest", "password": "not-it"})
     kube.create("Queue", "queues", "locked-out", {"connectionSecret": {"name": "wrong"}})
     obj = _wait_ready(kit, env, "queues", "locked-out", "False", "AuthenticationFailed")
     assert "401" in obj["status"]["conditions"][0]["message"]
     kube.wait_reason("locked-out", "AuthenticationFailed")
-    assert env["mgmt"].queue("locked-out") is None
-    # Deleting it meets the same 401: released after HUTCH_DELETE_TIMEOUT (6 s here), not after
-    # the 60 s AuthenticationFailed retry delay.
+    assert mgmt.queue("locked-out") is None
+
+    # A queue declared with a password that is then changed: deleting it meets a 401 and is
+    # released after HUTCH_DELETE_TIMEOUT (6 s here), not after the 60 s retry delay.
+    user = {"password": "first", "tags": "management"}
+    assert mgmt.call("PUT", "/api/users/tenant", user)[0] in (201, 204)
+    grant = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert mgmt.call("PUT", "/api/permissions/%2F/tenant", grant)[0] in (201, 204)
+    kube.secret("tenant", {"uri": broker.http_url, "username": "tenant", "password": "first"})
+    kube.create("Queue", "queues", "rotated", {"connectionSecret": {"name": "tenant"}})
+    _wait_ready(kit, env, "queues", "rotated")
+    assert mgmt.call("PUT", "/api/users/tenant", {"password": "second"})[0] in (201, 204)
     began = time.monotonic()
-    kube.delete("queues", "locked-out")
-    kit.wait_for(lambda: kube.get("queues", "locked-out") is None, 30, "finalizer released")
+    kube.delete("queues", "rotated")
+    kit.wait_for(lambda: kube.get("queues", "rotated") is None, 30, "finalizer released")
     assert time.monotonic() - began < 20
-    kube.wait_reason("locked-out", "DeleteAbandoned")
+    kube.wait_reason("rotated", "DeleteAbandoned")
+    assert mgmt.queue("rotated") is not None
 
 
 def test_broker_gone_and_namespace_not_allowed(
@@ -295,7 +318,8 @@ def test_broker_gone_and_namespace_not_allowed(
     )
     assert other.namespace in obj["status"]["conditions"][0]["message"]
 
-    # A Broker that never became Available, then deleted: its Queue is released at once.
+    # A Broker that never became Available, then deleted: its Queue (never declared, so
+    # nothing of its own in any broker) is released at once.
     kube.create("Broker", "brokers", "ghost", {"persistence": {"size": "0"}})
     kube.create("Queue", "queues", "haunted", {"brokerRef": {"name": "ghost"}})
     _wait_ready(kit, env, "queues", "haunted", "False", "BrokerNotReady")
@@ -303,4 +327,17 @@ def test_broker_gone_and_namespace_not_allowed(
     kit.wait_for(lambda: kube.get("brokers", "ghost") is None, 20, "Broker gone")
     kube.delete("queues", "haunted")
     kit.wait_for(lambda: kube.get("queues", "haunted") is None, 20, "Queue released")
-    kube.wait_reason("haunted", "BrokerGone")
+    kube.wait_reason("haunted", "DeleteSkippedNotOwned")
+
+    # A declared Queue whose Broker is deleted first: released at once (BrokerGone), no call.
+    kit.set_broker_address(kube.namespace, "brief", env["broker"])
+    kube.secret("brief-default-user", {"username": "guest", "password": "guest"})
+    kube.create("Broker", "brokers", "brief", {"persistence": {"size": "0"}})
+    kube.create("Queue", "queues", "bereft", {"brokerRef": {"name": "brief"}})
+    _wait_ready(kit, env, "queues", "bereft")
+    kube.delete("brokers", "brief")
+    kit.wait_for(lambda: kube.get("brokers", "brief") is None, 20, "Broker gone")
+    kube.delete("queues", "bereft")
+    kit.wait_for(lambda: kube.get("queues", "bereft") is None, 20, "Queue released")
+    kube.wait_reason("bereft", "BrokerGone")
+    assert env["mgmt"].queue("bereft") is not None

@@ -16,7 +16,7 @@ from hutch_operator.models import bindings, kinds
 Spec = bindings.BindingSpec
 
 
-async def declare(target: references.Target, spec: Spec, name: str) -> bool:
+async def declare(target: references.Target, spec: Spec, name: str, owned: bool) -> bool:
     try:
         await target.client.call(translators.binding_create(spec))
     except errors.ObjectNotFoundError as exc:

@@ -11,7 +11,7 @@ from hutch_operator.models import exchanges, kinds
 Spec = exchanges.ExchangeSpec
 
 
-async def declare(target: references.Target, spec: Spec, name: str) -> bool:
+async def declare(target: references.Target, spec: Spec, name: str, owned: bool) -> bool:
     await target.client.call(translators.exchange_declare(spec, name))
     return True
 

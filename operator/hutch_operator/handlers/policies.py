@@ -14,7 +14,7 @@ def policy_ops(kind: Any, *, operator: bool) -> reconciling.KindOps:
     """The KindOps of Policy (``operator=False``) or OperatorPolicy (``operator=True``)."""
     label = "operator policy" if operator else "policy"
 
-    async def declare(target: references.Target, spec: Any, name: str) -> bool:
+    async def declare(target: references.Target, spec: Any, name: str, owned: bool) -> bool:
         await target.client.call(translators.policy_put(spec, name, operator=operator))
         return True
 

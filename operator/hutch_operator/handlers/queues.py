@@ -3,6 +3,8 @@
 A limit change on an existing queue is a 400 "inequivalent arg" for PUT /api/queues; then the
 queue's listing tells whether only limits differ, which Hutch brokers change in place
 (PUT …/arguments) and other brokers cannot (``ArgumentsImmutable``, pointing to Policy).
+Only a queue this object declared itself (``owned``) is changed in place: lowering the limit
+of an application's queue of the same name would drop its messages, so that stays a refusal.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from hutch_operator.models import kinds, queues
 Spec = queues.QueueSpec
 
 
-async def declare(target: references.Target, spec: Spec, name: str) -> bool:
+async def declare(target: references.Target, spec: Spec, name: str, owned: bool) -> bool:
     hutch = await target.client.is_hutch()
     try:
         await target.client.call(translators.queue_declare(spec, name, hutch=hutch))
     except errors.BrokerRejectedError as exc:
-        if "inequivalent" not in str(exc):
-            raise
+        if "inequivalent" not in str(exc) or not owned:
+            raise  # a queue this object did not declare is not changed in place (messages)
         return await _change_limits(target, spec, name, hutch=hutch, refusal=exc)
     return True
 
