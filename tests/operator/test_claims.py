@@ -63,7 +63,8 @@ def _body(
                             "creationTimestamp": created}  # fmt: skip
     if deleting:
         meta["deletionTimestamp"] = "t9"
-    return kopf.Body({"metadata": meta, "spec": spec, "status": status or {}})
+    raw: Any = {"metadata": meta, "spec": spec, "status": status or {}}
+    return kopf.Body(raw)
 
 
 def test_a_queue_reached_both_ways_claims_one_key(monkeypatch: pytest.MonkeyPatch) -> None:
