@@ -11,21 +11,14 @@ import time
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model.broker import Broker
 from hutch_broker.server.amqp import AMQPConnection
+from hutch_testing import inmemory
 from pamqp import commands, frame
 
 OPTIONS = {"server_properties": {"product": "Hutch"}, "heartbeat": 0, "channel_max": 16}
 
 
 def handshake(sock: socket.socket) -> None:
-    sock.sendall(b"AMQP\x00\x00\x09\x01")
-    login = "\0guest\0guest"
-    start_ok = commands.Connection.StartOk(
-        client_properties={}, mechanism="PLAIN", response=login, locale="en_US"
-    )
-    sock.sendall(frame.marshal(start_ok, 0))
-    tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0)
-    sock.sendall(frame.marshal(tune_ok, 0))
-    sock.sendall(frame.marshal(commands.Connection.Open(virtual_host="/"), 0))
+    sock.sendall(inmemory.handshake_frames())
 
 
 def read_until_close(sock: socket.socket) -> commands.Connection.Close:
@@ -77,44 +70,13 @@ def test_501_drops_the_socket_without_waiting_for_a_close_ok(hutch_broker):
         assert closed_within(sock, 2.0)
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.closed = False
-        self.written: list[bytes] = []
-
-    def set_write_buffer_limits(self, **_: int) -> None: ...
-
-    def get_extra_info(self, name: str) -> object:
-        return ("127.0.0.1", 5000) if name == "peername" else None
-
-    def writelines(self, data: list[bytes]) -> None:
-        self.written.extend(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
-
-
 def test_no_close_ok_drops_the_socket_after_the_closing_timeout():
     broker = Broker()
     broker.create_defaults()
     connection = AMQPConnection(Context(broker, clock=lambda: 0), OPTIONS)
-    transport = FakeTransport()
+    transport = inmemory.FakeTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
-    connection.data_received(b"AMQP\x00\x00\x09\x01")
-    login = "\0guest\0guest"
-    start_ok = commands.Connection.StartOk(
-        client_properties={}, mechanism="PLAIN", response=login, locale="en_US"
-    )
-    tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0)
-    connection.data_received(frame.marshal(start_ok, 0) + frame.marshal(tune_ok, 0))
-    connection.data_received(frame.marshal(commands.Connection.Open(virtual_host="/"), 0))
+    connection.data_received(inmemory.handshake_frames())
     connection.data_received(frame.marshal(commands.Basic.Qos(prefetch_count=1), 7))
     connection.flush()
     assert connection.closing_since is not None

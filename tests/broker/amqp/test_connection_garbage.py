@@ -12,46 +12,18 @@ import weakref
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model.broker import Broker
 from hutch_broker.server.amqp import AMQPConnection
+from hutch_testing import inmemory
 from pamqp import commands, frame
 
 OPTIONS = {"server_properties": {"product": "Hutch"}, "heartbeat": 0, "channel_max": 16}
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.closed = False
-        self.protocol = None
-
-    def set_write_buffer_limits(self, **_: int) -> None: ...
-
-    def get_extra_info(self, name: str) -> object:
-        return ("127.0.0.1", 5000) if name == "peername" else None
-
-    def writelines(self, data: list[bytes]) -> None: ...
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
-
-
 def open_and_use(context: Context, lost: list[AMQPConnection]) -> tuple[weakref.ref, weakref.ref]:
     connection = AMQPConnection(context, OPTIONS, on_lost=lost.append)
-    transport = FakeTransport()
+    transport = inmemory.FakeTransport()
     transport.protocol = connection  # as asyncio's transports hold their protocol
     connection.connection_made(transport)  # type: ignore[arg-type]
-    login = "\0guest\0guest"
-    start_ok = commands.Connection.StartOk(
-        client_properties={}, mechanism="PLAIN", response=login, locale="en_US"
-    )
-    tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0)
-    data = b"AMQP\x00\x00\x09\x01" + frame.marshal(start_ok, 0) + frame.marshal(tune_ok, 0)
-    data += frame.marshal(commands.Connection.Open(virtual_host="/"), 0)
+    data = inmemory.handshake_frames()
     data += frame.marshal(commands.Channel.Open(), 1)
     data += frame.marshal(commands.Queue.Declare(queue="q"), 1)
     data += frame.marshal(commands.Basic.Consume(queue="q", consumer_tag="c"), 1)

@@ -10,6 +10,7 @@ from hutch_broker.dispatch.context import Context
 from hutch_broker.dispatch.sessions import Session
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import connection as proto_connection
+from hutch_testing import inmemory
 from pamqp import body, commands, frame, header
 
 # -- GroupCommit alone ------------------------------------------------------------------------
@@ -106,16 +107,7 @@ class Client:
         self.context = Context(broker, clock=lambda: 0)
         self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
         self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
-        self.session.handle_data(b"AMQP\x00\x00\x09\x01")
-        login = "\0guest\0guest"
-        self.send(
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response=login, locale="en_US"
-            ),
-            channel=0,
-        )
-        self.send(commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0), 0)
-        self.send(commands.Connection.Open(virtual_host="/"), 0)
+        self.session.handle_data(inmemory.handshake_frames())
         self.send(commands.Channel.Open(), 1)
         self.replies()
 
@@ -130,13 +122,7 @@ class Client:
         self.session.handle_data(data)
 
     def replies(self) -> list[object]:
-        data = b"".join(self.proto.data_to_send())
-        found = []
-        while data:
-            consumed, _, value = frame.unmarshal(data)
-            found.append(value)
-            data = data[consumed:]
-        return found
+        return inmemory.decode_frames(b"".join(self.proto.data_to_send()))
 
     def sync(self) -> None:
         """What the server does at the end of a tick, with a sync that succeeds."""
