@@ -4,6 +4,7 @@ from hutch_broker.dispatch.context import Context
 from hutch_broker.dispatch.sessions import Session
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import connection as proto_connection
+from hutch_testing import inmemory
 from pamqp import commands, frame
 
 
@@ -26,13 +27,7 @@ def start(peer_host: str) -> tuple[Session, proto_connection.Connection]:
 
 
 def methods(proto: proto_connection.Connection) -> list:
-    data = b"".join(proto.data_to_send())
-    found = []
-    while data:
-        consumed, _, value = frame.unmarshal(data)
-        found.append(value)
-        data = data[consumed:]
-    return found
+    return inmemory.decode_frames(b"".join(proto.data_to_send()))
 
 
 def test_guest_from_loopback_is_accepted():
