@@ -50,7 +50,9 @@ class BrokerServer:
         self.loop = asyncio.get_event_loop()
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.definitions = DefinitionsStore(config.data_dir)
-        self.store = MessageStore(config.data_dir / "msgs")
+        self.store = MessageStore(
+            config.data_dir / "msgs", quarantine_dir=config.data_dir / "quarantine"
+        )
         paging_dir = config.data_dir / "paging"
         shutil.rmtree(paging_dir, ignore_errors=True)  # paged bodies are worthless after a restart
         self.paging_store = MessageStore(paging_dir)
@@ -113,9 +115,7 @@ class BrokerServer:
                 live.add((vhost.name, queue.name))
                 self._attach_store(queue)
                 self._restore(queue, now_ms)
-        for key in self.store.existing_queues():
-            if key not in live:
-                self.store.delete_queue(*key)
+        self.store.set_aside_unclaimed(live)  # quarantined with an ERROR line, never deleted
 
     def _attach_store(self, queue: Queue) -> None:
         queue.store = self.store.open_queue(queue.vhost, queue.name)

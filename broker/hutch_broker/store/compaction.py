@@ -10,7 +10,8 @@ both ``SLACK_SEGMENTS`` whole segments and its live bytes. Then the sealed segme
 ``MAX_LIVE_RATIO`` live are compacted, sparsest first, until the garbage is back under that
 bound or ``READ_BUDGET_SEGMENTS`` segments' worth of files were read in this pass (compaction
 runs at the end of ``sync()``, so one pass must never do unbounded work). Compacting a
-segment copies its live records, byte for byte and with their msg_ids, to the end of the log;
+segment copies its live records, with their msg_ids, to the end of the log (each re-sealed
+for its new position, see ``records``);
 the old segment is unlinked only after the copies were fsynced by the next sync. Disk use
 therefore stays below about twice the live bytes plus ``SLACK_SEGMENTS + 1`` segments, and a
 plain FIFO queue (garbage below one segment) never pays for a copy. "Old" is implied: only

@@ -24,6 +24,13 @@ each leaving a pair of files that recovers to the same definitions:
 A crash before step 1 leaves the old pair, which the committed records complete. The journal is
 replaced before the snapshot because the other order could replay old records over a newer
 snapshot, which is not idempotent (a delete that only the snapshot saw would come undone).
+
+Missing files: every start-up ends with a compaction, so after a start of this version both
+files exist. ``definitions.json`` without ``definitions.log`` is normal only for a data
+directory last written by a broker without a journal; otherwise the changes since the last
+snapshot are lost. Nobody can tell which, so recovery carries on and says so (WARNING), and the
+message logs of queues it no longer knows are set aside in the quarantine, never deleted
+(``messages.MessageStore.set_aside_unclaimed``). A cut journal tail is kept there too.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 
 from hutch_broker.store import errors, files, journal
 from hutch_broker.store.documents import KeyedDefinitions
+from hutch_broker.store.quarantine import Quarantine
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +84,16 @@ class DefinitionsStore:
     """``definitions.json`` plus ``definitions.log`` in one directory; event-loop thread only."""
 
     def __init__(
-        self, directory: Path, *, min_compaction_bytes: int = MIN_COMPACTION_BYTES
+        self,
+        directory: Path,
+        *,
+        min_compaction_bytes: int = MIN_COMPACTION_BYTES,
+        quarantine_dir: Path | None = None,
     ) -> None:
+        """``quarantine_dir`` defaults to ``<directory>/quarantine``."""
         self.snapshot_path = Path(directory) / SNAPSHOT_NAME
         self.journal_path = Path(directory) / JOURNAL_NAME
+        self._quarantine = Quarantine(quarantine_dir or Path(directory) / "quarantine")
         self._min_compaction_bytes = min_compaction_bytes
         self._pending = bytearray()
         self._pending_records = 0
@@ -95,12 +109,32 @@ class DefinitionsStore:
         snapshot = load_definitions(self.snapshot_path)
         self._snapshot_size = _size(self.snapshot_path)
         payloads = self._read_journal()
+        self._warn_if_incomplete(snapshot_found=snapshot is not None, records=len(payloads))
         if snapshot is None and not payloads:
             return None
         document = KeyedDefinitions(snapshot)
         for index, payload in enumerate(payloads):
             _apply(document, payload, f"{self.journal_path}: record {index}")
         return document.to_export()
+
+    def _warn_if_incomplete(self, *, snapshot_found: bool, records: int) -> None:
+        journal_found = self.journal_path.exists()
+        if snapshot_found and _size(self.journal_path) == 0:
+            log.warning(
+                "%s: %s while %s exists: normal only for a data directory last written by a "
+                "broker without a journal, else the definitions changed since the last "
+                "snapshot are lost (queue logs without a queue go to the quarantine)",
+                self.journal_path,
+                "empty" if journal_found else "missing",
+                self.snapshot_path,
+            )
+        elif not snapshot_found and journal_found and records == 0:
+            log.warning(
+                "%s: missing while %s exists: the definitions are lost; starting with the "
+                "defaults (queue logs without a queue go to the quarantine)",
+                self.snapshot_path,
+                self.journal_path,
+            )
 
     def stage(self, section: str, item: dict[str, Any], *, deleted: bool = False) -> None:
         """Encode one changed item now (later edits to ``item`` do not leak in)."""
@@ -186,13 +220,31 @@ class DefinitionsStore:
                 f"truncate the file to {found.valid_end} bytes."
             )
         if dropped:
-            log.warning(
-                "%s: torn tail at offset %d, truncating %d bytes", path, found.valid_end, dropped
-            )
-        if dropped:
-            os.truncate(path, found.valid_end)
+            self._cut_tail(data, found.valid_end)
         self._journal_size = found.valid_end
         return found.payloads
+
+    def _cut_tail(self, data: bytes, valid_end: int) -> None:
+        """A torn tail is a change nobody was told about; its bytes are kept all the same."""
+        path = self.journal_path
+        dropped = len(data) - valid_end
+        entry = self._quarantine.keep(
+            data[valid_end:],
+            name=f"{path.name}.tail-from-{valid_end}",
+            label=path.name,
+            reason=f"{path}: {dropped} bytes cut from offset {valid_end}.",
+        )
+        torn = journal.looks_torn(data, valid_end)
+        log.log(
+            logging.WARNING if torn else logging.ERROR,
+            "%s: %s at offset %d, truncating %d bytes (kept in %s)",
+            path,
+            "torn tail" if torn else "damaged last record (an acknowledged change may be lost)",
+            valid_end,
+            dropped,
+            entry,
+        )
+        os.truncate(path, valid_end)
 
 
 def _apply(document: KeyedDefinitions, payload: bytes, where: str) -> None:

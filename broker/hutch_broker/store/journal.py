@@ -97,6 +97,16 @@ def _check_header(data: bytes, name: str) -> None:
     raise errors.CorruptDefinitionsError(f"{name}: not a definitions journal")
 
 
+def looks_torn(data: bytes, offset: int) -> bool:
+    """Whether the bytes from ``offset`` on look like an interrupted append (zeros, a partial
+    header, a record running past the end) rather than a damaged, complete record."""
+    if not data[offset:].strip(b"\0") or offset + HEADER_SIZE > len(data):
+        return True
+    _, magic, version, length = _HEADER.unpack_from(data, offset)
+    complete = offset + HEADER_SIZE + length <= len(data)
+    return magic == RECORD_MAGIC and version == RECORD_VERSION and not complete
+
+
 def _valid_record_after(data: bytes, bad: int) -> bool:
     found = data.find(_MARKER, bad + 1 + _CRC_SIZE)
     while found >= 0:

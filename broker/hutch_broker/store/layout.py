@@ -12,6 +12,11 @@ crash never leaves a directory without it. The fsyncs that make it survive a pow
 to the queue log's next sync pass, which runs before any message in it is confirmed; a power
 cut before that can leave a directory whose metadata never reached the disk, holding nothing
 confirmed: ``existing`` skips it, and ``existing_queue_dir`` repairs it if its queue is declared.
+
+The directory name, not ``queue.json``, says whose log a directory is: the broker finds a log by
+hashing the names, and a damaged ``queue.json`` (unreadable, or naming another queue) cannot
+move the files. So such a label is kept aside in the quarantine, rewritten, and the log
+recovered, with an ERROR line: one flipped byte in it never stops the broker or hides messages.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import shutil
 import struct
 from pathlib import Path
 
-from hutch_broker.store import errors, files
+from hutch_broker.store import files
+from hutch_broker.store.quarantine import Quarantine
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +47,37 @@ def queue_path(root: Path, vhost: str, queue: str) -> Path:
     return root / digest.hexdigest()[:32]
 
 
-def existing_queue_dir(root: Path, vhost: str, queue: str) -> Path | None:
-    """The queue's directory if there is one (its metadata rewritten if it was lost), else None."""
+def existing_queue_dir(
+    root: Path, vhost: str, queue: str, *, quarantine: Quarantine
+) -> Path | None:
+    """The queue's directory if there is one (its metadata rewritten if it was lost or
+    damaged), else None."""
     path = queue_path(root, vhost, queue)
     if not path.is_dir():
         return None
     names = read_names(path)
-    if names is not None and names != (vhost, queue):
-        raise errors.StoreError(f"{path} belongs to queue {names!r}, not {(vhost, queue)!r}")
-    if names is None:
-        files.write_atomically(path / META_FILE, _meta_bytes(vhost, queue))
+    if names == (vhost, queue):
+        return path
+    meta = path / META_FILE
+    if meta.exists():
+        entry = quarantine.copy(
+            meta,
+            label=f"{path.name}-{META_FILE}",
+            reason=f"{meta}: names {names!r}, but the directory is that of {(vhost, queue)!r}.",
+        )
+        log.error(
+            "%s: names %r (unreadable if None), but the directory is that of queue %r in vhost "
+            "%r; kept in %s and rewritten, the log is recovered for %r",
+            meta,
+            names,
+            queue,
+            vhost,
+            entry,
+            queue,
+        )
+    else:
+        log.warning("%s: missing (a power cut before its first sync), rewritten", meta)
+    files.write_atomically(meta, _meta_bytes(vhost, queue))
     return path
 
 

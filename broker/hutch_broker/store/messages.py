@@ -7,23 +7,34 @@ instead of 27-80 ms one after the other.
 
 An exclusive ``flock`` on ``msgs/.lock`` keeps a second broker process (or a test that forgot
 to close) from opening the same logs and corrupting them.
+
+Start-up never deletes a log it cannot place. A log whose queue is not in the definitions (a
+lost ``definitions.log`` once made start-up delete every queue's messages, silently) and a log
+whose recovery fails are moved into the quarantine (``quarantine``) with an ERROR line; a queue
+whose log was set aside starts empty, and every other queue starts normally.
 """
 
 from __future__ import annotations
 
 import fcntl
 import functools
+import logging
 import os
+import struct
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hutch_broker.store import errors, files, layout, syncing
+from hutch_broker.store.quarantine import Quarantine
 from hutch_broker.store.queuestores import QueueStore
 from hutch_broker.store.records import StoredMessage
 from hutch_broker.store.syncing import SyncPass
 
 __all__ = ["MessageStore", "QueueStore", "StoredMessage"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_SIZE = 8 * 1024 * 1024
 MIN_SEGMENT_SIZE = 64
@@ -34,11 +45,19 @@ FSYNC_THREADS = 8
 class MessageStore:
     """All durable queue logs under <data_dir>/msgs/, one directory per (vhost, queue)."""
 
-    def __init__(self, data_dir: Path, *, segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        quarantine_dir: Path | None = None,
+    ) -> None:
+        """``quarantine_dir`` defaults to ``<data_dir>/quarantine``."""
         if not MIN_SEGMENT_SIZE <= segment_size <= MAX_SEGMENT_SIZE:
             raise ValueError(f"segment_size out of range: {segment_size}")
         self._segment_size = segment_size
         self._root = Path(data_dir) / "msgs"
+        self.quarantine = Quarantine(quarantine_dir or Path(data_dir) / "quarantine")
         self._root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _lock_directory(self._root)
         layout.remove_incomplete(self._root)
@@ -57,20 +76,81 @@ class MessageStore:
             store = self._queues.get((vhost, queue))
             if store is not None and not store.closed:
                 return store
-            directory = layout.existing_queue_dir(self._root, vhost, queue)
-            if directory is not None:
-                store = QueueStore(
-                    directory, segment_size=self._segment_size, fsync_pool=self._pool
-                )
-            else:
-                store = QueueStore(
-                    layout.queue_path(self._root, vhost, queue),
-                    segment_size=self._segment_size,
-                    fsync_pool=self._pool,
-                    create=functools.partial(layout.create_queue_dir, self._root, vhost, queue),
-                )
+            store = self._recover(vhost, queue) or self._new_log(vhost, queue)
             self._queues[(vhost, queue)] = store
             return store
+
+    def _recover(self, vhost: str, queue: str) -> QueueStore | None:
+        """The queue's recovered log; None if it has none, or if it was set aside."""
+        try:
+            directory = layout.existing_queue_dir(
+                self._root, vhost, queue, quarantine=self.quarantine
+            )
+            if directory is None:
+                return None
+            return QueueStore(
+                directory,
+                segment_size=self._segment_size,
+                fsync_pool=self._pool,
+                quarantine=self.quarantine,
+            )
+        except errors.UnsupportedFormatError:
+            raise  # another broker version's files: refuse, do not guess
+        except (errors.StoreError, OSError, ValueError, struct.error) as exc:
+            self._set_aside(vhost, queue, f"its recovery failed: {exc!r}")
+            return None
+
+    def _new_log(self, vhost: str, queue: str) -> QueueStore:
+        return QueueStore(
+            layout.queue_path(self._root, vhost, queue),
+            segment_size=self._segment_size,
+            fsync_pool=self._pool,
+            create=functools.partial(layout.create_queue_dir, self._root, vhost, queue),
+        )
+
+    def _set_aside(self, vhost: str, queue: str, why: str) -> None:
+        path = layout.queue_path(self._root, vhost, queue)
+        entry = self.quarantine.move(
+            path, label=f"queue-{path.name}", reason=f"{path}: log of {(vhost, queue)!r}; {why}"
+        )
+        log.error(
+            "queue %r in vhost %r: %s; its log %s was moved to %s, the queue starts empty",
+            queue,
+            vhost,
+            why,
+            path,
+            entry,
+        )
+
+    def set_aside_unclaimed(self, claimed: Iterable[tuple[str, str]]) -> list[Path]:
+        """Move every queue log that no queue in ``claimed`` (nor an open log) owns into the
+        quarantine, with an ERROR line each; the quarantine entries. Start-up calls this with
+        the durable queues of the recovered definitions, after opening their logs."""
+        with self._lock:
+            self._check_open()
+            owners = set(claimed) | set(self._queues)
+            kept = {layout.queue_path(self._root, vhost, queue).name for vhost, queue in owners}
+            return [
+                self._set_aside_unclaimed(entry)
+                for entry in sorted(self._root.iterdir())
+                if entry.is_dir() and "." not in entry.name and entry.name not in kept
+            ]
+
+    def _set_aside_unclaimed(self, path: Path) -> Path:
+        names = layout.read_names(path)
+        entry = self.quarantine.move(
+            path,
+            label=f"queue-{path.name}",
+            reason=f"{path}: log of {names!r}; no durable queue of that name in the definitions.",
+        )
+        log.error(
+            "%s: log of queue %r (vhost, queue; None if unlabelled), which is not a durable "
+            "queue in the definitions: moved to %s, not deleted",
+            path,
+            names,
+            entry,
+        )
+        return entry
 
     def delete_queue(self, vhost: str, queue: str) -> None:
         """Remove the queue's log, open or not; a no-op when there is none."""

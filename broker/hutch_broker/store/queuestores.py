@@ -36,6 +36,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from hutch_broker.store import compaction, errors, files, records, recovery, segments
+from hutch_broker.store.quarantine import Quarantine
 from hutch_broker.store.records import StoredMessage
 from hutch_broker.store.segments import Segment
 from hutch_broker.store.syncing import SyncPass
@@ -56,10 +57,12 @@ class QueueStore:
         segment_size: int,
         fsync_pool: Executor | None = None,
         create: Callable[[], list[Path]] | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
-        """Recover the log in ``directory``; or, given ``create``, start a new log whose
-        directory does not exist yet: the first append calls ``create`` to make it, and the
-        next sync fsyncs the paths it returns."""
+        """Recover the log in ``directory``, setting aside what cannot be used in
+        ``quarantine``; or, given ``create``, start a new log whose directory does not exist
+        yet: the first append calls ``create`` to make it, and the next sync fsyncs the paths
+        it returns."""
         self._directory = directory
         self._segment_size = segment_size
         self._fsync_pool = fsync_pool
@@ -68,7 +71,9 @@ class QueueStore:
         self._create = create
         self._unsynced_paths: list[Path] = []
         if create is None:
-            recovered = recovery.recover_directory(directory)
+            if quarantine is None:
+                raise ValueError("recovering a log needs a quarantine")
+            recovered = recovery.recover_directory(directory, quarantine=quarantine)
         else:
             recovered = recovery.RecoveredLog(segments={}, moved={}, messages=[], next_number=1)
         self._segments = recovered.segments
@@ -123,6 +128,7 @@ class QueueStore:
             offset = segment.size
             msg_id = segments.msg_id_of(segment.number, offset)
             head = records.encode_head(
+                seed=segment.seed(offset),
                 msg_id=msg_id,
                 enqueued_at_ms=enqueued_at_ms,
                 expire_at_ms=expire_at_ms,
@@ -178,7 +184,7 @@ class QueueStore:
             blob = segment.read_pending(offset, length)
             if blob is None:
                 blob = self._pread(segment, offset, length)
-        message = records.decode_record(blob, 0)
+        message = records.decode_record(blob, 0, seed=segment.seed(offset))
         if message is None or message.msg_id != msg_id:
             raise errors.CorruptRecordError(f"{self._directory}: record {msg_id:#x} is corrupt")
         return message
@@ -475,7 +481,7 @@ class QueueStore:
             return
         copies: list[tuple[int, bytes]] = []
         for offset, length in sorted(segment.live.items()):
-            msg_id = records.checked_msg_id(data, offset)
+            msg_id = records.checked_msg_id(data, offset, seed=segment.seed(offset))
             if msg_id is None or records.framed_length(data, offset) != length:
                 log.error("%s: corrupt record at %d, segment not compacted", segment.path, offset)
                 return
@@ -483,7 +489,7 @@ class QueueStore:
         for msg_id, raw in copies:
             target = self._segment_for(len(raw))
             offset = target.size
-            self._write_record(target, offset, len(raw), raw)
+            self._write_record(target, offset, len(raw), records.reseal(raw, target.seed(offset)))
             self._moved[msg_id] = segments.msg_id_of(target.number, offset)
         self._retire(segment)
         log.info("%s: compacted, %d live records copied", segment.path, len(copies))

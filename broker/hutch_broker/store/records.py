@@ -1,50 +1,70 @@
 """On-disk record formats of the message store: pure encode/decode, no I/O.
 
-Kept apart from the file handling so that the torn-write and bit-flip rules can be read (and
-tested) in one place. Everything is little-endian.
+Kept apart from the file handling so that the torn-write, bit-flip and forgery rules can be read
+(and tested) in one place. Everything is little-endian.
 
-Segment file ``msgs.NNNNNNNNNN``::
+Segment file ``msgs.NNNNNNNNNN`` (format version 2)::
 
-    file header   b"HMSG" + u32 format version                                     (8 bytes)
-    record*       u32 CRC32 of everything after it in the record
+    file header   b"HMSG" | u32 format version | u64 salt | u32 CRC32 of the 16 bytes before
+                                                                                   (20 bytes)
+    record*       u32 CRC32 of everything after it in the record, started from the record's
+                  seed (below)
                   | u16 magic 0x5248 ("HR") | u16 record version | u32 payload length (12 bytes)
                   payload: u64 msg_id | u64 enqueued_at_ms | u64 expire_at_ms
                            | u8 exchange length | u8 routing-key length
                            | u32 properties length | u64 body length                 (38 bytes)
                            | exchange | routing key | raw properties | body
 
+    seed          CRC32 of (u64 salt | u32 offset of the record in its segment)
+
 The lengths sit together in front so that decoding is one ``unpack_from`` plus slices, and the
 checksum comes first so that it covers one contiguous range: recovery reads 100k messages in
 well under a second. The msg_id is stored in the record (not only implied by its position) so
-that compaction can copy a live record, byte for byte, to a newer segment without changing the
-id the broker holds.
+that compaction can copy a live record to a newer segment without changing the id the broker
+holds; the copy is re-sealed (``reseal``) for its new position.
+
+Why the seed: after damage, recovery looks ahead for the next valid record (below), and a
+message body is client-chosen bytes. With a plain checksum a client could publish a body that
+*is* a complete, valid record and, after a torn tail or a flipped byte in front of it, have it
+served as a message nobody published (a forged message, seen in the "Broker trust" torture
+suite). Starting each record's CRC from a seed that mixes the segment's salt (64 random bits,
+written only to the file header, never sent to any client) with the record's own offset binds a
+record to one position of one segment file: a body cannot carry a record valid where it lands
+without knowing the salt, except by a 2^-32 guess per candidate, the same odds as random damage
+passing the checksum. Originals must also hold the msg_id of their position. We chose this over
+ending the scan at the first bad record, which is simpler but gives up every confirmed record
+behind one flipped bit. The header has its own CRC so that a flipped byte in it (damage, whose
+salt can still be proven by the records it verifies) is told apart from an intact header of a
+format this version does not read (refused, never guessed at). Version 1 (no salt) is refused.
 
 Ack file ``acks.NNNNNNNNNN``: 8-byte records ``u32 offset | u32 CRC32(offset) ^ ACK_SALT``. The
 checksum makes a zero-filled or garbage tail (a power cut after the size grew but before the
-data landed) detectable; the salt keeps an all-zero record invalid.
+data landed) detectable; the salt keeps an all-zero record invalid. Ack files hold no client
+bytes, and their records have a fixed size, so a bad one is simply skipped.
 
 Rules shared by the scanners: a record is served only if its framing is complete, its CRC
-matches, its fields fill the payload exactly and its msg_id fits its position. At the first bad
-record the segment scan looks ahead for the next valid record that sits at its own msg_id; if
-there is one, only the bad bytes are skipped (a flipped bit in the middle of a segment must not
-take the confirmed records behind it down too), otherwise the scan ends there and the caller
-truncates the file: a torn tail is never served and never resurfaces. Ack files simply stop at
-their first bad record.
+(from its seed) matches, its fields fill the payload exactly and its msg_id fits its position.
+At the first bad record the segment scan looks ahead for the next valid record; if there is
+one, only the bad bytes are skipped (a flipped bit in the middle of a segment must not take the
+confirmed records behind it down too), otherwise the scan ends there and the caller cuts the
+file there: a torn tail is never served and never resurfaces.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 import zlib
 from dataclasses import dataclass
 
 SEGMENT_MAGIC = b"HMSG"
-FORMAT_VERSION = 1
-FILE_HEADER = SEGMENT_MAGIC + struct.pack("<I", FORMAT_VERSION)
-FILE_HEADER_SIZE = len(FILE_HEADER)
+FORMAT_VERSION = 2
+_FILE_HEADER = struct.Struct("<4sIQI")  # magic, version, salt, CRC32 of the rest
+FILE_HEADER_SIZE = _FILE_HEADER.size
+_UNSALTED_VERSION = 1  # 8-byte header, no salt: written before 2, refused
 
 RECORD_MAGIC = 0x5248
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 MAX_PAYLOAD = 0xFFFF_FFFF
 MAX_SHORTSTR = 255
 
@@ -52,6 +72,7 @@ _HEADER = struct.Struct("<IHHI")  # crc, magic, version, payload length
 _FRAMING = struct.Struct("<HHI")  # the header after the crc: magic, version, payload length
 _FIELDS = struct.Struct("<QQQBBIQ")  # msg_id, enqueued, expire-at, the four lengths
 _MSG_ID = struct.Struct("<Q")
+_SEED = struct.Struct("<QI")  # salt, offset
 _ACK = struct.Struct("<II")
 _ACK_SALT = 0x48_41_43_4B  # "HACK"
 _MARKER = struct.pack("<HH", RECORD_MAGIC, RECORD_VERSION)
@@ -76,6 +97,44 @@ class StoredMessage:
     body: bytes
 
 
+class HeaderState(enum.Enum):
+    VALID = "valid"
+    SHORT = "short"  # fewer bytes than a header: created, never written (or cut down to that)
+    OTHER_VERSION = "other version"  # an intact header of a format this version does not read
+    DAMAGED = "damaged"  # the header checksum fails: its salt may still be intact
+
+
+@dataclass(frozen=True, slots=True)
+class FileHeader:
+    state: HeaderState
+    version: int
+    salt: int  # as written; proven only by records that verify with it when DAMAGED
+
+
+def file_header(salt: int) -> bytes:
+    """The header of a new segment file with this salt."""
+    head = _FILE_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, salt, 0)[:-_CRC_SIZE]
+    return head + zlib.crc32(head).to_bytes(_CRC_SIZE, "little")
+
+
+def parse_file_header(data: Buffer) -> FileHeader:
+    if len(data) < FILE_HEADER_SIZE:
+        return FileHeader(HeaderState.SHORT, 0, 0)
+    magic, version, salt, crc = _FILE_HEADER.unpack_from(data, 0)
+    if magic == SEGMENT_MAGIC and version == _UNSALTED_VERSION:
+        return FileHeader(HeaderState.OTHER_VERSION, version, 0)
+    if zlib.crc32(memoryview(data)[: FILE_HEADER_SIZE - _CRC_SIZE]) != crc:
+        return FileHeader(HeaderState.DAMAGED, version, salt)
+    if magic != SEGMENT_MAGIC or version != FORMAT_VERSION:
+        return FileHeader(HeaderState.OTHER_VERSION, version, salt)
+    return FileHeader(HeaderState.VALID, version, salt)
+
+
+def record_seed(salt: int, offset: int) -> int:
+    """Where the CRC of the record at ``offset`` of a segment with this salt starts."""
+    return zlib.crc32(_SEED.pack(salt, offset))
+
+
 def encode_name(name: str, *, what: str) -> bytes:
     """Encode an exchange name or routing key; surrogatepass so that any str round-trips."""
     encoded = name.encode("utf-8", "surrogatepass")
@@ -92,6 +151,7 @@ def record_size(*, exchange: bytes, routing_key: bytes, raw_properties: bytes, b
 
 def encode_head(
     *,
+    seed: int,
     msg_id: int,
     enqueued_at_ms: int,
     expire_at_ms: int,
@@ -100,7 +160,10 @@ def encode_head(
     raw_properties: bytes,
     body: bytes,
 ) -> bytes:
-    """Everything of a record but the body, which the caller appends unchanged (no copy here)."""
+    """Everything of a record but the body, which the caller appends unchanged (no copy here).
+
+    ``seed`` is ``record_seed`` of the segment's salt and the offset the record goes to.
+    """
     fields = b"".join(
         (
             _FIELDS.pack(
@@ -121,8 +184,14 @@ def encode_head(
     if payload_length > MAX_PAYLOAD:
         raise ValueError(f"message too large for one record: {payload_length} bytes")
     framing = _FRAMING.pack(RECORD_MAGIC, RECORD_VERSION, payload_length)
-    crc = zlib.crc32(body, zlib.crc32(fields, zlib.crc32(framing)))
+    crc = zlib.crc32(body, zlib.crc32(fields, zlib.crc32(framing, seed)))
     return b"".join((crc.to_bytes(4, "little"), framing, fields))
+
+
+def reseal(record: Buffer, seed: int) -> bytes:
+    """A verified record, checksummed for another position (a compaction copy)."""
+    body = memoryview(record)[_CRC_SIZE:]
+    return zlib.crc32(body, seed).to_bytes(_CRC_SIZE, "little") + bytes(body)
 
 
 def framed_length(data: Buffer, offset: int) -> int | None:
@@ -136,26 +205,29 @@ def framed_length(data: Buffer, offset: int) -> int | None:
     return length if offset + length <= len(data) else None
 
 
-def _checked_length(data: Buffer, offset: int, view: memoryview) -> int | None:
+def _checked_length(data: Buffer, offset: int, seed: int) -> int | None:
     length = framed_length(data, offset)
     if length is None:
         return None
-    crc = zlib.crc32(view[offset + _CRC_SIZE : offset + length])
+    crc = zlib.crc32(memoryview(data)[offset + _CRC_SIZE : offset + length], seed)
     return length if crc == _HEADER.unpack_from(data, offset)[0] else None
 
 
 def decode_record(
-    data: Buffer, offset: int, view: memoryview | None = None
+    data: Buffer, offset: int, *, seed: int, view: memoryview | None = None
 ) -> StoredMessage | None:
-    """The record at ``offset``, or None when it is torn, corrupt or inconsistent.
+    """The record at ``offset``, or None when it is torn, corrupt, inconsistent or not sealed
+    for ``seed`` (its position).
 
     ``view``, a memoryview of ``data``, saves creating one per record when scanning.
     """
-    decoded = _decode(data, offset, memoryview(data) if view is None else view)
+    decoded = _decode(data, offset, seed, memoryview(data) if view is None else view)
     return None if decoded is None else decoded[0]
 
 
-def _decode(data: Buffer, offset: int, view: memoryview) -> tuple[StoredMessage, int] | None:
+def _decode(
+    data: Buffer, offset: int, seed: int, view: memoryview
+) -> tuple[StoredMessage, int] | None:
     """The record at ``offset`` and its end; the recovery hot path, hence in one piece."""
     start = offset + HEADER_SIZE
     if start > len(data):
@@ -167,7 +239,7 @@ def _decode(data: Buffer, offset: int, view: memoryview) -> tuple[StoredMessage,
         or version != RECORD_VERSION
         or payload_length < _FIELDS.size
         or end > len(data)
-        or zlib.crc32(view[offset + _CRC_SIZE : end]) != crc
+        or zlib.crc32(view[offset + _CRC_SIZE : end], seed) != crc
     ):
         return None
     msg_id, enqueued, expire_at, exchange_length, key_length, properties_length, body_length = (
@@ -190,9 +262,9 @@ def _decode(data: Buffer, offset: int, view: memoryview) -> tuple[StoredMessage,
     return message, end
 
 
-def checked_msg_id(data: Buffer, offset: int) -> int | None:
+def checked_msg_id(data: Buffer, offset: int, *, seed: int) -> int | None:
     """The msg_id of the record at ``offset`` if its checksum holds, without decoding it."""
-    if _checked_length(data, offset, memoryview(data)) is None:
+    if _checked_length(data, offset, seed) is None:
         return None
     return int(_MSG_ID.unpack_from(data, offset + HEADER_SIZE)[0])
 
@@ -200,28 +272,30 @@ def checked_msg_id(data: Buffer, offset: int) -> int | None:
 @dataclass(frozen=True, slots=True)
 class SegmentScan:
     records: list[tuple[int, int, StoredMessage]]  # (offset, length, message) in file order
-    skipped: list[int]  # offsets where corrupt bytes began that valid records follow
-    valid_end: int  # where the file must be truncated to drop a torn or corrupt tail
+    skipped: list[tuple[int, int]]  # (start, end) of corrupt bytes that valid records follow
+    valid_end: int  # where the file must be cut to drop a torn or corrupt tail
 
 
-def scan_segment(data: bytes, *, number: int, start: int = FILE_HEADER_SIZE) -> SegmentScan:
+def scan_segment(
+    data: bytes, *, number: int, salt: int, start: int = FILE_HEADER_SIZE
+) -> SegmentScan:
     """Every valid record of segment ``number``'s file bytes, in file order."""
     view = memoryview(data)
     records: list[tuple[int, int, StoredMessage]] = []
-    skipped: list[int] = []
+    skipped: list[tuple[int, int]] = []
     base_id = number << 32
     pos = start
     while pos < len(data):
-        decoded = _decode(data, pos, view)
+        decoded = _decode(data, pos, record_seed(salt, pos), view)
         if decoded is not None and _plausible_id(decoded[0].msg_id, base_id, pos):
             message, end = decoded
             records.append((pos, end - pos, message))
             pos = end
             continue
-        resume = _resync(data, pos + 1, base_id, view)
+        resume = _resync(data, pos + 1, base_id, salt, view)
         if resume is None:
             break
-        skipped.append(pos)
+        skipped.append((pos, resume))
         pos = resume
     return SegmentScan(records=records, skipped=skipped, valid_end=pos)
 
@@ -231,20 +305,31 @@ def _plausible_id(msg_id: int, base_id: int, offset: int) -> bool:
     return msg_id == base_id | offset or (1 << 32) <= msg_id < base_id
 
 
-def _resync(data: bytes, start: int, base_id: int, view: memoryview) -> int | None:
-    """The next original (not copied) valid record after corrupt bytes, if there is one.
+def _resync(data: bytes, start: int, base_id: int, salt: int, view: memoryview) -> int | None:
+    """The next valid record after corrupt bytes, if there is one.
 
-    Only originals qualify: their msg_id must equal their position, which bytes that merely
-    look like a record (inside a body, or stale blocks after a power cut) practically never do.
+    Safe against forged records inside a body: a candidate must verify with the seed of the
+    position it sits at, which only the salt's owner can compute (see the module docstring).
     """
     found = data.find(_MARKER, start + _CRC_SIZE)
     while found >= 0:
         candidate = found - _CRC_SIZE
-        message = decode_record(data, candidate, view)
-        if message is not None and message.msg_id == base_id | candidate:
+        message = decode_record(data, candidate, seed=record_seed(salt, candidate), view=view)
+        if message is not None and _plausible_id(message.msg_id, base_id, candidate):
             return candidate
         found = data.find(_MARKER, found + 1)
     return None
+
+
+def looks_torn(data: Buffer, offset: int) -> bool:
+    """Whether the bytes from ``offset`` on look like an interrupted write rather than damage:
+    zeros (a power cut after the size grew), a partial header, or a record running past the end.
+    """
+    if not bytes(data[offset:]).strip(b"\0") or offset + HEADER_SIZE > len(data):
+        return True
+    _, magic, version, payload_length = _HEADER.unpack_from(data, offset)
+    complete = offset + HEADER_SIZE + payload_length <= len(data)
+    return magic == RECORD_MAGIC and version == RECORD_VERSION and not complete
 
 
 def encode_ack(offset: int) -> bytes:
@@ -255,14 +340,23 @@ def _ack_check(offset: int) -> int:
     return zlib.crc32(offset.to_bytes(4, "little")) ^ _ACK_SALT
 
 
-def scan_acks(data: bytes) -> tuple[list[int], int]:
-    """Acked offsets in an ack file's bytes, and where its valid part ends."""
+@dataclass(frozen=True, slots=True)
+class AckScan:
+    offsets: list[int]  # acked offsets, in file order
+    bad: list[int]  # offsets of damaged ack records with valid ones after them, skipped
+    valid_end: int  # end of the last valid record: the file is cut there
+
+
+def scan_acks(data: Buffer) -> AckScan:
+    """Acked offsets in an ack file's bytes; a bad record is skipped, a bad tail cut."""
     offsets: list[int] = []
-    pos = 0
+    bad: list[int] = []
+    pos = valid_end = 0
     while pos + ACK_RECORD_SIZE <= len(data):
         offset, check = _ACK.unpack_from(data, pos)
-        if check != _ack_check(offset):
-            break
-        offsets.append(offset)
+        if check == _ack_check(offset):
+            offsets.append(offset)
+            bad.extend(range(valid_end, pos, ACK_RECORD_SIZE))
+            valid_end = pos + ACK_RECORD_SIZE
         pos += ACK_RECORD_SIZE
-    return offsets, pos
+    return AckScan(offsets=offsets, bad=bad, valid_end=valid_end)

@@ -13,6 +13,14 @@ records and redirects later acks to the copy. If the newest copy is live the mes
 and every older copy gets an ack record (so the old segment drains and is deleted normally; an
 ack on an older copy therefore means nothing); if it is acked, the message is gone. A copy that
 never became durable simply is not there, and the older one, still unacked, serves.
+
+Damage is reported, never hidden, and nothing is deleted (``quarantine``): cut tails are kept
+as bytes, a segment with skipped corrupt bytes or a damaged header is copied aside before it is
+repaired, and a segment none of whose records verifies (its salt is gone, see ``records``) is
+moved aside with its ack file. Each gets one ERROR line naming the file and where it was put; a
+torn tail that looks like an interrupted write (never confirmed) gets a WARNING, its bytes are
+kept all the same. Only a segment written in a format this version does not read stops the
+recovery (``UnsupportedFormatError``): guessing at it could serve garbage.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hutch_broker.store import errors, records, segments
+from hutch_broker.store.quarantine import Quarantine
 from hutch_broker.store.records import StoredMessage
 from hutch_broker.store.segments import Segment
 
@@ -45,15 +54,14 @@ class _Scan:
     copies: dict[int, list[int]] = field(default_factory=dict)  # msg_id -> copy positions
 
 
-def recover_directory(directory: Path) -> RecoveredLog:
+def recover_directory(directory: Path, *, quarantine: Quarantine) -> RecoveredLog:
     """Scan, repair and index every segment in ``directory``."""
     segment_numbers, ack_numbers = _list_numbers(directory)
     for orphan in sorted(ack_numbers - segment_numbers):
-        # the segment went first (``Segment.unlink``); its acks mean nothing any more
-        (directory / segments.ack_name(orphan)).unlink(missing_ok=True)
+        _set_aside_orphan_acks(directory / segments.ack_name(orphan), quarantine)
     scan = _Scan()
     for number in sorted(segment_numbers):
-        _scan_one(directory, number, scan)
+        _scan_one(_SegmentFile(directory, number, quarantine), scan)
     _resolve_copies(scan)
     messages = list(scan.live.values())
     if scan.copies:
@@ -80,25 +88,172 @@ def _list_numbers(directory: Path) -> tuple[set[int], set[int]]:
     return segment_numbers, ack_numbers
 
 
-def _scan_one(directory: Path, number: int, scan: _Scan) -> None:
-    path = directory / segments.segment_name(number)
-    data = path.read_bytes()
-    start = _checked_start(data, path)
-    found = records.scan_segment(data, number=number, start=start)
-    for offset in found.skipped:
-        log.error("%s: corrupt bytes at offset %d skipped (checksum mismatch)", path, offset)
-    if found.valid_end < len(data):
-        log.warning(
-            "%s: torn or corrupt tail at offset %d, truncating %d bytes",
-            path,
-            found.valid_end,
-            len(data) - found.valid_end,
+def _set_aside_orphan_acks(path: Path, quarantine: Quarantine) -> None:
+    """An ack file whose segment is gone: normal only if a crash hit ``Segment.unlink``
+    between its two unlinks; otherwise the segment and its messages were lost."""
+    entry = quarantine.move(
+        path,
+        label=f"{path.parent.name}-{path.name}",
+        reason=f"{path}: ack file without its segment file; the segment is missing.",
+    )
+    log.error(
+        "%s: ack file without its segment (the segment was lost, unless the broker stopped "
+        "while deleting it); moved to %s",
+        path,
+        entry,
+    )
+
+
+@dataclass(frozen=True)
+class _SegmentFile:
+    directory: Path
+    number: int
+    quarantine: Quarantine
+
+    @property
+    def path(self) -> Path:
+        return self.directory / segments.segment_name(self.number)
+
+    @property
+    def ack_path(self) -> Path:
+        return self.directory / segments.ack_name(self.number)
+
+    @property
+    def label(self) -> str:
+        return f"{self.directory.name}-{self.path.name}"
+
+
+def _scan_one(segment: _SegmentFile, scan: _Scan) -> None:
+    data = segment.path.read_bytes()
+    header = records.parse_file_header(data)
+    if header.state is records.HeaderState.SHORT:
+        _note_short(segment, f"{len(data)} bytes, less than a file header", scan)
+        return
+    if header.state is records.HeaderState.OTHER_VERSION:
+        raise errors.UnsupportedFormatError(
+            f"{segment.path}: segment format version {header.version}, this broker reads "
+            f"version {records.FORMAT_VERSION} only (version 1 was a pre-release format); "
+            "start the broker version that wrote it, or move the data directory away"
         )
-        os.truncate(path, found.valid_end)
+    found = records.scan_segment(data, number=segment.number, salt=header.salt)
+    damaged_header = header.state is records.HeaderState.DAMAGED
+    if damaged_header and not found.records:
+        if len(data) > records.FILE_HEADER_SIZE:
+            _set_aside_unreadable(segment, data)
+        else:
+            _note_short(segment, "a damaged file header and no records", scan)
+        return
+    if found.skipped:
+        _report_skipped(segment, found)
+    if damaged_header:
+        _repair_header(segment, header.salt, len(found.records))
+    if found.valid_end < len(data):
+        _cut_tail(segment, data, found.valid_end)
+    _index(segment, found, scan, salt=header.salt)
+
+
+def _note_short(segment: _SegmentFile, what: str, scan: _Scan) -> None:
+    """A segment without records: normal when a crash came before its first sync."""
+    log.warning(
+        "%s: %s (created but never written before a crash, or cut short); it holds no "
+        "records and is removed with the log's next sync",
+        segment.path,
+        what,
+    )
+    size = records.FILE_HEADER_SIZE
+    scan.segments[segment.number] = Segment(
+        segment.directory, segment.number, size=size, live={}, salt=0
+    )
+
+
+def _set_aside_unreadable(segment: _SegmentFile, data: bytes) -> None:
+    entry = segment.quarantine.move(
+        segment.path,
+        segment.ack_path,
+        label=segment.label,
+        reason=(
+            f"{segment.path}: damaged file header and no record verifies with its salt; "
+            f"{len(data)} bytes could not be read."
+        ),
+    )
+    log.error(
+        "%s: damaged file header and no record verifies with its salt: unreadable segment "
+        "(%d bytes) moved to %s; its messages are not recovered",
+        segment.path,
+        len(data),
+        entry,
+    )
+
+
+def _repair_header(segment: _SegmentFile, salt: int, verified: int) -> None:
+    """The salt is proven by the records that verify with it: keep a copy, fix the header."""
+    entry = segment.quarantine.copy(
+        segment.path,
+        label=segment.label,
+        reason=f"{segment.path}: damaged file header, as found before it was rewritten.",
+    )
+    log.error(
+        "%s: damaged file header; %d records verify with its salt and are recovered; the file "
+        "as found is kept in %s, its header rewritten",
+        segment.path,
+        verified,
+        entry,
+    )
+    fd = os.open(segment.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.pwrite(fd, records.file_header(salt), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _report_skipped(segment: _SegmentFile, found: records.SegmentScan) -> None:
+    entry = segment.quarantine.copy(
+        segment.path,
+        label=segment.label,
+        reason=f"{segment.path}: corrupt bytes at {found.skipped} (start, end), skipped.",
+    )
+    for start, end in found.skipped:
+        log.error(
+            "%s: corrupt bytes at offsets %d-%d skipped (checksum mismatch), records after them "
+            "recovered; the file as found is kept in %s",
+            segment.path,
+            start,
+            end,
+            entry,
+        )
+
+
+def _cut_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
+    """Keep the bytes, then cut the file: a tail is never served and never resurfaces."""
+    dropped = len(data) - valid_end
+    torn = records.looks_torn(data, valid_end)
+    if data[valid_end:].strip(b"\0"):
+        kept: object = segment.quarantine.keep(
+            data[valid_end:],
+            name=f"{segment.path.name}.tail-from-{valid_end}",
+            label=segment.label,
+            reason=f"{segment.path}: {dropped} bytes cut from offset {valid_end}.",
+        )
+    else:
+        kept = "nowhere (all zero bytes)"
+    log.log(
+        logging.WARNING if torn else logging.ERROR,
+        "%s: %s tail at offset %d, %d bytes cut off (kept in %s)",
+        segment.path,
+        "torn (an interrupted write, never confirmed)" if torn else "corrupt",
+        valid_end,
+        dropped,
+        kept,
+    )
+    os.truncate(segment.path, valid_end)
+
+
+def _index(segment: _SegmentFile, found: records.SegmentScan, scan: _Scan, *, salt: int) -> None:
     offsets = {offset for offset, _, _ in found.records}
-    acked = _read_acks(directory / segments.ack_name(number), offsets)
+    acked = _read_acks(segment, offsets)
     live: dict[int, int] = {}
-    base_id = segments.msg_id_of(number, 0)
+    base_id = segments.msg_id_of(segment.number, 0)
     for offset, length, message in found.records:
         position = base_id | offset
         if message.msg_id != position:
@@ -108,29 +263,50 @@ def _scan_one(directory: Path, number: int, scan: _Scan) -> None:
         else:
             live[offset] = length
             scan.live[position] = message
-    scan.segments[number] = Segment(directory, number, size=max(found.valid_end, start), live=live)
+    size = max(found.valid_end, records.FILE_HEADER_SIZE)
+    scan.segments[segment.number] = Segment(
+        segment.directory, segment.number, size=size, live=live, salt=salt
+    )
 
 
-def _checked_start(data: bytes, path: Path) -> int:
-    header = data[: records.FILE_HEADER_SIZE]
-    if header == records.FILE_HEADER or len(header) < records.FILE_HEADER_SIZE:
-        return records.FILE_HEADER_SIZE
-    if header.startswith(records.SEGMENT_MAGIC):
-        raise errors.UnsupportedFormatError(f"{path}: unknown segment format {header[4:]!r}")
-    log.warning("%s: damaged file header, scanning its records anyway", path)
-    return records.FILE_HEADER_SIZE
-
-
-def _read_acks(path: Path, record_offsets: set[int]) -> set[int]:
+def _read_acks(segment: _SegmentFile, record_offsets: set[int]) -> set[int]:
+    path = segment.ack_path
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return set()
-    offsets, valid_end = records.scan_acks(data)
-    if valid_end < len(data):
-        log.warning("%s: torn ack tail at offset %d, truncating", path, valid_end)
-        os.truncate(path, valid_end)
-    return record_offsets.intersection(offsets)
+    found = records.scan_acks(data)
+    if found.bad:
+        log.warning(
+            "%s: %d damaged ack records at %s skipped; those messages will be delivered again",
+            path,
+            len(found.bad),
+            found.bad[:10],
+        )
+    if found.valid_end < len(data):
+        _cut_ack_tail(segment, data, found.valid_end)
+    return record_offsets.intersection(found.offsets)
+
+
+def _cut_ack_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
+    """A lost ack only brings a message back, hence a WARNING; the bytes are kept all the same."""
+    path = segment.ack_path
+    kept: object = "nowhere (all zero bytes)"
+    if data[valid_end:].strip(b"\0"):
+        kept = segment.quarantine.keep(
+            data[valid_end:],
+            name=f"{path.name}.tail-from-{valid_end}",
+            label=f"{segment.directory.name}-{path.name}",
+            reason=f"{path}: {len(data) - valid_end} bytes cut from offset {valid_end}.",
+        )
+    log.warning(
+        "%s: torn ack tail at offset %d, %d bytes cut off (kept in %s)",
+        path,
+        valid_end,
+        len(data) - valid_end,
+        kept,
+    )
+    os.truncate(path, valid_end)
 
 
 def _resolve_copies(scan: _Scan) -> None:

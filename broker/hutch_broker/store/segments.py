@@ -16,6 +16,7 @@ its ``sync()`` closes the write fd, so a worker thread never fsyncs a recycled d
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from hutch_broker.store import records
@@ -65,6 +66,7 @@ class Segment:
         "number",
         "pending",
         "retire_gen",
+        "salt",
         "sealed",
         "size",
         "unsynced",
@@ -77,9 +79,11 @@ class Segment:
         *,
         size: int,
         live: dict[int, int],
+        salt: int,
     ) -> None:
         self.directory = directory
         self.number = number
+        self.salt = salt  # from the file header; every record's checksum depends on it
         self.size = size  # logical end: bytes in the file plus bytes still in ``pending``
         self.flushed = size  # bytes handed to the kernel
         self.pending = bytearray()
@@ -95,11 +99,11 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, number: int) -> Segment:
         """A new, empty, writable segment; the file exists when this returns."""
-        segment = cls(directory, number, size=0, live={})
+        segment = cls(directory, number, size=0, live={}, salt=secrets.randbits(64))
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         segment.fd = os.open(segment.path, flags, 0o644)
         segment.sealed = False
-        segment.write(records.FILE_HEADER)
+        segment.write(records.file_header(segment.salt))
         return segment
 
     @property
@@ -113,6 +117,10 @@ class Segment:
     @property
     def retiring(self) -> bool:
         return self.retire_gen > 0
+
+    def seed(self, offset: int) -> int:
+        """The checksum seed of a record at ``offset`` in this segment (see ``records``)."""
+        return records.record_seed(self.salt, offset)
 
     def write(self, *chunks: bytes) -> None:
         for chunk in chunks:

@@ -111,10 +111,22 @@ def test_a_flipped_bit_in_the_file_header_does_not_hide_records(pristine, damage
     assert queue.recover() == _expected(fields, ids)
 
 
-def test_unknown_format_version_is_refused(pristine, damaged):
+def test_a_flipped_version_byte_is_damage_not_another_format(pristine, damaged, fields):
+    """It used to stop the broker (UnsupportedFormatError); the header checksum tells apart."""
+    template, ids, segment = pristine
+    _store, queue = damaged(template, _flip(segment.name, 4, mask=0x02))
+    assert queue.recover() == _expected(fields, ids)
+
+
+def test_an_intact_header_of_another_format_version_is_refused(pristine, damaged):
     template, _, segment = pristine
-    with pytest.raises(UnsupportedFormatError):
-        damaged(template, _flip(segment.name, 4, mask=0x02))
+
+    def older_format(queue_dir):
+        data = (queue_dir / segment.name).read_bytes()
+        (queue_dir / segment.name).write_bytes(b"HMSG\x01\x00\x00\x00" + data[20:])
+
+    with pytest.raises(UnsupportedFormatError, match="version 1"):
+        damaged(template, older_format)
 
 
 def test_zero_filled_tail_after_a_power_cut_is_dropped(pristine, damaged, fields):
@@ -166,19 +178,19 @@ def test_garbage_ack_tail_is_ignored_and_acks_still_append(acked_pristine, damag
     queue.ack(ids[3])
     queue.sync()
     data = (queue.directory / ack_file).read_bytes()
-    offsets, valid_end = records.scan_acks(data)
-    assert valid_end == len(data)
-    assert offsets == [i & segments.OFFSET_MASK for i in ids[:4]]
+    found = records.scan_acks(data)
+    assert found.valid_end == len(data)
+    assert found.offsets == [i & segments.OFFSET_MASK for i in ids[:4]]
 
 
 def test_stray_and_orphan_files(pristine, damaged, fields):
-    """An ack file without its segment and a segment torn at creation are cleaned away."""
+    """An ack file without its segment is set aside, a segment torn at creation cleaned away."""
     template, ids, _ = pristine
     orphan = segments.ack_name(9999)
 
     def damage(queue_dir):
         (queue_dir / orphan).write_bytes(records.encode_ack(8))
-        (queue_dir / segments.segment_name(5000)).write_bytes(records.FILE_HEADER[:3])
+        (queue_dir / segments.segment_name(5000)).write_bytes(records.file_header(0)[:3])
 
     _store, queue = damaged(template, damage)
     assert queue.recover() == _expected(fields, ids)
