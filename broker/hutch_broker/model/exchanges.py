@@ -2,11 +2,11 @@
 
 Routing is the hot path of every publish, so each exchange type keeps the
 index that makes its match cheap: a dict for direct, a list for fanout, a
-word trie plus a bounded result cache for topic, and a linear scan for
-headers (whose bindings are few in practice).  An exchange returns the
-*bindings' destinations*; following exchange-to-exchange bindings and
-alternate exchanges is the vhost's job (``vhosts.VirtualHost.route``),
-because it needs the whole graph and a visited set.
+word trie (``topics``, matched in bounded time) plus a bounded result cache
+for topic, and a linear scan for headers (whose bindings are few in
+practice).  An exchange returns the *bindings' destinations*; following
+exchange-to-exchange bindings and alternate exchanges is the vhost's job
+(``vhosts.VirtualHost.route``), because it needs the whole graph and a visited set.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from hutch_broker.model import topics
 from hutch_broker.protocol import errors
 
 if TYPE_CHECKING:
@@ -171,92 +172,37 @@ class FanoutExchange(Exchange):
         self._targets.remove(binding.destination)
 
 
-class _TrieNode:
-    __slots__ = ("children", "targets")
-
-    def __init__(self) -> None:
-        self.children: dict[str, _TrieNode] = {}
-        self.targets: list[Queue | Exchange] = []
-
-
 class TopicExchange(Exchange):
-    """`*` matches one word, `#` zero or more; results cached per routing key."""
+    """`*` matches one word, `#` zero or more; results cached per routing key.
+
+    The matching itself is ``topics.TopicTrie``: bounded by routing-key words
+    times trie nodes, whatever ``#`` words the bindings hold.
+    """
 
     kind = "topic"
 
     def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
-        self._root = _TrieNode()
+        self._trie: topics.TopicTrie[Queue | Exchange] = topics.TopicTrie()
         self._cache: dict[str, list[Queue | Exchange]] = {}
 
     def match(self, routing_key: str, headers: HeadersSource) -> Iterable[Queue | Exchange]:
         cached = self._cache.get(routing_key)
         if cached is not None:
             return cached
-        found: list[Queue | Exchange] = []
-        seen: set[int] = set()
-        _topic_walk(self._root, routing_key.split("."), 0, found, seen)
+        found = self._trie.match(routing_key)
         if len(self._cache) >= _TOPIC_CACHE_LIMIT:
             self._cache.clear()
         self._cache[routing_key] = found
         return found
 
     def _index_add(self, binding: Binding) -> None:
-        node = self._root
-        for word in binding.routing_key.split("."):
-            node = node.children.setdefault(word, _TrieNode())
-        node.targets.append(binding.destination)
+        self._trie.add(binding.routing_key, binding.destination)
         self._cache.clear()
 
     def _index_remove(self, binding: Binding) -> None:
-        path = [self._root]
-        for word in binding.routing_key.split("."):
-            path.append(path[-1].children[word])
-        path[-1].targets.remove(binding.destination)
-        words = binding.routing_key.split(".")
-        for depth in range(len(words), 0, -1):
-            node = path[depth]
-            if node.targets or node.children:
-                break
-            del path[depth - 1].children[words[depth - 1]]
+        self._trie.remove(binding.routing_key, binding.destination)
         self._cache.clear()
-
-
-def _topic_walk(
-    node: _TrieNode,
-    words: list[str],
-    index: int,
-    found: list[Queue | Exchange],
-    seen: set[int],
-) -> None:
-    """Depth-first match of ``words[index:]`` below ``node``; dedups by identity."""
-    if index == len(words):
-        _collect(node.targets, found, seen)
-        hash_node = node.children.get("#")
-        if hash_node is not None:
-            _topic_walk(hash_node, words, index, found, seen)
-        return
-    word = words[index]
-    exact = node.children.get(word)
-    if exact is not None:
-        _topic_walk(exact, words, index + 1, found, seen)
-    star = node.children.get("*")
-    if star is not None:
-        _topic_walk(star, words, index + 1, found, seen)
-    hash_node = node.children.get("#")
-    if hash_node is not None:
-        # '#' swallows zero or more words.
-        for skip in range(index, len(words) + 1):
-            _topic_walk(hash_node, words, skip, found, seen)
-
-
-def _collect(
-    targets: list[Queue | Exchange], found: list[Queue | Exchange], seen: set[int]
-) -> None:
-    for target in targets:
-        if id(target) not in seen:
-            seen.add(id(target))
-            found.append(target)
 
 
 class HeadersExchange(Exchange):
