@@ -66,12 +66,11 @@ def existing_queue_dir(
             reason=f"{meta}: names {names!r}, but the directory is that of {(vhost, queue)!r}.",
         )
         log.error(
-            "%s: names %r (unreadable if None), but the directory is that of queue %r in vhost "
-            "%r; kept in %s and rewritten, the log is recovered for %r",
+            "%s: says %s, but the directory is that of %s (its name is a hash of the names); "
+            "kept in %s and rewritten, the log is recovered for %r",
             meta,
-            names,
-            queue,
-            vhost,
+            "nothing readable" if names is None else describe(names),
+            describe((vhost, queue)),
             entry,
             queue,
         )
@@ -107,6 +106,14 @@ def read_names(path: Path) -> tuple[str, str] | None:
     if not isinstance(vhost, str) or not isinstance(queue, str):
         return None
     return vhost, queue
+
+
+def describe(names: tuple[str, str] | None) -> str:
+    """Whose log a directory is, for log lines."""
+    if names is None:
+        return "a queue log without readable metadata"
+    vhost, queue = names
+    return f"queue {queue!r} in vhost {vhost!r}"
 
 
 def existing(root: Path) -> list[tuple[tuple[str, str], Path]]:

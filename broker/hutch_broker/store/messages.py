@@ -110,13 +110,13 @@ class MessageStore:
 
     def _set_aside(self, vhost: str, queue: str, why: str) -> None:
         path = layout.queue_path(self._root, vhost, queue)
+        owner = layout.describe((vhost, queue))
         entry = self.quarantine.move(
-            path, label=f"queue-{path.name}", reason=f"{path}: log of {(vhost, queue)!r}; {why}"
+            path, label=f"queue-{path.name}", reason=f"{path}: log of {owner}; {why}"
         )
         log.error(
-            "queue %r in vhost %r: %s; its log %s was moved to %s, the queue starts empty",
-            queue,
-            vhost,
+            "%s: %s; its log %s was moved to %s, the queue starts empty",
+            owner,
             why,
             path,
             entry,
@@ -137,17 +137,17 @@ class MessageStore:
             ]
 
     def _set_aside_unclaimed(self, path: Path) -> Path:
-        names = layout.read_names(path)
+        owner = layout.describe(layout.read_names(path))
         entry = self.quarantine.move(
             path,
             label=f"queue-{path.name}",
-            reason=f"{path}: log of {names!r}; no durable queue of that name in the definitions.",
+            reason=f"{path}: log of {owner}, not a durable queue in the definitions.",
         )
         log.error(
-            "%s: log of queue %r (vhost, queue; None if unlabelled), which is not a durable "
-            "queue in the definitions: moved to %s, not deleted",
+            "%s: log of %s, which is not a durable queue in the definitions: moved to %s, "
+            "not deleted",
             path,
-            names,
+            owner,
             entry,
         )
         return entry

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hutch_broker.store import errors, records, segments
+from hutch_broker.store import errors, layout, records, segments
 from hutch_broker.store.quarantine import Quarantine
 from hutch_broker.store.records import StoredMessage
 from hutch_broker.store.segments import Segment
@@ -60,8 +60,17 @@ def recover_directory(directory: Path, *, quarantine: Quarantine) -> RecoveredLo
     for orphan in sorted(ack_numbers - segment_numbers):
         _set_aside_orphan_acks(directory / segments.ack_name(orphan), quarantine)
     scan = _Scan()
+    newest = _newest_with_records(directory, segment_numbers)
+    owner = layout.describe(layout.read_names(directory))
     for number in sorted(segment_numbers):
-        _scan_one(_SegmentFile(directory, number, quarantine), scan)
+        segment = _SegmentFile(
+            directory=directory,
+            number=number,
+            quarantine=quarantine,
+            may_be_torn=newest is None or number >= newest,
+            owner=owner,
+        )
+        _scan_one(segment, scan)
     _resolve_copies(scan)
     messages = list(scan.live.values())
     if scan.copies:
@@ -88,6 +97,20 @@ def _list_numbers(directory: Path) -> tuple[set[int], set[int]]:
     return segment_numbers, ack_numbers
 
 
+def _newest_with_records(directory: Path, numbers: set[int]) -> int | None:
+    """The segment the last run wrote records to last, where a crash tears a write.
+
+    Runs write to ever newer segments, so a torn tail anywhere else is damage (or, rarely, a
+    crash during a sync that was writing out two segments at once; the bytes are kept either
+    way, and only the log level differs).
+    """
+    for number in sorted(numbers, reverse=True):
+        path = directory / segments.segment_name(number)
+        if path.stat().st_size > records.FILE_HEADER_SIZE:
+            return number
+    return None
+
+
 def _set_aside_orphan_acks(path: Path, quarantine: Quarantine) -> None:
     """An ack file whose segment is gone: normal only if a crash hit ``Segment.unlink``
     between its two unlinks; otherwise the segment and its messages were lost."""
@@ -109,6 +132,8 @@ class _SegmentFile:
     directory: Path
     number: int
     quarantine: Quarantine
+    may_be_torn: bool  # no newer segment holds records (see ``_newest_with_records``)
+    owner: str  # whose log, for the log lines
 
     @property
     def path(self) -> Path:
@@ -119,6 +144,10 @@ class _SegmentFile:
         return self.directory / segments.ack_name(self.number)
 
     @property
+    def where(self) -> str:
+        return f"{self.path} ({self.owner})"
+
+    @property
     def label(self) -> str:
         return f"{self.directory.name}-{self.path.name}"
 
@@ -127,11 +156,15 @@ def _scan_one(segment: _SegmentFile, scan: _Scan) -> None:
     data = segment.path.read_bytes()
     header = records.parse_file_header(data)
     if header.state is records.HeaderState.SHORT:
-        _note_short(segment, f"{len(data)} bytes, less than a file header", scan)
+        what = f"{len(data)} bytes, less than a file header"
+        if segment.may_be_torn:
+            _note_empty(segment, what, scan)
+        else:
+            _set_aside_unreadable(segment, f"{what}, though newer segments hold records")
         return
     if header.state is records.HeaderState.OTHER_VERSION:
         raise errors.UnsupportedFormatError(
-            f"{segment.path}: segment format version {header.version}, this broker reads "
+            f"{segment.where}: segment format version {header.version}, this broker reads "
             f"version {records.FORMAT_VERSION} only (version 1 was a pre-release format); "
             "start the broker version that wrote it, or move the data directory away"
         )
@@ -139,9 +172,9 @@ def _scan_one(segment: _SegmentFile, scan: _Scan) -> None:
     damaged_header = header.state is records.HeaderState.DAMAGED
     if damaged_header and not found.records:
         if len(data) > records.FILE_HEADER_SIZE:
-            _set_aside_unreadable(segment, data)
+            _set_aside_unreadable(segment, "damaged file header, no record verifies with its salt")
         else:
-            _note_short(segment, "a damaged file header and no records", scan)
+            _note_empty(segment, "a damaged file header and no records", scan)
         return
     if found.skipped:
         _report_skipped(segment, found)
@@ -152,12 +185,12 @@ def _scan_one(segment: _SegmentFile, scan: _Scan) -> None:
     _index(segment, found, scan, salt=header.salt)
 
 
-def _note_short(segment: _SegmentFile, what: str, scan: _Scan) -> None:
+def _note_empty(segment: _SegmentFile, what: str, scan: _Scan) -> None:
     """A segment without records: normal when a crash came before its first sync."""
     log.warning(
         "%s: %s (created but never written before a crash, or cut short); it holds no "
         "records and is removed with the log's next sync",
-        segment.path,
+        segment.where,
         what,
     )
     size = records.FILE_HEADER_SIZE
@@ -166,21 +199,18 @@ def _note_short(segment: _SegmentFile, what: str, scan: _Scan) -> None:
     )
 
 
-def _set_aside_unreadable(segment: _SegmentFile, data: bytes) -> None:
+def _set_aside_unreadable(segment: _SegmentFile, why: str) -> None:
+    """A segment (and its ack file) whose messages cannot be read or trusted."""
     entry = segment.quarantine.move(
         segment.path,
         segment.ack_path,
         label=segment.label,
-        reason=(
-            f"{segment.path}: damaged file header and no record verifies with its salt; "
-            f"{len(data)} bytes could not be read."
-        ),
+        reason=f"{segment.where}: {why}; its messages could not be read.",
     )
     log.error(
-        "%s: damaged file header and no record verifies with its salt: unreadable segment "
-        "(%d bytes) moved to %s; its messages are not recovered",
-        segment.path,
-        len(data),
+        "%s: %s: unreadable segment moved to %s with its ack file; its messages are not recovered",
+        segment.where,
+        why,
         entry,
     )
 
@@ -190,12 +220,12 @@ def _repair_header(segment: _SegmentFile, salt: int, verified: int) -> None:
     entry = segment.quarantine.copy(
         segment.path,
         label=segment.label,
-        reason=f"{segment.path}: damaged file header, as found before it was rewritten.",
+        reason=f"{segment.where}: damaged file header, as found before it was rewritten.",
     )
     log.error(
         "%s: damaged file header; %d records verify with its salt and are recovered; the file "
         "as found is kept in %s, its header rewritten",
-        segment.path,
+        segment.where,
         verified,
         entry,
     )
@@ -211,13 +241,13 @@ def _report_skipped(segment: _SegmentFile, found: records.SegmentScan) -> None:
     entry = segment.quarantine.copy(
         segment.path,
         label=segment.label,
-        reason=f"{segment.path}: corrupt bytes at {found.skipped} (start, end), skipped.",
+        reason=f"{segment.where}: corrupt bytes at {found.skipped} (start, end), skipped.",
     )
     for start, end in found.skipped:
         log.error(
             "%s: corrupt bytes at offsets %d-%d skipped (checksum mismatch), records after them "
             "recovered; the file as found is kept in %s",
-            segment.path,
+            segment.where,
             start,
             end,
             entry,
@@ -227,21 +257,23 @@ def _report_skipped(segment: _SegmentFile, found: records.SegmentScan) -> None:
 def _cut_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
     """Keep the bytes, then cut the file: a tail is never served and never resurfaces."""
     dropped = len(data) - valid_end
-    torn = records.looks_torn(data, valid_end)
+    torn = segment.may_be_torn and records.looks_torn(data, valid_end)
     if data[valid_end:].strip(b"\0"):
         kept: object = segment.quarantine.keep(
             data[valid_end:],
             name=f"{segment.path.name}.tail-from-{valid_end}",
             label=segment.label,
-            reason=f"{segment.path}: {dropped} bytes cut from offset {valid_end}.",
+            reason=f"{segment.where}: {dropped} bytes cut from offset {valid_end}.",
         )
     else:
         kept = "nowhere (all zero bytes)"
     log.log(
         logging.WARNING if torn else logging.ERROR,
         "%s: %s tail at offset %d, %d bytes cut off (kept in %s)",
-        segment.path,
-        "torn (an interrupted write, never confirmed)" if torn else "corrupt",
+        segment.where,
+        "torn (an interrupted write, never confirmed)"
+        if torn
+        else "corrupt or cut (confirmed messages may be lost)",
         valid_end,
         dropped,
         kept,
