@@ -5,7 +5,8 @@ worker thread, once per event-loop tick) and confirms persistent messages when i
 Layout: ``definitions.json`` plus its change journal ``definitions.log`` (``definitions``,
 ``journal``, ``documents``), and ``msgs/<hash>/`` per durable queue that ever held a persistent
 message (``layout``), each an append-only segment log (``queuestores``, ``segments``,
-``records``), rebuilt after a crash by ``recovery`` and kept bounded by ``compaction``.
+``records``), rebuilt after a crash by ``recovery`` and kept bounded by ``compaction``. What
+recovery cannot place or use is moved to ``quarantine/``, never deleted (``quarantine``).
 """
 
 from hutch_broker.store.definitions import DefinitionsStore, load_definitions, save_definitions

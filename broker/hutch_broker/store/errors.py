@@ -7,12 +7,14 @@
     ├── StoreLockedError          another process has the data directory open
     ├── MessageNotFoundError      read() of an id that was acked, purged or never existed
     ├── CorruptRecordError        read() found a record whose checksum does not match
-    ├── UnsupportedFormatError    files written by an unknown (newer) format version
+    ├── UnsupportedFormatError    files written in another format version (an intact header)
     └── CorruptDefinitionsError   definitions.json is not a JSON object, or a journal record
                                   that passed its checksum makes no sense
 
 Torn tails (of a message log or of the definitions journal) found during recovery are not
-errors: they are the expected result of a crash, are logged and truncated away.
+errors: they are the expected result of a crash, are logged and cut off (their bytes kept in
+the quarantine). Damage confined to one queue log is not an error either: recovery reports it
+and sets the data aside (``quarantine``), so one queue never stops the broker.
 """
 
 from __future__ import annotations
