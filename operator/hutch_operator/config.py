@@ -29,6 +29,15 @@ def sync_period() -> float:
     return _number("HUTCH_SYNC_PERIOD", 300.0)
 
 
+def snapshot_ttl() -> float:
+    """Seconds a broker listing is shared by sweep ticks: ``min(60, period / 5)`` by default.
+
+    ``HUTCH_SNAPSHOT_TTL`` overrides it (tests use a long window to show that the operator's
+    own writes, not the window, decide when a listing is stale).
+    """
+    return _number("HUTCH_SNAPSHOT_TTL", min(60.0, sync_period() / 5))
+
+
 def workers() -> int | None:
     """Kopf's ``worker_limit``; 0 (the default) means unlimited.
 

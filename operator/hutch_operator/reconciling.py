@@ -25,6 +25,7 @@ from hutch_operator import (
     kube,
     metrics,
     references,
+    snapshots,
 )
 from hutch_operator.models import common, kinds
 
@@ -278,6 +279,9 @@ async def declare_into(ctx: Context, target: references.Target, model: Any, name
         raise
     except errors.ObjectNotFoundError as exc:
         raise errors.VhostNotFoundError(f"vhost {model.vhost!r} not found: {exc}") from exc
+    finally:
+        # Even a refused declare may have written part of it (a limit changed in place).
+        snapshots.wrote(target.key)
 
 
 async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
@@ -309,7 +313,10 @@ async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
         if not conflicts.owns(ctx.status, target.key):
             _not_owned(ctx, name)
             return
-        kept = await ctx.ops.delete(target, model, name)
+        try:
+            kept = await ctx.ops.delete(target, model, name)
+        finally:
+            snapshots.wrote(target.key)
     except (errors.BrokerNotFoundError, errors.ConnectionSecretInvalidError) as exc:
         kopf.warn(ctx.body, reason="BrokerGone", message=f"{exc}; finalizer released")
         return

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from hutch_operator import conditions, config, errors, metrics, reconciling, references, snapshots
+from hutch_operator import conditions, config, errors, metrics, reconciling, references
 
 
 def initial_delay(**_: Any) -> float:
@@ -50,7 +50,6 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
             raise errors.BrokerMismatchError(message)
         if observation.missing or observation.changed:
             await reconciling.declare_into(ctx, target, model, name)
-            snapshots.invalidate(target.key)
             metrics.DRIFT_CORRECTIONS.labels(ctx.ops.kind.kind).inc()
             what = (
                 "missing; re-declared"

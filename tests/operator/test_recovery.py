@@ -1,0 +1,123 @@
+"""Honest conditions and prompt recovery on a real kube-apiserver and hutch-broker.
+
+Each test starts its own operator as a child process (as test_tenancy.py does) with the
+settings its defect needs: a sweep that ticks every few seconds over a listing cached far longer
+(defect 6: only the operator's own writes may make a listing stale), or no sweep at all
+(defect 8: recovery must come from the Broker turning Available, not from a tick). Broker writes
+are counted from the operator's own ``hutch_broker_requests_total`` metric.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hutch_testing import ports
+from hutch_testing.brokers import HutchBroker
+
+pytestmark = pytest.mark.timeout(180)
+
+REPO = Path(__file__).resolve().parents[2]
+BROKER = "hutch"
+WRITES = re.compile(r'^hutch_broker_requests_total\{[^}]*method="(PUT|POST|DELETE)"[^}]*\} (\S+)$')
+
+
+@contextlib.contextmanager
+def operator(plane: Any, kube: Any, broker: HutchBroker, log: Path, **env: str) -> Iterator[int]:
+    """The operator as a child process; yields its metrics port."""
+    port = ports.free_port()
+    environment = {
+        **os.environ, "KUBECONFIG": str(plane.kubeconfig), "HUTCH_BROKER_STATUS_PERIOD": "1",
+        "HUTCH_DELETE_TIMEOUT": "6", "HUTCH_METRICS_PORT": str(port),
+        "HUTCH_BROKER_ADDRESSES": f"{kube.namespace}/{BROKER}={broker.http_url}|{broker.amqp_url}",
+        "PYTHONPATH": str(REPO / "operator"), **env,
+    }  # fmt: skip
+    with log.open("ab") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "hutch_operator", "--standalone", "--all-namespaces"],
+            env=environment, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        yield port
+    finally:
+        child.terminate()
+        try:
+            child.wait(20)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def writes(port: int) -> float:
+    """PUT, POST and DELETE requests the operator sent to brokers so far."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return sum(float(m.group(2)) for line in text.splitlines() if (m := WRITES.match(line)))
+
+
+@pytest.fixture
+def setup(crds_applied: Any, kit: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    plane = crds_applied
+    broker = HutchBroker(work_dir=tmp_path / "hutch").start()
+    kube = kit.Kube(plane, plane.create_namespace())
+    kube.secret(f"{BROKER}-default-user", {"username": "guest", "password": "guest"})
+    kube.create("Broker", "brokers", BROKER, {"persistence": {"size": "0"}})
+    try:
+        yield {"plane": plane, "kube": kube, "broker": broker, "log": tmp_path / "operator.log"}
+    finally:
+        broker.stop()
+
+
+def _available(kit: Any, kube: Any, want: str) -> None:
+    kit.wait_for(lambda: kit.ready(kube.get("brokers", BROKER), "Available")[0] == want,
+                 60, f"Broker Available={want}")  # fmt: skip
+
+
+def _settled(kit: Any, kube: Any, plural: str, name: str, timeout: float = 30) -> Any:
+    """Ready=True Declared for the object's current generation."""
+
+    def check() -> Any:
+        obj = kube.get(plural, name) or {}
+        status = obj.get("status", {})
+        current = status.get("observedGeneration") == obj["metadata"].get("generation")
+        return obj if current and kit.ready(obj) == ("True", "Declared") else None
+
+    return kit.wait_for(check, timeout, f"{plural}/{name} Declared")
+
+
+def test_own_changes_are_not_drift(setup: dict[str, Any], kit: Any) -> None:
+    """Defect 6: after a user's change the sweep sees the operator's write, not a stale listing:
+    no DriftCorrected event and no second write."""
+    kube, ref = setup["kube"], {"brokerRef": {"name": BROKER}}
+    policy = {**ref, "name": "lazy", "pattern": "^orders$", "definition": {"max-length": 100}}
+    settings = {"HUTCH_SYNC_PERIOD": "2", "HUTCH_SNAPSHOT_TTL": "300"}
+    with operator(setup["plane"], kube, setup["broker"], setup["log"], **settings) as port:
+        _available(kit, kube, "True")
+        kube.create("Queue", "queues", "orders", {**ref, "limits": {"maxLength": 20}})
+        kube.create("Policy", "policies", "lazy", policy)
+        _settled(kit, kube, "queues", "orders")
+        _settled(kit, kube, "policies", "lazy")
+        time.sleep(4.5)  # every object ticked: both listings are cached for 300 s
+
+        kube.patch_spec("queues", "orders", {"limits": {"maxLength": 5}})
+        kube.patch_spec("policies", "lazy", {"definition": {"max-length": 50}})
+        kube.create("Queue", "queues", "fresh", ref)
+        for plural, name in (("queues", "orders"), ("policies", "lazy"), ("queues", "fresh")):
+            _settled(kit, kube, plural, name)
+        time.sleep(1)  # the last write's metric and status land
+        before = writes(port)
+        time.sleep(6.5)  # three sweep periods
+        after = writes(port)
+
+    for name in ("orders", "lazy", "fresh"):
+        assert "DriftCorrected" not in kube.reasons(name), kube.events(name)
+    assert after == before
