@@ -151,6 +151,52 @@ def index_claim(ops: KindOps, body: kopf.Body) -> dict[tuple[str, ...], conflict
     return {claim_key(ops, endpoint, model, name): my_claim(body, model)}
 
 
+WAITING_REASONS = frozenset({"BrokerNotReady", "BrokerUnavailable"})
+
+
+def index_waiting(ops: KindOps, body: kopf.Body) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """The per-kind index of objects waiting for their Broker: ``(broker ns, name)`` →
+    ``(plural, ns, name)``.
+
+    Why: an object that failed with ``BrokerNotReady`` or ``BrokerUnavailable`` (in a handler or
+    a sweep tick) would otherwise wait for its own retry or next tick, up to the whole sweep
+    period, although its Broker turned Available in seconds. The Broker's status timer wakes
+    these objects (``wake``) as soon as it sees the broker answer. Only ``brokerRef`` objects:
+    a ``connectionSecret`` broker has no Broker CR to watch.
+    """
+    if body.metadata.get("deletionTimestamp"):
+        return {}
+    ready = conditions.find(body.status.get("conditions"), READY) or {}
+    if ready.get("status") != "False" or ready.get("reason") not in WAITING_REASONS:
+        return {}
+    ref = body.spec.get("brokerRef")
+    if not isinstance(ref, Mapping) or not ref.get("name"):
+        return {}
+    namespace = str(body.metadata.namespace)
+    broker = (str(ref.get("namespace") or namespace), str(ref["name"]))
+    return {broker: (ops.kind.plural, namespace, str(body.metadata.name))}
+
+
+async def nudge(plural: str, namespace: str, name: str) -> None:
+    """Annotates an object so its declare handler runs now (design §5.6); gone is fine."""
+    path = kube.object_path(common.API_VERSION, plural, namespace, name)
+    body = {"metadata": {"annotations": {NUDGE_ANNOTATION: conditions.now()}}}
+    try:
+        await kube.api().merge_patch(path, body)
+    except errors.KubeError as exc:
+        if exc.status != 404:
+            raise
+
+
+async def wake(waiting: list[tuple[str, str, str]]) -> None:
+    """Re-reconciles objects that waited for a Broker that is Available again."""
+    for plural, namespace, name in waiting:
+        try:
+            await nudge(plural, namespace, name)
+        except errors.KubeError:
+            continue  # the next status pass tries again
+
+
 def admits(brokers: references.BrokerIndex) -> Callable[[conflicts.Claim], bool]:
     """Whether a claim counts: a brokerRef claim from a namespace its Broker does not admit
     never reaches the broker, so it must not block an admitted one. An unknown Broker admits
@@ -346,13 +392,8 @@ def _not_owned(ctx: Context, name: str) -> None:
 
 
 async def _hand_over(ctx: Context, successor: conflicts.Claim) -> None:
-    path = kube.object_path(
-        common.API_VERSION, ctx.ops.kind.plural, successor.namespace, successor.name
-    )
-    body = {"metadata": {"annotations": {NUDGE_ANNOTATION: conditions.now()}}}
     try:
-        await kube.api().merge_patch(path, body)
+        await nudge(ctx.ops.kind.plural, successor.namespace, successor.name)
     except errors.KubeError as exc:
-        if exc.status != 404:
-            raise kopf.TemporaryError(str(exc), delay=5) from exc
+        raise kopf.TemporaryError(str(exc), delay=5) from exc
     kopf.info(ctx.body, reason="HandedOver", message=f"now managed by {successor.ref}")

@@ -121,3 +121,30 @@ def test_own_changes_are_not_drift(setup: dict[str, Any], kit: Any) -> None:
     for name in ("orders", "lazy", "fresh"):
         assert "DriftCorrected" not in kube.reasons(name), kube.events(name)
     assert after == before
+
+
+def test_objects_recover_when_the_broker_is_available_again(
+    setup: dict[str, Any], kit: Any
+) -> None:
+    """Defect 8: objects a sweep tick found waiting for their Broker are reconciled as soon as
+    the Broker is Available again, not at their next tick (20 s here, 300 s by default)."""
+    kube, broker, ref = setup["kube"], setup["broker"], {"brokerRef": {"name": BROKER}}
+    policy = {**ref, "name": "capped", "pattern": "^q", "definition": {"max-length": 100}}
+    objects = (("queues", "q1"), ("policies", "capped"))
+    waiting = {("False", "BrokerNotReady"), ("False", "BrokerUnavailable")}
+    with operator(setup["plane"], kube, broker, setup["log"], HUTCH_SYNC_PERIOD="20"):
+        _available(kit, kube, "True")
+        kube.create("Queue", "queues", "q1", ref)
+        kube.create("Policy", "policies", "capped", policy)
+        for plural, name in objects:
+            _settled(kit, kube, plural, name)
+
+        broker.stop(keep_files=True)
+        for plural, name in objects:  # each one's own tick finds the broker gone
+            kit.wait_for(lambda p=plural, n=name: kit.ready(kube.get(p, n)) in waiting,
+                         30, f"{name} waiting for the broker")  # fmt: skip
+        # The later tick was just now: without a wake-up, its object waits 20 s for the next.
+        broker.start()
+        started = time.monotonic()
+        for plural, name in objects:
+            _settled(kit, kube, plural, name, timeout=max(0.5, 8 - (time.monotonic() - started)))

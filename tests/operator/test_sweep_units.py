@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from hutch_operator import snapshots
+from typing import Any
+
+import kopf
+from hutch_operator import reconciling, snapshots
+from hutch_operator.handlers import queues
 
 
 def test_a_listing_older_than_the_last_write_is_not_used() -> None:
@@ -13,3 +17,30 @@ def test_a_listing_older_than_the_last_write_is_not_used() -> None:
     assert not snapshots.usable(entry, written=20.0, now=50.0)
     assert not snapshots.usable(entry, written=5.0, now=100.0)  # expired
     assert not snapshots.usable(None, written=0.0, now=0.0)
+
+
+def _body(reason: str, status: str = "False", **spec: Any) -> kopf.Body:
+    raw = {
+        "metadata": {"namespace": "team", "name": "orders"},
+        "spec": spec or {"brokerRef": {"name": "hutch"}},
+        "status": {"conditions": [{"type": "Ready", "status": status, "reason": reason}]},
+    }
+    return kopf.Body(raw)  # type: ignore[arg-type]
+
+
+def test_objects_waiting_for_their_broker_are_indexed_by_broker() -> None:
+    """Defect 8: the Broker's status timer finds what to wake by (namespace, name)."""
+    expected = {("team", "hutch"): ("queues", "team", "orders")}
+    assert reconciling.index_waiting(queues.OPS, _body("BrokerNotReady")) == expected
+    assert reconciling.index_waiting(queues.OPS, _body("BrokerUnavailable")) == expected
+    other = _body("BrokerNotReady", brokerRef={"name": "hutch", "namespace": "infra"})
+    assert reconciling.index_waiting(queues.OPS, other) == {
+        ("infra", "hutch"): ("queues", "team", "orders")
+    }
+
+
+def test_other_objects_do_not_wait() -> None:
+    assert reconciling.index_waiting(queues.OPS, _body("Declared", "True")) == {}
+    assert reconciling.index_waiting(queues.OPS, _body("BrokerRejected")) == {}
+    secret = _body("BrokerUnavailable", connectionSecret={"name": "s"})
+    assert reconciling.index_waiting(queues.OPS, secret) == {}

@@ -16,6 +16,7 @@ from hutch_operator import config, reconciling, sweeping
 from hutch_operator.models import common
 
 BROKER_INDEX = "broker_facts"
+WAITING_INDEXES: list[str] = []  # one per kind: objects waiting for their Broker (design §5.6)
 
 
 def claims_index(ops: reconciling.KindOps) -> str:
@@ -39,6 +40,12 @@ def register(ops: reconciling.KindOps) -> None:
     @kopf.index(*resource, id=claims_index(ops))
     async def claims(body: kopf.Body, **_: Any) -> Any:
         return reconciling.index_claim(ops, body)
+
+    @kopf.index(*resource, id=f"{ops.kind.plural}_waiting")
+    async def waiting(body: kopf.Body, **_: Any) -> Any:
+        return reconciling.index_waiting(ops, body)
+
+    WAITING_INDEXES.append(f"{ops.kind.plural}_waiting")
 
     @kopf.on.resume(*resource, id="declare")
     @kopf.on.create(*resource, id="declare")
