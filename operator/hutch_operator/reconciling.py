@@ -17,6 +17,7 @@ import kopf
 import pydantic
 
 from hutch_operator import (
+    abandoned,
     brokerclient,
     conditions,
     config,
@@ -374,13 +375,59 @@ async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
         if left <= 0:
             message = f"broker unreachable for {runtime:.0f}s ({exc}); {ctx.ops.label} left"
             kopf.warn(ctx.body, reason="DeleteAbandoned", message=message)
+            await _list_abandoned(ctx, model, name)
             return
+        # Say so at once: Ready=True Declared for the whole bound hid a stuck deletion.
+        blocked = (
+            f"{ctx.ops.label} {name} not deleted yet: {exc}; retried for up to "
+            f"{config.delete_timeout():.0f}s, then left in the broker and listed on its Broker"
+        )
+        if set_ready(ctx, False, "DeleteBlocked", blocked):
+            kopf.warn(ctx.body, reason="DeleteBlocked", message=blocked)
         # Never sleep past deleteTimeout: a 60 s AuthenticationFailed delay would otherwise
         # hold a deleting namespace for up to a minute longer than the documented bound.
         delay = min(retry_delay(exc, retry), max(1.0, left))
         raise kopf.TemporaryError(str(exc), delay=delay) from exc
     if kept is not None:
         kopf.warn(ctx.body, reason=kept[0], message=kept[1])
+
+
+async def _list_abandoned(ctx: Context, model: Any, name: str) -> None:
+    """Adds the left-behind broker object to its Broker's ``status.abandoned`` (``brokerRef``
+    objects only), from where the Broker deletes it once it answers (``abandoned``)."""
+    if model.broker_ref is None:
+        return
+    item = abandoned.entry(ctx.ops.kind.kind, ctx.namespace, ctx.name, ctx.body.spec,
+                           model.vhost, name)  # fmt: skip
+    try:
+        await abandoned.update(model.broker_ref.namespace or ctx.namespace,
+                               model.broker_ref.name, [item], set())  # fmt: skip
+    except errors.KubeError as exc:
+        message = f"{ctx.ops.label} {name} not listed in the Broker's status.abandoned: {exc}"
+        kopf.warn(ctx.body, reason="DeleteAbandoned", message=message)
+
+
+async def clean_abandoned(
+    ops: KindOps, item: Mapping[str, Any], brokers: references.BrokerIndex, claims: Any
+) -> str:
+    """Deletes one abandoned broker object (``abandoned.Cleaner``) unless an object claims it
+    now; a HutchError leaves it listed for the next pass."""
+    try:
+        model = parse(ops, item.get("spec") or {})
+    except errors.SpecError as exc:
+        return f"left in the broker: {exc}"
+    name = str(item.get("object"))
+    target = await references.resolve(model, str(item.get("namespace")), brokers, deleting=True)
+    claimants = conflicts.counted(
+        conflicts.claims(claims, claim_key(ops, target.key, model, name)), admits(brokers)
+    )
+    if claimants:
+        return f"left in the broker: now managed by {ops.kind.kind} {claimants[0].ref}"
+    try:
+        kept = await ops.delete(target, model, name)
+    finally:
+        snapshots.wrote(target.key)
+    return f"left in the broker: {kept[1]}" if kept else "deleted"
 
 
 def _not_owned(ctx: Context, name: str) -> None:

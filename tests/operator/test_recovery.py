@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import ports
+from hutch_testing import management, ports
 from hutch_testing.brokers import HutchBroker
 
 pytestmark = pytest.mark.timeout(180)
@@ -148,3 +148,49 @@ def test_objects_recover_when_the_broker_is_available_again(
         started = time.monotonic()
         for plural, name in objects:
             _settled(kit, kube, plural, name, timeout=max(0.5, 8 - (time.monotonic() - started)))
+
+
+def test_blocked_delete_says_so_and_its_orphans_are_cleaned(
+    setup: dict[str, Any], kit: Any
+) -> None:
+    """Defect 7: a delete blocked by an unreachable broker turns Ready=False DeleteBlocked with
+    a Warning at once; what it abandons is listed on the Broker and deleted when it answers."""
+    kube, broker, ref = setup["kube"], setup["broker"], {"brokerRef": {"name": BROKER}}
+    policy = {**ref, "name": "gone-policy", "pattern": "^x$", "definition": {"max-length": 1}}
+    objects = (("queues", "gone-queue", "Queue"), ("policies", "gone-policy", "Policy"))
+    mgmt = management.Management(broker)
+    with operator(setup["plane"], kube, broker, setup["log"], HUTCH_SYNC_PERIOD="0"):
+        _available(kit, kube, "True")
+        kube.create("Queue", "queues", "gone-queue", ref)
+        kube.create("Policy", "policies", "gone-policy", policy)
+        for plural, name, _ in objects:
+            _settled(kit, kube, plural, name)
+
+        broker.stop(keep_files=True)
+        for plural, name, _ in objects:
+            kube.delete(plural, name)
+        for plural, name, _ in objects:
+            obj = kit.wait_for(
+                lambda p=plural, n=name: (o := kube.get(p, n))
+                and kit.ready(o) == ("False", "DeleteBlocked") and o,
+                5, f"{name} DeleteBlocked",
+            )  # fmt: skip
+            assert "not deleted yet" in obj["status"]["conditions"][0]["message"]
+            kube.wait_reason(name, "DeleteBlocked")
+        for plural, name, _ in objects:  # released after HUTCH_DELETE_TIMEOUT (6 s)
+            kit.wait_for(lambda p=plural, n=name: kube.get(p, n) is None, 30, f"{name} gone")
+        listed = kube.get("brokers", BROKER)["status"].get("abandoned") or []
+        assert {(i["kind"], i["name"], i["vhost"], i["object"]) for i in listed} == {
+            ("Queue", "gone-queue", "/", "gone-queue"),
+            ("Policy", "gone-policy", "/", "gone-policy"),
+        }
+
+        broker.start()
+        assert mgmt.request("GET", "/queues/%2F/gone-queue").status == 200  # still there
+        kit.wait_for(
+            lambda: not (kube.get("brokers", BROKER)["status"].get("abandoned") or []),
+            15, "abandoned cleaned",
+        )  # fmt: skip
+        assert mgmt.request("GET", "/queues/%2F/gone-queue").status == 404
+        assert mgmt.request("GET", "/policies/%2F/gone-policy").status == 404
+        kube.wait_reason(BROKER, "AbandonedCleaned")

@@ -44,3 +44,15 @@ def test_other_objects_do_not_wait() -> None:
     assert reconciling.index_waiting(queues.OPS, _body("BrokerRejected")) == {}
     secret = _body("BrokerUnavailable", connectionSecret={"name": "s"})
     assert reconciling.index_waiting(queues.OPS, secret) == {}
+
+
+def test_abandoned_list_adds_replaces_and_drops_by_cr() -> None:
+    """Defect 7: one entry per deleted CR; a cleaned one leaves, concurrent ones stay."""
+    from hutch_operator import abandoned
+
+    first = abandoned.entry("Queue", "team", "orders", {"brokerRef": {"name": "b"}}, "/", "o")
+    again = abandoned.entry("Queue", "team", "orders", {"brokerRef": {"name": "b"}}, "/", "o2")
+    other = abandoned.entry("Policy", "team", "lazy", {}, "/", "lazy")
+    assert abandoned.merged([first], [other], set()) == [first, other]
+    assert abandoned.merged([first, other], [again], set()) == [other, again]
+    assert abandoned.merged([first, other], [], {("Queue", "team", "orders")}) == [other]

@@ -2,18 +2,21 @@
 
 The status timer also wakes the topology objects that wait for this Broker
 (``BrokerNotReady``/``BrokerUnavailable``) once it is Available again, instead of leaving them
-to their own retry or sweep tick. No delete handler and so no finalizer: every child carries an
-owner reference, and garbage collection removes them with the Broker. The ``broker_facts`` index
-lets topology handlers check a Broker's availability and allowed namespaces without an API call.
+to their own retry or sweep tick, and deletes what deleted CRs left behind while it was
+unreachable (``status.abandoned``, see ``abandoned``). No delete handler and so no finalizer:
+every child carries an owner reference, and garbage collection removes them with the Broker.
+The ``broker_facts`` index lets topology handlers check a Broker's availability and allowed
+namespaces without an API call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from hutch_operator import conditions, config, instances, reconciling, references
+from hutch_operator import abandoned, conditions, config, instances, reconciling, references
 from hutch_operator.handlers import registration
 from hutch_operator.models import common
 
@@ -46,11 +49,25 @@ async def apply(body: kopf.Body, patch: kopf.Patch, retry: int, **_: Any) -> Non
 @kopf.timer(*RESOURCE, id="refresh", interval=config.broker_status_period(), initial_delay=1)
 async def refresh(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     await instances.refresh(body, patch)
-    # Wake on the *stored* Available (not this pass's observation, whose status patch is only
+    # Act on the *stored* Available (not this pass's observation, whose status patch is only
     # written after this handler): the woken objects resolve through the broker_facts index,
     # which sees the stored status, and would otherwise fail again with BrokerNotReady.
-    if conditions.is_true(body.status.get("conditions"), "Available"):
-        key = (str(body.metadata.namespace), str(body.metadata.name))
-        waiting = [item for index in registration.WAITING_INDEXES
-                   for item in kwargs.get(index, {}).get(key, ())]  # fmt: skip
-        await reconciling.wake(waiting)
+    if not conditions.is_true(body.status.get("conditions"), "Available"):
+        return
+    namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+    waiting = [item for index in registration.WAITING_INDEXES
+               for item in kwargs.get(index, {}).get((namespace, name), ())]  # fmt: skip
+    await reconciling.wake(waiting)
+    listed = list(body.status.get("abandoned") or ())
+    if listed:
+
+        async def cleaner(item: Mapping[str, Any]) -> str:
+            ops = registration.REGISTRY.get(str(item.get("kind")))
+            if ops is None:
+                return "left in the broker: unknown kind"
+            claims = kwargs.get(registration.claims_index(ops), {})
+            brokers = kwargs[registration.BROKER_INDEX]
+            return await reconciling.clean_abandoned(ops, item, brokers, claims)
+
+        for message in await abandoned.clean(namespace, name, listed, cleaner):
+            kopf.info(body, reason="AbandonedCleaned", message=message)

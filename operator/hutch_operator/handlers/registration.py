@@ -16,6 +16,7 @@ from hutch_operator import config, reconciling, sweeping
 from hutch_operator.models import common
 
 BROKER_INDEX = "broker_facts"
+REGISTRY: dict[str, reconciling.KindOps] = {}  # kind → ops (the Broker cleans orphans)
 WAITING_INDEXES: list[str] = []  # one per kind: objects waiting for their Broker (design §5.6)
 
 
@@ -35,6 +36,7 @@ def _context(ops: reconciling.KindOps, body: kopf.Body, patch: kopf.Patch, kwarg
 
 def register(ops: reconciling.KindOps) -> None:
     resource = (common.GROUP, common.VERSION, ops.kind.plural)
+    REGISTRY[ops.kind.kind] = ops
 
     # async: Kopf runs a sync function in a thread, a hop that cost more than the function.
     @kopf.index(*resource, id=claims_index(ops))

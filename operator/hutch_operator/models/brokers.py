@@ -104,6 +104,20 @@ class Endpoint(common.CrdModel):
     management: str
 
 
+class AbandonedObject(common.CrdModel):
+    """A broker object a deleted topology CR had declared but could not delete in time."""
+
+    kind: str = Field(description="Kind of the deleted CR (Queue, Exchange, ...).")
+    namespace: str = Field(description="Namespace of the deleted CR.")
+    name: str = Field(description="Name of the deleted CR.")
+    vhost: str
+    object: str = Field(description="The broker object's name.")
+    spec: dict[str, Any] = Field(
+        default_factory=dict, description="The deleted CR's spec: what is deleted once it answers."
+    )
+    abandoned_at: str | None = None
+
+
 class BrokerStatus(common.CrdModel):
     model_config = ConfigDict(extra="allow")
 
@@ -114,3 +128,8 @@ class BrokerStatus(common.CrdModel):
     memory: MemoryStatus | None = None
     disk_free_limit_bytes: int | None = None
     broker_version: str | None = None
+    abandoned: list[AbandonedObject] = Field(
+        default_factory=list,
+        description="Broker objects left behind by topology CRs deleted while this broker was "
+        "unreachable (DeleteAbandoned); deleted, and dropped from this list, once it answers.",
+    )
