@@ -35,7 +35,7 @@ def vhost():
         ("a.#.c", "a.c", True),
         ("a.#.c", "a.x.y.c", True),
         ("a.#.c", "a.x.y.d", False),
-        ("*", "", True),
+        ("*", "", False),  # the empty key is zero words, as in RabbitMQ 3.10.8
         ("*", "a.b", False),
         ("*.*", "a", False),
         ("#.#", "a.b", True),
