@@ -58,6 +58,9 @@ def crd(kind: kinds.Kind) -> dict[str, Any]:
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
+                            **(
+                                {"x-kubernetes-validations": list(kind.rules)} if kind.rules else {}
+                            ),
                         }
                     },
                 }

@@ -118,3 +118,13 @@ def test_defaults_and_immutability(plane: Any) -> None:
     assert "storageClassName is immutable" in refused.stderr
     listed = plane.kubectl("get", "hutch", "-n", ns, "-o", "name").stdout.split()
     assert sorted(listed) == ["broker.hutch.dev/b", "queue.hutch.dev/q"]
+
+
+@pytest.mark.parametrize("kind", ["Queue", "Exchange"])
+def test_reserved_metadata_name_is_refused_without_spec_name(plane: Any, kind: str) -> None:
+    """Issue 16 defect 9: metadata.name is the broker name when spec.name is unset."""
+    ns = plane.create_namespace()
+    status, reply = _create(plane, ns, kind, REF, "amq.orders")
+    assert status == 422 and "amq. are reserved" in reply["message"], reply
+    status, reply = _create(plane, ns, kind, {**REF, "name": "orders"}, "amq.orders")
+    assert status == 201, reply

@@ -37,6 +37,8 @@ class Kind:
     spec: type[BaseModel]
     status: type[BaseModel]
     columns: tuple[Column, ...]
+    #: CEL rules on the whole object (they alone see ``metadata.name``).
+    rules: tuple[dict[str, str], ...] = ()
 
     @property
     def singular(self) -> str:
@@ -48,6 +50,12 @@ class Kind:
 
 
 _READY = Column("Ready", READY)
+#: ``spec.name`` defaults to ``metadata.name``, so the reserved prefix is checked on both.
+_AMQ_NAME = common.rule(
+    "has(self.spec.name) || !self.metadata.name.startsWith('amq.')",
+    "metadata.name is the broker object's name when spec.name is unset: names starting with "
+    "amq. are reserved",
+)
 _AGE = Column("Age", ".metadata.creationTimestamp", "date")
 
 BROKER = Kind(
@@ -80,6 +88,7 @@ QUEUE = Kind(
         Column("Type", ".spec.type", priority=1),
         _AGE,
     ),
+    (_AMQ_NAME,),
 )
 EXCHANGE = Kind(
     "Exchange",
@@ -88,6 +97,7 @@ EXCHANGE = Kind(
     exchanges.ExchangeSpec,
     exchanges.ExchangeStatus,
     (_READY, Column("Type", ".spec.type"), _AGE),
+    (_AMQ_NAME,),
 )
 BINDING = Kind(
     "Binding",
