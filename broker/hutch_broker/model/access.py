@@ -12,9 +12,10 @@ import hashlib
 import hmac
 import ipaddress
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Final
+
+from hutch_broker.model import patterns
 
 HASHING_ALGORITHM: Final = "rabbit_password_hashing_sha256"
 
@@ -72,20 +73,24 @@ class Permission:
 
     def allows(self, kind: str, resource: str) -> bool:
         pattern = self._compiled[kind]
-        return pattern is not None and pattern.search(resource) is not None
+        return pattern is not None and pattern.search(resource)
 
 
-def _compile(pattern: str) -> re.Pattern[str] | None:
-    """An empty pattern grants nothing, as in RabbitMQ."""
+def _compile(pattern: str) -> patterns.Matcher | None:
+    """An empty pattern grants nothing, as in RabbitMQ.
+
+    Searched with bounded cost (``patterns``), as policy patterns are: a permission regex
+    like ``^(a+)+$`` must not let a resource name freeze the broker.
+    """
     if pattern == "":
         return None
-    return re.compile(pattern)
+    return patterns.compile_pattern(pattern)
 
 
 def validate_pattern(pattern: str) -> str | None:
-    """None when ``pattern`` compiles, else the reason."""
+    """None when ``pattern`` compiles to a bounded matcher, else the reason."""
     try:
-        re.compile(pattern)
-    except re.error as exc:
+        patterns.compile_pattern(pattern)
+    except patterns.PatternError as exc:
         return str(exc)
     return None
