@@ -93,6 +93,26 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "used for routing, absent from `routing-keys` (observed)",
         section="not yet in §1 (DLX-2)",
     ),
+    # Deliberate differences from the "Broker trust" work (issue 11), not yet §1 rows; the
+    # README's "Known differences" list names them too.
+    "long-names-over-http": Difference(
+        "Exchange names and routing keys over 255 bytes over HTTP",
+        "400 (a shortstr cannot carry them to a consumer)",
+        "accepted; a message routed with one then closes its consumer's connection with 541",
+        section="not yet in §1 (issue 11, item 8)",
+    ),
+    "backtracking-patterns": Difference(
+        "Policy and permission patterns using backreferences, lookaround, atomic groups",
+        "400: patterns are searched in linear time",
+        "accepted (backtracking regex)",
+        section="not yet in §1 (issue 11, item 7)",
+    ),
+    "dead-lettering-across-a-crash": Difference(
+        "Dead-lettering across kill -9",
+        "at-least-once: may be dead-lettered twice, never lost",
+        "at-most-once for classic queues",
+        section="not yet in §1 (issue 11)",
+    ),
     # Not a §1 row, but an allowance the contract makes elsewhere.
     "erlang-internals": Difference(
         "Erlang internals (`backing_queue_status`, `garbage_collection`) may be omitted",
