@@ -48,6 +48,7 @@ class Observation:
 Declare = Callable[[references.Target, Any, str, bool], Awaitable[bool]]
 Delete = Callable[[references.Target, Any, str], Awaitable[tuple[str, str] | None]]
 Observe = Callable[[references.Target, Any, str], Awaitable[Observation]]
+Stats = Callable[[references.Target, Any, str], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class KindOps:
     delete: Delete  # (event reason, message) when it deliberately kept the object
     observe: Observe
     label: str  # "queue", "exchange", ... for messages
+    stats: Stats | None = None  # live status fields, written at once after a declare
 
 
 @dataclass
@@ -303,6 +305,21 @@ async def _declare_timed(ctx: Context, retry: int) -> None:
         fail(ctx, error, retry)
         return
     declared(ctx, target, name, wrote)
+    await first_stats(ctx, target, model, name)
+
+
+async def first_stats(ctx: Context, target: references.Target, model: Any, name: str) -> None:
+    """Live stats right after a declare (one GET of this object): the Messages/Consumers
+    columns stayed empty until the first sweep tick, up to a whole period. Best effort: the
+    object is declared whatever this call does."""
+    if ctx.ops.stats is None or not config.queue_stats():
+        return
+    try:
+        stats = await ctx.ops.stats(target, model, name)
+    except errors.HutchError:
+        return
+    if conditions.status_patch(ctx.status, stats):
+        write_status(ctx, {**stats, "statsUpdatedAt": conditions.now()})
 
 
 def declared(ctx: Context, target: references.Target, name: str, wrote: bool) -> None:

@@ -3,9 +3,9 @@
 Each object's timer compares its own desired state with a shared, cached listing of its broker
 (``snapshots``), so a period costs one list call per (broker, kind, vhost), not one per object.
 Missing objects are re-declared and mutable differences re-applied (``DriftCorrected``);
-immutable differences are reported (``DriftDetected``, Ready=False ``BrokerMismatch``) and never
-fixed by deleting. Objects whose last reconcile failed are simply reconciled again, which is how
-permanent errors (``BrokerRejected``, ``NamespaceNotAllowed``) get retried.
+immutable differences are reported (Ready=False ``BrokerMismatch`` and one Warning of that
+reason) and never fixed by deleting. Objects whose last reconcile failed are simply reconciled
+again, which is how permanent errors (``BrokerRejected``, ``NamespaceNotAllowed``) get retried.
 """
 
 from __future__ import annotations
@@ -38,15 +38,20 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
     if reconciling.check_conflict(ctx, target, model, name):
         return
     settled = ctx.status.get("observedGeneration") == ctx.generation
-    if not (settled and conditions.is_true(ctx.status.get("conditions"), reconciling.READY)):
+    ready = conditions.find(ctx.status.get("conditions"), reconciling.READY) or {}
+    # A mismatch is observed again, not re-declared: a declare would only be refused
+    # (inequivalent) and turn the one BrokerMismatch Warning into a second, BrokerRejected.
+    mismatch = settled and ready.get("reason") == errors.BrokerMismatchError.reason
+    if not (settled and ready.get("status") == "True") and not mismatch:
         await _redeclare(ctx, target, model, name, retry)
         return
     try:
         observation = await ctx.ops.observe(target, model, name)
         if observation.mismatched:
+            # One Warning (BrokerMismatch, posted by ``fail`` when Ready changes), not a
+            # DriftDetected on every tick beside it for the same problem.
             fields = ", ".join(observation.mismatched)
             message = f"{ctx.ops.label} {name} differs in the broker: {fields} (immutable)"
-            kopf.warn(ctx.body, reason="DriftDetected", message=message)
             raise errors.BrokerMismatchError(message)
         if observation.missing or observation.changed:
             await reconciling.declare_into(ctx, target, model, name)
@@ -60,6 +65,8 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
     except errors.HutchError as error:
         reconciling.fail(ctx, error, retry, raise_=False)
         return
+    if mismatch:  # the broker object was put right (by hand): Ready again
+        reconciling.declared(ctx, target, name, observation.missing or bool(observation.changed))
     if observation.stats is not None and config.queue_stats():
         _write_stats(ctx, observation.stats)
 

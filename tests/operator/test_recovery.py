@@ -194,3 +194,41 @@ def test_blocked_delete_says_so_and_its_orphans_are_cleaned(
         assert mgmt.request("GET", "/queues/%2F/gone-queue").status == 404
         assert mgmt.request("GET", "/policies/%2F/gone-policy").status == 404
         kube.wait_reason(BROKER, "AbandonedCleaned")
+
+
+def test_smaller_honesty(setup: dict[str, Any], kit: Any) -> None:
+    """Defect 9: DependencyNotFound names the missing end; one Warning for an immutable
+    mismatch; Queue stats are in status when it is first Declared."""
+    kube, broker, ref = setup["kube"], setup["broker"], {"brokerRef": {"name": BROKER}}
+    mgmt = management.Management(broker)
+    with operator(setup["plane"], kube, broker, setup["log"], HUTCH_SYNC_PERIOD="2"):
+        _available(kit, kube, "True")
+        kube.create("Queue", "queues", "dq", ref)
+        obj = _settled(kit, kube, "queues", "dq")
+        assert (obj["status"].get("messages"), obj["status"].get("consumers")) == (0, 0)
+
+        kube.create("Binding", "bindings", "b", {**ref, "source": "nosrc", "destination": "dq"})
+        obj = kit.wait_for(
+            lambda: (o := kube.get("bindings", "b")) and kit.ready(o)[1] == "DependencyNotFound"
+            and o, 30, "DependencyNotFound",
+        )  # fmt: skip
+        message = obj["status"]["conditions"][0]["message"]
+        assert "source exchange 'nosrc' not found" in message and "dq" not in message, message
+
+        kube.create("Exchange", "exchanges", "mx", {**ref, "type": "topic"})
+        _settled(kit, kube, "exchanges", "mx")
+        assert mgmt.request("DELETE", "/exchanges/%2F/mx").status == 204
+        body = {"type": "direct", "durable": True, "auto_delete": False, "arguments": {}}
+        assert mgmt.request("PUT", "/exchanges/%2F/mx", body).status in (201, 204)
+        kit.wait_for(lambda: kit.ready(kube.get("exchanges", "mx")) == ("False", "BrokerMismatch"),
+                     30, "BrokerMismatch")  # fmt: skip
+        time.sleep(5)  # more ticks see the same mismatch
+        assert kit.ready(kube.get("exchanges", "mx")) == ("False", "BrokerMismatch")
+        assert mgmt.request("DELETE", "/exchanges/%2F/mx").status == 204
+        assert mgmt.request("PUT", "/exchanges/%2F/mx", {**body, "type": "topic"}).status in (
+            201,
+            204,
+        )
+        _settled(kit, kube, "exchanges", "mx")  # put right by hand: Ready again
+    reasons = [event["reason"] for event in kube.events("mx") if event["type"] == "Warning"]
+    assert reasons == ["BrokerMismatch"], reasons

@@ -20,11 +20,32 @@ async def declare(target: references.Target, spec: Spec, name: str, owned: bool)
     try:
         await target.client.call(translators.binding_create(spec))
     except errors.ObjectNotFoundError as exc:
+        missing = await _missing(target, spec)
         raise errors.DependencyNotFoundError(
-            f"exchange {spec.source!r} or {spec.destination_type} {spec.destination!r} "
-            f"not found in vhost {spec.vhost!r}"
+            f"{' and '.join(missing) or 'source or destination'} not found in vhost {spec.vhost!r}"
         ) from exc
     return True
+
+
+async def _missing(target: references.Target, spec: Spec) -> list[str]:
+    """Which end of a refused binding is absent, so the user knows what to create (two GETs,
+    only after a 404; a vhost that is gone makes both absent)."""
+    destination = (
+        translators.queue_path(spec.vhost, spec.destination)
+        if spec.destination_type == "queue"
+        else translators.exchange_path(spec.vhost, spec.destination)
+    )
+    ends = [
+        (f"source exchange {spec.source!r}", translators.exchange_path(spec.vhost, spec.source)),
+        (f"destination {spec.destination_type} {spec.destination!r}", destination),
+    ]
+    missing = []
+    for label, path in ends:
+        try:
+            await target.client.call(translators.Request("GET", path))
+        except errors.ObjectNotFoundError:
+            missing.append(label)
+    return missing
 
 
 async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:

@@ -104,6 +104,13 @@ async def observe(target: references.Target, spec: Spec, name: str) -> reconcili
     )
 
 
+async def stats(target: references.Target, spec: Spec, name: str) -> dict[str, Any]:
+    listed = await target.client.call(
+        translators.Request("GET", translators.queue_path(spec.vhost, name))
+    )
+    return translators.queue_stats(listed if isinstance(listed, dict) else {})
+
+
 OPS = reconciling.KindOps(
     kind=kinds.QUEUE,
     identity=lambda spec, name: ("queue", name),
@@ -111,5 +118,6 @@ OPS = reconciling.KindOps(
     delete=delete,
     observe=observe,
     label="queue",
+    stats=stats,
 )
 registration.register(OPS)
