@@ -1,0 +1,410 @@
+"""The reconcile skeleton (reconciling.py) driven by a fake ``BrokerClient``: no cluster, no HTTP.
+
+The real Queue and Exchange ``KindOps`` run against ``FakeBroker``, which implements the
+``brokerclient.BrokerClient`` protocol and answers scripted HTTP statuses through the client's
+own status mapping (``brokerclient._outcome``). Only the two Kubernetes reads ``resolve`` makes
+are replaced: the Broker's default-user Secret and the connection pool. Events are recorded
+instead of posted. What is pinned: the error → Kopf retry-class mapping (design §2 #6), the
+reserved ``amq.`` names, ``observedGeneration`` on every Ready write, and delete's 404 = gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+from hutch_operator import abandoned, brokerclient, errors, reconciling, references, translators
+from hutch_operator.handlers import exchanges, queues
+
+NAMESPACE = "team-a"
+ENDPOINT = "http://hutch.team-a.svc:15672"
+GENERATION = 3
+
+Events = list[tuple[str, str]]
+
+
+class FakeBroker:
+    """A ``BrokerClient``: records requests; ``script[(method, path)]`` is an HTTP status."""
+
+    base_url = ENDPOINT
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []
+        self.script: dict[tuple[str, str], int] = {}
+        self.down = False
+
+    async def call(self, request: translators.Request) -> Any:
+        self.requests.append((request.method, request.path))
+        if self.down:
+            raise errors.BrokerUnavailableError(f"{self.base_url}: ClientConnectorError")
+        status = self.script.get((request.method, request.path), 200)
+        text = '{"reason": "scripted"}' if status >= 300 else "{}"
+        return brokerclient._outcome(request, status, text, self.base_url)
+
+    async def is_hutch(self) -> bool:
+        return True
+
+
+def _protocol_check(client: FakeBroker) -> brokerclient.BrokerClient:
+    return client  # mypy: FakeBroker satisfies the protocol the skeleton is written against
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
+    fake = FakeBroker()
+
+    async def default_user(namespace: str, name: str) -> tuple[str, str]:
+        return "user", "secret"
+
+    monkeypatch.delenv("HUTCH_BROKER_ADDRESSES", raising=False)
+    monkeypatch.setenv("HUTCH_QUEUE_STATS", "false")
+    monkeypatch.setattr(references, "_default_user", default_user)
+    monkeypatch.setattr(brokerclient.POOL, "get", lambda *args: fake)
+    return fake
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> Events:
+    """(type, reason) of every event the skeleton posts; nothing reaches Kubernetes."""
+    posted: list[tuple[str, str]] = []
+
+    def recorder(type_: str) -> Any:
+        def post(body: Any, *, reason: str, message: str = "") -> None:
+            posted.append((type_, reason))
+
+        return post
+
+    monkeypatch.setattr(kopf, "warn", recorder("Warning"))
+    monkeypatch.setattr(kopf, "info", recorder("Normal"))
+    return posted
+
+
+BROKERS: references.BrokerIndex = {
+    (NAMESPACE, "hutch"): [references.BrokerFacts(NAMESPACE, "hutch", True, False)]
+}
+
+
+def context(
+    ops: reconciling.KindOps = queues.OPS,
+    *,
+    name: str = "orders",
+    spec: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+) -> reconciling.Context:
+    raw: Any = {
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"uid-{name}",
+            "generation": GENERATION,
+            "creationTimestamp": "2024-01-01T00:00:00Z",
+        },
+        "spec": {"brokerRef": {"name": "hutch"}, **(spec or {})},
+        "status": status or {},
+    }
+    return reconciling.Context(ops, kopf.Body(raw), kopf.Patch(), BROKERS, {})
+
+
+def ready(ctx: reconciling.Context) -> dict[str, Any]:
+    [condition] = [c for c in ctx.patch.status["conditions"] if c["type"] == "Ready"]
+    return dict(condition)
+
+
+async def declare(ctx: reconciling.Context, retry: int = 0) -> None:
+    await reconciling.declare(ctx, cause="create", retry=retry)
+
+
+QUEUE_PATH = "/api/queues/%2F/orders"
+
+
+# -- declare -------------------------------------------------------------------
+
+
+async def test_declare_sets_ready_with_observed_generation(
+    broker: FakeBroker, events: Events
+) -> None:
+    ctx = context()
+    await declare(ctx)
+    assert broker.requests == [("PUT", QUEUE_PATH)]
+    assert ready(ctx)["status"] == "True" and ready(ctx)["reason"] == "Declared"
+    assert ready(ctx)["observedGeneration"] == GENERATION
+    assert ctx.patch.status["observedGeneration"] == GENERATION
+    assert ctx.patch.status["declared"] is True
+    assert ctx.patch.status["brokerEndpoint"] == ENDPOINT
+    assert events == [("Normal", "Declared")]
+
+
+@pytest.mark.parametrize("status", [400, 405, 409, 422])
+async def test_broker_4xx_is_a_permanent_error(
+    broker: FakeBroker, events: Events, status: int
+) -> None:
+    broker.script[("PUT", QUEUE_PATH)] = status
+    ctx = context()
+    with pytest.raises(kopf.PermanentError):
+        await declare(ctx)
+    assert ready(ctx)["status"] == "False" and ready(ctx)["reason"] == "BrokerRejected"
+    assert ready(ctx)["observedGeneration"] == GENERATION
+    assert ctx.patch.status["observedGeneration"] == GENERATION
+    assert "declared" not in ctx.patch.status
+    assert events == [("Warning", "BrokerRejected")]
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+async def test_broker_5xx_is_a_temporary_error_with_backoff(
+    broker: FakeBroker, events: Events, status: int
+) -> None:
+    broker.script[("PUT", QUEUE_PATH)] = status
+    ctx = context()
+    with pytest.raises(kopf.TemporaryError) as caught:
+        await declare(ctx, retry=2)
+    assert caught.type is kopf.TemporaryError  # not the PermanentError sibling
+    assert 5.0 * 4 * 0.8 <= caught.value.delay <= 5.0 * 4 * 1.2  # 5 s · 2^retry, ±20 %
+    assert ready(ctx)["reason"] == "BrokerUnavailable"
+    assert ready(ctx)["observedGeneration"] == GENERATION
+
+
+async def test_unreachable_broker_is_a_temporary_error(broker: FakeBroker, events: Events) -> None:
+    broker.down = True
+    ctx = context()
+    with pytest.raises(kopf.TemporaryError) as caught:
+        await declare(ctx)
+    assert 4.0 <= caught.value.delay <= 6.0
+    assert ready(ctx)["reason"] == "BrokerUnavailable"
+    assert events == [("Warning", "BrokerUnavailable")]
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "delay"),
+    [(401, "AuthenticationFailed", 60.0), (403, "AuthenticationFailed", 60.0),
+     (404, "VhostNotFound", 30.0)],
+)  # fmt: skip
+async def test_retryable_refusals_keep_their_fixed_delay(
+    broker: FakeBroker, events: Events, status: int, reason: str, delay: float
+) -> None:
+    broker.script[("PUT", QUEUE_PATH)] = status
+    ctx = context()
+    with pytest.raises(kopf.TemporaryError) as caught:
+        await declare(ctx)
+    assert caught.value.delay == delay
+    assert ready(ctx)["reason"] == reason
+
+
+async def test_the_warning_is_posted_once_per_new_reason(
+    broker: FakeBroker, events: Events
+) -> None:
+    broker.down = True
+    failed = context()
+    with pytest.raises(kopf.TemporaryError):
+        await declare(failed)
+    again = context(status=dict(failed.patch.status))
+    with pytest.raises(kopf.TemporaryError):
+        await declare(again, retry=1)
+    assert events == [("Warning", "BrokerUnavailable")]
+
+
+@pytest.mark.parametrize(
+    ("ops", "name", "spec"),
+    [
+        (queues.OPS, "amq.orders", {}),  # metadata.name
+        (queues.OPS, "orders", {"name": "amq.orders"}),  # spec.name
+        (exchanges.OPS, "amq.events", {}),
+    ],
+)
+async def test_reserved_amq_names_are_refused_permanently(
+    broker: FakeBroker, events: Events, ops: reconciling.KindOps, name: str, spec: dict[str, Any]
+) -> None:
+    ctx = context(ops, name=name, spec=spec)
+    with pytest.raises(kopf.PermanentError, match=r"amq\. are reserved"):
+        await declare(ctx)
+    assert broker.requests == []
+    assert ready(ctx)["reason"] == "InvalidSpec"
+    assert ready(ctx)["observedGeneration"] == GENERATION
+
+
+async def test_invalid_spec_is_permanent_and_touches_no_broker(
+    broker: FakeBroker, events: Events
+) -> None:
+    ctx = context(spec={"limits": {"maxLength": "lots"}})
+    with pytest.raises(kopf.PermanentError, match="invalid spec"):
+        await declare(ctx)
+    assert broker.requests == []
+    assert ready(ctx)["reason"] == "InvalidSpec"
+
+
+async def test_resume_of_a_ready_current_object_costs_no_broker_call(
+    broker: FakeBroker, events: Events
+) -> None:
+    done = context()
+    await declare(done)
+    resumed = context(status=dict(done.patch.status))
+    await reconciling.declare(resumed, cause="resume", retry=0)
+    assert broker.requests == [("PUT", QUEUE_PATH)]  # only the first declare
+    assert not resumed.patch
+
+
+async def test_resume_after_a_spec_change_declares_again(
+    broker: FakeBroker, events: Events
+) -> None:
+    done = context()
+    await declare(done)
+    stale = {**done.patch.status, "observedGeneration": GENERATION - 1}
+    resumed = context(status=stale)
+    await reconciling.declare(resumed, cause="resume", retry=0)
+    assert broker.requests == [("PUT", QUEUE_PATH)] * 2
+    assert resumed.patch.status["observedGeneration"] == GENERATION
+
+
+# -- delete --------------------------------------------------------------------
+
+OWNED = {"declared": True, "brokerEndpoint": ENDPOINT}
+
+
+async def delete(ctx: reconciling.Context, runtime: float = 0.0) -> None:
+    await reconciling.delete(ctx, runtime=runtime, retry=0)
+
+
+@pytest.mark.parametrize("if_empty", [False, True])
+async def test_404_on_delete_counts_as_deleted(
+    broker: FakeBroker, events: Events, if_empty: bool
+) -> None:
+    broker.script[("GET", QUEUE_PATH + "?columns=messages,consumers")] = 404
+    broker.script[("DELETE", QUEUE_PATH)] = 404
+    ctx = context(spec={"deleteIfEmpty": if_empty}, status=OWNED)
+    await delete(ctx)  # no exception: the finalizer is released
+    assert broker.requests[-1][1].startswith(QUEUE_PATH)
+    assert events == []
+
+
+async def test_delete_of_an_empty_queue_deletes_it(broker: FakeBroker, events: Events) -> None:
+    ctx = context(status=OWNED)
+    await delete(ctx)
+    assert broker.requests[-1] == ("DELETE", QUEUE_PATH + "?if-empty=true")
+    assert events == []
+
+
+async def test_delete_while_unreachable_retries_and_says_so(
+    broker: FakeBroker, events: Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HUTCH_DELETE_TIMEOUT", "300")
+    broker.down = True
+    ctx = context(spec={"deleteIfEmpty": False}, status=OWNED)
+    with pytest.raises(kopf.TemporaryError) as caught:
+        await delete(ctx, runtime=297.0)
+    assert caught.value.delay <= 3.0  # never past deleteTimeout
+    assert ready(ctx)["reason"] == "DeleteBlocked"
+    assert ready(ctx)["observedGeneration"] == GENERATION
+    assert events == [("Warning", "DeleteBlocked")]
+
+
+async def test_delete_past_the_timeout_abandons_and_lists_the_object(
+    broker: FakeBroker, events: Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed: list[Any] = []
+
+    async def update(namespace: str, name: str, add: list[Any], remove: set[Any]) -> None:
+        listed.append((namespace, name, [item["object"] for item in add]))
+
+    monkeypatch.setenv("HUTCH_DELETE_TIMEOUT", "10")
+    monkeypatch.setattr(abandoned, "update", update)
+    broker.down = True
+    ctx = context(spec={"deleteIfEmpty": False}, status=OWNED)
+    await delete(ctx, runtime=11.0)
+    assert events == [("Warning", "DeleteAbandoned")]
+    assert listed == [(NAMESPACE, "hutch", ["orders"])]
+
+
+async def test_delete_refused_with_a_4xx_releases_the_finalizer(
+    broker: FakeBroker, events: Events
+) -> None:
+    broker.script[("DELETE", "/api/exchanges/%2F/orders")] = 400
+    ctx = context(ops=exchanges.OPS, status=OWNED)
+    await delete(ctx)
+    assert broker.requests == [("DELETE", "/api/exchanges/%2F/orders")]
+    assert events == [("Warning", "DeleteFailed")]
+
+
+async def test_delete_of_a_never_declared_object_leaves_the_broker_alone(
+    broker: FakeBroker, events: Events
+) -> None:
+    ctx = context(status={"brokerEndpoint": ENDPOINT})
+    await delete(ctx)
+    assert broker.requests == []
+    assert events == [("Warning", "DeleteSkippedNotOwned")]
+
+
+async def test_never_declared_object_is_released_before_resolving_its_broker(
+    broker: FakeBroker, events: Events
+) -> None:
+    """Ownership is judged from status first: a missing Broker does not matter then."""
+    ctx = context(spec={"brokerRef": {"name": "gone"}})
+    await delete(ctx)
+    assert broker.requests == []
+    assert events == [("Warning", "DeleteSkippedNotOwned")]
+
+
+async def test_retained_object_is_not_deleted(broker: FakeBroker, events: Events) -> None:
+    ctx = context(spec={"deletionPolicy": "retain"}, status=OWNED)
+    await delete(ctx)
+    assert broker.requests == []
+    assert events == [("Normal", "Retained")]
+
+
+async def test_delete_with_a_reserved_name_never_calls_the_broker(
+    broker: FakeBroker, events: Events
+) -> None:
+    ctx = context(name="amq.orders", status=OWNED)
+    await delete(ctx)
+    assert broker.requests == []
+
+
+# -- the mapping itself ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "permanent", "delay"),
+    [
+        (errors.SpecError("x"), True, None),
+        (errors.BrokerRejectedError("x", status=400), True, None),
+        (errors.ArgumentsImmutableError("x"), True, None),
+        (errors.NamespaceNotAllowedError("x"), True, None),
+        (errors.BrokerNotReadyError("x"), False, 10.0),
+        (errors.BrokerNotFoundError("x"), False, 30.0),
+        (errors.DependencyNotFoundError("x"), False, 15.0),
+    ],
+)
+def test_fail_maps_each_error_to_one_retry_class(
+    events: Events, error: errors.HutchError, permanent: bool, delay: float | None
+) -> None:
+    ctx = context()
+    with pytest.raises((kopf.PermanentError, kopf.TemporaryError)) as caught:
+        reconciling.fail(ctx, error, retry=0)
+    assert isinstance(caught.value, kopf.PermanentError) is permanent
+    assert caught.value.__cause__ is error
+    if not permanent:
+        assert caught.value.delay == delay
+    assert ready(ctx)["reason"] == error.reason
+    assert ready(ctx)["observedGeneration"] == GENERATION
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (400, errors.BrokerRejectedError),
+        (409, errors.BrokerRejectedError),
+        (401, errors.AuthenticationFailedError),
+        (403, errors.AuthenticationFailedError),
+        (404, errors.ObjectNotFoundError),
+        (500, errors.BrokerUnavailableError),
+        (503, errors.BrokerUnavailableError),
+    ],
+)
+def test_http_status_maps_to_one_operator_error(status: int, error: type[Exception]) -> None:
+    request = translators.Request("PUT", QUEUE_PATH)
+    with pytest.raises(error):
+        brokerclient._outcome(request, status, '{"reason": "no"}', ENDPOINT)
+
+
+def test_fake_broker_satisfies_the_protocol() -> None:
+    client = _protocol_check(FakeBroker())
+    assert client.base_url == ENDPOINT
