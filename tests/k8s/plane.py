@@ -133,6 +133,10 @@ class PlaneStartError(RuntimeError):
     """The control plane did not come up; the message carries the tail of every log."""
 
 
+class PlaneStopError(RuntimeError):
+    """A stop left something behind on the host (a process, mount, cgroup or the bridge)."""
+
+
 class BinariesMissingError(RuntimeError):
     """The pinned binaries (or kubectl 1.36) are not there: skip locally, error in CI."""
 
@@ -478,7 +482,15 @@ def read_pids(run_dir: Path) -> list[PidRecord]:
 
 
 def remove_run(run_dir: Path) -> None:
-    """Deletes a run's etcd data (on /dev/shm) and its run directory."""
+    """Deletes a run's etcd data (on /dev/shm) and its run directory.
+
+    Never while something is mounted under it: rmtree would follow a bind mount (a node's
+    volume) into the files behind it.
+    """
+    mounted = realnode.mounts_under(run_dir)
+    if mounted:
+        log.error("not removing %s: still mounted: %s", run_dir, ", ".join(mounted))
+        return
     shm_file = run_dir / "shm-dir"
     if shm_file.is_file():
         shutil.rmtree(shm_file.read_text().strip(), ignore_errors=True)
@@ -602,11 +614,12 @@ class Plane:
         if self.stopped:
             return
         self.stopped = True
+        leftovers: list[str] = []
         try:
             for component in reversed(self.components):
                 stop_child(component.proc)
         finally:
-            self._stop_node()
+            leftovers = self._stop_node()
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "pids").unlink()
         if self.failed:
@@ -615,6 +628,8 @@ class Plane:
             log.warning("HUTCH_K8S_KEEP: kept %s and %s", self.run_dir, self.shm_dir)
         else:
             remove_run(self.run_dir)
+        if leftovers:
+            raise PlaneStopError(f"node teardown left: {'; '.join(leftovers)}")
 
     def save_artifacts(self) -> Path:
         """Copies logs and rendered configs to test-artifacts/ (git-ignored; CI uploads it)."""
@@ -906,19 +921,23 @@ class Plane:
         conditions = node.get("status", {}).get("conditions", []) if status == 200 else []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-    def _stop_node(self) -> None:
-        """After kubelet and containerd stopped: containers, mounts, cgroups, bridge, rule."""
+    def _stop_node(self) -> list[str]:
+        """After kubelet and containerd stopped: containers, mounts, cgroups, bridge, rule.
+
+        Returns what is still there (a leak: the caller fails loudly).
+        """
         if self.tier != "node":
-            return
+            return []
         try:
             realnode.cleanup(self.run_dir)
             layout = self.node_layout
-            left = realnode.leftovers(
+            left: list[str] = realnode.leftovers(
                 self.run_dir, str(layout.containerd_socket), layout.cgroup_name
             )
             if left:
                 log.error("node teardown left: %s", "; ".join(left))
                 self.failed = True
+            return left
         finally:
             if self._node_lock is not None:
                 realnode.release_lock(self._node_lock)
