@@ -42,6 +42,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PAUSE_IMAGE = "localhost/hutch/pause:3.10"
 FAKE_NODE_TAINT = {"key": "hutch.dev/fake-node", "value": "kwok", "effect": "NoSchedule"}
 LOCK_PATH = Path("/tmp/hutch-node.lock")  # one bridge per machine, so one node plane
+LOCK_WAIT_SECONDS = 300.0
 # kubelet sets these at start (container_manager_linux.setupKernelTunables); we put them back.
 KUBELET_SYSCTLS = (
     "vm/overcommit_memory",
@@ -122,15 +123,26 @@ class NodeLayout:
 # --- host setup ------------------------------------------------------------------------------
 
 
-def acquire_lock() -> int:
-    """An exclusive flock held for the plane's life (the fd closes with the process)."""
+def acquire_lock(timeout: float = LOCK_WAIT_SECONDS) -> int:
+    """An exclusive flock held for the plane's life (the fd closes with the process).
+
+    A second test run on the machine waits for the first one's node rather than failing.
+    """
     fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise NodeBusyError(f"another node plane holds {LOCK_PATH}") from None
-    return fd
+    deadline = time.monotonic() + timeout
+    warned = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise NodeBusyError(f"another node plane held {LOCK_PATH} for {timeout}s") from None
+            if not warned:
+                log.warning("another node plane holds %s; waiting", LOCK_PATH)
+                warned = True
+            time.sleep(1)
 
 
 def release_lock(fd: int) -> None:
