@@ -3,13 +3,14 @@
 #
 # Why: the node tier runs containerd + runc from Debian (see docs/real-node.md for why not
 # containerd 2.x), the CNI bridge/host-local/loopback/portmap plugins, debootstrap for the
-# images' base rootfs and iptables for the rule that keeps pod traffic off the uplink.
+# images' base rootfs, iptables for the rule that keeps pod traffic off the uplink, and nftables
+# (the `nft` tool) for kube-proxy's nftables mode.
 # CI starts on a fresh machine, so `make k8s-bins` calls this; a second run is a no-op
 # (dpkg already has every package). Only Debian's own apt is used: nothing from image registries.
 # Nothing is started or enabled: plane.py starts containerd itself, as one of its processes.
 set -euo pipefail
 
-PACKAGES=(containerd runc containernetworking-plugins debootstrap iptables)
+PACKAGES=(containerd runc containernetworking-plugins debootstrap iptables nftables)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -16,9 +16,9 @@ ETCD_VERSION=v3.6.10
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 
-# kubelet is the `node` tier's (docs/real-node.md); it comes from the same wrapper module, so its
-# dependencies are the apiserver's own versions.
-K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+# kubelet and kube-proxy are the `node` tier's (docs/real-node.md). They come from the same
+# wrapper module, so their dependencies are the apiserver's own versions.
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 ALL_BINS=("${K8S_CMDS[@]}" etcd kwok helm)
 
 HUTCH_CACHE="${HUTCH_CACHE:-$HOME/.cache/hutch}"
@@ -127,6 +127,7 @@ build_kube_apiserver() { build_k8s_cmd kube-apiserver; }
 build_kube_controller_manager() { build_k8s_cmd kube-controller-manager; }
 build_kube_scheduler() { build_k8s_cmd kube-scheduler; }
 build_kubelet() { build_k8s_cmd kubelet; }
+build_kube_proxy() { build_k8s_cmd kube-proxy; }
 
 # --- etcd: a separate wrapper keeps its deps out of Kubernetes' version selection -------------
 build_etcd() {
@@ -174,6 +175,7 @@ run_phase kube-apiserver build_kube_apiserver
 run_phase kube-controller-manager build_kube_controller_manager
 run_phase kube-scheduler build_kube_scheduler
 run_phase kubelet build_kubelet
+run_phase kube-proxy build_kube_proxy
 run_phase etcd build_etcd
 run_phase kwok build_kwok
 run_phase helm build_helm

@@ -91,7 +91,7 @@ TIER_BINARIES = {
     "workloads": ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
     "node": (
         *("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
-        "kubelet",
+        *("kubelet", "kube-proxy"),
     ),
 }
 # What the node tier needs from Debian (scripts/install-node-deps.sh installs it).
@@ -105,12 +105,16 @@ NODE_HOST_TOOLS = (
     "/usr/lib/cni/loopback",
     "/usr/sbin/debootstrap",
     "/usr/sbin/iptables",
+    "/usr/sbin/nft",
 )
 NODE_HINT = (
     "run `bash scripts/install-node-deps.sh` (as root) and `bash tests/k8s/build-binaries.sh`"
 )
 KUBE_MINOR = "36"
-PORT_NAMES = ("etcd", "peer", "api", "kcm", "sched", "kwok", "kubelet", "kubelet-healthz")
+PORT_NAMES = (
+    *("etcd", "peer", "api", "kcm", "sched", "kwok"),
+    *("kubelet", "kubelet-healthz", "proxy-healthz", "proxy-metrics"),
+)
 FAKE_NODES = ("kwok-node-0", "kwok-node-1", "kwok-node-2")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_STAGE_FILES = (
@@ -122,7 +126,7 @@ KWOK_STAGE_FILES = (
     "pod/fast/pod-delete.yaml",
 )
 STORAGE_CLASS = "hutch-test"
-NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kubelet.kubeconfig")
+NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kube-proxy-config.json")
 K8S_TEST_TIMEOUT = 180  # seconds; the first k8s test of a run also pays for the plane's start
 NODE_TEST_TIMEOUT = 600  # a cold node start also debootstraps and builds images (~2 min)
 GRACE_SECONDS = 10.0
@@ -202,8 +206,7 @@ def node_problem(bin_dir: Path) -> str | None:
     if os.geteuid() != 0:
         return "the node tier needs root (namespaces, cgroups, a bridge)"
     missing = [t for t in NODE_HOST_TOOLS if not Path(t).is_file()]
-    if not (bin_dir / "kubelet").is_file():
-        missing.append(str(bin_dir / "kubelet"))
+    missing += [str(bin_dir / b) for b in ("kubelet", "kube-proxy") if not (bin_dir / b).is_file()]
     return f"missing {', '.join(missing)}; {NODE_HINT}" if missing else None
 
 
@@ -725,7 +728,7 @@ class Plane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={realnode.SERVICE_CIDR}",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
             # Stops the recurring failure to write 127.0.0.1 into default/kubernetes Endpoints.
@@ -853,6 +856,7 @@ class Plane:
         self._timed("containerd", self._start_containerd)
         self._timed("images", self._import_images)
         self._timed("kubelet", self._start_kubelet)
+        self._timed("kube-proxy", self._start_kube_proxy)
 
     def _timed(self, step: str, action: Callable[[], None]) -> None:
         began = time.monotonic()
@@ -916,6 +920,29 @@ class Plane:
         self._launch("kubelet", realnode.kubelet_args(layout, config, kubeconfig))
         self._wait(f"Node {realnode.NODE_NAME} Ready", self._real_node_ready, 90)
 
+    def _start_kube_proxy(self) -> None:
+        """kube-proxy (nftables mode) makes ClusterIPs route; ready when its /healthz is 200."""
+        ca = load_ca(self.pki)
+        ca.issue(
+            self.pki / "kube-proxy",
+            _name("system:kube-proxy"),  # bound to system:node-proxier by the bootstrap policy
+            ExtendedKeyUsageOID.CLIENT_AUTH,
+        )
+        kubeconfig = self.run_dir / "kube-proxy.kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(self.server, self.pki, user="kube-proxy"))
+        config = self.run_dir / "kube-proxy-config.json"
+        healthz = self.ports["proxy-healthz"]
+        config.write_text(
+            realnode.kube_proxy_config(kubeconfig, healthz, self.ports["proxy-metrics"])
+        )
+        state = realnode.NodeState.load(self.run_dir)
+        assert state is not None
+        state.proxy_started = True
+        state.save()
+        self._launch("kube-proxy", [f"--config={config}"])
+        url = f"http://127.0.0.1:{healthz}/healthz"
+        self._wait("kube-proxy /healthz", lambda: http_get(url)[0] == 200, 60)
+
     def _real_node_ready(self) -> bool:
         status, node = self.api("GET", f"/api/v1/nodes/{realnode.NODE_NAME}")
         conditions = node.get("status", {}).get("conditions", []) if status == 200 else []
@@ -929,10 +956,14 @@ class Plane:
         if self.tier != "node":
             return []
         try:
+            state = realnode.NodeState.load(self.run_dir)
             realnode.cleanup(self.run_dir)
             layout = self.node_layout
             left: list[str] = realnode.leftovers(
-                self.run_dir, str(layout.containerd_socket), layout.cgroup_name
+                self.run_dir,
+                str(layout.containerd_socket),
+                layout.cgroup_name,
+                state.kubelet_chains if state else [],
             )
             if left:
                 log.error("node teardown left: %s", "; ".join(left))

@@ -21,8 +21,9 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("hutch.k8s.node")
 
@@ -31,6 +32,7 @@ log = logging.getLogger("hutch.k8s.node")
 NODE_NAME = "hutch-node"
 BRIDGE = "hutchbr0"
 POD_CIDR = "10.246.0.0/24"
+SERVICE_CIDR = "10.0.0.0/24"  # the apiserver's --service-cluster-ip-range; routed onto the bridge
 NODE_IP = "10.246.0.1"  # the bridge's address: kubelet serves here, Pods route through it
 CNI_NETWORK = "hutch-node"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -52,7 +54,11 @@ KUBELET_SYSCTLS = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
     "net/ipv4/ip_forward",  # the bridge plugin turns forwarding on (isGateway)
+    "net/ipv4/conf/all/route_localnet",  # kube-proxy, for NodePorts on localhost
 )
+# kubelet's iptables chains (kubelet_network_linux.go), created through iptables-nft.
+KUBELET_CHAINS = frozenset({"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"})
+KUBE_PROXY_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))  # its nftables mode's tables
 FORWARD_DROP = ("FORWARD", "-i", BRIDGE, "!", "-o", BRIDGE, "-j", "DROP")
 
 
@@ -71,6 +77,9 @@ class NodeState:
     made_shim_dir: bool = False  # /run/containerd did not exist before us
     bridge_created: bool = False
     rule_added: bool = False
+    proxy_started: bool = False  # kube-proxy's nft tables are ours to delete
+    nft_tables: list[str] = field(default_factory=list)  # "family name" before the run
+    kubelet_chains: list[str] = field(default_factory=list)  # kubelet chains before the run
 
     def save(self) -> None:
         """Written after every host change, so a SIGKILLed owner still leaves an exact list."""
@@ -152,8 +161,12 @@ def release_lock(fd: int) -> None:
 
 
 def read_sysctls() -> dict[str, str]:
-    """The values kubelet and the bridge plugin will change, to restore them on cleanup."""
-    return {key: Path("/proc/sys", key).read_text().strip() for key in KUBELET_SYSCTLS}
+    """The values kubelet, kube-proxy and the bridge plugin may change, to restore on cleanup."""
+    values = {}
+    for key in KUBELET_SYSCTLS:
+        with contextlib.suppress(FileNotFoundError):
+            values[key] = Path("/proc/sys", key).read_text().strip()
+    return values
 
 
 def cgroup_hierarchies() -> list[Path]:
@@ -181,6 +194,9 @@ def make_bridge() -> None:
     ip("link", "add", BRIDGE, "type", "bridge")
     ip("addr", "add", f"{NODE_IP}/{POD_CIDR.split('/')[1]}", "dev", BRIDGE)
     ip("link", "set", BRIDGE, "up")
+    # ClusterIPs route onto the bridge: kube-proxy DNATs them to a Pod there, and a ClusterIP it
+    # has no rule for dies on the bridge instead of following the default route off the machine.
+    ip("route", "add", SERVICE_CIDR, "dev", BRIDGE, "src", NODE_IP)
 
 
 def add_forward_drop() -> None:
@@ -196,6 +212,8 @@ def prepare_host(layout: NodeLayout) -> NodeState:
         containerd_socket=str(layout.containerd_socket),
         sysctls=read_sysctls(),
         made_shim_dir=not SHIM_SOCKET_DIR.parent.exists(),
+        nft_tables=nft_tables(),
+        kubelet_chains=sorted(kubelet_chains()),
     )
     state.save()
     make_cgroup_root(state.cgroup_name)
@@ -308,6 +326,105 @@ def kubelet_config(layout: NodeLayout, pki: Path, cgroup_name: str) -> str:
         "registerNode": True,
     }
     return json.dumps(config, indent=1)
+
+
+def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) -> str:
+    """kube-proxy in nftables mode: its rules live in its own ``kube-proxy`` tables, which
+    teardown deletes whole. Conntrack sysctls are left alone (0 = do not touch)."""
+    zero = "0s"
+    config = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "nftables",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": NODE_NAME,
+        "clusterCIDR": POD_CIDR,
+        "detectLocalMode": "ClusterCIDR",
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "nodePortAddresses": [f"{NODE_IP}/32"],  # NodePorts on the bridge address only
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": zero,
+            "tcpCloseWaitTimeout": zero,
+        },
+    }
+    return json.dumps(config, indent=1)
+
+
+def delete_kube_proxy_tables() -> None:
+    """kube-proxy's nftables state: two tables, nothing else."""
+    for family, table in KUBE_PROXY_TABLES:
+        subprocess.run(["nft", "delete", "table", family, table], capture_output=True, check=False)
+
+
+def kube_proxy_tables() -> list[str]:
+    """Which of kube-proxy's tables exist (for the leak check)."""
+    found = []
+    for family, table in KUBE_PROXY_TABLES:
+        command = ["nft", "list", "table", family, table]
+        listed = subprocess.run(command, capture_output=True, check=False)
+        if listed.returncode == 0:
+            found.append(f"nft table {family} {table}")
+    return found
+
+
+def _nft(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nft", *args], capture_output=True, text=True, check=False)
+
+
+def nft_tables() -> list[str]:
+    """Every nftables table on the machine, as "family name"."""
+    lines = _nft("list", "tables").stdout.splitlines()
+    return [ln.removeprefix("table ").strip() for ln in lines if ln.startswith("table ")]
+
+
+def _table_items(table: str) -> list[dict[str, Any]]:
+    """The chains and rules of one table (nft's JSON), each as {"chain": ...} or {"rule": ...}."""
+    listed = _nft("-j", "list", "table", *table.split())
+    if listed.returncode != 0:
+        return []
+    items: list[dict[str, Any]] = json.loads(listed.stdout)["nftables"]
+    return [item for item in items if "chain" in item or "rule" in item]
+
+
+def kubelet_chains() -> set[str]:
+    """kubelet's chains present now, as "family table chain"."""
+    found = set()
+    for table in nft_tables():
+        for item in _table_items(table):
+            if "chain" in item and item["chain"]["name"] in KUBELET_CHAINS:
+                found.add(f"{table} {item['chain']['name']}")
+    return found
+
+
+def remove_kubelet_chains(before: list[str], tables_before: list[str]) -> None:
+    """Deletes the chains kubelet added (and the rules jumping to them), then any table that
+    did not exist before the run and is now empty."""
+    for table in nft_tables():
+        items = _table_items(table)
+        ours = {
+            item["chain"]["name"]
+            for item in items
+            if "chain" in item
+            and item["chain"]["name"] in KUBELET_CHAINS
+            and f"{table} {item['chain']['name']}" not in before
+        }
+        for item in items:
+            rule = item.get("rule")
+            if rule and (rule["chain"] in ours or _jumps_to(rule, ours)):
+                _nft("delete", "rule", *table.split(), rule["chain"], "handle", str(rule["handle"]))
+        for chain in ours:
+            _nft("delete", "chain", *table.split(), chain)
+        if table not in tables_before and not any("rule" in i for i in _table_items(table)):
+            _nft("delete", "table", *table.split())
+
+
+def _jumps_to(rule: dict[str, Any], chains: set[str]) -> bool:
+    """True if an nft rule (JSON) jumps or goes to one of ``chains``."""
+    text = json.dumps(rule.get("expr", []))
+    return any(f'"target": "{chain}"' in text for chain in chains)
 
 
 def kubelet_args(layout: NodeLayout, config: Path, kubeconfig: Path) -> list[str]:
@@ -465,6 +582,9 @@ def cleanup(run_dir: Path) -> None:
     kill_shims(state.containerd_socket)
     unmount_all(run_dir)
     remove_cgroups(state.cgroup_name)
+    if state.proxy_started:
+        delete_kube_proxy_tables()
+    remove_kubelet_chains(state.kubelet_chains, state.nft_tables)
     if state.rule_added:
         subprocess.run(["iptables", "-D", *FORWARD_DROP], capture_output=True, check=False)
     if state.bridge_created:
@@ -476,7 +596,7 @@ def cleanup(run_dir: Path) -> None:
     (run_dir / "node.json").unlink(missing_ok=True)
 
 
-def leftovers(run_dir: Path, socket: str, cgroup_name: str) -> list[str]:
+def leftovers(run_dir: Path, socket: str, cgroup_name: str, chains_before: list[str]) -> list[str]:
     """What a clean teardown must not leave: for tests and the teardown's own check."""
     found = [f"mount {p}" for p in mounts_under(run_dir)]
     found += [f"shim pid {pid}" for pid, _ in our_shims(socket)]
@@ -485,7 +605,12 @@ def leftovers(run_dir: Path, socket: str, cgroup_name: str) -> list[str]:
         found.append(f"bridge {BRIDGE}")
     if CNI_CACHE.is_dir():
         found += [f"CNI cache {p}" for p in CNI_CACHE.glob(f"{CNI_NETWORK}-*")]
-    return found
+    return found + kube_proxy_tables() + leftover_chains(chains_before)
+
+
+def leftover_chains(before: list[str]) -> list[str]:
+    """kubelet chains that were not there before the run."""
+    return [f"chain {c}" for c in sorted(kubelet_chains() - set(before))]
 
 
 def local_pv(name: str, path: Path, size: str) -> dict[str, object]:

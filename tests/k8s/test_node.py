@@ -1,13 +1,10 @@
 """The node tier: hutch-broker runs in a real container on a real kubelet (issue 12).
 
 Each test checks something kwok can only pretend: the readiness probe really dials the broker,
-the container's memory cgroup really carries the Pod's limit, AMQP really reaches the Pod over
-the node's bridge, and a StatefulSet Pod deleted by kubectl comes back on the same local PV with
-its confirmed persistent messages. Under HUTCH_K8S_REQUIRED=1 a node that cannot start fails
-these tests (the plugin never skips them then).
-
-Services: there is no kube-proxy yet, so a ClusterIP does not route. The tests resolve the
-Service through its EndpointSlice and dial the Pod IP from the host via the bridge (10.246.0.0/24).
+the container's memory cgroup really carries the Pod's limit, AMQP really reaches the Pod through
+its Service's ClusterIP (kube-proxy's nftables rules, over the node's bridge), and a StatefulSet
+Pod deleted by kubectl comes back on the same local PV with its confirmed persistent messages.
+Under HUTCH_K8S_REQUIRED=1 a node that cannot start fails these tests (never a skip).
 """
 
 from __future__ import annotations
@@ -120,8 +117,15 @@ def container_cgroup(plane: Any, pod: dict[str, Any], controller: str) -> Path:
     return matches[0]
 
 
+def cluster_ip(plane: Any, ns: str, service: str) -> str:
+    """The Service's ClusterIP: from the host it routes onto the bridge, kube-proxy DNATs it."""
+    ip: str = get(plane, f"/api/v1/namespaces/{ns}/services/{service}")["spec"]["clusterIP"]
+    assert ip.startswith("10.0.0."), ip
+    return ip
+
+
 def service_endpoint(plane: Any, ns: str, service: str) -> str:
-    """A ready address of the Service's EndpointSlice (ClusterIP needs kube-proxy: not yet)."""
+    """A ready address of the Service's EndpointSlice."""
 
     def probe() -> str | None:
         path = f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
@@ -138,9 +142,10 @@ def service_endpoint(plane: Any, ns: str, service: str) -> str:
 
 def connect(host: str) -> pika.BlockingConnection:
     credentials = pika.PlainCredentials(USER, PASSWORD)
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(host, 5672, credentials=credentials, connection_attempts=5)
+    params = pika.ConnectionParameters(
+        host, 5672, credentials=credentials, connection_attempts=10, retry_delay=1
     )
+    return pika.BlockingConnection(params)
 
 
 def publish_confirmed(host: str, queue: str, bodies: list[bytes]) -> None:
@@ -203,8 +208,8 @@ def test_broker_pod_is_ready_in_its_memory_cgroup_and_serves_amqp(node, k8s_name
     touch = node.kubectl("exec", "-n", ns, "broker", "--", "touch", "/x", check=False)
     assert "Read-only file system" in touch.stderr
 
-    host = service_endpoint(node, ns, "broker")
-    assert host == pod["status"]["podIP"]
+    assert service_endpoint(node, ns, "broker") == pod["status"]["podIP"]
+    host = cluster_ip(node, ns, "broker")
     publish_confirmed(host, "round-trip", [b"hello from the host"])
     assert drain(host, "round-trip") == [b"hello from the host"]
 
@@ -245,11 +250,18 @@ def test_statefulset_pod_keeps_confirmed_messages_across_kubectl_delete_pod(
     assert claim["spec"]["volumeName"] == pv
 
     bodies = [json.dumps({"n": i}).encode() for i in range(200)]
-    publish_confirmed(service_endpoint(node, ns, "hutch"), "durable", bodies)
+    host = cluster_ip(node, ns, "hutch")
+    publish_confirmed(host, "durable", bodies)
     node.kubectl("delete", "pod", "-n", ns, "hutch-0", "--wait=true")
 
     second = ready_pod(node, ns, "hutch-0", not_uid=first["metadata"]["uid"])
-    assert drain(second["status"]["podIP"], "durable") == bodies
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in second["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == ["data-hutch-0"]
+    assert drain(host, "durable") == bodies
     # The data really lives on the PV's directory on the node's disk, owned via fsGroup.
     pv_dir = Path(get(node, f"/api/v1/persistentvolumes/{pv}")["spec"]["local"]["path"])
     assert any(pv_dir.iterdir()), pv_dir
