@@ -50,6 +50,7 @@ DEFAULT_ENV = {
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 SKIP_NAMES = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 IMAGE_TAG = "0.1.0"
+KEEP_IMAGES = 3  # per kind, least recently used removed first
 IMAGES = {
     "broker": ("docker/broker.Dockerfile", f"localhost/hutch/hutch-broker:{IMAGE_TAG}"),
     "operator": ("docker/operator.Dockerfile", f"localhost/hutch/hutch-operator:{IMAGE_TAG}"),
@@ -88,6 +89,7 @@ def cached_dir(final: Path, build: Any) -> Path:
         if (final / ".complete").is_file():
             return final
         stage = Path(tempfile.mkdtemp(prefix=".stage-", dir=final.parent))
+        stage.chmod(0o755)  # mkdtemp makes it 0700; the cache is read by all
         try:
             build(stage)
             shutil.rmtree(final, ignore_errors=True)
@@ -423,7 +425,18 @@ def build_dockerfile_image(kind: str) -> Path:
         shutil.rmtree(workspace)
         (stage_dir / "timing").write_text(f"build seconds={time.monotonic() - began:.0f}\n")
 
-    return cached_dir(final, build) / "oci"
+    layout = cached_dir(final, build) / "oci"
+    final.touch()  # mtime = last use, for prune_images
+    prune_images(kind)
+    return layout
+
+
+def prune_images(kind: str, keep: int = KEEP_IMAGES) -> None:
+    """Every source change makes a new ~280 MB image; the least recently used beyond ``keep``
+    go (several worktrees on one machine each keep theirs among the newest)."""
+    dirs = [d for d in (cache_root() / "images").glob(f"{kind}-*") if (d / ".complete").is_file()]
+    for stale in sorted(dirs, key=lambda d: d.stat().st_mtime, reverse=True)[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def build_pause() -> Path:
