@@ -169,9 +169,12 @@ def read_sysctls() -> dict[str, str]:
     return values
 
 
-def cgroup_hierarchies() -> list[Path]:
-    """The cgroup v1 hierarchies (``unified`` is the empty cgroup2 of a hybrid setup)."""
-    return sorted(p for p in CGROUP_ROOT.iterdir() if p.is_dir() and p.name != "unified")
+def cgroup_hierarchies(unified: bool = False) -> list[Path]:
+    """The cgroup v1 hierarchies; with ``unified``, also the hybrid setup's cgroup2 mount,
+    where runc mirrors every container's cgroup (so teardown must look there too)."""
+    return sorted(
+        p for p in CGROUP_ROOT.iterdir() if p.is_dir() and (unified or p.name != "unified")
+    )
 
 
 def make_cgroup_root(name: str) -> None:
@@ -481,7 +484,7 @@ def our_shims(socket: str) -> list[tuple[int, Path]]:
 def _cgroup_dirs(name: str) -> list[Path]:
     """Every cgroup under our root, deepest first (the order rmdir needs)."""
     dirs = []
-    for hierarchy in cgroup_hierarchies():
+    for hierarchy in cgroup_hierarchies(unified=True):
         top = hierarchy / name
         if top.is_dir():
             dirs.extend(p for p in top.rglob("*") if p.is_dir())
