@@ -780,6 +780,8 @@ class Plane:
                 f"--service-account-private-key-file={self.pki / 'sa.key'}",
                 f"--root-ca-file={self.pki / 'ca.crt'}",
                 "--use-service-account-credentials=false",
+                # Its default, /usr/libexec/kubernetes/..., is created on the host and left there.
+                f"--flex-volume-plugin-dir={self.run_dir / 'kcm-flexvolume'}",
             ],
         )
         self._launch(
@@ -963,7 +965,7 @@ class Plane:
                 self.run_dir,
                 str(layout.containerd_socket),
                 layout.cgroup_name,
-                state.kubelet_chains if state else [],
+                state,
             )
             if left:
                 log.error("node teardown left: %s", "; ".join(left))

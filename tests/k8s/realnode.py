@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -56,6 +57,10 @@ KUBELET_SYSCTLS = (
     "net/ipv4/ip_forward",  # the bridge plugin turns forwarding on (isGateway)
     "net/ipv4/conf/all/route_localnet",  # kube-proxy, for NodePorts on localhost
 )
+# Paths kubelet creates whatever its config says (device-plugin socket dir, the flexvolume dir it
+# probes before reading volumePluginDir, the /var/log/containers symlinks to podLogsDir).
+KUBELET_HOST_PATHS = ("/var/lib/kubelet", "/usr/libexec/kubernetes", "/var/log/containers")
+CONTAINER_LOG_LINKS = Path("/var/log/containers")
 # kubelet's iptables chains (kubelet_network_linux.go), created through iptables-nft.
 KUBELET_CHAINS = frozenset({"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"})
 KUBE_PROXY_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))  # its nftables mode's tables
@@ -80,6 +85,7 @@ class NodeState:
     proxy_started: bool = False  # kube-proxy's nft tables are ours to delete
     nft_tables: list[str] = field(default_factory=list)  # "family name" before the run
     kubelet_chains: list[str] = field(default_factory=list)  # kubelet chains before the run
+    absent_paths: list[str] = field(default_factory=list)  # KUBELET_HOST_PATHS not there before
 
     def save(self) -> None:
         """Written after every host change, so a SIGKILLed owner still leaves an exact list."""
@@ -217,6 +223,7 @@ def prepare_host(layout: NodeLayout) -> NodeState:
         made_shim_dir=not SHIM_SOCKET_DIR.parent.exists(),
         nft_tables=nft_tables(),
         kubelet_chains=sorted(kubelet_chains()),
+        absent_paths=[p for p in KUBELET_HOST_PATHS if not Path(p).exists()],
     )
     state.save()
     make_cgroup_root(state.cgroup_name)
@@ -565,6 +572,27 @@ def remove_shim_dir() -> None:
             path.rmdir()
 
 
+def our_log_links(run_dir: Path) -> list[Path]:
+    """kubelet's /var/log/containers symlinks that point into this run's podLogsDir."""
+    if not CONTAINER_LOG_LINKS.is_dir():
+        return []
+    prefix = f"{run_dir}/"
+    return [
+        link
+        for link in CONTAINER_LOG_LINKS.iterdir()
+        if link.is_symlink() and os.readlink(link).startswith(prefix)
+    ]
+
+
+def remove_kubelet_paths(run_dir: Path, absent_before: list[str]) -> None:
+    """Our log symlinks, then the host paths kubelet created because they were absent."""
+    for link in our_log_links(run_dir):
+        link.unlink(missing_ok=True)
+    for path in map(Path, absent_before):
+        if path.exists() and not mounts_under(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def restore_sysctls(values: dict[str, str]) -> None:
     """Puts back what kubelet and the bridge plugin changed (ip_forward included)."""
     for key, value in values.items():
@@ -593,13 +621,14 @@ def cleanup(run_dir: Path) -> None:
     if state.bridge_created:
         ip("link", "del", BRIDGE, check=False)
     remove_cni_cache()
+    remove_kubelet_paths(run_dir, state.absent_paths)
     if state.made_shim_dir:
         remove_shim_dir()
     restore_sysctls(state.sysctls)
     (run_dir / "node.json").unlink(missing_ok=True)
 
 
-def leftovers(run_dir: Path, socket: str, cgroup_name: str, chains_before: list[str]) -> list[str]:
+def leftovers(run_dir: Path, socket: str, cgroup_name: str, state: NodeState | None) -> list[str]:
     """What a clean teardown must not leave: for tests and the teardown's own check."""
     found = [f"mount {p}" for p in mounts_under(run_dir)]
     found += [f"shim pid {pid}" for pid, _ in our_shims(socket)]
@@ -608,7 +637,11 @@ def leftovers(run_dir: Path, socket: str, cgroup_name: str, chains_before: list[
         found.append(f"bridge {BRIDGE}")
     if CNI_CACHE.is_dir():
         found += [f"CNI cache {p}" for p in CNI_CACHE.glob(f"{CNI_NETWORK}-*")]
-    return found + kube_proxy_tables() + leftover_chains(chains_before)
+    found += [f"log link {link}" for link in our_log_links(run_dir)]
+    if state is not None:
+        found += [f"host path {p}" for p in state.absent_paths if Path(p).exists()]
+        found += leftover_chains(state.kubelet_chains)
+    return found + kube_proxy_tables()
 
 
 def leftover_chains(before: list[str]) -> list[str]:
