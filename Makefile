@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run broker test check unit bench bench-report e2e bootstrap rabbitmq k8s-bins plane clean
+.PHONY: run broker test check unit bench bench-report e2e bootstrap rabbitmq k8s-bins images plane clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -32,8 +32,14 @@ unit: bootstrap
 rabbitmq:
 	@bash scripts/install-rabbitmq.sh
 
+## Control-plane binaries (Go module proxy) and the node tier's Debian packages (docs/real-node.md).
 k8s-bins:
+	@bash scripts/install-node-deps.sh
 	@bash tests/k8s/build-binaries.sh
+
+## The node tier's images (pause, hutch-broker) from docker/*.Dockerfile, without Docker; cached.
+images: bootstrap k8s-bins
+	$(PY) tests/k8s/images.py build pause broker
 
 ## A local control plane for manual work (Ctrl-C stops it).
 plane: bootstrap k8s-bins

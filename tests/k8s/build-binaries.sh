@@ -16,6 +16,11 @@ ETCD_VERSION=v3.6.10
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 
+# kubelet and kube-proxy are the `node` tier's (docs/real-node.md). They come from the same
+# wrapper module, so their dependencies are the apiserver's own versions.
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+ALL_BINS=("${K8S_CMDS[@]}" etcd kwok helm)
+
 HUTCH_CACHE="${HUTCH_CACHE:-$HOME/.cache/hutch}"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 export GOTOOLCHAIN=local          # a pin that needs a newer Go fails fast instead of downloading one
@@ -37,7 +42,15 @@ BINS_ROOT="$HUTCH_CACHE/k8s-bins"
 NAME="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${GO_VERSION}_${PLATFORM}"
 FINAL="$BINS_ROOT/$NAME"
 
-if [ -f "$FINAL/.complete" ]; then
+# complete DIR: DIR was finished by a run of this script that built every binary we now expect
+# (a cache made before kubelet joined the list counts as absent and is rebuilt, warm: ~1 min).
+complete() {
+    local b
+    [ -f "$1/.complete" ] || return 1
+    for b in "${ALL_BINS[@]}"; do [ -x "$1/bin/$b" ] || return 1; done
+}
+
+if complete "$FINAL"; then
     echo "$FINAL"
     exit 0
 fi
@@ -48,7 +61,7 @@ if ! flock -n 9; then
     log "another build holds $BINS_ROOT/.lock; waiting"
     flock 9
 fi
-if [ -f "$FINAL/.complete" ]; then      # another build finished while we waited
+if complete "$FINAL"; then      # another build finished while we waited
     echo "$FINAL"
     exit 0
 fi
@@ -72,7 +85,6 @@ run_phase() {
 }
 
 # --- Kubernetes: wrapper module supplying the staging replaces (design §2.2) -----------------
-K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler)
 
 k8s_modules() {
     local info gomod commit
@@ -114,6 +126,8 @@ build_k8s_cmd() {
 build_kube_apiserver() { build_k8s_cmd kube-apiserver; }
 build_kube_controller_manager() { build_k8s_cmd kube-controller-manager; }
 build_kube_scheduler() { build_k8s_cmd kube-scheduler; }
+build_kubelet() { build_k8s_cmd kubelet; }
+build_kube_proxy() { build_k8s_cmd kube-proxy; }
 
 # --- etcd: a separate wrapper keeps its deps out of Kubernetes' version selection -------------
 build_etcd() {
@@ -160,6 +174,8 @@ run_phase k8s-modules k8s_modules
 run_phase kube-apiserver build_kube_apiserver
 run_phase kube-controller-manager build_kube_controller_manager
 run_phase kube-scheduler build_kube_scheduler
+run_phase kubelet build_kubelet
+run_phase kube-proxy build_kube_proxy
 run_phase etcd build_etcd
 run_phase kwok build_kwok
 run_phase helm build_helm

@@ -7,9 +7,11 @@ binaries built by ``tests/k8s/build-binaries.sh`` as local processes on loopback
 (design: /work/shared/design/test-cluster.md, operator notes: docs/control-plane.md).
 
 Three faces, one concept:
-- ``Plane``: one control plane (``apiserver`` or ``workloads`` tier) with its own run directory,
-  PKI, kubeconfig and ports; every process it starts is stopped by its own PID.
-- a pytest plugin (fixtures ``apiserver``, ``workloads``, ``k8s_namespace``, ``make_pvs``),
+- ``Plane``: one control plane (``apiserver``, ``workloads`` or ``node`` tier) with its own run
+  directory, PKI, kubeconfig and ports; every process it starts is stopped by its own PID. The
+  ``node`` tier adds one real node (containerd + kubelet, ``realnode.py``, docs/real-node.md).
+- a pytest plugin (fixtures ``apiserver``, ``workloads``, ``node``, ``k8s_namespace``,
+  ``make_pvs``, ``make_local_pvs``),
   registered by ``tests/conftest.py`` and reusable by ``e2e/``;
 - a CLI: ``python tests/k8s/plane.py up [--tier workloads]`` / ``down``.
 
@@ -25,6 +27,7 @@ import collections
 import contextlib
 import datetime
 import functools
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -51,9 +54,29 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 log = logging.getLogger("hutch.k8s")
+
+
+def _load_sibling(name: str) -> Any:
+    """Loads tests/k8s/<name>.py by path: this module itself is loaded by path, not as a package."""
+    module_name = f"hutch_k8s_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(
+        module_name, Path(__file__).with_name(f"{name}.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+realnode = _load_sibling("realnode")
+images = _load_sibling("images")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "k8s" / "build-binaries.sh"
@@ -61,13 +84,37 @@ DEV_RUN_DIR = REPO_ROOT / ".hutch-dev"
 ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
 BUILD_HINT = "run `bash tests/k8s/build-binaries.sh` (cold: ~8 min on 2 cores; then cached)"
 
-TIERS = ("apiserver", "workloads")
+TIERS = ("apiserver", "workloads", "node")
+WORKLOAD_TIERS = ("workloads", "node")  # tiers with controllers, scheduler and kwok
 TIER_BINARIES = {
     "apiserver": ("etcd", "kube-apiserver"),
     "workloads": ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
+    "node": (
+        *("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
+        *("kubelet", "kube-proxy"),
+    ),
 }
+# What the node tier needs from Debian (scripts/install-node-deps.sh installs it).
+NODE_HOST_TOOLS = (
+    "/usr/bin/containerd",
+    "/usr/bin/containerd-shim-runc-v2",
+    "/usr/bin/runc",
+    "/usr/bin/ctr",
+    "/usr/lib/cni/bridge",
+    "/usr/lib/cni/host-local",
+    "/usr/lib/cni/loopback",
+    "/usr/sbin/debootstrap",
+    "/usr/sbin/iptables",
+    "/usr/sbin/nft",
+)
+NODE_HINT = (
+    "run `bash scripts/install-node-deps.sh` (as root) and `bash tests/k8s/build-binaries.sh`"
+)
 KUBE_MINOR = "36"
-PORT_NAMES = ("etcd", "peer", "api", "kcm", "sched", "kwok")
+PORT_NAMES = (
+    *("etcd", "peer", "api", "kcm", "sched", "kwok"),
+    *("kubelet", "kubelet-healthz", "proxy-healthz", "proxy-metrics"),
+)
 FAKE_NODES = ("kwok-node-0", "kwok-node-1", "kwok-node-2")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_STAGE_FILES = (
@@ -79,13 +126,19 @@ KWOK_STAGE_FILES = (
     "pod/fast/pod-delete.yaml",
 )
 STORAGE_CLASS = "hutch-test"
+NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kube-proxy-config.json")
 K8S_TEST_TIMEOUT = 180  # seconds; the first k8s test of a run also pays for the plane's start
+NODE_TEST_TIMEOUT = 600  # a cold node start also debootstraps and builds images (~2 min)
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
 
 
 class PlaneStartError(RuntimeError):
     """The control plane did not come up; the message carries the tail of every log."""
+
+
+class PlaneStopError(RuntimeError):
+    """A stop left something behind on the host (a process, mount, cgroup or the bridge)."""
 
 
 class BinariesMissingError(RuntimeError):
@@ -146,6 +199,15 @@ def check_binaries(bin_dir: Path, tier: str) -> None:
     missing = [b for b in TIER_BINARIES[tier] if not (bin_dir / b).is_file()]
     if missing:
         raise BinariesMissingError(f"{bin_dir} lacks {', '.join(missing)}; {BUILD_HINT}")
+
+
+def node_problem(bin_dir: Path) -> str | None:
+    """Why the node tier cannot start here (not root, a Debian tool or kubelet missing)."""
+    if os.geteuid() != 0:
+        return "the node tier needs root (namespaces, cgroups, a bridge)"
+    missing = [t for t in NODE_HOST_TOOLS if not Path(t).is_file()]
+    missing += [str(bin_dir / b) for b in ("kubelet", "kube-proxy") if not (bin_dir / b).is_file()]
+    return f"missing {', '.join(missing)}; {NODE_HINT}" if missing else None
 
 
 def find_kubectl() -> Path:
@@ -260,6 +322,13 @@ class CertAuthority:
         _write_key(path_stem.with_suffix(".key"), key)
 
 
+def load_ca(pki_dir: Path) -> CertAuthority:
+    """The run's CA from disk, to issue the node's certificates after make_pki."""
+    key = load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    return CertAuthority(key, x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes()))
+
+
 def _name(common_name: str, org: str | None = None) -> x509.Name:
     """Subject names: CN is the Kubernetes user, O its group."""
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
@@ -319,8 +388,8 @@ def make_pki(pki_dir: Path) -> None:
     )
 
 
-def kubeconfig_text(server: str, pki_dir: Path) -> str:
-    """An admin kubeconfig with absolute paths, accepted by kubectl, Kopf and the client."""
+def kubeconfig_text(server: str, pki_dir: Path, user: str = "admin") -> str:
+    """A kubeconfig with absolute paths (admin: for kubectl, Kopf, the client; or the node's)."""
     return f"""apiVersion: v1
 kind: Config
 clusters:
@@ -331,8 +400,8 @@ clusters:
 users:
 - name: admin
   user:
-    client-certificate: {pki_dir / "admin.crt"}
-    client-key: {pki_dir / "admin.key"}
+    client-certificate: {pki_dir / f"{user}.crt"}
+    client-key: {pki_dir / f"{user}.key"}
 contexts:
 - name: hutch
   context:
@@ -416,7 +485,15 @@ def read_pids(run_dir: Path) -> list[PidRecord]:
 
 
 def remove_run(run_dir: Path) -> None:
-    """Deletes a run's etcd data (on /dev/shm) and its run directory."""
+    """Deletes a run's etcd data (on /dev/shm) and its run directory.
+
+    Never while something is mounted under it: rmtree would follow a bind mount (a node's
+    volume) into the files behind it.
+    """
+    mounted = realnode.mounts_under(run_dir)
+    if mounted:
+        log.error("not removing %s: still mounted: %s", run_dir, ", ".join(mounted))
+        return
     shm_file = run_dir / "shm-dir"
     if shm_file.is_file():
         shutil.rmtree(shm_file.read_text().strip(), ignore_errors=True)
@@ -446,6 +523,7 @@ def reap_stale_runs() -> None:
         if (run_dir / "pids").is_file() and owner_alive(run_dir) is None:
             log.warning("reaping stale k8s run %s", run_dir)
             stop_recorded(run_dir)
+            realnode.cleanup(run_dir)  # a node's containers, mounts, cgroups, bridge, rule
             if not env_flag("HUTCH_K8S_KEEP"):
                 remove_run(run_dir)
 
@@ -505,7 +583,12 @@ class Plane:
         self.failed = False
         self.stopped = False
         self.start_seconds = 0.0
+        self.node_seconds: dict[str, float] = {}  # node tier: time per start step
         self._admin_ssl: ssl.SSLContext | None = None
+        self._node_lock: int | None = None
+        self.node_layout = realnode.NodeLayout(
+            run_dir, self.ports["kubelet"], self.ports["kubelet-healthz"]
+        )
 
     @property
     def server(self) -> str:
@@ -520,10 +603,12 @@ class Plane:
         self._prepare()
         self._start_etcd()
         self._start_apiserver()
-        if self.tier == "workloads":
+        if self.tier in WORKLOAD_TIERS:
             self._start_controllers()
             self._start_kwok()
             self._create_workload_fixtures()
+        if self.tier == "node":
+            self._start_node()
         self.start_seconds = time.monotonic() - began
         log.info("k8s plane %s ready in %.1fs at %s", self.tier, self.start_seconds, self.run_dir)
 
@@ -532,8 +617,12 @@ class Plane:
         if self.stopped:
             return
         self.stopped = True
-        for component in reversed(self.components):
-            stop_child(component.proc)
+        leftovers: list[str] = []
+        try:
+            for component in reversed(self.components):
+                stop_child(component.proc)
+        finally:
+            leftovers = self._stop_node()
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "pids").unlink()
         if self.failed:
@@ -542,13 +631,17 @@ class Plane:
             log.warning("HUTCH_K8S_KEEP: kept %s and %s", self.run_dir, self.shm_dir)
         else:
             remove_run(self.run_dir)
+        if leftovers:
+            raise PlaneStopError(f"node teardown left: {'; '.join(leftovers)}")
 
     def save_artifacts(self) -> Path:
         """Copies logs and rendered configs to test-artifacts/ (git-ignored; CI uploads it)."""
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
         target = ARTIFACTS_DIR / f"k8s-{stamp}-{self.tier}-{os.getpid()}"
         shutil.copytree(self.logs, target / "logs", dirs_exist_ok=True)
-        for name in ("kubeconfig", "kwok-stages.yaml", "fake-nodes.json"):
+        if self.node_layout.pod_logs.is_dir():
+            shutil.copytree(self.node_layout.pod_logs, target / "pod-logs", dirs_exist_ok=True)
+        for name in ("kubeconfig", "kwok-stages.yaml", "fake-nodes.json", *NODE_CONFIGS):
             if (self.run_dir / name).is_file():
                 shutil.copy2(self.run_dir / name, target / name)
         log.warning("k8s logs saved to %s", target)
@@ -563,9 +656,9 @@ class Plane:
         make_pki(self.pki)
         self.kubeconfig.write_text(kubeconfig_text(self.server, self.pki))
 
-    def _launch(self, name: str, args: list[str]) -> Component:
+    def _launch(self, name: str, args: list[str], binary: Path | None = None) -> Component:
         """Starts one binary in its own session, logging to logs/<name>.log, recorded by PID."""
-        binary = self.bin_dir / name
+        binary = binary or self.bin_dir / name
         exe = os.path.realpath(binary)
         with (self.logs / f"{name}.log").open("ab") as out:
             proc = subprocess.Popen(
@@ -635,7 +728,7 @@ class Plane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={realnode.SERVICE_CIDR}",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
             # Stops the recurring failure to write 127.0.0.1 into default/kubernetes Endpoints.
@@ -644,6 +737,17 @@ class Plane:
         if self.tier == "apiserver":
             # No controller-manager means no `default` ServiceAccount for Pods to reference.
             args.append("--disable-admission-plugins=ServiceAccount")
+        if self.tier == "node":
+            args += [
+                # The Node authorizer scopes the kubelet to its own node, as in production.
+                "--authorization-mode=Node,RBAC",
+                # logs/exec/port-forward: dial the node's IP (no DNS for its name), verify it.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                f"--kubelet-client-certificate={pki / 'admin.crt'}",
+                f"--kubelet-client-key={pki / 'admin.key'}",
+            ]
+            args.remove("--authorization-mode=RBAC")
         return args
 
     def _start_apiserver(self) -> None:
@@ -676,6 +780,8 @@ class Plane:
                 f"--service-account-private-key-file={self.pki / 'sa.key'}",
                 f"--root-ca-file={self.pki / 'ca.crt'}",
                 "--use-service-account-credentials=false",
+                # Its default, /usr/libexec/kubernetes/..., is created on the host and left there.
+                f"--flex-volume-plugin-dir={self.run_dir / 'kcm-flexvolume'}",
             ],
         )
         self._launch(
@@ -726,6 +832,9 @@ class Plane:
     def _create_workload_fixtures(self) -> None:
         """Three fake Nodes (for hostname anti-affinity) and the StorageClass test PVs use."""
         nodes = [fake_node(name) for name in FAKE_NODES]
+        if self.tier == "node":  # Pods go to the real node unless they tolerate the fakes
+            for node in nodes:
+                node["spec"] = {"taints": [realnode.FAKE_NODE_TAINT]}
         (self.run_dir / "fake-nodes.json").write_text(json.dumps(nodes, indent=1))
         for node in nodes:
             self.create("/api/v1/nodes", node)
@@ -740,6 +849,143 @@ class Plane:
             },
         )
         self._wait("3 kwok Nodes Ready", self._nodes_ready, 60)
+
+    # -- the real node (tier "node", realnode.py) --
+
+    def _start_node(self) -> None:
+        """Host setup, containerd, images, kubelet: each step timed (the node is the slow part)."""
+        self._timed("host", self._prepare_node_host)
+        self._timed("containerd", self._start_containerd)
+        self._timed("images", self._import_images)
+        self._timed("kubelet", self._start_kubelet)
+        self._timed("kube-proxy", self._start_kube_proxy)
+
+    def _timed(self, step: str, action: Callable[[], None]) -> None:
+        began = time.monotonic()
+        action()
+        self.node_seconds[step] = time.monotonic() - began
+
+    def _prepare_node_host(self) -> None:
+        """One node plane per machine (the bridge is shared); host changes recorded first."""
+        self._node_lock = realnode.acquire_lock()
+        realnode.prepare_host(self.node_layout)
+
+    def _start_containerd(self) -> None:
+        """Debian's containerd on a private socket, with our CNI config dir."""
+        layout = self.node_layout
+        layout.containerd_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "cni").mkdir(exist_ok=True)
+        (self.run_dir / "cni" / "10-hutch.conflist").write_text(realnode.cni_conflist(layout))
+        config = self.run_dir / "containerd.toml"
+        config.write_text(realnode.containerd_config(layout))
+        self._launch("containerd", [f"--config={config}"], binary=realnode.CONTAINERD)
+        self._wait("containerd", lambda: self.ctr("version").returncode == 0, 30)
+
+    def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Debian's ctr against this node's containerd, namespace k8s.io (the CRI's)."""
+        socket_path = str(self.node_layout.containerd_socket)
+        return subprocess.run(
+            [str(realnode.CTR), "--address", socket_path, "-n", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def _import_images(self) -> None:
+        """Builds (cached) and imports the sandbox and broker images: nothing is ever pulled."""
+        for layout in (images.build_pause(), images.build_dockerfile_image("broker")):
+            images.import_image(layout, self.node_layout.containerd_socket)
+
+    def _issue_node_certs(self) -> None:
+        """The kubelet's client cert (Node authorizer identity) and its serving cert."""
+        ca = load_ca(self.pki)
+        node = realnode.NODE_NAME
+        ca.issue(
+            self.pki / "kubelet",
+            _name(f"system:node:{node}", "system:nodes"),
+            ExtendedKeyUsageOID.CLIENT_AUTH,
+        )
+        sans: list[x509.GeneralName] = [
+            x509.IPAddress(ipaddress.ip_address(realnode.NODE_IP)),
+            x509.DNSName(node),
+        ]
+        ca.issue(self.pki / "kubelet-serving", _name(node), ExtendedKeyUsageOID.SERVER_AUTH, sans)
+
+    def _start_kubelet(self) -> None:
+        """kubelet v1.36 on cgroup v1; ready when its Node reports Ready."""
+        self._issue_node_certs()
+        layout = self.node_layout
+        kubeconfig = self.run_dir / "kubelet.kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(self.server, self.pki, user="kubelet"))
+        config = self.run_dir / "kubelet-config.json"  # JSON is YAML: kubelet reads it as is
+        config.write_text(realnode.kubelet_config(layout, self.pki, layout.cgroup_name))
+        self._launch("kubelet", realnode.kubelet_args(layout, config, kubeconfig))
+        self._wait(f"Node {realnode.NODE_NAME} Ready", self._real_node_ready, 90)
+
+    def _start_kube_proxy(self) -> None:
+        """kube-proxy (nftables mode) makes ClusterIPs route; ready when its /healthz is 200."""
+        ca = load_ca(self.pki)
+        ca.issue(
+            self.pki / "kube-proxy",
+            _name("system:kube-proxy"),  # bound to system:node-proxier by the bootstrap policy
+            ExtendedKeyUsageOID.CLIENT_AUTH,
+        )
+        kubeconfig = self.run_dir / "kube-proxy.kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(self.server, self.pki, user="kube-proxy"))
+        config = self.run_dir / "kube-proxy-config.json"
+        healthz = self.ports["proxy-healthz"]
+        config.write_text(
+            realnode.kube_proxy_config(kubeconfig, healthz, self.ports["proxy-metrics"])
+        )
+        state = realnode.NodeState.load(self.run_dir)
+        assert state is not None
+        state.proxy_started = True
+        state.save()
+        self._launch("kube-proxy", [f"--config={config}"])
+        url = f"http://127.0.0.1:{healthz}/healthz"
+        self._wait("kube-proxy /healthz", lambda: http_get(url)[0] == 200, 60)
+
+    def _real_node_ready(self) -> bool:
+        status, node = self.api("GET", f"/api/v1/nodes/{realnode.NODE_NAME}")
+        conditions = node.get("status", {}).get("conditions", []) if status == 200 else []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    def _stop_node(self) -> list[str]:
+        """After kubelet and containerd stopped: containers, mounts, cgroups, bridge, rule.
+
+        Returns what is still there (a leak: the caller fails loudly).
+        """
+        if self.tier != "node":
+            return []
+        try:
+            state = realnode.NodeState.load(self.run_dir)
+            realnode.cleanup(self.run_dir)
+            layout = self.node_layout
+            left: list[str] = realnode.leftovers(
+                self.run_dir,
+                str(layout.containerd_socket),
+                layout.cgroup_name,
+                state,
+            )
+            if left:
+                log.error("node teardown left: %s", "; ".join(left))
+                self.failed = True
+            return left
+        finally:
+            if self._node_lock is not None:
+                realnode.release_lock(self._node_lock)
+                self._node_lock = None
+
+    def make_local_pvs(self, n: int, size: str = "1Gi") -> list[str]:
+        """n local PVs of class hutch-test: directories on the real node's disk, in the run."""
+        names = []
+        for _ in range(n):
+            name = f"hutch-local-{secrets.token_hex(4)}"
+            path = self.node_layout.volumes_dir / name
+            path.mkdir(parents=True)
+            self.create("/api/v1/persistentvolumes", realnode.local_pv(name, path, size))
+            names.append(name)
+        return names
 
     def _nodes_ready(self) -> bool:
         """Every fake Node reports Ready=True (kwok's node-initialize stage ran)."""
@@ -810,7 +1056,7 @@ class Plane:
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
         )
-        if self.tier == "workloads":
+        if self.tier in WORKLOAD_TIERS:
             self._wait_for_default_sa(name)
         return name
 
@@ -915,6 +1161,7 @@ class PlaneRegistry:
         self.planes: dict[str, Plane] = {}
         self.pending: collections.Counter[str] = collections.Counter()
         self.start_times: dict[str, float] = {}
+        self.node_seconds: dict[str, float] = {}
         self._hooks_installed = False
 
     def acquire(self, tier: str) -> Plane:
@@ -943,6 +1190,7 @@ class PlaneRegistry:
                     continue
                 raise
             self.start_times[tier] = plane.start_seconds
+            self.node_seconds.update(plane.node_seconds)
             return plane
         raise AssertionError("unreachable")
 
@@ -1008,13 +1256,23 @@ _STATE = _SessionState(skipped=set())
 
 
 def _item_tier(item: pytest.Item) -> str | None:
-    """Which plane a test needs, from its fixture closure; workloads wins over apiserver."""
+    """Which plane a test needs, from its fixture closure; node > workloads > apiserver."""
     names = getattr(item, "fixturenames", ())
+    if "node" in names or "make_local_pvs" in names:
+        return "node"
     if "workloads" in names:
         return "workloads"
     if "apiserver" in names or "k8s_namespace" in names:
         return "apiserver"
     return None
+
+
+def _tier_problem(tier: str | None) -> str | None:
+    """Why a tier cannot run here: the shared binaries check, plus the node tier's own."""
+    problem = _binaries_problem()
+    if problem is None and tier == "node":
+        problem = node_problem(find_bin_dir())
+    return problem
 
 
 def _binaries_problem() -> str | None:
@@ -1046,9 +1304,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             and not item.get_closest_marker("timeout")
             and item.config.pluginmanager.hasplugin("timeout")
         ):
-            item.add_marker(pytest.mark.timeout(K8S_TEST_TIMEOUT))
-    # Stable sort: apiserver-tier tests first, so that plane is stopped before workloads starts.
-    items.sort(key=lambda it: _item_tier(it) == "workloads")
+            slow = _item_tier(item) == "node"
+            item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT if slow else K8S_TEST_TIMEOUT))
+    # Stable sort by tier: each plane is stopped before the next tier's starts.
+    order = {None: 0, "apiserver": 0, "workloads": 1, "node": 2}
+    items.sort(key=lambda it: order[_item_tier(it)])
     REGISTRY.pending = collections.Counter(t for t in map(_item_tier, items) if t)
 
 
@@ -1056,7 +1316,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Missing binaries: skip locally (naming the build script), error under REQUIRED."""
     if not item.get_closest_marker("k8s"):
         return
-    problem = _binaries_problem()
+    problem = _tier_problem(_item_tier(item))
     if problem is None:
         return
     if k8s_required():
@@ -1099,6 +1359,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Makes k8s skips impossible to miss, and reports how long each plane took to start."""
     for tier, seconds in REGISTRY.start_times.items():
         terminalreporter.write_line(f"K8S: {tier} plane started in {seconds:.1f}s")
+    for step, seconds in REGISTRY.node_seconds.items():
+        terminalreporter.write_line(f"K8S: node start step {step}: {seconds:.1f}s")
     count = len(_STATE.skipped)
     if count:
         required = " (HUTCH_K8S_REQUIRED=1: run failed)" if k8s_required() else ""
@@ -1111,7 +1373,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def _plane_fixture(tier: str) -> Iterator[Plane]:
     """Body of both tier fixtures: start lazily; a failed start is an error, never a skip."""
-    problem = _binaries_problem()
+    problem = _tier_problem(tier)
     if problem:
         if k8s_required():
             pytest.fail(f"HUTCH_K8S_REQUIRED=1 but {problem}", pytrace=False)
@@ -1134,14 +1396,20 @@ def workloads() -> Iterator[Plane]:
     yield from _plane_fixture("workloads")
 
 
+@pytest.fixture(scope="session")
+def node() -> Iterator[Plane]:
+    """workloads + one real node (containerd, CNI bridge, kubelet) running the broker image."""
+    yield from _plane_fixture("node")
+
+
 @pytest.fixture
 def k8s_namespace(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh ``t-<8hex>`` namespace on the test's plane (workloads if it uses that tier)."""
-    tier = "workloads" if "workloads" in request.fixturenames else "apiserver"
+    """A fresh ``t-<8hex>`` namespace on the test's plane (the highest tier it uses)."""
+    tier = _item_tier(request.node) or "apiserver"
     plane: Plane = request.getfixturevalue(tier)
     name = plane.create_namespace()
     yield name
-    if plane.tier == "workloads" and not plane.stopped:
+    if plane.tier in WORKLOAD_TIERS and not plane.stopped:
         plane.delete_namespace(name)
 
 
@@ -1149,6 +1417,12 @@ def k8s_namespace(request: pytest.FixtureRequest) -> Iterator[str]:
 def make_pvs(workloads: Plane) -> Callable[..., list[str]]:
     """``make_pvs(n, size="1Gi")``: pre-created PVs of class hutch-test for StatefulSets."""
     return workloads.make_pvs
+
+
+@pytest.fixture
+def make_local_pvs(node: Plane) -> Callable[..., list[str]]:
+    """``make_local_pvs(n, size="1Gi")``: local PVs on the real node's disk (really mounted)."""
+    return node.make_local_pvs
 
 
 # --- CLI: a plane for manual work ---------------------------------------------------------------
@@ -1161,6 +1435,7 @@ def cmd_up(tier: str) -> int:
         log.error("a plane is already up (pid %d); run `python %s down`", owner.pid, __file__)
         return 1
     stop_recorded(DEV_RUN_DIR)
+    realnode.cleanup(DEV_RUN_DIR)
     remove_run(DEV_RUN_DIR)
     plane = REGISTRY.start(tier, run_dir=DEV_RUN_DIR)
     sys.stdout.write(f"export KUBECONFIG={plane.kubeconfig}\n")
@@ -1185,13 +1460,14 @@ def cmd_down() -> int:
         # Its SIGTERM handler stops its components one by one: give it time for all of them.
         stop_pid(owner.pid, owner.exe, grace=GRACE_SECONDS * (len(PORT_NAMES) + 1))
     stop_recorded(DEV_RUN_DIR)
+    realnode.cleanup(DEV_RUN_DIR)
     remove_run(DEV_RUN_DIR)
     log.info("stopped; removed %s", DEV_RUN_DIR)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``plane.py up [--tier apiserver|workloads]`` or ``plane.py down``."""
+    """``plane.py up [--tier apiserver|workloads|node]`` or ``plane.py down``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a plane under .hutch-dev/ until interrupted")

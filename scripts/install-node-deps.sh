@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install the Debian packages the `node` plane tier needs (a real kubelet runs real containers).
+#
+# Why: the node tier runs containerd + runc from Debian (see docs/real-node.md for why not
+# containerd 2.x), the CNI bridge/host-local/loopback/portmap plugins, debootstrap for the
+# images' base rootfs, iptables for the rule that keeps pod traffic off the uplink, and nftables
+# (the `nft` tool) for kube-proxy's nftables mode.
+# CI starts on a fresh machine, so `make k8s-bins` calls this; a second run is a no-op
+# (dpkg already has every package). Only Debian's own apt is used: nothing from image registries.
+# Nothing is started or enabled: plane.py starts containerd itself, as one of its processes.
+set -euo pipefail
+
+PACKAGES=(containerd runc containernetworking-plugins debootstrap iptables nftables)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-node-deps: need root to apt-get install ${missing[*]}" >&2
+    exit 2
+fi
+start=$SECONDS
+echo "install-node-deps: apt-get install ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# policy-rc.d 101: the containerd package must not start a system service (PID 1 is no init here,
+# and the plane runs its own containerd on a private socket).
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+    created_policy=1
+fi
+trap '[ "$created_policy" = 1 ] && rm -f "$policy"' EXIT
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+echo "install-node-deps: phase=apt seconds=$((SECONDS - start))" >&2

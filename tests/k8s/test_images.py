@@ -1,0 +1,132 @@
+"""The Dockerfile interpreter behind the node tier's images (tests/k8s/images.py), without root.
+
+Why: the node tier's claim is "one recipe": the images tested on the real node are built by
+reading docker/*.Dockerfile. These tests pin the parts that decide what an image is: the
+instruction parser, Docker's COPY semantics, the OCI config, and a loud failure on anything the
+interpreter does not know (so a Dockerfile change can never silently build a different image).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _images() -> Any:
+    """images.py by path, under the name plane.py gives it (one module object either way)."""
+    name = "hutch_k8s_images"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("images.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+images = _images()
+
+
+def test_broker_dockerfile_parses_into_the_instructions_we_execute():
+    parsed = images.instructions((REPO / "docker" / "broker.Dockerfile").read_text())
+    keywords = [keyword for keyword, _ in parsed]
+    assert keywords.count("FROM") == 2
+    assert set(keywords) <= {
+        "FROM",
+        "WORKDIR",
+        "COPY",
+        "RUN",
+        "ENV",
+        "USER",
+        "EXPOSE",
+        "VOLUME",
+        "ENTRYPOINT",
+        "CMD",
+    }
+    run_steps = [args for keyword, args in parsed if keyword == "RUN"]
+    # The backslash continuation is one RUN, as Docker sees it.
+    assert any("pip install" in step and "useradd --uid 1000" in step for step in run_steps)
+
+
+def test_runtime_settings_become_the_oci_config(tmp_path: Path):
+    stage = images.Stage(name="final", rootfs=tmp_path, log=tmp_path / "log")
+    text = """
+    ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+    USER 1000:1000
+    EXPOSE 5672 15672
+    VOLUME ["/var/lib/hutch"]
+    ENTRYPOINT ["hutch-broker"]
+    CMD ["--data-dir", "/var/lib/hutch"]
+    """
+    for keyword, args in images.instructions(text):
+        images.apply(stage, keyword, args, {}, tmp_path)
+    config = images.image_config(stage)
+    assert config["User"] == "1000:1000"
+    assert "PYTHONUNBUFFERED=1" in config["Env"]
+    assert config["ExposedPorts"] == {"5672/tcp": {}, "15672/tcp": {}}
+    assert config["Volumes"] == {"/var/lib/hutch": {}}
+    assert (config["Entrypoint"], config["Cmd"]) == (
+        ["hutch-broker"],
+        ["--data-dir", "/var/lib/hutch"],
+    )
+
+
+def test_copy_follows_docker_semantics(tmp_path: Path):
+    context = tmp_path / "ctx"
+    (context / "broker" / "pkg" / "__pycache__").mkdir(parents=True)
+    (context / "broker" / "pkg" / "a.py").write_text("a")
+    (context / "broker" / "pkg" / "__pycache__" / "a.pyc").write_text("x")
+    (context / "pyproject.toml").write_text("p")
+    (context / "README.md").write_text("r")
+    rootfs = tmp_path / "rootfs"
+    stage = images.Stage(name="build", rootfs=rootfs, log=tmp_path / "log")
+    for keyword, args in images.instructions(
+        "WORKDIR /src\nCOPY pyproject.toml README.md ./\nCOPY broker/ broker/\n"
+    ):
+        images.apply(stage, keyword, args, {}, context)
+    src = rootfs / "src"
+    assert sorted(p.name for p in src.iterdir()) == ["README.md", "broker", "pyproject.toml"]
+    # A directory source copies its contents; .dockerignore'd caches stay out.
+    assert (src / "broker" / "pkg" / "a.py").read_text() == "a"
+    assert not (src / "broker" / "pkg" / "__pycache__").exists()
+
+
+@pytest.mark.parametrize("line", ["ADD x /x", "HEALTHCHECK CMD true", "ARG BASE"])
+def test_an_unknown_instruction_fails_instead_of_building_something_else(tmp_path: Path, line: str):
+    stage = images.Stage(name="s", rootfs=tmp_path, log=tmp_path / "log")
+    ((keyword, args),) = images.instructions(line)
+    with pytest.raises(ValueError, match="unsupported Dockerfile instruction"):
+        images.apply(stage, keyword, args, {}, tmp_path)
+
+
+def test_dockerignore_and_the_interpreter_skip_the_same_names():
+    ignored = (REPO / ".dockerignore").read_text()
+    for name in images.SKIP_NAMES:
+        assert f"**/{name}" in ignored
+    assert "**/*.egg-info" in ignored
+
+
+def test_layout_is_an_oci_image_containerd_can_import(tmp_path: Path):
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    (rootfs / "pause").write_text("#!/bin/true\n")
+    layout = tmp_path / "oci"
+    images.write_layout(layout, rootfs, {"Entrypoint": ["/pause"]}, "localhost/x/y:1", ["COPY"])
+    index = json.loads((layout / "index.json").read_text())
+    (entry,) = index["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == "localhost/x/y:1"
+    manifest = json.loads((layout / "blobs" / "sha256" / entry["digest"].split(":")[1]).read_text())
+    (layer,) = manifest["layers"]
+    config_blob = layout / "blobs" / "sha256" / manifest["config"]["digest"].split(":")[1]
+    config = json.loads(config_blob.read_text())
+    assert config["rootfs"]["diff_ids"] == [layer["digest"]]  # uncompressed: digest = diff_id
+    assert (layout / "blobs" / "sha256" / layer["digest"].split(":")[1]).stat().st_size == layer[
+        "size"
+    ]
