@@ -16,12 +16,13 @@ pytestmark = pytest.mark.spark
 BATCH = 100
 
 
-def stream(spark: Any, amqp: Any, queues: list[str]) -> Any:
+def stream(spark: Any, amqp: Any, queues: list[str], **options: str) -> Any:
     return (
         spark.readStream.format("hutch")
         .option("uri", amqp.url)
         .option("queues", ",".join(queues))
         .option("maxMessagesPerBatch", str(BATCH))
+        .options(**options)
         .load()
     )
 
@@ -92,6 +93,37 @@ def test_two_queues_in_one_query_lose_nothing_across_a_failed_batch(
     assert not committed_seqs & set(later_seqs)  # seq continues per queue after the restart
     waiter("our consumers gone", lambda: amqp.consumers(small) + amqp.consumers(large) == 0, 15)
     assert amqp.ready(small) == amqp.ready(large) == 0
+
+
+@pytest.mark.parametrize("broker", ["hutch"], indirect=True)  # the log is broker-agnostic
+def test_durable_batches_of_two_queues_replay_identically(
+    spark: Any, amqp: Any, tmp_path: Path, waiter: Any
+) -> None:
+    one, two = amqp.queue("durable-a"), amqp.queue("durable-b")
+    expected = {(one, m) for m in amqp.publish(one, 120)}
+    expected |= {(two, m) for m in amqp.publish(two, 180, start=1000)}
+    checkpoint, log_dir = tmp_path / "checkpoint", tmp_path / "checkpoint" / "hutch-batches"
+    durable = {"durableBatches": "true", "batchLogDir": str(log_dir)}
+    first: list[tuple[int, list[tuple[str, int, str]]]] = []
+    query = start(stream(spark, amqp, [one, two], **durable), recorder(first, 1), checkpoint)
+    with pytest.raises(Exception, match="sink failed on batch 1"):
+        query.awaitTermination(120)
+    failed = sorted(row for batch_id, rows in first if batch_id == 1 for row in rows)
+    assert failed
+    assert sorted(p.name for p in log_dir.iterdir()) == sorted([one, two])  # a log per queue
+
+    second: list[tuple[int, list[tuple[str, int, str]]]] = []
+    query = start(stream(spark, amqp, [one, two], **durable), recorder(second), checkpoint)
+    try:
+        waiter("the replayed batch", lambda: any(b == 1 for b, _ in second), 60, query)
+        waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
+    finally:
+        query.stop()
+    assert sorted(row for b, rows in second if b == 1 for row in rows) == failed  # identical
+    rows = [r for b, batch in first if b < 1 for r in batch] + [r for _, b in second for r in b]
+    assert sorted((q, m) for q, _, m in rows) == sorted(expected)  # exactly once
+    waiter("our consumers gone", lambda: amqp.consumers(one) + amqp.consumers(two) == 0, 15)
+    assert amqp.ready(one) == amqp.ready(two) == 0
 
 
 def test_a_checkpoint_of_other_queues_is_refused(
