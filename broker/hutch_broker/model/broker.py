@@ -27,6 +27,13 @@ log = logging.getLogger(__name__)
 COMPAT_VERSION: Final = "4.0.0"
 FULL_ACCESS: Final = (".*", ".*", ".*")
 
+# Told about each item a recovery import could not apply: (kind, item, reason).
+SetAside = Callable[[str, dict[str, Any], str], None]
+# What applying one stored item can raise when this version no longer accepts it: a policy
+# pattern now refused (PatternError is a ValueError), an argument now validated (AMQPError), a
+# field missing from a hand-edited file (KeyError, TypeError).
+_UNAPPLIABLE: Final = (ValueError, KeyError, TypeError, errors.AMQPError)
+
 
 class Broker:
     def __init__(
@@ -206,11 +213,23 @@ class Broker:
             _export_vhost(vhost, definitions, durable_only=durable_only)
         return definitions
 
-    def import_definitions(self, definitions: dict[str, Any], *, source: str = "http") -> None:
-        """Idempotent import; raises ValueError with a reason on a bad document."""
+    def import_definitions(
+        self,
+        definitions: dict[str, Any],
+        *,
+        source: str = "http",
+        set_aside: SetAside | None = None,
+    ) -> None:
+        """Idempotent import; raises ValueError with a reason on a bad document.
+
+        With ``set_aside`` (recovery), an item this version cannot apply is handed to it and
+        skipped instead: definitions a previous version accepted and stored must never stop the
+        broker from starting (a refused policy pattern used to brick the restart). Everything
+        else in the document is still applied.
+        """
         if not isinstance(definitions, dict):
             raise ValueError("definitions must be a JSON object")
-        _import(self, definitions, source)
+        _import(self, definitions, source, set_aside)
 
 
 def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool) -> None:
@@ -246,60 +265,92 @@ def _items(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _import(broker: Broker, definitions: dict[str, Any], source: str) -> None:
-    for item in _items(definitions, "vhosts"):
-        broker.add_vhost(
-            str(item["name"]),
-            description=str(item.get("description", "")),
-            tags=_tags(item.get("tags")),
-            default_queue_type=str(item.get("default_queue_type", "classic")),
-        )
-    for item in _items(definitions, "users"):
-        broker.put_user(str(item["name"]), str(item["password_hash"]), _tags(item.get("tags")))
-    for item in _items(definitions, "permissions"):
-        broker.set_permission(
-            str(item["vhost"]),
-            str(item["user"]),
-            str(item["configure"]),
-            str(item["write"]),
-            str(item["read"]),
-        )
-    for item in _items(definitions, "policies"):
-        _import_policy(broker, item, operator=False)
-    for item in _items(definitions, "parameters"):
-        if item.get("component") == "operator_policy":
-            value = dict(item.get("value", {}))
-            value.update(vhost=item["vhost"], name=item["name"])
-            _import_policy(broker, value, operator=True)
-    for item in _items(definitions, "exchanges"):
-        vhost = broker.get_vhost(str(item["vhost"]))
-        vhost.declare_exchange(
-            str(item["name"]),
-            str(item.get("type", "direct")),
-            durable=bool(item.get("durable", True)),
-            auto_delete=bool(item.get("auto_delete", False)),
-            internal=bool(item.get("internal", False)),
-            arguments=item.get("arguments") or {},
-        )
-    for item in _items(definitions, "queues"):
-        vhost = broker.get_vhost(str(item["vhost"]))
-        vhost.declare_queue(
-            str(item["name"]),
-            durable=bool(item.get("durable", True)),
-            auto_delete=bool(item.get("auto_delete", False)),
-            arguments=item.get("arguments") or {},
-            source=source,
-        )
-    for item in _items(definitions, "bindings"):
-        vhost = broker.get_vhost(str(item["vhost"]))
-        kind = "exchange" if item.get("destination_type") == "exchange" else "queue"
-        destination = vhost.destination(kind, str(item["destination"]))
-        vhost.bind(
-            str(item["source"]),
-            destination,
-            str(item.get("routing_key", "")),
-            item.get("arguments") or {},
-        )
+def _import(
+    broker: Broker, definitions: dict[str, Any], source: str, set_aside: SetAside | None
+) -> None:
+    def each(key: str, kind: str, apply: Callable[[dict[str, Any]], object]) -> None:
+        for item in _items(definitions, key):
+            if set_aside is None:
+                apply(item)
+                continue
+            try:
+                apply(item)
+            except _UNAPPLIABLE as exc:
+                set_aside(kind, item, str(exc) or type(exc).__name__)
+
+    each("vhosts", "vhost", lambda item: _import_vhost(broker, item))
+    each("users", "user", lambda item: _import_user(broker, item))
+    each("permissions", "permission", lambda item: _import_permission(broker, item))
+    each("policies", "policy", lambda item: _import_policy(broker, item, operator=False))
+    each("parameters", "parameter", lambda item: _import_parameter(broker, item))
+    each("exchanges", "exchange", lambda item: _import_exchange(broker, item))
+    each("queues", "queue", lambda item: _import_queue(broker, item, source))
+    each("bindings", "binding", lambda item: _import_binding(broker, item))
+
+
+def _import_vhost(broker: Broker, item: dict[str, Any]) -> None:
+    broker.add_vhost(
+        str(item["name"]),
+        description=str(item.get("description", "")),
+        tags=_tags(item.get("tags")),
+        default_queue_type=str(item.get("default_queue_type", "classic")),
+    )
+
+
+def _import_user(broker: Broker, item: dict[str, Any]) -> None:
+    broker.put_user(str(item["name"]), str(item["password_hash"]), _tags(item.get("tags")))
+
+
+def _import_permission(broker: Broker, item: dict[str, Any]) -> None:
+    broker.set_permission(
+        str(item["vhost"]),
+        str(item["user"]),
+        str(item["configure"]),
+        str(item["write"]),
+        str(item["read"]),
+    )
+
+
+def _import_parameter(broker: Broker, item: dict[str, Any]) -> None:
+    if item.get("component") == "operator_policy":
+        value = dict(item.get("value", {}))
+        value.update(vhost=item["vhost"], name=item["name"])
+        _import_policy(broker, value, operator=True)
+
+
+def _import_exchange(broker: Broker, item: dict[str, Any]) -> None:
+    vhost = broker.get_vhost(str(item["vhost"]))
+    vhost.declare_exchange(
+        str(item["name"]),
+        str(item.get("type", "direct")),
+        durable=bool(item.get("durable", True)),
+        auto_delete=bool(item.get("auto_delete", False)),
+        internal=bool(item.get("internal", False)),
+        arguments=item.get("arguments") or {},
+    )
+
+
+def _import_queue(broker: Broker, item: dict[str, Any], source: str) -> None:
+    vhost = broker.get_vhost(str(item["vhost"]))
+    vhost.declare_queue(
+        str(item["name"]),
+        durable=bool(item.get("durable", True)),
+        auto_delete=bool(item.get("auto_delete", False)),
+        arguments=item.get("arguments") or {},
+        source=source,
+    )
+
+
+def _import_binding(broker: Broker, item: dict[str, Any]) -> None:
+    vhost = broker.get_vhost(str(item["vhost"]))
+    kind = "exchange" if item.get("destination_type") == "exchange" else "queue"
+    destination = vhost.destination(kind, str(item["destination"]))
+    vhost.bind(
+        str(item["source"]),
+        destination,
+        str(item.get("routing_key", "")),
+        item.get("arguments") or {},
+    )
 
 
 def _tags(value: Any) -> list[str]:
