@@ -22,6 +22,7 @@ from hutch_broker.admin.handlers import (
     connections,
     definitions,
     exchanges,
+    limits,
     overview,
     policies,
     queues,
@@ -46,6 +47,7 @@ ROUTE_MODULES: Final = (
     policies,
     definitions,
     connections,
+    limits,
 )
 
 

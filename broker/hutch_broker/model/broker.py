@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from hutch_broker.model import access, changes, paging
+from hutch_broker.model import access, changes, limits, paging
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.queues import Queue
@@ -114,11 +114,45 @@ class Broker:
 
     # -- users and permissions ---------------------------------------
 
-    def put_user(self, name: str, password_hash: str, tags: list[str]) -> bool:
-        created = name not in self.users
-        user = self.users[name] = access.User(name, password_hash, tags)
+    def put_user(
+        self,
+        name: str,
+        password_hash: str,
+        tags: list[str],
+        user_limits: dict[str, int] | None = None,
+    ) -> bool:
+        """Create or replace a user; its limits stay unless ``user_limits`` is given."""
+        existing = self.users.get(name)
+        kept = dict(existing.limits) if existing is not None else {}
+        user = access.User(name, password_hash, tags, kept if user_limits is None else user_limits)
+        self.users[name] = user
         self._definitions_changed(Change("users", changes.user_item(user)))
-        return created
+        return existing is None
+
+    # -- limits (model/limits.py) ----------------------------------------
+
+    def set_vhost_limit(self, vhost_name: str, name: str, value: int) -> None:
+        vhost = self.get_vhost(vhost_name)
+        vhost.limits[name] = value
+        self._definitions_changed(Change("parameters", changes.vhost_limits_item(vhost)))
+
+    def clear_vhost_limit(self, vhost_name: str, name: str) -> None:
+        """Idempotent, as RabbitMQ's DELETE (204 for a limit that was never set)."""
+        vhost = self.get_vhost(vhost_name)
+        if vhost.limits.pop(name, None) is None:
+            return
+        item = changes.vhost_limits_item(vhost)
+        self._definitions_changed(Change("parameters", item, deleted=not vhost.limits))
+
+    def set_user_limit(self, user_name: str, name: str, value: int) -> None:
+        user = self.users[user_name]
+        user.limits[name] = value
+        self._definitions_changed(Change("users", changes.user_item(user)))
+
+    def clear_user_limit(self, user_name: str, name: str) -> None:
+        user = self.users[user_name]
+        if user.limits.pop(name, None) is not None:
+            self._definitions_changed(Change("users", changes.user_item(user)))
 
     def delete_user(self, name: str) -> bool:
         user = self.users.pop(name, None)
@@ -238,6 +272,8 @@ def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool
     out["parameters"].extend(
         changes.operator_policy_item(name, policy) for policy in vhost.operator_policies.values()
     )
+    if vhost.limits:
+        out["parameters"].append(changes.vhost_limits_item(vhost))
     out["queues"].extend(
         changes.queue_item(name, queue)
         for queue in vhost.queues.values()
@@ -298,7 +334,12 @@ def _import_vhost(broker: Broker, item: dict[str, Any]) -> None:
 
 
 def _import_user(broker: Broker, item: dict[str, Any]) -> None:
-    broker.put_user(str(item["name"]), str(item["password_hash"]), _tags(item.get("tags")))
+    broker.put_user(
+        str(item["name"]),
+        str(item["password_hash"]),
+        _tags(item.get("tags")),
+        limits.validate_all("user", item.get("limits") or {}),
+    )
 
 
 def _import_permission(broker: Broker, item: dict[str, Any]) -> None:
@@ -312,6 +353,11 @@ def _import_permission(broker: Broker, item: dict[str, Any]) -> None:
 
 
 def _import_parameter(broker: Broker, item: dict[str, Any]) -> None:
+    if item.get("component") == limits.VHOST_COMPONENT:
+        vhost = str(item["vhost"])
+        for name, limit in limits.validate_all("vhost", item.get("value") or {}).items():
+            broker.set_vhost_limit(vhost, name, limit)
+        return
     if item.get("component") == "operator_policy":
         value = dict(item.get("value", {}))
         value.update(vhost=item["vhost"], name=item["name"])
@@ -338,6 +384,7 @@ def _import_queue(broker: Broker, item: dict[str, Any], source: str) -> None:
         auto_delete=bool(item.get("auto_delete", False)),
         arguments=item.get("arguments") or {},
         source=source,
+        check_limits=False,
     )
 
 

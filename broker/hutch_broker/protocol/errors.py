@@ -239,6 +239,19 @@ def vhost_not_found(vhost: str) -> HardError:
     return HardError(530, f"NOT_ALLOWED - vhost {vhost} not found", 10, 40)
 
 
+def vhost_connection_limit(vhost: str, username: str, limit: int) -> HardError:
+    detail = (
+        f"access to vhost '{vhost}' refused for user '{username}': connection limit ({limit}) "
+        "is reached"
+    )
+    return HardError(530, f"NOT_ALLOWED - {detail}", 10, 40)
+
+
+def user_connection_limit(username: str, limit: int) -> HardError:
+    detail = f"connection refused for user '{username}': user connection limit ({limit}) is reached"
+    return HardError(530, f"NOT_ALLOWED - {detail}", 10, 40)
+
+
 def vhost_access_refused(vhost: str, username: str) -> HardError:
     detail = f"access to vhost '{vhost}' refused for user '{username}'"
     return HardError(530, f"NOT_ALLOWED - {detail}", 10, 40)
