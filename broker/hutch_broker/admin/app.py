@@ -24,6 +24,7 @@ from hutch_broker.admin.handlers import (
     exchanges,
     limits,
     overview,
+    parameters,
     policies,
     queues,
     support,
@@ -48,6 +49,7 @@ ROUTE_MODULES: Final = (
     definitions,
     connections,
     limits,
+    parameters,
 )
 
 

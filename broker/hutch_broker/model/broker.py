@@ -8,7 +8,9 @@ real RabbitMQ imports into Hutch unchanged.
 
 from __future__ import annotations
 
+import base64
 import logging
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -50,6 +52,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
+        # Runtime parameters outside any vhost (``/api/global-parameters``), JSON values.
+        self.global_parameters: dict[str, Any] = {}
         self.loopback_users: list[str] = ["guest"]
         # Wired by the server: persistence of definitions and durable queues.
         self.on_definitions_changed: changes.ChangeListener = changes.ignore
@@ -63,6 +67,8 @@ class Broker:
         self.add_vhost("/")
         self.put_user(user, access.hash_password(password), ["administrator"])
         self.set_permission("/", user, *FULL_ACCESS)
+        token = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+        self.set_global_parameter("internal_cluster_id", f"rabbitmq-cluster-id-{token}")
 
     # -- vhosts -------------------------------------------------------
 
@@ -129,12 +135,45 @@ class Broker:
         self._definitions_changed(Change("users", changes.user_item(user)))
         return existing is None
 
+    # -- global parameters ---------------------------------------------
+
+    def set_global_parameter(self, name: str, value: Any) -> bool:
+        """Create or replace; True when created. ``cluster_name`` renames the cluster."""
+        created = name not in self.global_parameters
+        self.global_parameters[name] = value
+        self._definitions_changed(Change("global_parameters", {"name": name, "value": value}))
+        return created
+
+    def delete_global_parameter(self, name: str) -> bool:
+        if name not in self.global_parameters:
+            return False
+        value = self.global_parameters.pop(name)
+        item = {"name": name, "value": value}
+        self._definitions_changed(Change("global_parameters", item, deleted=True))
+        return True
+
+    @property
+    def display_cluster_name(self) -> str:
+        """The ``cluster_name`` global parameter when set to a string, else the configured one."""
+        chosen = self.global_parameters.get("cluster_name")
+        return chosen if isinstance(chosen, str) and chosen else self.cluster_name
+
     # -- limits (model/limits.py) ----------------------------------------
 
     def set_vhost_limit(self, vhost_name: str, name: str, value: int) -> None:
         vhost = self.get_vhost(vhost_name)
         vhost.limits[name] = value
         self._definitions_changed(Change("parameters", changes.vhost_limits_item(vhost)))
+
+    def replace_vhost_limits(self, vhost_name: str, values: dict[str, int]) -> bool:
+        """All of a vhost's limits at once (the ``vhost-limits`` parameter); True if new."""
+        vhost = self.get_vhost(vhost_name)
+        created = not vhost.limits
+        vhost.limits = dict(values)
+        self._definitions_changed(
+            Change("parameters", changes.vhost_limits_item(vhost), deleted=not values)
+        )
+        return created
 
     def clear_vhost_limit(self, vhost_name: str, name: str) -> None:
         """Idempotent, as RabbitMQ's DELETE (204 for a limit that was never set)."""
@@ -237,7 +276,9 @@ class Broker:
             ],
             "topic_permissions": [],
             "parameters": [],
-            "global_parameters": [],
+            "global_parameters": [
+                {"name": name, "value": value} for name, value in self.global_parameters.items()
+            ],
             "policies": [],
             "queues": [],
             "exchanges": [],
@@ -319,6 +360,11 @@ def _import(
     each("permissions", "permission", lambda item: _import_permission(broker, item))
     each("policies", "policy", lambda item: _import_policy(broker, item, operator=False))
     each("parameters", "parameter", lambda item: _import_parameter(broker, item))
+    each(
+        "global_parameters",
+        "global-parameter",
+        lambda item: broker.set_global_parameter(str(item["name"]), item["value"]),
+    )
     each("exchanges", "exchange", lambda item: _import_exchange(broker, item))
     each("queues", "queue", lambda item: _import_queue(broker, item, source))
     each("bindings", "binding", lambda item: _import_binding(broker, item))
