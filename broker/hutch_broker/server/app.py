@@ -405,7 +405,12 @@ class BrokerServer:
             data_dir=str(config.data_dir),
             disk_free_limit=config.disk_free_limit,
         )
-        app = make_app(self.context, memory=self.resources, node=node)
+        app = make_app(
+            self.context,
+            memory=self.resources,
+            node=node,
+            operator_policy_changes_disabled=self.config.operator_policy_changes_disabled,
+        )
         app.middlewares.append(self._durable_replies_middleware())  # innermost
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()

@@ -112,6 +112,7 @@ async def put_parameter(request: web.Request) -> web.Response:
     value = await _value(request)
     vhost = _vhost(broker, support.path(request, "vhost"))
     if component == OPERATOR_POLICY:
+        support.require_operator_policy_changes(request)
         return _put_operator_policy(vhost, name, value)
     return _put_vhost_limits(broker, vhost, name, value)
 
@@ -148,6 +149,8 @@ async def delete_parameter(request: web.Request) -> web.Response:
     vhost = broker.vhosts.get(support.path(request, "vhost"))
     if vhost is None:
         raise errors.not_found()
+    if component == OPERATOR_POLICY:
+        support.require_operator_policy_changes(request)
     if component == OPERATOR_POLICY and vhost.delete_policy(name, operator=True):
         return support.no_content()
     if component == limits.VHOST_COMPONENT and name == limits.VHOST_PARAMETER and vhost.limits:
