@@ -172,8 +172,5 @@ class ClientPool:
         for client in clients:
             await client.close()
 
-    def total_requests(self) -> int:
-        return sum(client.requests for client in self._clients.values())
-
 
 POOL = ClientPool()

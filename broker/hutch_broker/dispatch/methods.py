@@ -21,6 +21,7 @@ from hutch_broker.model import arguments as arguments_mod
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
+from hutch_broker.protocol.strings import text as _text
 
 if TYPE_CHECKING:
     from hutch_broker.dispatch.sessions import Session
@@ -44,10 +45,6 @@ def _reply(session: Session, channel: Channel, method: Any, nowait: bool = False
 
 def _vhost(session: Session) -> VirtualHost:
     return session.open_vhost
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 # -- exchange.* ----------------------------------------------------------

@@ -583,7 +583,6 @@ class Connection:
                 channel.exchange,
                 channel.routing_key,
                 channel.mandatory,
-                False,
                 channel.raw_properties,
                 bytes(self._buffer[start:end]),
             )
@@ -616,7 +615,6 @@ class Connection:
             channel.exchange,
             channel.routing_key,
             channel.mandatory,
-            False,
             raw_properties,
             body,
         )
