@@ -55,7 +55,7 @@ def exchange_declare(
 ) -> None:
     vhost = _vhost(session)
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     if m.passive:
         vhost.get_exchange(m.exchange)
     else:
@@ -86,7 +86,7 @@ def exchange_delete(
     session: Session, channel: Channel, m: commands.Exchange.Delete, now_ms: int
 ) -> None:
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     if m.exchange.startswith("amq."):
         raise errors.access_refused(
             f"deletion of system exchange '{m.exchange}' in vhost '{_vhost(session).name}' "
@@ -101,7 +101,7 @@ def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
     vhost = _vhost(session)
     session.check_permission("write", "exchange", m.destination)
     if m.source == "" or m.destination == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.source)
     vhost.get_exchange(m.source)  # with both ends missing, RabbitMQ names the source
     return vhost, vhost.get_exchange(m.destination)
@@ -121,7 +121,7 @@ def exchange_unbind(
     vhost = _vhost(session)
     session.check_permission("write", "exchange", m.destination)
     if m.source == "" or m.destination == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.source)
     destination = vhost.exchanges.get(m.destination)
     if m.source in vhost.exchanges and destination is not None:
@@ -183,7 +183,7 @@ def _queue_edge(session: Session, m: Any) -> Queue:
     """RabbitMQ's order: permissions, then the source exchange, then the queue."""
     session.check_permission("write", "queue", m.queue)
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.exchange)
     _vhost(session).get_exchange(m.exchange)
     return _queue(session, m.queue)
@@ -199,7 +199,7 @@ def queue_unbind(session: Session, channel: Channel, m: commands.Queue.Unbind, n
     vhost = _vhost(session)
     session.check_permission("write", "queue", m.queue)
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.exchange)
     queue = vhost.queues.get(m.queue)
     if queue is not None:

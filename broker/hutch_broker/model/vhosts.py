@@ -321,7 +321,7 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> Binding:
         if source_name == "":
-            raise errors.access_refused("operation not permitted on the default exchange")
+            raise errors.default_exchange_refused()
         source = self.get_exchange(source_name)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
         existing = source.bindings.get(binding.identity)
@@ -340,7 +340,7 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> None:
         if source_name == "":
-            raise errors.access_refused("operation not permitted on the default exchange")
+            raise errors.default_exchange_refused()
         source = self.get_exchange(source_name)
         binding = source.bindings.get(binding_identity(destination, routing_key, arguments))
         if binding is not None:

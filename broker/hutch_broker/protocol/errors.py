@@ -20,6 +20,8 @@ errors with RabbitMQ's names; pass ``method=`` (a pamqp method or method class) 
 
 from __future__ import annotations
 
+from typing import Final
+
 from pamqp import base
 
 _MAX_REPLY_TEXT = 255
@@ -152,6 +154,14 @@ def content_too_large(
 
 def no_route(detail: str, *, method: MethodRef = None, channel: int | None = None) -> SoftError:
     return _soft(312, detail, method, channel)
+
+
+DEFAULT_EXCHANGE_REFUSAL: Final = "operation not permitted on the default exchange"
+
+
+def default_exchange_refused() -> SoftError:
+    """403 for anything but publishing to the default exchange (AMQP and HTTP say the same)."""
+    return access_refused(DEFAULT_EXCHANGE_REFUSAL)
 
 
 def access_refused(
