@@ -17,7 +17,8 @@ Rules (design: spark.md §2.1):
   and the next call raises HutchConnectionError naming the queue.
 - Throughput: pika's per-frame dispatch was the source's bottleneck, so `_FastConnection` reads
   64 KiB at a time and, once consuming, decodes basic.deliver and its content frames on our
-  channel itself; every other frame still goes through pika (same callbacks, same semantics).
+  channel itself (a delivery whose frames are all buffered in one call, its properties with
+  properties.py); every other frame still goes through pika (same callbacks, same semantics).
 """
 
 from __future__ import annotations
