@@ -8,6 +8,7 @@ changed. Handlers are one call into here.
 
 from __future__ import annotations
 
+import contextvars
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from hutch_operator import (
     metrics,
     references,
     snapshots,
+    translators,
 )
 from hutch_operator.models import common, kinds
 
@@ -72,6 +74,11 @@ class Context:
     brokers: references.BrokerIndex
     claims: Mapping[Any, Any]
 
+    def __post_init__(self) -> None:
+        meta = self.body.metadata
+        _SUBJECT.set(Subject(self.namespace, self.name, str(meta.get("uid", "")),
+                             self.body.status, self.patch))  # fmt: skip
+
     @property
     def namespace(self) -> str:
         return str(self.body.metadata.namespace)
@@ -88,6 +95,28 @@ class Context:
     @property
     def status(self) -> Mapping[str, Any]:
         return self.body.status
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The object being reconciled, for kinds whose broker work needs more than its spec: a
+    User reads and writes its credentials Secret (owned by the User) and records the Secret's
+    version in its status. Set per handler task by ``Context``; Kopf runs each handler in a
+    task of its own, so one object's subject never leaks into another's."""
+
+    namespace: str
+    name: str
+    uid: str
+    status: Mapping[str, Any]
+    patch: kopf.Patch
+
+
+_SUBJECT: contextvars.ContextVar[Subject] = contextvars.ContextVar("hutch_subject")
+
+
+def subject() -> Subject:
+    """The object the running handler reconciles (LookupError outside a handler)."""
+    return _SUBJECT.get()
 
 
 def parse(ops: KindOps, spec: Mapping[str, Any]) -> Any:
@@ -346,6 +375,25 @@ async def declare_into(ctx: Context, target: references.Target, model: Any, name
     finally:
         # Even a refused declare may have written part of it (a limit changed in place).
         snapshots.wrote(target.key)
+
+
+async def refuse_unowned(
+    target: references.Target, path: str, what: str, *, owned: bool, adopt: bool
+) -> None:
+    """The ownership rule for vhosts, users and permissions, which a PUT silently overwrites
+    (a user's password, a vhost's description) where a queue declare would only be refused as
+    inequivalent: an object that did not create the broker object refuses to take it over
+    unless it says ``adopt: true``. Not owning it, it never deletes it either."""
+    if owned or adopt:
+        return
+    try:
+        await target.client.call(translators.Request("GET", path))
+    except errors.ObjectNotFoundError:
+        return
+    raise errors.AlreadyExistsError(
+        f"{what} already exists in the broker and was not created by this object: left alone; "
+        "set spec.adopt: true to manage it (deleting this object then deletes it)"
+    )
 
 
 async def delete(ctx: Context, *, runtime: float, retry: int) -> None:

@@ -20,7 +20,17 @@ from hutch_testing.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"
 
-KINDS = ["brokers", "queues", "exchanges", "bindings", "policies", "operatorpolicies"]
+KINDS = [
+    "brokers",
+    "queues",
+    "exchanges",
+    "bindings",
+    "policies",
+    "operatorpolicies",
+    "vhosts",
+    "users",
+    "permissions",
+]
 EXPECTED_RULES = [
     {"apiGroups": ["hutch.dev"], "resources": KINDS, "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["hutch.dev"], "resources": [f"{k}/status" for k in KINDS],
@@ -28,7 +38,7 @@ EXPECTED_RULES = [
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
      "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "patch"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets"],

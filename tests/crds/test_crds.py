@@ -30,6 +30,9 @@ IMMUTABLE = {
     "Policy": ["vhost", "brokerRef", "connectionSecret", "name"],
     "OperatorPolicy": ["vhost", "brokerRef", "connectionSecret", "name"],
     "Broker": [],
+    "Vhost": ["brokerRef", "connectionSecret", "name", "defaultQueueType"],
+    "User": ["brokerRef", "connectionSecret", "name"],
+    "Permission": ["vhost", "user", "brokerRef", "connectionSecret"],
 }  # fmt: skip
 
 

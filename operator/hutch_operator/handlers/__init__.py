@@ -8,9 +8,12 @@ from hutch_operator.handlers import (
     brokers,
     exchanges,
     operatorpolicies,
+    permissions,
     policies,
     queues,
     startup,
+    users,
+    vhosts,
 )
 
 __all__ = [
@@ -18,7 +21,10 @@ __all__ = [
     "brokers",
     "exchanges",
     "operatorpolicies",
+    "permissions",
     "policies",
     "queues",
     "startup",
+    "users",
+    "vhosts",
 ]
