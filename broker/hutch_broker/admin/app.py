@@ -26,6 +26,7 @@ from hutch_broker.admin.handlers import (
     policies,
     queues,
     support,
+    topicaccess,
 )
 from hutch_broker.admin.memory import FixedMemory, MemoryMonitor
 from hutch_broker.admin.state import STATE, USER, AdminState
@@ -46,6 +47,7 @@ ROUTE_MODULES: Final = (
     policies,
     definitions,
     connections,
+    topicaccess,
 )
 
 

@@ -43,6 +43,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
+        # (vhost, user, exchange) → the user's routing-key regexes on that topic exchange
+        self.topic_permissions: dict[tuple[str, str, str], access.TopicPermission] = {}
         self.loopback_users: list[str] = ["guest"]
         # Wired by the server: persistence of definitions and durable queues.
         self.on_definitions_changed: changes.ChangeListener = changes.ignore
@@ -101,6 +103,8 @@ class Broker:
             vhost.remove_queue(queue)
         for key in [key for key in self.permissions if key[0] == name]:
             del self.permissions[key]
+        for topic_key in [key for key in self.topic_permissions if key[0] == name]:
+            del self.topic_permissions[topic_key]
         # Deleting a vhost deletes everything in it: the journal applies the same rule.
         self._definitions_changed(Change("vhosts", changes.vhost_item(vhost), deleted=True))
         return True
@@ -119,6 +123,8 @@ class Broker:
             return False
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]
+        for topic_key in [key for key in self.topic_permissions if key[1] == name]:
+            del self.topic_permissions[topic_key]
         # The user's permissions go with it: the journal applies the same rule.
         self._definitions_changed(Change("users", changes.user_item(user), deleted=True))
         return True
@@ -148,6 +154,38 @@ class Broker:
 
     def permission(self, vhost: str, user: str) -> access.Permission | None:
         return self.permissions.get((vhost, user))
+
+    def set_topic_permission(
+        self, vhost: str, user: str, exchange: str, write: str, read: str
+    ) -> bool:
+        """Sets one exchange's topic permission; True when the user had none in this vhost
+        (RabbitMQ answers 201 then, and 204 for every further exchange)."""
+        created = not self.topic_permissions_of(vhost, user)
+        permission = access.TopicPermission(exchange, write, read)
+        self.topic_permissions[(vhost, user, exchange)] = permission
+        item = changes.topic_permission_item(vhost, user, permission)
+        self._definitions_changed(Change("topic_permissions", item))
+        return created
+
+    def clear_topic_permissions(self, vhost: str, user: str) -> bool:
+        """Deletes all of the user's topic permissions in the vhost, as RabbitMQ 3.10.8's
+        ``DELETE /api/topic-permissions/{vhost}/{user}`` does (it has no per-exchange form)."""
+        doomed = self.topic_permissions_of(vhost, user)
+        for permission in doomed:
+            del self.topic_permissions[(vhost, user, permission.exchange)]
+            item = changes.topic_permission_item(vhost, user, permission)
+            self._definitions_changed(Change("topic_permissions", item, deleted=True))
+        return bool(doomed)
+
+    def topic_permissions_of(self, vhost: str, user: str) -> list[access.TopicPermission]:
+        return [
+            p for (vh, name, _), p in self.topic_permissions.items() if (vh, name) == (vhost, user)
+        ]
+
+    def topic_permission(
+        self, vhost: str, user: str, exchange: str
+    ) -> access.TopicPermission | None:
+        return self.topic_permissions.get((vhost, user, exchange))
 
     def set_paging(self, active: bool) -> None:
         """Memory pressure began or ended (model/paging.py)."""
@@ -194,7 +232,10 @@ class Broker:
                 changes.permission_item(vhost, user, permission)
                 for (vhost, user), permission in self.permissions.items()
             ],
-            "topic_permissions": [],
+            "topic_permissions": [
+                changes.topic_permission_item(vhost, user, permission)
+                for (vhost, user, _), permission in self.topic_permissions.items()
+            ],
             "parameters": [],
             "global_parameters": [],
             "policies": [],
@@ -261,6 +302,14 @@ def _import(broker: Broker, definitions: dict[str, Any], source: str) -> None:
             str(item["vhost"]),
             str(item["user"]),
             str(item["configure"]),
+            str(item["write"]),
+            str(item["read"]),
+        )
+    for item in _items(definitions, "topic_permissions"):
+        broker.set_topic_permission(
+            str(item["vhost"]),
+            str(item["user"]),
+            str(item["exchange"]),
             str(item["write"]),
             str(item["read"]),
         )

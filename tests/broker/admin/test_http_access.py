@@ -186,8 +186,8 @@ async def test_api_4_permissions_lifecycle(api, broker):
     [
         ("/api/permissions/%2F/bob", {"configure": "(", "write": "", "read": ""}, 400),
         ("/api/permissions/%2F/bob", {"configure": ".*", "write": ".*"}, 400),
-        ("/api/permissions/nowhere/bob", {"configure": "", "write": "", "read": ""}, 404),
-        ("/api/permissions/%2F/nobody", {"configure": "", "write": "", "read": ""}, 404),
+        ("/api/permissions/nowhere/bob", {"configure": "", "write": "", "read": ""}, 400),
+        ("/api/permissions/%2F/nobody", {"configure": "", "write": "", "read": ""}, 400),
     ],
 )
 async def test_api_4_bad_permissions_change_nothing(api, broker, path, body, status):

@@ -187,10 +187,10 @@ async def put_permission(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     broker = support.state(request).broker
     vhost, user = support.path(request, "vhost"), support.path(request, "user")
-    if vhost not in broker.vhosts or user not in broker.users:
-        raise errors.not_found()
     body = await support.body(request)
     configure, write, read = (_pattern(body, key) for key in ("configure", "write", "read"))
+    if vhost not in broker.vhosts or user not in broker.users:
+        raise errors.bad_request("vhost_or_user_not_found")  # RabbitMQ 3.10.8's answer
     created = broker.set_permission(vhost, user, configure, write, read)
     support.state(request).context.permissions_changed(vhost, user)
     return support.created_or_updated(created)
