@@ -1,5 +1,5 @@
-"""Pure translators for the tenancy kinds: Vhost, User and Permission spec → management-API
-request, listed item → differences, and a User's credentials Secret data.
+"""Pure translators for the tenancy kinds (Vhost, User, Permission, TopicPermission): spec →
+management-API request, listed item → differences, and a User's credentials Secret data.
 
 No I/O, like ``translators`` (table tests in tests/operator/test_tenancy_translators.py). The
 password passes through ``user_put`` and ``credentials_data`` only: nothing here returns it in
@@ -12,7 +12,7 @@ import urllib.parse
 from typing import Any
 
 from hutch_operator import errors
-from hutch_operator.models import permissions, users, vhosts
+from hutch_operator.models import permissions, topicpermissions, users, vhosts
 from hutch_operator.translators import Request, segment
 
 AMQP_PORT = 5672
@@ -136,3 +136,51 @@ def permission_put(spec: permissions.PermissionSpec) -> Request:
 
 def permission_differences(spec: permissions.PermissionSpec, listed: dict[str, Any]) -> list[str]:
     return [key for key, value in permission_body(spec).items() if listed.get(key) != value]
+
+
+# --- topic permissions -------------------------------------------------------------------------
+
+
+def topic_permissions_path(vhost: str, user: str) -> str:
+    return f"/api/topic-permissions/{segment(vhost)}/{segment(user)}"
+
+
+def topic_permission_body(spec: topicpermissions.TopicPermissionSpec) -> dict[str, str]:
+    return {"exchange": spec.exchange, "write": spec.write, "read": spec.read}
+
+
+def topic_permission_put(spec: topicpermissions.TopicPermissionSpec) -> Request:
+    body = topic_permission_body(spec)
+    return Request("PUT", topic_permissions_path(spec.vhost, spec.user), body)
+
+
+def topic_permission_of(
+    listed: list[dict[str, Any]], vhost: str, user: str, exchange: str
+) -> dict[str, Any] | None:
+    """The listed entry for one exchange (a listing holds every exchange's entry)."""
+    return next(
+        (item for item in listed
+         if (item.get("vhost"), item.get("user"), item.get("exchange")) == (vhost, user, exchange)),
+        None,
+    )  # fmt: skip
+
+
+def topic_permission_differences(
+    spec: topicpermissions.TopicPermissionSpec, listed: dict[str, Any]
+) -> list[str]:
+    return [key for key in ("write", "read") if listed.get(key) != getattr(spec, key)]
+
+
+def topic_permission_delete(
+    spec: topicpermissions.TopicPermissionSpec, listed: list[dict[str, Any]]
+) -> list[Request]:
+    """Deleting one exchange's entry. The management API (RabbitMQ 3.10.8 and Hutch alike)
+    only deletes *all* of a user's topic permissions in a vhost, so the others are put back
+    right after; between the two calls those exchanges are unrestricted for that user."""
+    requests = [Request("DELETE", topic_permissions_path(spec.vhost, spec.user))]
+    for item in listed:
+        if item.get("exchange") == spec.exchange:
+            continue
+        body = {key: str(item.get(key, "")) for key in ("exchange", "write", "read")}
+        requests.append(Request("PUT", topic_permissions_path(spec.vhost, spec.user), body))
+    return requests

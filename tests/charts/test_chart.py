@@ -30,6 +30,7 @@ KINDS = [
     "vhosts",
     "users",
     "permissions",
+    "topicpermissions",
 ]
 EXPECTED_RULES = [
     {"apiGroups": ["hutch.dev"], "resources": KINDS, "verbs": ["get", "list", "watch", "patch"]},

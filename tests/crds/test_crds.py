@@ -33,6 +33,7 @@ IMMUTABLE = {
     "Vhost": ["brokerRef", "connectionSecret", "name", "defaultQueueType"],
     "User": ["brokerRef", "connectionSecret", "name"],
     "Permission": ["vhost", "user", "brokerRef", "connectionSecret"],
+    "TopicPermission": ["vhost", "user", "exchange", "brokerRef", "connectionSecret"],
 }  # fmt: skip
 
 

@@ -310,3 +310,53 @@ def test_imported_credentials(plane: dict[str, Any], side: Side, kit: Any) -> No
                 {**side.ref, "importCredentialsSecret": {"name": f"{other}-own"}})  # fmt: skip
     _wait(kit, kube, "users", other, ("False", "CredentialsSecretInvalid"))
     assert side.call("GET", f"/users/{other}")[0] == 404
+
+
+def test_topic_permission_limits_routing_keys(plane: dict[str, Any], side: Side, kit: Any) -> None:
+    kube = plane["kube"]
+    tenant = _tenant(kit, kube, side)
+    user, vhost = tenant["user"], tenant["vhost"]
+    connection = _connect(tenant["amqp-uri"])
+    setup = connection.channel()
+    for exchange in ("events", "audit", "pre"):
+        setup.exchange_declare(exchange, "topic")
+    setup.queue_declare("mine")
+    base = {**side.ref, "vhost": vhost, "user": user}
+    kube.create("TopicPermission", "topicpermissions", f"{user}-events",
+                {**base, "exchange": "events", "write": "^team\\.", "read": "^team\\."})  # fmt: skip
+    kube.create("TopicPermission", "topicpermissions", f"{user}-audit",
+                {**base, "exchange": "audit", "write": "^{username}$", "read": ""})  # fmt: skip
+    for name in (f"{user}-events", f"{user}-audit"):
+        _wait(kit, kube, "topicpermissions", name, ("True", "Declared"))
+
+    def outcome(action: Any) -> int | None:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        try:
+            action(channel)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            topic = "ACCESS_REFUSED - access to topic" in exc.reply_text
+            return int(exc.reply_code) if topic else -1
+        return None
+
+    assert outcome(lambda ch: ch.basic_publish("events", "team.created", b"1")) is None
+    assert outcome(lambda ch: ch.basic_publish("events", "other.created", b"1")) == 403
+    assert outcome(lambda ch: ch.queue_bind("mine", "events", "team.#")) is None
+    assert outcome(lambda ch: ch.queue_bind("mine", "events", "#")) == 403
+    assert outcome(lambda ch: ch.basic_publish("audit", user, b"1")) is None
+    assert outcome(lambda ch: ch.basic_publish("audit", "someone", b"1")) == 403
+    # Deleting one exchange's topic permission keeps the other exchange's.
+    kube.delete("topicpermissions", f"{user}-events")
+    kit.wait_for(lambda: kube.get("topicpermissions", f"{user}-events") is None, 30, "gone")
+    assert outcome(lambda ch: ch.basic_publish("events", "other.created", b"1")) is None
+    assert outcome(lambda ch: ch.basic_publish("audit", "someone", b"1")) == 403
+    listed = side.call("GET", f"/topic-permissions/{vhost}/{user}")[1]
+    assert [item["exchange"] for item in listed] == ["audit"]
+    # One made by hand is not taken over.
+    body = {"exchange": "pre", "write": "^x", "read": "^x"}
+    assert side.call("PUT", f"/topic-permissions/{vhost}/{user}", body)[0] == 204
+    kube.create("TopicPermission", "topicpermissions", f"{user}-pre",
+                {**base, "exchange": "pre", "write": ".*", "read": ".*"})  # fmt: skip
+    _wait(kit, kube, "topicpermissions", f"{user}-pre", ("False", "AlreadyExists"))
+    assert outcome(lambda ch: ch.basic_publish("pre", "y", b"1")) == 403
+    connection.close()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from hutch_operator import errors, tenancy
-from hutch_operator.models import permissions, users, vhosts
+from hutch_operator.models import permissions, topicpermissions, users, vhosts
 
 REF = {"brokerRef": {"name": "b"}}
 
@@ -91,3 +91,23 @@ def test_permission_put_and_differences() -> None:
     )  # fmt: skip
     listed = {"configure": "^a", "write": "", "read": "^b"}
     assert tenancy.permission_differences(spec, listed) == ["read"]
+
+
+def test_topic_permission_delete_puts_the_other_exchanges_back() -> None:
+    spec = topicpermissions.TopicPermissionSpec.model_validate(
+        {**REF, "vhost": "v", "user": "u", "exchange": "events", "write": "^a"}
+    )
+    assert tenancy.topic_permission_put(spec).body == {"exchange": "events", "write": "^a",
+                                                        "read": ""}  # fmt: skip
+    listed = [
+        {"vhost": "v", "user": "u", "exchange": "events", "write": "^a", "read": ""},
+        {"vhost": "v", "user": "u", "exchange": "audit", "write": "^b", "read": "^c"},
+    ]
+    assert tenancy.topic_permission_of(listed, "v", "u", "audit") == listed[1]
+    assert tenancy.topic_permission_of(listed, "v", "x", "audit") is None
+    assert tenancy.topic_permission_differences(spec, listed[0]) == []
+    requests = tenancy.topic_permission_delete(spec, listed)
+    assert [(r.method, r.path, r.body) for r in requests] == [
+        ("DELETE", "/api/topic-permissions/v/u", None),
+        ("PUT", "/api/topic-permissions/v/u", {"exchange": "audit", "write": "^b", "read": "^c"}),
+    ]

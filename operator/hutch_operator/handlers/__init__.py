@@ -12,6 +12,7 @@ from hutch_operator.handlers import (
     policies,
     queues,
     startup,
+    topicpermissions,
     users,
     vhosts,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "policies",
     "queues",
     "startup",
+    "topicpermissions",
     "users",
     "vhosts",
 ]

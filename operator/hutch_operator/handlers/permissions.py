@@ -8,6 +8,7 @@ User and Vhost in no particular order.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from hutch_operator import errors, reconciling, references, snapshots, tenancy, translators
 from hutch_operator.handlers import registration
@@ -25,11 +26,12 @@ async def declare(target: references.Target, spec: Spec, name: str, owned: bool)
     except (errors.ObjectNotFoundError, errors.BrokerRejectedError) as exc:
         if isinstance(exc, errors.BrokerRejectedError) and "not_found" not in str(exc):
             raise
-        raise errors.DependencyNotFoundError(await _missing(target, spec)) from exc
+        raise errors.DependencyNotFoundError(await missing(target, spec)) from exc
     return True
 
 
-async def _missing(target: references.Target, spec: Spec) -> str:
+async def missing(target: references.Target, spec: Any) -> str:
+    """Which of ``spec.vhost`` and ``spec.user`` the broker lacks (TopicPermission too)."""
     found = []
     for what, path in (("vhost", tenancy.vhost_path(spec.vhost)),
                        ("user", tenancy.user_path(spec.user))):  # fmt: skip

@@ -14,6 +14,7 @@ from hutch_operator.models import (
     permissions,
     policies,
     queues,
+    topicpermissions,
     users,
     vhosts,
 )
@@ -159,7 +160,23 @@ PERMISSION = Kind(
     permissions.PermissionStatus,
     (_READY, Column("User", ".spec.user"), Column("Vhost", ".spec.vhost"), _AGE),
 )
+TOPIC_PERMISSION = Kind(
+    "TopicPermission",
+    "topicpermissions",
+    "htp",
+    topicpermissions.TopicPermissionSpec,
+    topicpermissions.TopicPermissionStatus,
+    (
+        _READY,
+        Column("User", ".spec.user"),
+        Column("Exchange", ".spec.exchange"),
+        Column("Vhost", ".spec.vhost", priority=1),
+        _AGE,
+    ),
+)
 
-ALL = (BROKER, QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY, VHOST, USER, PERMISSION)
-TOPOLOGY = (QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY, VHOST, USER, PERMISSION)
+ALL = (BROKER, QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY, VHOST, USER, PERMISSION,
+       TOPIC_PERMISSION)  # fmt: skip
+TOPOLOGY = (QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY, VHOST, USER, PERMISSION,
+            TOPIC_PERMISSION)  # fmt: skip
 BY_KIND = {kind.kind: kind for kind in ALL}

@@ -29,8 +29,8 @@ def pattern_field(what: str) -> Any:
     return Field(
         "",
         max_length=4096,
-        description=f"Regex (unanchored) of the resources the user may {what}; '' grants none, "
-        "'.*' all.",
+        description=f"Regex (unanchored) of what the user may {what}; '' grants none "
+        "(on topic permissions: only the empty routing key), '.*' all.",
         json_schema_extra={"x-kubernetes-validations": PATTERN_RULES},
     )
 
