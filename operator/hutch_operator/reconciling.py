@@ -73,6 +73,7 @@ class Context:
     patch: kopf.Patch
     brokers: references.BrokerIndex
     claims: Mapping[Any, Any]
+    vhost_claims: Mapping[Any, Any] = field(default_factory=dict)  # the Vhost kind's claims
 
     def __post_init__(self) -> None:
         meta = self.body.metadata
@@ -229,12 +230,17 @@ async def wake(waiting: list[tuple[str, str, str]]) -> None:
             continue  # the next status pass tries again
 
 
-def admits(brokers: references.BrokerIndex) -> Callable[[conflicts.Claim], bool]:
+def admits(
+    brokers: references.BrokerIndex, vhost_namespace: str | None = None
+) -> Callable[[conflicts.Claim], bool]:
     """Whether a claim counts: a brokerRef claim from a namespace its Broker does not admit
     never reaches the broker, so it must not block an admitted one. An unknown Broker admits
-    (ownership must not move because a Broker is briefly missing from the index)."""
+    (ownership must not move because a Broker is briefly missing from the index). Likewise a
+    claim from outside ``vhost_namespace``, the namespace whose Vhost owns the vhost."""
 
     def check(claim: conflicts.Claim) -> bool:
+        if vhost_namespace is not None and claim.namespace != vhost_namespace:
+            return False
         if not claim.broker:
             return True
         namespace, _, name = claim.broker.partition("/")
@@ -242,6 +248,36 @@ def admits(brokers: references.BrokerIndex) -> Callable[[conflicts.Claim], bool]
         return facts is None or facts.allows(claim.namespace)
 
     return check
+
+
+def vhost_owner(ctx: Context, endpoint: str, vhost: str) -> conflicts.Claim | None:
+    """The Vhost object that manages ``vhost`` on this broker, if any (its winning claim).
+
+    Why: a Broker admits whole namespaces, so without this rule team-b could declare queues
+    in, or grant its user permissions on, the vhost team-a's Vhost made. Once a Vhost object
+    manages a vhost, objects inside it (queues, exchanges, bindings, policies, permissions,
+    topic permissions) are managed from that Vhost's namespace only. Vhosts nobody declared
+    through a Vhost object (``/``, or ones made by hand) stay open to every admitted namespace.
+    """
+    if not vhost:
+        return None  # a Vhost or a User: broker-wide objects
+    key = (endpoint, "", "vhost", vhost)
+    return conflicts.winner(conflicts.counted(conflicts.claims(ctx.vhost_claims, key),
+                                              admits(ctx.brokers)))  # fmt: skip
+
+
+def check_vhost(ctx: Context, target: references.Target, model: Any) -> str | None:
+    """NamespaceNotAllowed when another namespace's Vhost owns the object's vhost; else the
+    owning namespace (None when no Vhost object owns it)."""
+    owner = vhost_owner(ctx, target.key, model.vhost)
+    if owner is None:
+        return None
+    if owner.namespace != ctx.namespace:
+        raise errors.NamespaceNotAllowedError(
+            f"vhost {model.vhost!r} is managed by Vhost {owner.ref}: objects in it are managed "
+            f"from namespace {owner.namespace} only"
+        )
+    return owner.namespace
 
 
 def record_endpoint(ctx: Context, target: references.Target) -> None:
@@ -300,10 +336,13 @@ def fail(ctx: Context, error: errors.HutchError, retry: int, *, raise_: bool = T
 
 
 def check_conflict(ctx: Context, target: references.Target, model: Any, name: str) -> bool:
-    """Ready=False ResourceConflict when an older admitted object claims the same broker object."""
+    """Ready=False ResourceConflict when an older admitted object claims the same broker object.
+
+    NamespaceNotAllowed (raised) first when another namespace's Vhost owns the vhost."""
+    vhost_namespace = check_vhost(ctx, target, model)
     claimants = conflicts.claims(ctx.claims, claim_key(ctx.ops, target.key, model, name))
     me = my_claim(ctx.body, model)
-    owner = conflicts.owner(claimants, me, admits(ctx.brokers))
+    owner = conflicts.owner(claimants, me, admits(ctx.brokers, vhost_namespace))
     if owner.uid == me.uid:
         return False
     message = f"managed by {ctx.ops.kind.kind} {owner.ref}"
