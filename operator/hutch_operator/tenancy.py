@@ -82,6 +82,20 @@ def user_differences(spec: users.UserSpec, listed: dict[str, Any]) -> list[str]:
     return [] if sorted(tags) == sorted(spec.tags) else ["tags"]
 
 
+#: Tags that reach beyond the user's own vhosts: an administrator can grant itself anything,
+#: monitoring sees every vhost's connections and queues, impersonator forges user ids.
+BROKER_WIDE_TAGS = frozenset({"administrator", "monitoring", "impersonator"})
+
+
+def broker_wide_tags(spec: users.UserSpec, namespace: str) -> list[str]:
+    """The tags a User in ``namespace`` may not have: broker-wide ones, unless it lives in its
+    Broker's own namespace (the platform team's). A connectionSecret holder has the broker's
+    credentials anyway, so nothing is withheld there."""
+    if spec.broker_ref is None or (spec.broker_ref.namespace or namespace) == namespace:
+        return []
+    return sorted(BROKER_WIDE_TAGS & set(spec.tags))
+
+
 def credentials_secret_name(user_object: str) -> str:
     return user_object + users.CREDENTIALS_SUFFIX
 

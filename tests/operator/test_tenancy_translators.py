@@ -111,3 +111,16 @@ def test_topic_permission_delete_puts_the_other_exchanges_back() -> None:
         ("DELETE", "/api/topic-permissions/v/u", None),
         ("PUT", "/api/topic-permissions/v/u", {"exchange": "audit", "write": "^b", "read": "^c"}),
     ]
+
+
+def test_broker_wide_tags_only_in_the_brokers_namespace() -> None:
+    tags = ["administrator", "management", "monitoring"]
+    remote = users.UserSpec.model_validate(
+        {"brokerRef": {"name": "b", "namespace": "messaging"}, "tags": tags}
+    )
+    assert tenancy.broker_wide_tags(remote, "team-a") == ["administrator", "monitoring"]
+    assert tenancy.broker_wide_tags(remote, "messaging") == []
+    local = users.UserSpec.model_validate({**REF, "tags": tags})
+    assert tenancy.broker_wide_tags(local, "team-a") == []
+    secret = users.UserSpec.model_validate({"connectionSecret": {"name": "s"}, "tags": tags})
+    assert tenancy.broker_wide_tags(secret, "team-a") == []

@@ -93,7 +93,15 @@ def test_two_teams_share_a_broker_and_not_their_vhosts(teams: dict[str, Any], ki
             lambda p=plural, n=name: kit.ready(team_b.get(p, n)) == ("False", "NamespaceNotAllowed"),
             30, f"{plural}/{name} NamespaceNotAllowed",
         )  # fmt: skip
+    # Nor can it make itself a broker administrator (which could grant itself anything).
+    team_b.create("User", "users", "root", {"brokerRef": ref["brokerRef"],
+                                            "tags": ["administrator"]})  # fmt: skip
+    kit.wait_for(
+        lambda: kit.ready(team_b.get("users", "root")) == ("False", "NamespaceNotAllowed"),
+        30, "users/root NamespaceNotAllowed",
+    )  # fmt: skip
     api = management.Management(teams["broker"])
+    assert api.get("/users/root").status == 404
     assert api.get("/queues/team-a/orders-copy").status == 404
     assert api.get("/permissions/team-a/billing-app").status == 404
     message = team_b.get("permissions", "grab")["status"]["conditions"][0]["message"]

@@ -30,10 +30,16 @@ async def declare(target: references.Target, spec: Spec, name: str, owned: bool)
         raise errors.SpecError(
             f"user {name} is the one the operator manages this broker with: choose another name"
         )
+    subject = reconciling.subject()
+    withheld = tenancy.broker_wide_tags(spec, subject.namespace)
+    if withheld:
+        raise errors.NamespaceNotAllowedError(
+            f"tags {', '.join(withheld)} reach every vhost of the broker: only Users in the "
+            "Broker's own namespace may have them"
+        )
     await reconciling.refuse_unowned(
         target, tenancy.user_path(name), f"user {name}", owned=owned, adopt=spec.adopt
     )
-    subject = reconciling.subject()
     base = await _amqp_base(target, spec, subject.namespace)
     owner = (subject.namespace, subject.name, subject.uid)
     credentials = await usersecrets.ensure(owner, spec, name, base)
