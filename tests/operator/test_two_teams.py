@@ -88,7 +88,8 @@ def test_two_teams_share_a_broker_and_not_their_vhosts(teams: dict[str, Any], ki
     team_b.create("Permission", "permissions", "grab",
                   {**ref, "user": "billing-app", "configure": ".*", "write": ".*",
                    "read": ".*"})  # fmt: skip
-    for plural, name in (("queues", "snoop"), ("permissions", "grab")):
+    team_b.create("Queue", "queues", "squat", {**ref, "vhost": "/"})  # the platform's vhost
+    for plural, name in (("queues", "snoop"), ("permissions", "grab"), ("queues", "squat")):
         kit.wait_for(
             lambda p=plural, n=name: kit.ready(team_b.get(p, n)) == ("False", "NamespaceNotAllowed"),
             30, f"{plural}/{name} NamespaceNotAllowed",
@@ -103,6 +104,7 @@ def test_two_teams_share_a_broker_and_not_their_vhosts(teams: dict[str, Any], ki
     api = management.Management(teams["broker"])
     assert api.get("/users/root").status == 404
     assert api.get("/queues/team-a/orders-copy").status == 404
+    assert api.get("/queues/%2F/squat").status == 404
     assert api.get("/permissions/team-a/billing-app").status == 404
     message = team_b.get("permissions", "grab")["status"]["conditions"][0]["message"]
     assert "managed by Vhost team-a/team-a" in message
