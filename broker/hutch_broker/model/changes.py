@@ -92,7 +92,17 @@ def user_item(user: access.User) -> dict[str, Any]:
         "password_hash": user.password_hash,
         "hashing_algorithm": access.HASHING_ALGORITHM,
         "tags": list(user.tags),
-        "limits": {},
+        "limits": dict(user.limits),
+    }
+
+
+def vhost_limits_item(vhost: VirtualHost) -> dict[str, Any]:
+    """Vhost limits travel as the vhost's runtime parameter ``vhost-limits``/``limits``."""
+    return {
+        "value": dict(vhost.limits),
+        "vhost": vhost.name,
+        "component": "vhost-limits",
+        "name": "limits",
     }
 
 

@@ -126,7 +126,7 @@ async def delete_binding(request: web.Request) -> web.Response:
     vhost = support.vhost_to_write(request)
     source, destination = _ends(request, vhost)
     if source is vhost.default_exchange:
-        raise errors.not_authorized("operation not permitted on the default exchange")
+        raise errors.not_authorized(amqp_errors.DEFAULT_EXCHANGE_REFUSAL)
     binding = bindings_view.find(
         bindings_view.between(source, destination), support.path(request, "props")
     )

@@ -31,7 +31,7 @@ def _exchange(vhost: VirtualHost, name: str) -> Exchange:
 
 def _builtin_refusal(vhost: VirtualHost, name: str) -> errors.ApiError | None:
     if name == "":
-        return errors.not_authorized("operation not permitted on the default exchange")
+        return errors.not_authorized(amqp_errors.DEFAULT_EXCHANGE_REFUSAL)
     if name.startswith("amq.") and name in vhost.exchanges:
         return errors.not_authorized(
             f"deletion of system exchange '{name}' in vhost '{vhost.name}' not allowed"
@@ -76,7 +76,7 @@ async def put_exchange(request: web.Request) -> web.Response:
     internal = bodies.boolean(body, "internal", False)
     arguments = bodies.arguments(body)
     if name == "":
-        raise errors.not_authorized("operation not permitted on the default exchange")
+        raise errors.not_authorized(amqp_errors.DEFAULT_EXCHANGE_REFUSAL)
     auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
     try:
         exchange, created = vhost.declare_exchange(
