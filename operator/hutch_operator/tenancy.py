@@ -64,6 +64,38 @@ def vhost_contents(listed: list[dict[str, Any]]) -> tuple[int, int]:
     return len(listed), sum(int(item.get("messages") or 0) for item in listed)
 
 
+def limit_values(limits: Any) -> dict[str, int]:
+    """A Vhost's or User's ``limits`` as the broker names them: ``{"max-queues": 10}``."""
+    values = limits.model_dump(exclude_none=True)
+    return {key.replace("_", "-"): int(value) for key, value in values.items()}
+
+
+def listed_limits(listed: Any) -> dict[str, int]:
+    """``GET /api/{vhost,user}-limits/{name}`` answers ``[{..., "value": {...}}]`` or ``[]``."""
+    items = listed if isinstance(listed, list) else []
+    return dict(items[0].get("value") or {}) if items and isinstance(items[0], dict) else {}
+
+
+def limit_requests(base: str, wanted: dict[str, int], current: dict[str, int]) -> list[Request]:
+    """PUT what differs, DELETE what is set but no longer wanted (``base`` ends in the vhost
+    or user segment: ``/api/vhost-limits/team-a``)."""
+    requests = [
+        Request("PUT", f"{base}/{name}", {"value": value})
+        for name, value in sorted(wanted.items())
+        if current.get(name) != value
+    ]
+    requests += [Request("DELETE", f"{base}/{name}") for name in sorted(set(current) - set(wanted))]
+    return requests
+
+
+def vhost_limits_path(name: str) -> str:
+    return f"/api/vhost-limits/{segment(name)}"
+
+
+def user_limits_path(name: str) -> str:
+    return f"/api/user-limits/{segment(name)}"
+
+
 # --- users -------------------------------------------------------------------------------------
 
 

@@ -360,3 +360,29 @@ def test_topic_permission_limits_routing_keys(plane: dict[str, Any], side: Side,
     _wait(kit, kube, "topicpermissions", f"{user}-pre", ("False", "AlreadyExists"))
     assert outcome(lambda ch: ch.basic_publish("pre", "y", b"1")) == 403
     connection.close()
+
+
+def test_vhost_and_user_limits_change_in_place(plane: dict[str, Any], side: Side, kit: Any) -> None:
+    kube = plane["kube"]
+    tenant = _tenant(kit, kube, side)
+    vhost, user = tenant["vhost"], tenant["user"]
+    kube.patch_spec("vhosts", vhost, {"limits": {"maxQueues": 1}})
+    kube.patch_spec("users", user, {"limits": {"maxConnections": 1}})
+    kit.wait_for(lambda: side.call("GET", f"/vhost-limits/{vhost}")[1]
+                 == [{"vhost": vhost, "value": {"max-queues": 1}}], 20, "vhost limit")  # fmt: skip
+    kit.wait_for(lambda: side.call("GET", f"/user-limits/{user}")[1]
+                 == [{"user": user, "value": {"max-connections": 1}}], 20, "user limit")  # fmt: skip
+    connection = _connect(tenant["amqp-uri"])
+    channel = connection.channel()
+    channel.queue_declare("first")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_declare("second")
+    assert refused.value.reply_code == 406 and "limit" in refused.value.reply_text
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        _connect(tenant["amqp-uri"])  # the user's second connection
+    # Raised and then removed by patching the CR; the vhost and its queue stay.
+    kube.patch_spec("vhosts", vhost, {"limits": {"maxQueues": None}})
+    kit.wait_for(lambda: side.call("GET", f"/vhost-limits/{vhost}")[1] == [], 20, "no limit")
+    connection.channel().queue_declare("second")
+    assert side.call("GET", f"/queues/{vhost}/first")[0] == 200
+    connection.close()

@@ -124,3 +124,17 @@ def test_broker_wide_tags_only_in_the_brokers_namespace() -> None:
     assert tenancy.broker_wide_tags(local, "team-a") == []
     secret = users.UserSpec.model_validate({"connectionSecret": {"name": "s"}, "tags": tags})
     assert tenancy.broker_wide_tags(secret, "team-a") == []
+
+
+def test_limit_requests() -> None:
+    spec = vhosts.VhostSpec.model_validate({**REF, "limits": {"maxQueues": 2}})
+    wanted = tenancy.limit_values(spec.limits)
+    assert wanted == {"max-queues": 2}
+    current = tenancy.listed_limits([{"vhost": "v", "value": {"max-connections": 5}}])
+    requests = tenancy.limit_requests("/api/vhost-limits/v", wanted, current)
+    assert [(r.method, r.path, r.body) for r in requests] == [
+        ("PUT", "/api/vhost-limits/v/max-queues", {"value": 2}),
+        ("DELETE", "/api/vhost-limits/v/max-connections", None),
+    ]
+    assert tenancy.limit_requests("/x", wanted, wanted) == []
+    assert tenancy.listed_limits([]) == {}

@@ -19,7 +19,7 @@ from hutch_operator import (
     translators,
     usersecrets,
 )
-from hutch_operator.handlers import registration
+from hutch_operator.handlers import registration, vhosts
 from hutch_operator.models import kinds, users
 
 Spec = users.UserSpec
@@ -44,6 +44,9 @@ async def declare(target: references.Target, spec: Spec, name: str, owned: bool)
     owner = (subject.namespace, subject.name, subject.uid)
     credentials = await usersecrets.ensure(owner, spec, name, base)
     await target.client.call(tenancy.user_put(spec, name, credentials.password))
+    await vhosts.apply_limits(
+        target, tenancy.user_limits_path(name), tenancy.limit_values(spec.limits)
+    )
     subject.patch.status["credentialsSecret"] = credentials.secret
     subject.patch.status["credentialsVersion"] = credentials.version
     return True
@@ -76,6 +79,11 @@ async def observe(target: references.Target, spec: Spec, name: str) -> reconcili
     if listed is None:
         return reconciling.Observation(missing=True)
     changed = tenancy.user_differences(spec, listed)
+    request = translators.Request("GET", "/api/user-limits")
+    limits = await snapshots.get(target.client, target.key, "user-limits", request)
+    applied = tenancy.listed_limits([i for i in limits if i.get("user") == name])
+    if applied != tenancy.limit_values(spec.limits):
+        changed.append("limits")
     if current != subject.status.get("credentialsVersion"):
         changed.append("password (its Secret changed)")
     return reconciling.Observation(changed=changed)

@@ -18,7 +18,15 @@ async def declare(target: references.Target, spec: Spec, name: str, owned: bool)
         target, tenancy.vhost_path(name), f"vhost {name}", owned=owned, adopt=spec.adopt
     )
     await target.client.call(request)
+    await apply_limits(target, tenancy.vhost_limits_path(name), tenancy.limit_values(spec.limits))
     return True
+
+
+async def apply_limits(target: references.Target, base: str, wanted: dict[str, int]) -> None:
+    """Brings the broker's limits of a vhost or user to ``wanted`` (in place, no re-create)."""
+    current = tenancy.listed_limits(await target.client.call(translators.Request("GET", base)))
+    for request in tenancy.limit_requests(base, wanted, current):
+        await target.client.call(request)
 
 
 async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
@@ -45,6 +53,11 @@ async def observe(target: references.Target, spec: Spec, name: str) -> reconcili
     if listed is None:
         return reconciling.Observation(missing=True)
     changed, fixed = tenancy.vhost_differences(spec, listed)
+    request = translators.Request("GET", "/api/vhost-limits")
+    limits = await snapshots.get(target.client, target.key, "vhost-limits", request)
+    current = tenancy.listed_limits([i for i in limits if i.get("vhost") == name])
+    if current != tenancy.limit_values(spec.limits):
+        changed.append("limits")
     return reconciling.Observation(changed=changed, mismatched=fixed)
 
 

@@ -15,6 +15,13 @@ from hutch_operator.models import common, vhosts
 CREDENTIALS_SUFFIX = "-user-credentials"
 
 
+class UserLimits(common.CrdModel):
+    """The broker's user limits; unset means no limit."""
+
+    max_connections: int | None = Field(None, ge=0, description="max-connections (0: none).")
+    max_channels: int | None = Field(None, ge=0, description="max-channels (0: none).")
+
+
 class UserSpec(common.ConnectionSpec):
     model_config = ConfigDict(
         json_schema_extra={
@@ -48,6 +55,7 @@ class UserSpec(common.ConnectionSpec):
         description="Virtual host in the credentials Secret's AMQP URI; access comes from "
         "Permission objects.",
     )
+    limits: UserLimits = common.nested(UserLimits, "User limits, changed in place.")
     deletion_policy: common.DeletionPolicy = Field(
         "delete", description="retain keeps the user when this object is deleted."
     )

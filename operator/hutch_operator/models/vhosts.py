@@ -40,6 +40,13 @@ def adopt_field(what: str) -> Any:
     return Field(False, description=description)
 
 
+class VhostLimits(common.CrdModel):
+    """The broker's vhost limits; unset means no limit."""
+
+    max_connections: int | None = Field(None, ge=0, description="max-connections (0: none).")
+    max_queues: int | None = Field(None, ge=0, description="max-queues (0: none).")
+
+
 class VhostSpec(common.ConnectionSpec):
     model_config = ConfigDict(
         json_schema_extra={
@@ -67,6 +74,7 @@ class VhostSpec(common.ConnectionSpec):
         description="Queue type for declarations that name none. hutch-broker has classic "
         "queues only; RabbitMQ 3.10.8 accepts and ignores it (reports undefined).",
     )
+    limits: VhostLimits = common.nested(VhostLimits, "Vhost limits, changed in place.")
     deletion_policy: common.DeletionPolicy = Field(
         "delete", description="retain keeps the vhost (and all in it) when this object is deleted."
     )
