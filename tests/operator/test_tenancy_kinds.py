@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -386,3 +387,24 @@ def test_vhost_and_user_limits_change_in_place(plane: dict[str, Any], side: Side
     connection.channel().queue_declare("second")
     assert side.call("GET", f"/queues/{vhost}/first")[0] == 200
     connection.close()
+
+
+def test_steady_objects_are_not_drift(plane: dict[str, Any], side: Side, kit: Any) -> None:
+    """Three sweeps (every 2 s) over unchanged objects correct nothing and write nothing."""
+    kube = plane["kube"]
+    tenant = _tenant(kit, kube, side, tags=["management"])
+    user = tenant["user"]
+    kube.create("TopicPermission", "topicpermissions", f"{user}-t",
+                {**side.ref, "vhost": tenant["vhost"], "user": user, "exchange": "amq.topic",
+                 "write": "^a", "read": ""})  # fmt: skip
+    kube.patch_spec("vhosts", tenant["vhost"], {"limits": {"maxQueues": 5}, "tags": ["t"]})
+    kube.patch_spec("users", user, {"limits": {"maxChannels": 5}})
+    _wait(kit, kube, "topicpermissions", f"{user}-t", ("True", "Declared"))
+    kit.wait_for(lambda: side.call("GET", f"/user-limits/{user}")[1] != [], 20, "user limit")
+    versions = {name: kube.get_secret(f"{user}-user-credentials")["metadata"]["resourceVersion"]
+                for name in ("before",)}  # fmt: skip
+    time.sleep(7)
+    for name in (tenant["vhost"], user, f"{user}-t"):
+        assert "DriftCorrected" not in kube.reasons(name), kube.events(name)
+    after = kube.get_secret(f"{user}-user-credentials")["metadata"]["resourceVersion"]
+    assert after == versions["before"]  # the Secret is not rewritten either
