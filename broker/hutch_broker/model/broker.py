@@ -81,10 +81,13 @@ class Broker:
         description: str = "",
         tags: list[str] | None = None,
         default_queue_type: str = "classic",
+        replace_metadata: bool = False,
     ) -> tuple[VirtualHost, bool]:
+        """``replace_metadata``: description and tags become exactly these, as a management
+        PUT does on RabbitMQ 3.10.8 (a definitions import keeps what it does not name)."""
         existing = self.vhosts.get(name)
         if existing is not None:
-            existing.description = description or existing.description
+            existing.description = description or ("" if replace_metadata else existing.description)
             if tags is not None:
                 existing.tags = tags
             self._definitions_changed(Change("vhosts", changes.vhost_item(existing)))

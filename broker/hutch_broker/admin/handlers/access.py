@@ -44,7 +44,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     auth.require_admin(user)
     body = await support.body(request)
     description = bodies.string(body, "description", "")
-    tags = bodies.tags(body["tags"]) if "tags" in body else None
+    # A PUT replaces the metadata, as RabbitMQ 3.10.8's does: absent keys become "" and [].
+    tags = bodies.tags(body["tags"]) if "tags" in body else []
     queue_type = bodies.string(body, "default_queue_type", "classic")
     broker = support.state(request).broker
     name = support.path(request, "vhost")
@@ -53,6 +54,7 @@ async def put_vhost(request: web.Request) -> web.Response:
         description=description,
         tags=tags,
         default_queue_type="classic" if queue_type == "undefined" else queue_type,
+        replace_metadata=True,
     )
     if created:
         broker.set_permission(name, user.name, *FULL_ACCESS)
