@@ -115,7 +115,7 @@ def _tenant(kit: Any, kube: Any, side: Side, *, perms: tuple[str, str, str] = ("
 
 
 def test_user_secret_logs_in_until_the_user_is_deleted(
-    plane: dict[str, Any], side: Side, kit: Any
+    plane: dict[str, Any], side: Side, kit: Any, caplog: Any
 ) -> None:
     kube = plane["kube"]
     tenant = _tenant(kit, kube, side)
@@ -132,6 +132,7 @@ def test_user_secret_logs_in_until_the_user_is_deleted(
     user = kube.get("users", tenant["user"])
     assert tenant["password"] not in json.dumps(user)
     assert tenant["password"] not in json.dumps(kube.events(tenant["user"]))
+    assert tenant["password"] not in caplog.text  # the operator runs in-process: its logs
     assert user["status"]["credentialsSecret"] == f"{tenant['user']}-user-credentials"
 
     kube.delete("users", tenant["user"])
@@ -290,6 +291,23 @@ def test_password_rotates_when_the_secret_changes(
     kit.wait_for(rotated, 30, "the new password logs in")
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         _connect(tenant["amqp-uri"])  # the old one no longer does
+    # A deleted Secret means a new generated password, which logs in; the last one does not.
+    kube.plane.api("DELETE", f"/api/v1/namespaces/{kube.namespace}/secrets/{name}")
+
+    def regenerated() -> dict[str, str] | None:
+        if kube.get_secret(name) is None:
+            return None
+        data = _credentials(kube, tenant["user"])
+        try:
+            _connect(data["amqp-uri"]).close()
+        except pika.exceptions.AMQPConnectionError:
+            return None
+        return data
+
+    data = kit.wait_for(regenerated, 30, "a regenerated password that logs in")
+    assert data["password"] != new_password and len(data["password"]) >= 40
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        _connect(tenant["amqp-uri"].replace(tenant["password"], new_password))
 
 
 def test_imported_credentials(plane: dict[str, Any], side: Side, kit: Any) -> None:
