@@ -426,3 +426,20 @@ def test_steady_objects_are_not_drift(plane: dict[str, Any], side: Side, kit: An
         assert "DriftCorrected" not in kube.reasons(name), kube.events(name)
     after = kube.get_secret(f"{user}-user-credentials")["metadata"]["resourceVersion"]
     assert after == versions["before"]  # the Secret is not rewritten either
+
+
+def test_two_users_for_one_name_conflict(plane: dict[str, Any], side: Side, kit: Any) -> None:
+    """Users are broker-wide: the younger of two objects naming one user never touches it."""
+    kube = plane["kube"]
+    name = _unique("shared")
+    kube.create("User", "users", f"{name}-a", {**side.ref, "name": name})
+    _wait(kit, kube, "users", f"{name}-a", ("True", "Declared"))
+    first = _credentials(kube, f"{name}-a")
+    time.sleep(1.1)  # creationTimestamp has one-second resolution
+    kube.create("User", "users", f"{name}-b", {**side.ref, "name": name})
+    obj = _wait(kit, kube, "users", f"{name}-b", ("False", "ResourceConflict"))
+    assert obj["status"]["conflictWith"] == f"{kube.namespace}/{name}-a"
+    assert kube.get_secret(f"{name}-b-user-credentials") is None
+    # Still a's password: the login passes and only the vhost is refused (530, not 403).
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+        _connect(first["amqp-uri"])
