@@ -362,20 +362,17 @@ def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool
     out["queues"].extend(
         changes.queue_item(name, queue)
         for queue in vhost.queues.values()
-        if queue.exclusive_owner is None and (queue.durable or not durable_only)
+        if changes.queue_exported(queue, durable_only=durable_only)
     )
     out["exchanges"].extend(
         changes.exchange_item(name, exchange)
         for exchange in vhost.exchanges.values()
-        if exchange.name != ""
-        and not exchange.name.startswith("amq.")
-        and (exchange.durable or not durable_only)
+        if changes.exchange_exported(exchange, durable_only=durable_only)
     )
     out["bindings"].extend(
         changes.binding_item(name, binding)
         for binding in vhost.bindings()
-        if getattr(binding.destination, "exclusive_owner", None) is None
-        and (binding.durable or not durable_only)
+        if changes.binding_exported(binding, durable_only=durable_only)
     )
 
 
