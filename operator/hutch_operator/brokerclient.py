@@ -41,6 +41,7 @@ class HttpBrokerClient:
 
     def __init__(self, base_url: str, username: str, password: str) -> None:
         self.base_url = base_url.rstrip("/")
+        self.username = username  # a User must never take over the operator's own user
         self.last_used = time.monotonic()
         self.requests = 0
         token = base64.b64encode(f"{username}:{password}".encode()).decode()

@@ -28,6 +28,7 @@ from hutch_broker.admin.handlers import (
     policies,
     queues,
     support,
+    topicaccess,
 )
 from hutch_broker.admin.memory import FixedMemory, MemoryMonitor
 from hutch_broker.admin.state import STATE, USER, AdminState
@@ -50,6 +51,7 @@ ROUTE_MODULES: Final = (
     connections,
     limits,
     parameters,
+    topicaccess,
 )
 
 

@@ -103,6 +103,7 @@ def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
     if m.source == "" or m.destination == "":
         raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.source)
+    session.check_topic("read", vhost.exchanges.get(m.source), m.routing_key)
     vhost.get_exchange(m.source)  # with both ends missing, RabbitMQ names the source
     return vhost, vhost.get_exchange(m.destination)
 
@@ -123,6 +124,7 @@ def exchange_unbind(
     if m.source == "" or m.destination == "":
         raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.source)
+    session.check_topic("read", vhost.exchanges.get(m.source), m.routing_key)
     destination = vhost.exchanges.get(m.destination)
     if m.source in vhost.exchanges and destination is not None:
         vhost.unbind(m.source, destination, m.routing_key, m.arguments or {})
@@ -185,6 +187,7 @@ def _queue_edge(session: Session, m: Any) -> Queue:
     if m.exchange == "":
         raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.exchange)
+    session.check_topic("read", _vhost(session).exchanges.get(m.exchange), m.routing_key)
     _vhost(session).get_exchange(m.exchange)
     return _queue(session, m.queue)
 
@@ -201,6 +204,7 @@ def queue_unbind(session: Session, channel: Channel, m: commands.Queue.Unbind, n
     if m.exchange == "":
         raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.exchange)
+    session.check_topic("read", vhost.exchanges.get(m.exchange), m.routing_key)
     queue = vhost.queues.get(m.queue)
     if queue is not None:
         vhost.check_exclusive(queue, session)

@@ -92,6 +92,7 @@ class Session:
         self.connected_at_ms = context.clock()
         self.publishes = 0
         self._permission_cache: dict[tuple[str, str], bool] = {}
+        self._topic_matchers: dict[str, Any] = {}  # expanded topic pattern → matcher or None
 
     @property
     def open_vhost(self) -> VirtualHost:
@@ -318,6 +319,29 @@ class Session:
             user = self.user.name if self.user else ""
             raise errors.access_refused(
                 f"access to {resource_kind} '{name or 'amq.default'}' in vhost "
+                f"'{vhost}' refused for user '{user}'"
+            )
+
+    def check_topic(self, kind: str, exchange: Any, routing_key: str) -> None:
+        """RabbitMQ's topic authorisation: on a topic exchange with a topic permission for
+        this user, the routing key must match its ``write`` (publish) or ``read`` (bind,
+        unbind) regex; no topic permission, or another exchange type, allows. 403 otherwise.
+        The cache is keyed by the expanded pattern, so a changed permission is seen at once."""
+        if getattr(exchange, "kind", "") != "topic" or self.vhost is None or self.user is None:
+            return
+        vhost, user = self.vhost.name, self.user.name
+        permission = self.context.broker.topic_permission(vhost, user, exchange.name)
+        if permission is None:
+            return
+        pattern = permission.pattern(kind, username=user, vhost=vhost)
+        if pattern not in self._topic_matchers:
+            if len(self._topic_matchers) > 1_000:
+                self._topic_matchers.clear()
+            self._topic_matchers[pattern] = access.topic_matcher(pattern)
+        matcher = self._topic_matchers[pattern]
+        if matcher is None or not matcher.search(routing_key):
+            raise errors.access_refused(
+                f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
                 f"'{vhost}' refused for user '{user}'"
             )
 

@@ -52,6 +52,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
+        # (vhost, user, exchange) → the user's routing-key regexes on that topic exchange
+        self.topic_permissions: dict[tuple[str, str, str], access.TopicPermission] = {}
         # Runtime parameters outside any vhost (``/api/global-parameters``), JSON values.
         self.global_parameters: dict[str, Any] = {}
         self.loopback_users: list[str] = ["guest"]
@@ -79,10 +81,13 @@ class Broker:
         description: str = "",
         tags: list[str] | None = None,
         default_queue_type: str = "classic",
+        replace_metadata: bool = False,
     ) -> tuple[VirtualHost, bool]:
+        """``replace_metadata``: description and tags become exactly these, as a management
+        PUT does on RabbitMQ 3.10.8 (a definitions import keeps what it does not name)."""
         existing = self.vhosts.get(name)
         if existing is not None:
-            existing.description = description or existing.description
+            existing.description = description or ("" if replace_metadata else existing.description)
             if tags is not None:
                 existing.tags = tags
             self._definitions_changed(Change("vhosts", changes.vhost_item(existing)))
@@ -114,6 +119,8 @@ class Broker:
             vhost.remove_queue(queue)
         for key in [key for key in self.permissions if key[0] == name]:
             del self.permissions[key]
+        for topic_key in [key for key in self.topic_permissions if key[0] == name]:
+            del self.topic_permissions[topic_key]
         # Deleting a vhost deletes everything in it: the journal applies the same rule.
         self._definitions_changed(Change("vhosts", changes.vhost_item(vhost), deleted=True))
         return True
@@ -199,6 +206,8 @@ class Broker:
             return False
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]
+        for topic_key in [key for key in self.topic_permissions if key[1] == name]:
+            del self.topic_permissions[topic_key]
         # The user's permissions go with it: the journal applies the same rule.
         self._definitions_changed(Change("users", changes.user_item(user), deleted=True))
         return True
@@ -228,6 +237,38 @@ class Broker:
 
     def permission(self, vhost: str, user: str) -> access.Permission | None:
         return self.permissions.get((vhost, user))
+
+    def set_topic_permission(
+        self, vhost: str, user: str, exchange: str, write: str, read: str
+    ) -> bool:
+        """Sets one exchange's topic permission; True when the user had none in this vhost
+        (RabbitMQ answers 201 then, and 204 for every further exchange)."""
+        created = not self.topic_permissions_of(vhost, user)
+        permission = access.TopicPermission(exchange, write, read)
+        self.topic_permissions[(vhost, user, exchange)] = permission
+        item = changes.topic_permission_item(vhost, user, permission)
+        self._definitions_changed(Change("topic_permissions", item))
+        return created
+
+    def clear_topic_permissions(self, vhost: str, user: str) -> bool:
+        """Deletes all of the user's topic permissions in the vhost, as RabbitMQ 3.10.8's
+        ``DELETE /api/topic-permissions/{vhost}/{user}`` does (it has no per-exchange form)."""
+        doomed = self.topic_permissions_of(vhost, user)
+        for permission in doomed:
+            del self.topic_permissions[(vhost, user, permission.exchange)]
+            item = changes.topic_permission_item(vhost, user, permission)
+            self._definitions_changed(Change("topic_permissions", item, deleted=True))
+        return bool(doomed)
+
+    def topic_permissions_of(self, vhost: str, user: str) -> list[access.TopicPermission]:
+        return [
+            p for (vh, name, _), p in self.topic_permissions.items() if (vh, name) == (vhost, user)
+        ]
+
+    def topic_permission(
+        self, vhost: str, user: str, exchange: str
+    ) -> access.TopicPermission | None:
+        return self.topic_permissions.get((vhost, user, exchange))
 
     def set_paging(self, active: bool) -> None:
         """Memory pressure began or ended (model/paging.py)."""
@@ -274,7 +315,10 @@ class Broker:
                 changes.permission_item(vhost, user, permission)
                 for (vhost, user), permission in self.permissions.items()
             ],
-            "topic_permissions": [],
+            "topic_permissions": [
+                changes.topic_permission_item(vhost, user, permission)
+                for (vhost, user, _), permission in self.topic_permissions.items()
+            ],
             "parameters": [],
             "global_parameters": [
                 {"name": name, "value": value} for name, value in self.global_parameters.items()
@@ -355,6 +399,11 @@ def _import(
     each("vhosts", "vhost", lambda item: _import_vhost(broker, item))
     each("users", "user", lambda item: _import_user(broker, item))
     each("permissions", "permission", lambda item: _import_permission(broker, item))
+    each(
+        "topic_permissions",
+        "topic-permission",
+        lambda item: _import_topic_permission(broker, item),
+    )
     each("policies", "policy", lambda item: _import_policy(broker, item, operator=False))
     each("parameters", "parameter", lambda item: _import_parameter(broker, item))
     each(
@@ -390,6 +439,16 @@ def _import_permission(broker: Broker, item: dict[str, Any]) -> None:
         str(item["vhost"]),
         str(item["user"]),
         str(item["configure"]),
+        str(item["write"]),
+        str(item["read"]),
+    )
+
+
+def _import_topic_permission(broker: Broker, item: dict[str, Any]) -> None:
+    broker.set_topic_permission(
+        str(item["vhost"]),
+        str(item["user"]),
+        str(item["exchange"]),
         str(item["write"]),
         str(item["read"]),
     )

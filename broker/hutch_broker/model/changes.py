@@ -134,6 +134,18 @@ def permission_item(vhost: str, user: str, permission: access.Permission) -> dic
     }
 
 
+def topic_permission_item(
+    vhost: str, user: str, permission: access.TopicPermission
+) -> dict[str, Any]:
+    return {
+        "user": user,
+        "vhost": vhost,
+        "exchange": permission.exchange,
+        "write": permission.write,
+        "read": permission.read,
+    }
+
+
 def policy_change(vhost: str, policy: Policy, *, operator: bool, deleted: bool = False) -> Change:
     """User policies have their own section; operator policies are runtime parameters."""
     if not operator:
