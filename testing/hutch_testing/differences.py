@@ -68,7 +68,7 @@ DIFFERENCES: Final[dict[str, Difference]] = {
     ),
     "maximum-message-size": Difference("Maximum message size", "16 MiB (4.x)", "128 MiB"),
     "unsupported-queue-features": Difference(
-        "Quorum queues, streams, `x-max-priority`, `x-single-active-consumer`",
+        "Quorum queues, streams, `x-single-active-consumer`",
         "rejected with 406",
         "supported",
     ),

@@ -260,7 +260,7 @@ def test_unsupported_queue_features_and_maximum_message_size(target):
     q = target.name("q")
     connection.channel().queue_declare(q)
 
-    priority = _declare_outcome(connection, target.name("prio"), {"x-max-priority": 5})
+    sac = _declare_outcome(connection, target.name("sac"), {"x-single-active-consumer": True})
     big = bytes(16 * 1024 * 1024 + 1)
     channel = connection.channel()
     try:
@@ -268,12 +268,12 @@ def test_unsupported_queue_features_and_maximum_message_size(target):
     except AssertionError:
         size = "accepted"
 
-    assert priority == target.expect(
+    assert sac == target.expect(
         "unsupported-queue-features",
         hutch=(
             406,
-            f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue "
-            f"'{target.name('prio')}' in vhost '/': not supported by Hutch classic queues",
+            f"PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue "
+            f"'{target.name('sac')}' in vhost '/': not supported by Hutch classic queues",
         ),
         rabbitmq="declared",
     )
