@@ -223,9 +223,13 @@ class Channel:
 
     def close(self, now_ms: int) -> None:
         """Release everything the channel holds: consumers, then unacked messages."""
-        for consumer in list(self.consumers.values()):
-            self.session.remove_consumer(self, consumer, now_ms)
+        handed_over = {
+            consumer.queue
+            for consumer in list(self.consumers.values())
+            if self.session.remove_consumer(self, consumer, now_ms)
+        }
         self.requeue_all(now_ms)
+        self._drain(handed_over, now_ms)
         self.pending_confirms.clear()
         self.pending_commits.clear()
         self.session.context.commits.done(self)

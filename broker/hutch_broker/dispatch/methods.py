@@ -256,6 +256,7 @@ def basic_consume(
 ) -> None:
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
+    arguments_mod.check_consumer_arguments(queue.name, queue.vhost, m.arguments or {})
     tag = m.consumer_tag or _consumer_tag()
     if tag in channel.consumers:
         raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
@@ -281,9 +282,10 @@ def basic_consume(
 
 def basic_cancel(session: Session, channel: Channel, m: commands.Basic.Cancel, now_ms: int) -> None:
     consumer = channel.consumers.get(m.consumer_tag or "")
-    if consumer is not None:
-        session.remove_consumer(channel, consumer, now_ms)
+    handed_over = consumer is not None and session.remove_consumer(channel, consumer, now_ms)
     _reply(session, channel, commands.Basic.CancelOk(m.consumer_tag), m.nowait)
+    if consumer is not None and handed_over:
+        consumer.queue.drain(now_ms)  # the next single active consumer takes over
 
 
 def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms: int) -> None:

@@ -31,6 +31,7 @@ COMPARED_QUEUE_ARGUMENTS: Final = (
     "x-ring-size",
     "x-queue-type",
     "x-max-priority",
+    "x-single-active-consumer",
 )
 # Arguments a Hutch extension may change on a live queue (PUT /api/queues/{vh}/{q}/arguments),
 # with the same effects as a policy change (POL-7).
@@ -48,7 +49,6 @@ LIMIT_ARGUMENTS: Final = frozenset(
 )
 _NON_NEGATIVE: Final = ("x-message-ttl", "x-max-length", "x-max-length-bytes")
 _POSITIVE: Final = ("x-expires", "x-ring-size")
-_REJECTED: Final = ("x-single-active-consumer",)
 MAX_PRIORITY: Final = 255  # RabbitMQ's ?MAX_SUPPORTED_PRIORITY; 0 is accepted too
 _EXPIRY: Final = ("x-message-ttl", "x-expires")
 MAX_EXPIRY_MS: Final = 315_360_000_000  # RabbitMQ's ?MAX_EXPIRY_TIMER: ten years
@@ -160,9 +160,18 @@ def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) 
         raise _invalid(
             "x-queue-type", queue, vhost, f"unsupported queue type '{format_value(queue_type)}'"
         )
-    for arg in _REJECTED:
-        if arg in arguments:
-            raise _invalid(arg, queue, vhost, "not supported by Hutch classic queues")
+    single_active = arguments.get("x-single-active-consumer")
+    if single_active is not None and not isinstance(single_active, bool):
+        detail = f"{{unacceptable_type,{type_name(single_active)}}}"
+        raise _invalid("x-single-active-consumer", queue, vhost, detail)
+
+
+def check_consumer_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
+    """basic.consume arguments: ``x-priority`` must be an integer (RabbitMQ 3.10.8's text)."""
+    priority = arguments.get("x-priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        detail = f'"expected integer, got {type_name(priority)}"'
+        raise _invalid("x-priority", queue, vhost, detail)
 
 
 def _byte_length(value: Any) -> int:

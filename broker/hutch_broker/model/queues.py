@@ -14,10 +14,10 @@ so the queue reports dropped entries through the ``on_dead_letter`` hook.
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hutch_broker.model import consumers as consumers_mod
 from hutch_broker.model import paging, ready
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
@@ -44,6 +44,7 @@ class Consumer:
         "exclusive",
         "no_ack",
         "prefetch",
+        "priority",
         "queue",
         "tag",
         "unacked",
@@ -68,6 +69,8 @@ class Consumer:
         self.prefetch = prefetch  # 0 = unlimited, per consumer (basic.qos global=false)
         self.unacked = 0
         self.arguments = arguments or {}
+        priority = self.arguments.get("x-priority", 0)  # validated by the dispatch layer
+        self.priority = priority if isinstance(priority, int) else 0
 
 
 DeadLetterHook = Callable[["Queue", Entry, str], None]
@@ -113,7 +116,9 @@ class Queue:
         self.ready_bytes = 0
         self.unacked_count = 0
         self.unacked_bytes = 0
-        self.consumers: deque[Consumer] = deque()
+        self.consumers = consumers_mod.Consumers(
+            single_active=self.arguments.get("x-single-active-consumer") is True
+        )
         self.had_consumers = False
         self.deleted = False
         self.last_used_ms = 0
@@ -301,28 +306,21 @@ class Queue:
     # -- consuming ----------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+        self.consumers.add(consumer)
         self.had_consumers = True
 
-    def remove_consumer(self, consumer: Consumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
-            return
+    def remove_consumer(self, consumer: Consumer) -> bool:
+        """True when another consumer took over as the single active one: drain it soon."""
+        return self.consumers.remove(consumer)
 
     def _next_consumer(self) -> Consumer | None:
-        """Round-robin over consumers, skipping those without prefetch room."""
-        consumers = self.consumers
-        for _ in range(len(consumers)):
-            consumer = consumers[0]
-            consumers.rotate(-1)
-            if consumer.channel.has_capacity(consumer):
-                return consumer
-        return None
+        """By consumer priority, round-robin within one, skipping those without room."""
+        return self.consumers.next_with_room()
 
     def drain(self, now_ms: int) -> int:
         """Deliver ready messages to consumers with room; returns how many."""
         delivered = 0
+        self.consumers.rescan()
         while self._ready and self.consumers:
             consumer = self._next_consumer()
             if consumer is None:

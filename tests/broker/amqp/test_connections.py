@@ -25,6 +25,7 @@ CAPABILITIES = (
     "connection.blocked",
     "per_consumer_qos",
     "authentication_failure_close",
+    "consumer_priorities",
 )
 
 
