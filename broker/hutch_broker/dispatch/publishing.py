@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hutch_broker.dispatch import replyto
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Message
-from hutch_broker.protocol import errors, events
+from hutch_broker.protocol import errors, events, rewrite
 
 if TYPE_CHECKING:
     from hutch_broker.dispatch.sessions import Session
@@ -36,6 +37,7 @@ def publish(session: Session, channel: Channel, event: events.PublishReceived, n
         )
     session.check_permission("write", "exchange", event.exchange)
     publishes.check_expiration(event.raw_properties)
+    event.raw_properties = replyto.stamp_reply_to(channel, event.raw_properties)
     session.publishes += 1
     context = session.context
     context.stats.publishes += 1
@@ -62,6 +64,8 @@ def route_and_enqueue(
     A transaction's commit passes the exchange as it is now (None if it is gone).
     """
     context = session.context
+    if not event.exchange and event.routing_key.startswith(replyto.PREFIX):
+        return _direct_reply(session, channel, event), False
     message = Message(event.exchange, event.routing_key, event.raw_properties, event.body)
     outcome = publishes.publish(
         session.open_vhost,
@@ -71,17 +75,7 @@ def route_and_enqueue(
         message_ids=context.next_message_id if context.stamp_message_id else None,
     )
     if not outcome.queues:
-        if event.mandatory:
-            session.proto.send_return(
-                channel.number,
-                NO_ROUTE,
-                "NO_ROUTE",
-                event.exchange,
-                event.routing_key,
-                event.raw_properties,
-                event.body,
-            )
-            context.stats.returns += 1
+        _unroutable(session, channel, event)
         return NOT_DURABLE, False
     flow = context.flow
     for queue in outcome.queues:
@@ -89,3 +83,31 @@ def route_and_enqueue(
             session.pressure.append(queue)
     generation = context.commits.wrote() if outcome.wrote else NOT_DURABLE
     return generation, outcome.rejected
+
+
+def _unroutable(session: Session, channel: Channel, event: events.PublishReceived) -> None:
+    if event.mandatory:
+        session.proto.send_return(
+            channel.number,
+            NO_ROUTE,
+            "NO_ROUTE",
+            event.exchange,
+            event.routing_key,
+            event.raw_properties,
+            event.body,
+        )
+        session.context.stats.returns += 1
+
+
+def _direct_reply(session: Session, channel: Channel, event: events.PublishReceived) -> int:
+    """A reply to ``amq.rabbitmq.reply-to.<token>``: straight to the requester, or unroutable."""
+    requester = session.context.replies.channel_for(event.routing_key)
+    if requester is None:
+        _unroutable(session, channel, event)  # its channel is gone: dropped, as RabbitMQ does
+        return NOT_DURABLE
+    raw = event.raw_properties
+    context = session.context
+    if context.stamp_message_id and not rewrite.has_message_id(raw):
+        raw = rewrite.with_message_id(raw, context.next_message_id())
+    replyto.deliver(requester, event.routing_key, raw, event.body)
+    return NOT_DURABLE

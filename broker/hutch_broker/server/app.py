@@ -337,7 +337,7 @@ class BrokerServer:
                     "consumer_priorities": True,
                     "authentication_failure_close": True,
                     "per_consumer_qos": True,
-                    "direct_reply_to": False,
+                    "direct_reply_to": True,
                 },
             },
             "channel_max": config.channel_max,

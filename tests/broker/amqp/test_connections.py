@@ -26,6 +26,7 @@ CAPABILITIES = (
     "per_consumer_qos",
     "authentication_failure_close",
     "consumer_priorities",
+    "direct_reply_to",
 )
 
 
