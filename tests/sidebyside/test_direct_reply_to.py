@@ -84,6 +84,23 @@ def test_a_request_gets_its_reply_on_the_requesters_channel(target):
     ]
 
 
+def test_a_reply_published_over_http_reaches_the_requester_reported_unrouted(target):
+    server = target.channel()
+    q = target.name("rpc")
+    server.queue_declare(q)
+    requester = Requester(target)
+    requester.request(q, "one")
+    requester.wait(0, settle=0.1)
+    reply_to = get(server, q)[1].reply_to
+    body = {"properties": {}, "routing_key": reply_to, "payload": "re:one"}
+    response = target.api.post(
+        "/exchanges/%2F/amq.default/publish", {**body, "payload_encoding": "string"}
+    )
+
+    assert (response.status, response.body) == (200, {"routed": False})
+    assert [b for _, _, b in requester.wait(1)] == [b"re:one"]
+
+
 def test_consuming_the_pseudo_queue_with_acks_is_refused(target):
     ch = target.channel()
     outcome = closed_by_broker(lambda: ch.basic_consume(PSEUDO, lambda *_: None, auto_ack=False))

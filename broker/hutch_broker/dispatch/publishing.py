@@ -17,7 +17,7 @@ from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Message
-from hutch_broker.protocol import errors, events, rewrite
+from hutch_broker.protocol import errors, events
 
 if TYPE_CHECKING:
     from hutch_broker.dispatch.sessions import Session
@@ -101,13 +101,14 @@ def _unroutable(session: Session, channel: Channel, event: events.PublishReceive
 
 def _direct_reply(session: Session, channel: Channel, event: events.PublishReceived) -> int:
     """A reply to ``amq.rabbitmq.reply-to.<token>``: straight to the requester, or unroutable."""
-    requester = session.context.replies.channel_for(event.routing_key)
-    if requester is None:
-        _unroutable(session, channel, event)  # its channel is gone: dropped, as RabbitMQ does
-        return NOT_DURABLE
-    raw = event.raw_properties
     context = session.context
-    if context.stamp_message_id and not rewrite.has_message_id(raw):
-        raw = rewrite.with_message_id(raw, context.next_message_id())
-    replyto.deliver(requester, event.routing_key, raw, event.body)
+    sent = replyto.send_reply(
+        context.replies,
+        event.routing_key,
+        event.raw_properties,
+        event.body,
+        message_ids=context.next_message_id if context.stamp_message_id else None,
+    )
+    if not sent:
+        _unroutable(session, channel, event)  # its channel is gone: dropped, as RabbitMQ does
     return NOT_DURABLE

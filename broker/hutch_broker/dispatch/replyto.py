@@ -15,6 +15,7 @@ Error texts are RabbitMQ 3.10.8's, observed side by side.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pamqp import commands
@@ -69,6 +70,27 @@ def stamp_reply_to(channel: Channel, raw_properties: bytes) -> bytes:
         raise errors.precondition_failed("fast reply consumer does not exist")
     spans["reply_to"] = _shortstr(PREFIX + channel.reply_consumer[1])
     return rewrite.join_properties(spans)
+
+
+def send_reply(
+    replies: ReplyConsumers,
+    routing_key: str,
+    raw_properties: bytes,
+    body: bytes,
+    *,
+    message_ids: Callable[[], str] | None = None,
+) -> bool:
+    """A publish to ``amq.rabbitmq.reply-to.<token>`` (AMQP or HTTP): False when nobody waits.
+
+    ``message_ids`` stamps a ``message_id`` as on any other publish (spark.md §2.3).
+    """
+    requester = replies.channel_for(routing_key)
+    if requester is None:
+        return False
+    if message_ids is not None and not rewrite.has_message_id(raw_properties):
+        raw_properties = rewrite.with_message_id(raw_properties, message_ids())
+    deliver(requester, routing_key, raw_properties, body)
+    return True
 
 
 def deliver(channel: Channel, routing_key: str, raw_properties: bytes, body: bytes) -> None:
