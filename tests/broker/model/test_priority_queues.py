@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from hutch_broker.model import arguments, ready
+from hutch_broker.model import arguments, paging, ready
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
@@ -204,3 +204,41 @@ def test_levels_exist_only_while_they_hold_messages() -> None:
         pass
     assert (len(levels), levels.peek(), levels.fresh_count()) == (0, None, 0)
     assert list(levels) == [] and not levels._levels
+
+
+def test_paged_out_bodies_come_back_in_priority_order() -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.records: dict[int, bytes] = {}
+
+        def append(self, **record: Any) -> int:
+            self.records[len(self.records) + 1] = record["body"]
+            return len(self.records)
+
+        def read(self, msg_id: int) -> Any:
+            return type("Stored", (), {"body": self.records[msg_id]})
+
+        def ack(self, msg_id: int) -> None:
+            self.records.pop(msg_id)
+
+    class Stores:
+        def __init__(self) -> None:
+            self.store = Store()
+
+        def open_queue(self, vhost: str, queue: str) -> Store:
+            return self.store
+
+        def delete_queue(self, vhost: str, queue: str) -> None:
+            pass
+
+    pager = paging.Pager(Stores())  # type: ignore[arg-type]
+    pager.active = True
+    queue = Queue("q", arguments={"x-max-priority": 9})
+    queue.pager = pager
+    big = paging.KEEP_BYTES // 2
+    pairs = [("a", 1), ("b", 1), ("c", 9), ("d", 5), ("e", 9)]
+    for body, priority in pairs:
+        queue.publish(msg(body * big, priority), 0)
+    assert queue.paged_out[0] >= 2
+    assert drain_all(queue) == [letter * big for letter in "cedab"]  # bodies paged back in
+    assert queue.ready_bytes == 0
