@@ -23,34 +23,31 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hutch_broker.model.queues import Consumer
 
 
-class Consumers:
-    """A queue's consumers, in registration order for listings, by priority for delivery."""
+class Consumers(dict["Consumer", None]):
+    """A queue's consumers, in registration order for listings, by priority for delivery.
 
-    __slots__ = ("_all", "_by_priority", "_cursor", "_priorities", "active", "single_active")
+    The registration order is the dict itself (consumers are its keys), so ``len``, truth and
+    iteration, which the publish path asks for on every message, stay C-level calls.
+    """
+
+    __slots__ = ("_by_priority", "_cursor", "_priorities", "active", "single_active")
 
     def __init__(self, *, single_active: bool = False) -> None:
+        super().__init__()
         self.single_active = single_active
         self.active: Consumer | None = None  # the single active consumer, when single_active
-        self._all: dict[Consumer, None] = {}
         self._by_priority: dict[int, deque[Consumer]] = {}
         self._priorities: list[int] = []  # ascending; delivery walks it from the end
         self._cursor = -1  # index into _priorities of the highest one that may have room
 
-    def __len__(self) -> int:
-        return len(self._all)
-
-    def __iter__(self) -> Iterator[Consumer]:
-        return iter(list(self._all))
-
     def add(self, consumer: Consumer) -> None:
-        self._all[consumer] = None
+        self[consumer] = None
         ring = self._by_priority.get(consumer.priority)
         if ring is None:
             ring = self._by_priority[consumer.priority] = deque()
@@ -62,9 +59,9 @@ class Consumers:
 
     def remove(self, consumer: Consumer) -> bool:
         """Forget ``consumer``; True when another consumer became the single active one."""
-        if consumer not in self._all:
+        if consumer not in self:
             return False
-        del self._all[consumer]
+        del self[consumer]
         ring = self._by_priority[consumer.priority]
         ring.remove(consumer)
         if not ring:
@@ -81,7 +78,7 @@ class Consumers:
         if not self._priorities:
             return None
         top = self._priorities[-1]
-        return next(consumer for consumer in self._all if consumer.priority == top)
+        return next(consumer for consumer in self if consumer.priority == top)
 
     def is_active(self, consumer: Consumer) -> bool:
         return not self.single_active or consumer is self.active

@@ -112,6 +112,7 @@ class Queue:
         self.incoming: dict[int, Any] = {}  # bindings that target this queue
         max_priority = self.arguments.get("x-max-priority")
         self._ready = ready.for_arguments(max_priority if isinstance(max_priority, int) else None)
+        self.ready_count = 0  # len(self._ready), kept here: the hot path asks on every message
         self._seq = itertools.count(1)
         self.ready_bytes = 0
         self.unacked_count = 0
@@ -129,10 +130,6 @@ class Queue:
 
     # -- inspection ---------------------------------------------------
 
-    @property
-    def ready_count(self) -> int:
-        return len(self._ready)
-
     def ready_entries(self) -> Iterator[Entry]:
         """Ready entries in delivery order (for tests, export and HTTP peek)."""
         return iter(self._ready)
@@ -148,7 +145,7 @@ class Queue:
         limits = self.settings
         expire_at = self._expiry_for(message, now_ms)
         entry = Entry(next(self._seq), message, expire_at=expire_at)
-        if self._ready:
+        if self.ready_count:
             if self.may_expire:
                 self.expire_head(now_ms)
             if limits.ring_size is not None and self.ready_count >= limits.ring_size:
@@ -202,9 +199,9 @@ class Queue:
 
     def _direct_consumer(self) -> Consumer | None:
         """A consumer to hand a new message to at once: the queue is empty and one has room."""
-        if self._ready or not self.consumers:
+        if self.ready_count or not self.consumers:
             return None
-        return self._next_consumer()
+        return self.consumers.next_with_room()
 
     def _persist(self, entry: Entry, now_ms: int) -> bool:
         message = entry.message
@@ -234,6 +231,7 @@ class Queue:
             or self.ready_bytes >= paging.KEEP_BYTES
         )
         self._ready.push_fresh(entry)
+        self.ready_count += 1
         self.ready_bytes += entry.size
         if beyond_head and pager is not None and pager.active:
             self._page_out(entry)
@@ -313,16 +311,13 @@ class Queue:
         """True when another consumer took over as the single active one: drain it soon."""
         return self.consumers.remove(consumer)
 
-    def _next_consumer(self) -> Consumer | None:
-        """By consumer priority, round-robin within one, skipping those without room."""
-        return self.consumers.next_with_room()
-
     def drain(self, now_ms: int) -> int:
         """Deliver ready messages to consumers with room; returns how many."""
         delivered = 0
-        self.consumers.rescan()
-        while self._ready and self.consumers:
-            consumer = self._next_consumer()
+        consumers = self.consumers
+        consumers.rescan()
+        while self.ready_count and consumers:
+            consumer = consumers.next_with_room()  # by priority, round-robin within one
             if consumer is None:
                 break
             entry = self._pop_live_head(now_ms)
@@ -365,6 +360,7 @@ class Queue:
             return None
         if entry.size and not entry.message.body:
             self._page_in(entry)
+        self.ready_count -= 1
         self.ready_bytes -= entry.size
         return entry
 
@@ -420,6 +416,7 @@ class Queue:
             return
         entry.redelivered = True
         self._ready.push_requeued(entry)
+        self.ready_count += 1
         self.ready_bytes += entry.size
 
     def reject(self, entry: Entry) -> None:
@@ -449,6 +446,7 @@ class Queue:
         """Drop every ready message without dead-lettering (Q-4); returns the count."""
         entries = list(self.ready_entries())
         self._ready.clear()
+        self.ready_count = 0
         self.ready_bytes = 0
         if self.store is not None and self.unacked_count == 0:
             self.store.purge()
