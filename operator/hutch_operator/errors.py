@@ -9,6 +9,7 @@ each error states its ``reason`` and whether retrying can help; library errors a
     ├── ArgumentsImmutableError      ArgumentsImmutable permanent
     ├── NamespaceNotAllowedError     NamespaceNotAllowed permanent (the sweep re-checks)
     ├── BrokerRejectedError(status)  BrokerRejected   permanent (the sweep retries)
+    │   └── OperatorPolicyChangesDisabledError  OperatorPolicyChangesDisabled  permanent
     ├── BrokerMismatchError          BrokerMismatch   permanent (never deleted to fix)
     ├── BrokerUnavailableError       BrokerUnavailable exponential backoff
     ├── BrokerNotFoundError          BrokerNotFound   30 s
@@ -16,6 +17,9 @@ each error states its ``reason`` and whether retrying can help; library errors a
     ├── ConnectionSecretInvalidError ConnectionSecretInvalid 30 s
     ├── AuthenticationFailedError    AuthenticationFailed 60 s
     ├── VhostNotFoundError           VhostNotFound    30 s
+    ├── AlreadyExistsError           AlreadyExists    permanent (the sweep re-checks)
+    ├── CredentialsSecretInvalidError CredentialsSecretInvalid 30 s
+    ├── DependencyNotFoundError      DependencyNotFound 15 s
     ├── ObjectNotFoundError          (404 from the broker; success on delete)
     └── KubeError(status)            Error            exponential backoff
 """
@@ -62,6 +66,13 @@ class BrokerRejectedError(HutchError):
     def __init__(self, message: str, *, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class OperatorPolicyChangesDisabledError(BrokerRejectedError):
+    """405 to an operator-policy write: the broker runs with
+    ``management.restrictions.operator_policy_changes.disabled = true``."""
+
+    reason = "OperatorPolicyChangesDisabled"
 
 
 class BrokerUnavailableError(HutchError):
@@ -118,3 +129,19 @@ class DependencyNotFoundError(HutchError):
 
     reason = "DependencyNotFound"
     delay = 15.0
+
+
+class AlreadyExistsError(HutchError):
+    """A vhost, user or permission exists in the broker and this object did not create it:
+    declaring would silently take it over (a user's password, a team's vhost), and deleting
+    the object would then delete it. Refused unless the object says ``adopt: true``."""
+
+    reason = "AlreadyExists"
+    delay = None
+
+
+class CredentialsSecretInvalidError(HutchError):
+    """A User's credentials Secret is missing, lacks a password, or belongs to someone else."""
+
+    reason = "CredentialsSecretInvalid"
+    delay = 30.0

@@ -8,6 +8,7 @@ changed. Handlers are one call into here.
 
 from __future__ import annotations
 
+import contextvars
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from hutch_operator import (
     metrics,
     references,
     snapshots,
+    translators,
 )
 from hutch_operator.models import common, kinds
 
@@ -71,6 +73,12 @@ class Context:
     patch: kopf.Patch
     brokers: references.BrokerIndex
     claims: Mapping[Any, Any]
+    vhost_claims: Mapping[Any, Any] = field(default_factory=dict)  # the Vhost kind's claims
+
+    def __post_init__(self) -> None:
+        meta = self.body.metadata
+        _SUBJECT.set(Subject(self.namespace, self.name, str(meta.get("uid", "")),
+                             self.body.status, self.patch))  # fmt: skip
 
     @property
     def namespace(self) -> str:
@@ -88,6 +96,28 @@ class Context:
     @property
     def status(self) -> Mapping[str, Any]:
         return self.body.status
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The object being reconciled, for kinds whose broker work needs more than its spec: a
+    User reads and writes its credentials Secret (owned by the User) and records the Secret's
+    version in its status. Set per handler task by ``Context``; Kopf runs each handler in a
+    task of its own, so one object's subject never leaks into another's."""
+
+    namespace: str
+    name: str
+    uid: str
+    status: Mapping[str, Any]
+    patch: kopf.Patch
+
+
+_SUBJECT: contextvars.ContextVar[Subject] = contextvars.ContextVar("hutch_subject")
+
+
+def subject() -> Subject:
+    """The object the running handler reconciles (LookupError outside a handler)."""
+    return _SUBJECT.get()
 
 
 def parse(ops: KindOps, spec: Mapping[str, Any]) -> Any:
@@ -200,12 +230,17 @@ async def wake(waiting: list[tuple[str, str, str]]) -> None:
             continue  # the next status pass tries again
 
 
-def admits(brokers: references.BrokerIndex) -> Callable[[conflicts.Claim], bool]:
+def admits(
+    brokers: references.BrokerIndex, vhost_namespace: str | None = None
+) -> Callable[[conflicts.Claim], bool]:
     """Whether a claim counts: a brokerRef claim from a namespace its Broker does not admit
     never reaches the broker, so it must not block an admitted one. An unknown Broker admits
-    (ownership must not move because a Broker is briefly missing from the index)."""
+    (ownership must not move because a Broker is briefly missing from the index). Likewise a
+    claim from outside ``vhost_namespace``, the namespace whose Vhost owns the vhost."""
 
     def check(claim: conflicts.Claim) -> bool:
+        if vhost_namespace is not None and claim.namespace != vhost_namespace:
+            return False
         if not claim.broker:
             return True
         namespace, _, name = claim.broker.partition("/")
@@ -213,6 +248,36 @@ def admits(brokers: references.BrokerIndex) -> Callable[[conflicts.Claim], bool]
         return facts is None or facts.allows(claim.namespace)
 
     return check
+
+
+def vhost_owner(ctx: Context, endpoint: str, vhost: str) -> conflicts.Claim | None:
+    """The Vhost object that manages ``vhost`` on this broker, if any (its winning claim).
+
+    Why: a Broker admits whole namespaces, so without this rule team-b could declare queues
+    in, or grant its user permissions on, the vhost team-a's Vhost made. Once a Vhost object
+    manages a vhost, objects inside it (queues, exchanges, bindings, policies, permissions,
+    topic permissions) are managed from that Vhost's namespace only. Vhosts nobody declared
+    through a Vhost object (``/``, or ones made by hand) stay open to every admitted namespace.
+    """
+    if not vhost:
+        return None  # a Vhost or a User: broker-wide objects
+    key = (endpoint, "", "vhost", vhost)
+    return conflicts.winner(conflicts.counted(conflicts.claims(ctx.vhost_claims, key),
+                                              admits(ctx.brokers)))  # fmt: skip
+
+
+def check_vhost(ctx: Context, target: references.Target, model: Any) -> str | None:
+    """NamespaceNotAllowed when another namespace's Vhost owns the object's vhost; else the
+    owning namespace (None when no Vhost object owns it)."""
+    owner = vhost_owner(ctx, target.key, model.vhost)
+    if owner is None:
+        return None
+    if owner.namespace != ctx.namespace:
+        raise errors.NamespaceNotAllowedError(
+            f"vhost {model.vhost!r} is managed by Vhost {owner.ref}: objects in it are managed "
+            f"from namespace {owner.namespace} only"
+        )
+    return owner.namespace
 
 
 def record_endpoint(ctx: Context, target: references.Target) -> None:
@@ -271,10 +336,13 @@ def fail(ctx: Context, error: errors.HutchError, retry: int, *, raise_: bool = T
 
 
 def check_conflict(ctx: Context, target: references.Target, model: Any, name: str) -> bool:
-    """Ready=False ResourceConflict when an older admitted object claims the same broker object."""
+    """Ready=False ResourceConflict when an older admitted object claims the same broker object.
+
+    NamespaceNotAllowed (raised) first when another namespace's Vhost owns the vhost."""
+    vhost_namespace = check_vhost(ctx, target, model)
     claimants = conflicts.claims(ctx.claims, claim_key(ctx.ops, target.key, model, name))
     me = my_claim(ctx.body, model)
-    owner = conflicts.owner(claimants, me, admits(ctx.brokers))
+    owner = conflicts.owner(claimants, me, admits(ctx.brokers, vhost_namespace))
     if owner.uid == me.uid:
         return False
     message = f"managed by {ctx.ops.kind.kind} {owner.ref}"
@@ -346,6 +414,25 @@ async def declare_into(ctx: Context, target: references.Target, model: Any, name
     finally:
         # Even a refused declare may have written part of it (a limit changed in place).
         snapshots.wrote(target.key)
+
+
+async def refuse_unowned(
+    target: references.Target, path: str, what: str, *, owned: bool, adopt: bool
+) -> None:
+    """The ownership rule for vhosts, users and permissions, which a PUT silently overwrites
+    (a user's password, a vhost's description) where a queue declare would only be refused as
+    inequivalent: an object that did not create the broker object refuses to take it over
+    unless it says ``adopt: true``. Not owning it, it never deletes it either."""
+    if owned or adopt:
+        return
+    try:
+        await target.client.call(translators.Request("GET", path))
+    except errors.ObjectNotFoundError:
+        return
+    raise errors.AlreadyExistsError(
+        f"{what} already exists in the broker and was not created by this object: left alone; "
+        "set spec.adopt: true to manage it (deleting this object then deletes it)"
+    )
 
 
 async def delete(ctx: Context, *, runtime: float, retry: int) -> None:

@@ -32,10 +32,10 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
     try:
         target = await references.resolve(model, ctx.namespace, ctx.brokers)
         reconciling.record_endpoint(ctx, target)
+        if reconciling.check_conflict(ctx, target, model, name):
+            return
     except errors.HutchError as error:
         reconciling.fail(ctx, error, retry, raise_=False)
-        return
-    if reconciling.check_conflict(ctx, target, model, name):
         return
     settled = ctx.status.get("observedGeneration") == ctx.generation
     ready = conditions.find(ctx.status.get("conditions"), reconciling.READY) or {}

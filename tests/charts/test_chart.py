@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import filecmp
 import json
 import os
@@ -20,7 +21,18 @@ from hutch_testing.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"
 
-KINDS = ["brokers", "queues", "exchanges", "bindings", "policies", "operatorpolicies"]
+KINDS = [
+    "brokers",
+    "queues",
+    "exchanges",
+    "bindings",
+    "policies",
+    "operatorpolicies",
+    "vhosts",
+    "users",
+    "permissions",
+    "topicpermissions",
+]
 EXPECTED_RULES = [
     {"apiGroups": ["hutch.dev"], "resources": KINDS, "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["hutch.dev"], "resources": [f"{k}/status" for k in KINDS],
@@ -28,7 +40,7 @@ EXPECTED_RULES = [
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
      "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "patch"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets"],
@@ -300,6 +312,12 @@ def _drive_every_kind(apiserver: Any, namespace: str, broker: Any) -> None:
         ("policies", "Policy", "rbac-p", {**ref, "pattern": "^rbac-", "definition": {"max-length": 5}}),
         ("operatorpolicies", "OperatorPolicy", "rbac-op",
          {**ref, "pattern": "^rbac-", "definition": {"max-length": 7}}),
+        ("vhosts", "Vhost", "rbac-vh", ref),
+        ("users", "User", "rbac-u", {**ref, "uriVhost": "rbac-vh"}),
+        ("permissions", "Permission", "rbac-perm",
+         {**ref, "vhost": "rbac-vh", "user": "rbac-u", "read": ".*"}),
+        ("topicpermissions", "TopicPermission", "rbac-tp",
+         {**ref, "vhost": "rbac-vh", "user": "rbac-u", "exchange": "amq.topic", "write": "^a"}),
     ]  # fmt: skip
     for plural, kind, name, spec in objects:
         apiserver.create(f"{base}/{plural}", {"apiVersion": "hutch.dev/v1alpha1", "kind": kind,
@@ -310,10 +328,24 @@ def _drive_every_kind(apiserver: Any, namespace: str, broker: Any) -> None:
               f"{plural}/{name} {condition}")  # fmt: skip
     _, sts = apiserver.api("GET", f"/apis/apps/v1/namespaces/{namespace}/statefulsets/b-server")
     assert sts.get("kind") == "StatefulSet"
+    _rotate_user_password(apiserver, namespace)
     for plural, _, name, _ in reversed(objects[1:]):
         apiserver.api("DELETE", f"{base}/{plural}/{name}")
         _wait(lambda p=plural, n=name: apiserver.api("GET", f"{base}/{p}/{n}")[0] == 404,
               f"{plural}/{name} deleted")  # fmt: skip
+
+
+def _rotate_user_password(apiserver: Any, namespace: str) -> None:
+    """The User's Secret: created by the operator, and patched by it on rotation."""
+    path = f"/api/v1/namespaces/{namespace}/secrets/rbac-u-user-credentials"
+    apiserver.kubectl("-n", namespace, "patch", "secret", "rbac-u-user-credentials",
+                      "--type=merge", "-p", '{"stringData": {"password": "rotated-pw"}}')  # fmt: skip
+
+    def rotated() -> bool:
+        data = apiserver.api("GET", path)[1].get("data", {})
+        return "rotated-pw" in base64.b64decode(data.get("amqp-uri", "")).decode()
+
+    _wait(rotated, "the rotated password in amqp-uri")
 
 
 def _condition(apiserver: Any, path: str, type_: str) -> bool:

@@ -30,6 +30,10 @@ IMMUTABLE = {
     "Policy": ["vhost", "brokerRef", "connectionSecret", "name"],
     "OperatorPolicy": ["vhost", "brokerRef", "connectionSecret", "name"],
     "Broker": [],
+    "Vhost": ["brokerRef", "connectionSecret", "name", "defaultQueueType"],
+    "User": ["brokerRef", "connectionSecret", "name"],
+    "Permission": ["vhost", "user", "brokerRef", "connectionSecret"],
+    "TopicPermission": ["vhost", "user", "exchange", "brokerRef", "connectionSecret"],
 }  # fmt: skip
 
 

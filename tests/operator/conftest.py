@@ -66,6 +66,10 @@ class Kube:
         status, reply = self.plane.api("POST", f"/api/v1/namespaces/{self.namespace}/secrets", body)
         assert status == 201, reply
 
+    def get_secret(self, name: str) -> dict[str, Any] | None:
+        status, reply = self.plane.api("GET", f"/api/v1/namespaces/{self.namespace}/secrets/{name}")
+        return reply if status == 200 else None
+
     def events(self, name: str) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.namespace}/events"
         _, reply = self.plane.api("GET", f"{path}?fieldSelector=involvedObject.name%3D{name}")

@@ -126,6 +126,17 @@ def test_claims_from_namespaces_the_broker_does_not_admit_do_not_count() -> None
     assert admits(_claim("default", "x", "t1", "elsewhere/gone"))
 
 
+def test_claims_from_outside_the_vhost_owners_namespace_do_not_count() -> None:
+    """A Vhost owns its vhost for its namespace: an older claim on a queue in it from another
+    namespace (refused with NamespaceNotAllowed) must not block the owner's."""
+    admits = reconciling.admits({}, "team-a")
+    intruder = _claim("team-b", "orders", "t1")
+    tenant = _claim("team-a", "orders", "t2")
+    assert not admits(intruder) and admits(tenant)
+    assert conflicts.owner([intruder, tenant], tenant, admits) == tenant
+    assert reconciling.admits({})(intruder)  # no Vhost object owns the vhost: all count
+
+
 def test_owner_includes_me_when_the_index_does_not_yet() -> None:
     me = _claim("team-a", "old", "t1")
     younger = _claim("team-a", "young", "t2")

@@ -22,10 +22,13 @@ from hutch_broker.admin.handlers import (
     connections,
     definitions,
     exchanges,
+    limits,
     overview,
+    parameters,
     policies,
     queues,
     support,
+    topicaccess,
 )
 from hutch_broker.admin.memory import FixedMemory, MemoryMonitor
 from hutch_broker.admin.state import STATE, USER, AdminState
@@ -46,6 +49,9 @@ ROUTE_MODULES: Final = (
     policies,
     definitions,
     connections,
+    limits,
+    parameters,
+    topicaccess,
 )
 
 
@@ -106,6 +112,7 @@ def make_app(
     *,
     memory: MemoryMonitor | None = None,
     node: NodeInfo | None = None,
+    operator_policy_changes_disabled: bool = False,
 ) -> web.Application:
     """The management application for one broker; the server runs it with an AppRunner."""
     app = web.Application(
@@ -115,6 +122,7 @@ def make_app(
         context=context,
         memory=memory if memory is not None else FixedMemory(),
         node=node if node is not None else NodeInfo(started_at_ms=context.clock()),
+        operator_policy_changes_disabled=operator_policy_changes_disabled,
     )
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)

@@ -75,6 +75,10 @@ _STRINGS: Final = {
         ("vhost", "user", "configure", "write", "read"),
         ("vhost", "user", "configure", "write", "read"),
     ),
+    "topic_permissions": (
+        ("vhost", "user", "exchange", "write", "read"),
+        ("vhost", "user", "exchange", "write", "read"),
+    ),
     "policies": (("vhost", "name"), ("vhost", "name")),
     "parameters": (("vhost", "name", "component"), ()),
     "exchanges": (("vhost", "name", "type"), ("vhost", "name")),

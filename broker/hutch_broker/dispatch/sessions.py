@@ -18,7 +18,7 @@ from pamqp import commands
 from hutch_broker.dispatch import methods
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.dispatch.context import Context
-from hutch_broker.model import access
+from hutch_broker.model import access, limits
 from hutch_broker.model.queues import Consumer
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import connection as proto_connection
@@ -92,6 +92,7 @@ class Session:
         self.connected_at_ms = context.clock()
         self.publishes = 0
         self._permission_cache: dict[tuple[str, str], bool] = {}
+        self._topic_matchers: dict[str, Any] = {}  # expanded topic pattern → matcher or None
 
     @property
     def open_vhost(self) -> VirtualHost:
@@ -110,6 +111,7 @@ class Session:
 
     def _process(self) -> None:
         proto = self.proto
+        self._update_channel_refusal()
         while not self.closed and not self.blocked and not self.throttled:
             try:
                 event = proto.next_event()
@@ -210,6 +212,7 @@ class Session:
         elif isinstance(event, events.ChannelOpened):
             self.channels[event.channel] = Channel(self, event.channel)
             self.context.channel_count += 1
+            self._update_channel_refusal()
         elif isinstance(event, events.ChannelCloseRequested | events.ChannelCloseConfirmed):
             self._drop_channel(event.channel, now_ms)
         elif isinstance(event, events.ConnectionCloseRequested | events.ConnectionCloseConfirmed):
@@ -251,11 +254,52 @@ class Session:
         permission = broker.permission(vhost_name, self.user.name)
         if permission is None:
             raise errors.vhost_access_refused(vhost_name, self.user.name)
+        self._check_connection_limits(vhost, self.user.name)
         self.vhost = vhost
         self.permission = permission
         self.context.sessions[self.id] = self
         self.context.stats.connections_opened += 1
         self.proto.accept_open()
+
+    # -- limits (model/limits.py) -----------------------------------------
+
+    def _check_connection_limits(self, vhost: VirtualHost, username: str) -> None:
+        """The vhost's, then the user's max-connections, as RabbitMQ's reader checks them."""
+        sessions = self.context.sessions.values()
+        if vhost.limits:
+            count = sum(1 for session in sessions if session.vhost is vhost)
+            limit = limits.reached(vhost.limits, "max-connections", count)
+            if limit is not None:
+                raise errors.vhost_connection_limit(vhost.name, username, limit)
+        user = self.context.broker.users.get(username)
+        if user is not None and user.limits:
+            count = sum(1 for session in sessions if _user_name(session) == username)
+            limit = limits.reached(user.limits, "max-connections", count)
+            if limit is not None:
+                raise errors.user_connection_limit(username, limit)
+
+    def _update_channel_refusal(self) -> None:
+        """Keep the protocol's channel.open refusal in step with the user's max-channels.
+
+        Limits are read live (an API change applies to open connections), and only users with
+        a limit pay for counting their channels across connections.
+        """
+        refusal = None
+        name = self.user.name if self.user is not None else None
+        user = self.context.broker.users.get(name) if name is not None else None
+        if user is not None and user.limits.get("max-channels") is not None:
+            count = sum(
+                len(session.channels)
+                for session in self.context.sessions.values()
+                if _user_name(session) == name
+            )
+            limit = limits.reached(user.limits, "max-channels", count)
+            if limit is not None:
+                refusal = (
+                    f"number of channels opened for user '{name}' has reached the maximum "
+                    f"allowed user limit of ({limit})"
+                )
+        self.proto.channel_open_refusal = refusal
 
     # -- permissions ------------------------------------------------------
 
@@ -275,6 +319,29 @@ class Session:
             user = self.user.name if self.user else ""
             raise errors.access_refused(
                 f"access to {resource_kind} '{name or 'amq.default'}' in vhost "
+                f"'{vhost}' refused for user '{user}'"
+            )
+
+    def check_topic(self, kind: str, exchange: Any, routing_key: str) -> None:
+        """RabbitMQ's topic authorisation: on a topic exchange with a topic permission for
+        this user, the routing key must match its ``write`` (publish) or ``read`` (bind,
+        unbind) regex; no topic permission, or another exchange type, allows. 403 otherwise.
+        The cache is keyed by the expanded pattern, so a changed permission is seen at once."""
+        if getattr(exchange, "kind", "") != "topic" or self.vhost is None or self.user is None:
+            return
+        vhost, user = self.vhost.name, self.user.name
+        permission = self.context.broker.topic_permission(vhost, user, exchange.name)
+        if permission is None:
+            return
+        pattern = permission.pattern(kind, username=user, vhost=vhost)
+        if pattern not in self._topic_matchers:
+            if len(self._topic_matchers) > 1_000:
+                self._topic_matchers.clear()
+            self._topic_matchers[pattern] = access.topic_matcher(pattern)
+        matcher = self._topic_matchers[pattern]
+        if matcher is None or not matcher.search(routing_key):
+            raise errors.access_refused(
+                f"access to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
                 f"'{vhost}' refused for user '{user}'"
             )
 
@@ -373,3 +440,7 @@ def _attach_method(exc: errors.AMQPError, method: Any, channel: int) -> None:
         exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
     if isinstance(exc, errors.SoftError) and not getattr(exc, "channel", 0):
         exc.channel = channel
+
+
+def _user_name(session: Session) -> str | None:
+    return session.user.name if session.user is not None else None

@@ -1,4 +1,4 @@
-"""Users, password hashes and per-vhost permissions (CN-2, CN-6, API-4).
+"""Users, password hashes, per-vhost permissions and topic permissions (CN-2, CN-6, API-4).
 
 Password hashes use RabbitMQ's ``rabbit_password_hashing_sha256`` format so
 definitions exported from either broker import into the other unchanged:
@@ -50,6 +50,7 @@ class User:
     name: str
     password_hash: str
     tags: list[str] = field(default_factory=list)
+    limits: dict[str, int] = field(default_factory=dict)  # max-connections, max-channels
 
     @property
     def is_administrator(self) -> bool:
@@ -74,6 +75,36 @@ class Permission:
     def allows(self, kind: str, resource: str) -> bool:
         pattern = self._compiled[kind]
         return pattern is not None and pattern.search(resource)
+
+
+class TopicPermission:
+    """write/read regexes over the routing keys of one topic exchange, as RabbitMQ 3.10.8's
+    ``check_topic_access``: an empty pattern matches only the empty routing key (RabbitMQ
+    reads "" as ``^$``), and ``{username}`` and ``{vhost}`` in a pattern are replaced by the
+    connection's user and vhost (plain text, not escaped) before it is compiled. A pattern
+    that no longer compiles after that replacement grants nothing.
+    """
+
+    __slots__ = ("exchange", "read", "write")
+
+    def __init__(self, exchange: str, write: str, read: str) -> None:
+        self.exchange = exchange
+        self.write = write
+        self.read = read
+
+    def pattern(self, kind: str, *, username: str, vhost: str) -> str:
+        raw: str = self.write if kind == "write" else self.read
+        if raw == "":
+            return "^$"
+        return raw.replace("{username}", username).replace("{vhost}", vhost)
+
+
+def topic_matcher(pattern: str) -> patterns.Matcher | None:
+    """The bounded matcher of an expanded topic pattern; None (refuse) if it is invalid."""
+    try:
+        return patterns.compile_pattern(pattern)
+    except patterns.PatternError:
+        return None
 
 
 def _compile(pattern: str) -> patterns.Matcher | None:

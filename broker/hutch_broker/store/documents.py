@@ -8,7 +8,7 @@ and appending new keys is exactly how the broker's own dicts order things, so a 
 document lists what an export would list.
 
 Two deletions cascade, as they do in the model (``Broker.delete_vhost``, ``delete_user``):
-a vhost takes every item that names it, a user takes its permissions.
+a vhost takes every item that names it, a user takes its permissions and topic permissions.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "vhosts": ("name",),
     "users": ("name",),
     "permissions": ("vhost", "user"),
+    "topic_permissions": ("vhost", "user", "exchange"),
     "policies": ("vhost", "name"),
     "parameters": ("vhost", "component", "name"),
     "global_parameters": ("name",),
@@ -70,7 +71,7 @@ class KeyedDefinitions:
         if section == "vhosts":
             self._drop_where("vhost", item["name"])
         elif section == "users":
-            self._drop_where("user", item["name"], sections=("permissions",))
+            self._drop_where("user", item["name"], sections=("permissions", "topic_permissions"))
 
     def to_export(self) -> dict[str, Any]:
         document: dict[str, Any] = dict(self.scalars)

@@ -36,10 +36,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* The least-privilege rules of design §7; shared by the ClusterRole and each Role. */}}
 {{- define "hutch-operator.rules" -}}
 - apiGroups: [hutch.dev]
-  resources: [brokers, queues, exchanges, bindings, policies, operatorpolicies]
+  resources: [brokers, queues, exchanges, bindings, policies, operatorpolicies, vhosts, users, permissions, topicpermissions]
   verbs: [get, list, watch, patch]
 - apiGroups: [hutch.dev]
-  resources: [brokers/status, queues/status, exchanges/status, bindings/status, policies/status, operatorpolicies/status]
+  resources: [brokers/status, queues/status, exchanges/status, bindings/status, policies/status, operatorpolicies/status, vhosts/status, users/status, permissions/status, topicpermissions/status]
   verbs: [get, patch]
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
@@ -49,7 +49,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: [create]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create]
+  verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [configmaps, services]
   verbs: [get, create, patch]

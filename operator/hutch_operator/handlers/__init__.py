@@ -8,9 +8,13 @@ from hutch_operator.handlers import (
     brokers,
     exchanges,
     operatorpolicies,
+    permissions,
     policies,
     queues,
     startup,
+    topicpermissions,
+    users,
+    vhosts,
 )
 
 __all__ = [
@@ -18,7 +22,11 @@ __all__ = [
     "brokers",
     "exchanges",
     "operatorpolicies",
+    "permissions",
     "policies",
     "queues",
     "startup",
+    "topicpermissions",
+    "users",
+    "vhosts",
 ]

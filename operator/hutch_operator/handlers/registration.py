@@ -16,6 +16,7 @@ from hutch_operator import config, reconciling, sweeping
 from hutch_operator.models import common
 
 BROKER_INDEX = "broker_facts"
+VHOST_CLAIMS = "vhosts_claims"  # the Vhost kind's claims: who owns a vhost (reconciling)
 REGISTRY: dict[str, reconciling.KindOps] = {}  # kind → ops (the Broker cleans orphans)
 WAITING_INDEXES: list[str] = []  # one per kind: objects waiting for their Broker (design §5.6)
 
@@ -31,6 +32,7 @@ def _context(ops: reconciling.KindOps, body: kopf.Body, patch: kopf.Patch, kwarg
         patch=patch,
         brokers=kwargs[BROKER_INDEX],
         claims=kwargs[claims_index(ops)],
+        vhost_claims=kwargs.get(VHOST_CLAIMS, {}),
     )
 
 

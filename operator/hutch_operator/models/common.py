@@ -125,8 +125,8 @@ class SecretRef(CrdModel):
 DeletionPolicy = Literal["delete", "retain"]
 
 
-class TopologySpec(CrdModel):
-    """Fields every topology kind shares (design §3.1)."""
+class ConnectionSpec(CrdModel):
+    """How an object reaches its broker: the fields every kind but Broker shares."""
 
     broker_ref: BrokerRef | None = Field(
         None, description="The Broker (same namespace unless namespace is set) to manage."
@@ -134,6 +134,11 @@ class TopologySpec(CrdModel):
     connection_secret: SecretRef | None = Field(
         None, description="Reach any RabbitMQ-compatible broker through this Secret instead."
     )
+
+
+class TopologySpec(ConnectionSpec):
+    """Fields every topology kind shares (design §3.1)."""
+
     vhost: str = Field(
         "/", min_length=1, description="Virtual host.", json_schema_extra=immutable("vhost")
     )

@@ -1,4 +1,4 @@
-"""The six kinds: names, printer columns and models, used by crdgen and the handlers alike."""
+"""The kinds: names, printer columns and models, used by crdgen and the handlers alike."""
 
 from __future__ import annotations
 
@@ -6,7 +6,18 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from hutch_operator.models import bindings, brokers, common, exchanges, policies, queues
+from hutch_operator.models import (
+    bindings,
+    brokers,
+    common,
+    exchanges,
+    permissions,
+    policies,
+    queues,
+    topicpermissions,
+    users,
+    vhosts,
+)
 
 READY = '.status.conditions[?(@.type=="Ready")].status'
 
@@ -125,6 +136,47 @@ OPERATOR_POLICY = Kind(
     _POLICY_COLUMNS,
 )
 
-ALL = (BROKER, QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY)
-TOPOLOGY = (QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY)
+VHOST = Kind(
+    "Vhost",
+    "vhosts",
+    "hvh",
+    vhosts.VhostSpec,
+    vhosts.VhostStatus,
+    (_READY, Column("Vhost", ".spec.name"), _AGE),
+)
+USER = Kind(
+    "User",
+    "users",
+    "hu",
+    users.UserSpec,
+    users.UserStatus,
+    (_READY, Column("Secret", ".status.credentialsSecret"), _AGE),
+)
+PERMISSION = Kind(
+    "Permission",
+    "permissions",
+    "hperm",
+    permissions.PermissionSpec,
+    permissions.PermissionStatus,
+    (_READY, Column("User", ".spec.user"), Column("Vhost", ".spec.vhost"), _AGE),
+)
+TOPIC_PERMISSION = Kind(
+    "TopicPermission",
+    "topicpermissions",
+    "htp",
+    topicpermissions.TopicPermissionSpec,
+    topicpermissions.TopicPermissionStatus,
+    (
+        _READY,
+        Column("User", ".spec.user"),
+        Column("Exchange", ".spec.exchange"),
+        Column("Vhost", ".spec.vhost", priority=1),
+        _AGE,
+    ),
+)
+
+ALL = (BROKER, QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY, VHOST, USER, PERMISSION,
+       TOPIC_PERMISSION)  # fmt: skip
+TOPOLOGY = (QUEUE, EXCHANGE, BINDING, POLICY, OPERATOR_POLICY, VHOST, USER, PERMISSION,
+            TOPIC_PERMISSION)  # fmt: skip
 BY_KIND = {kind.kind: kind for kind in ALL}

@@ -44,7 +44,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     auth.require_admin(user)
     body = await support.body(request)
     description = bodies.string(body, "description", "")
-    tags = bodies.tags(body["tags"]) if "tags" in body else None
+    # A PUT replaces the metadata, as RabbitMQ 3.10.8's does: absent keys become "" and [].
+    tags = bodies.tags(body["tags"]) if "tags" in body else []
     queue_type = bodies.string(body, "default_queue_type", "classic")
     broker = support.state(request).broker
     name = support.path(request, "vhost")
@@ -53,6 +54,7 @@ async def put_vhost(request: web.Request) -> web.Response:
         description=description,
         tags=tags,
         default_queue_type="classic" if queue_type == "undefined" else queue_type,
+        replace_metadata=True,
     )
     if created:
         broker.set_permission(name, user.name, *FULL_ACCESS)
@@ -187,10 +189,10 @@ async def put_permission(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     broker = support.state(request).broker
     vhost, user = support.path(request, "vhost"), support.path(request, "user")
-    if vhost not in broker.vhosts or user not in broker.users:
-        raise errors.not_found()
     body = await support.body(request)
     configure, write, read = (_pattern(body, key) for key in ("configure", "write", "read"))
+    if vhost not in broker.vhosts or user not in broker.users:
+        raise errors.bad_request("vhost_or_user_not_found")  # RabbitMQ 3.10.8's answer
     created = broker.set_permission(vhost, user, configure, write, read)
     support.state(request).context.permissions_changed(vhost, user)
     return support.created_or_updated(created)

@@ -1,0 +1,72 @@
+"""Vhost handlers: declare (refusing to take over a vhost it did not create), delete only
+when empty unless told otherwise, and correct description/tags drift."""
+
+from __future__ import annotations
+
+import contextlib
+
+from hutch_operator import errors, reconciling, references, snapshots, tenancy, translators
+from hutch_operator.handlers import registration
+from hutch_operator.models import kinds, vhosts
+
+Spec = vhosts.VhostSpec
+
+
+async def declare(target: references.Target, spec: Spec, name: str, owned: bool) -> bool:
+    request = tenancy.vhost_put(spec, name, hutch=await target.client.is_hutch())
+    await reconciling.refuse_unowned(
+        target, tenancy.vhost_path(name), f"vhost {name}", owned=owned, adopt=spec.adopt
+    )
+    await target.client.call(request)
+    await apply_limits(target, tenancy.vhost_limits_path(name), tenancy.limit_values(spec.limits))
+    return True
+
+
+async def apply_limits(target: references.Target, base: str, wanted: dict[str, int]) -> None:
+    """Brings the broker's limits of a vhost or user to ``wanted`` (in place, no re-create)."""
+    current = tenancy.listed_limits(await target.client.call(translators.Request("GET", base)))
+    for request in tenancy.limit_requests(base, wanted, current):
+        await target.client.call(request)
+
+
+async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
+    if spec.delete_if_empty:
+        try:
+            listed = await target.client.call(tenancy.vhost_queues(name))
+        except errors.ObjectNotFoundError:
+            return None
+        queues, messages = tenancy.vhost_contents(listed or [])
+        if queues:
+            return "DeleteSkippedNotEmpty", (
+                f"vhost {name} holds {queues} queues ({messages} messages): kept in broker; "
+                "set deleteIfEmpty: false to delete it with everything in it"
+            )
+    with contextlib.suppress(errors.ObjectNotFoundError):
+        await target.client.call(translators.Request("DELETE", tenancy.vhost_path(name)))
+    return None
+
+
+async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
+    request = translators.Request("GET", "/api/vhosts")
+    items = await snapshots.get(target.client, target.key, "vhost", request)
+    listed = next((item for item in items if item.get("name") == name), None)
+    if listed is None:
+        return reconciling.Observation(missing=True)
+    changed, fixed = tenancy.vhost_differences(spec, listed)
+    request = translators.Request("GET", "/api/vhost-limits")
+    limits = await snapshots.get(target.client, target.key, "vhost-limits", request)
+    current = tenancy.listed_limits([i for i in limits if i.get("vhost") == name])
+    if current != tenancy.limit_values(spec.limits):
+        changed.append("limits")
+    return reconciling.Observation(changed=changed, mismatched=fixed)
+
+
+OPS = reconciling.KindOps(
+    kind=kinds.VHOST,
+    identity=lambda spec, name: ("vhost", name),
+    declare=declare,
+    delete=delete,
+    observe=observe,
+    label="vhost",
+)
+registration.register(OPS)
