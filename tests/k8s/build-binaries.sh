@@ -15,11 +15,19 @@ K8S_VERSION=v1.36.4
 ETCD_VERSION=v3.6.10
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+COREDNS_VERSION=v1.15.0
 
 # kubelet and kube-proxy are the `node` tier's (docs/real-node.md). They come from the same
 # wrapper module, so their dependencies are the apiserver's own versions.
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 ALL_BINS=("${K8S_CMDS[@]}" etcd kwok helm)
+# CoreDNS is the node tier's cluster DNS, built from tests/k8s/coredns/main.go (a wrapper that
+# links only the plugins the plane uses: no `forward`, no cloud SDKs). It is an add-on of the bin
+# dir: its pin is not in the dir's name but in bin/.coredns.key (version + wrapper digest), so a
+# cache made before CoreDNS joined, or with another COREDNS_VERSION, gets CoreDNS alone built
+# into it instead of a rebuild of everything.
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+COREDNS_MAIN="$SCRIPT_DIR/coredns/main.go"
 
 HUTCH_CACHE="${HUTCH_CACHE:-$HOME/.cache/hutch}"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
@@ -42,6 +50,8 @@ BINS_ROOT="$HUTCH_CACHE/k8s-bins"
 NAME="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_${GO_VERSION}_${PLATFORM}"
 FINAL="$BINS_ROOT/$NAME"
 
+COREDNS_KEY="$COREDNS_VERSION-$(sha256sum "$COREDNS_MAIN" | cut -c1-16)"
+
 # complete DIR: DIR was finished by a run of this script that built every binary we now expect
 # (a cache made before kubelet joined the list counts as absent and is rebuilt, warm: ~1 min).
 complete() {
@@ -50,7 +60,12 @@ complete() {
     for b in "${ALL_BINS[@]}"; do [ -x "$1/bin/$b" ] || return 1; done
 }
 
-if complete "$FINAL"; then
+# coredns_current DIR: DIR's CoreDNS was built from this COREDNS_VERSION and this wrapper.
+coredns_current() {
+    [ -x "$1/bin/coredns" ] && [ "$(cat "$1/bin/.coredns.key" 2>/dev/null)" = "$COREDNS_KEY" ]
+}
+
+if complete "$FINAL" && coredns_current "$FINAL"; then
     echo "$FINAL"
     exit 0
 fi
@@ -61,7 +76,7 @@ if ! flock -n 9; then
     log "another build holds $BINS_ROOT/.lock; waiting"
     flock 9
 fi
-if complete "$FINAL"; then      # another build finished while we waited
+if complete "$FINAL" && coredns_current "$FINAL"; then    # another build finished meanwhile
     echo "$FINAL"
     exit 0
 fi
@@ -137,6 +152,36 @@ build_etcd() {
     "$GO" build -trimpath -ldflags '-s -w' -o "$STAGE/bin/etcd" go.etcd.io/etcd/server/v3
 }
 
+# --- CoreDNS: our wrapper main (tests/k8s/coredns/main.go) in a module of its own --------------
+# A module of its own, like etcd's: CoreDNS's client-go never meets the apiserver's in one graph.
+coredns_modules() {
+    local info commit
+    info="$("$GO" mod download -json "github.com/coredns/coredns@$COREDNS_VERSION")"
+    commit="$(jq -r '.Origin.Hash // "unknown"' <<<"$info")"
+    echo "$commit" >"$WORK/coredns-commit"
+    mkdir -p "$WORK/coredns" && cd "$WORK/coredns"
+    cp "$COREDNS_MAIN" main.go
+    "$GO" mod init example.invalid/hutch-coredns 2>/dev/null
+    "$GO" mod edit -go="$(awk '$1 == "go" {print $2; exit}' "$(jq -r .GoMod <<<"$info")")"
+    # `go get` of the packages main.go imports (not `go mod tidy`, which also fetches the modules
+    # their tests need): only what the build needs is downloaded.
+    local pkgs=() pkg
+    for pkg in $(grep -oE '"github\.com/coredns/coredns/[^"]+"' main.go | tr -d '"'); do
+        pkgs+=("$pkg@$COREDNS_VERSION")
+    done
+    "$GO" get "${pkgs[@]}"
+    log "github.com/coredns/coredns@$COREDNS_VERSION commit=$commit packages=${#pkgs[@]}"
+}
+build_coredns() {
+    cd "$WORK/coredns"
+    local ldf="-s -w" commit
+    commit="$(cat "$WORK/coredns-commit")"
+    # The proxy has no commit for this module (no Origin in its .info): then the version says it.
+    [ "$commit" = unknown ] || ldf+=" -X github.com/coredns/coredns/coremain.GitCommit=$commit"
+    "$GO" build -trimpath -ldflags "$ldf" -o "$STAGE/bin/coredns" .
+    echo "$COREDNS_KEY" >"$STAGE/bin/.coredns.key"
+}
+
 # --- kwok and helm install cleanly with `go install pkg@version` -------------------------------
 build_kwok() {
     cd "$WORK"                       # outside any go.mod: `go install pkg@version` stands alone
@@ -168,7 +213,48 @@ smoke() {
     expect_version etcd "etcd Version: ${ETCD_VERSION#v}" --version
     expect_version kwok "$KWOK_VERSION" --version
     expect_version helm "${HELM_VERSION%.*}" version --short
+    smoke_coredns
 }
+smoke_coredns() {
+    expect_version coredns "CoreDNS-${COREDNS_VERSION#v}" -version
+    local plugins
+    plugins="$("$STAGE/bin/coredns" -plugins)"
+    if grep -qxE 'forward|grpc' <<<"$plugins"; then
+        log "coredns: links a forwarding plugin (forward, grpc); no query may leave the machine"
+        return 1
+    fi
+}
+
+# write_versions_env DIR: facts plane.py needs at run time (kwok stages live in the module cache).
+write_versions_env() {
+    cat >"$1/versions.env" <<EOF
+K8S_VERSION=$K8S_VERSION
+ETCD_VERSION=$ETCD_VERSION
+KWOK_VERSION=$KWOK_VERSION
+HELM_VERSION=$HELM_VERSION
+COREDNS_VERSION=$COREDNS_VERSION
+GO_VERSION=$GO_VERSION
+GOMODCACHE=$GOMODCACHE
+EOF
+}
+
+# A complete bin dir whose CoreDNS is missing or stale: build CoreDNS alone into it. The new
+# binary is renamed over the old one, so a running plane keeps the file it started.
+if complete "$FINAL"; then
+    log "reusing $FINAL; building CoreDNS $COREDNS_VERSION only"
+    run_phase coredns-modules coredns_modules
+    run_phase coredns build_coredns
+    run_phase smoke-coredns smoke_coredns
+    echo "phase=total seconds=$((SECONDS - START_ALL)) (CoreDNS only)" | tee -a "$TIMINGS" >&2
+    mv -f "$STAGE/bin/coredns" "$FINAL/bin/coredns"
+    mv -f "$STAGE/bin/.coredns.key" "$FINAL/bin/.coredns.key"
+    write_versions_env "$STAGE"
+    mv -f "$STAGE/versions.env" "$FINAL/versions.env"
+    { echo "# CoreDNS add-on build, $(date -u +%Y-%m-%dT%H:%M:%SZ)"; cat "$TIMINGS"; } \
+        >>"$FINAL/timings.txt"
+    echo "$FINAL"
+    exit 0
+fi
 
 run_phase k8s-modules k8s_modules
 run_phase kube-apiserver build_kube_apiserver
@@ -179,6 +265,8 @@ run_phase kube-proxy build_kube_proxy
 run_phase etcd build_etcd
 run_phase kwok build_kwok
 run_phase helm build_helm
+run_phase coredns-modules coredns_modules
+run_phase coredns build_coredns
 run_phase smoke smoke
 echo "phase=total seconds=$((SECONDS - START_ALL))" | tee -a "$TIMINGS" >&2
 {
@@ -188,15 +276,7 @@ echo "phase=total seconds=$((SECONDS - START_ALL))" | tee -a "$TIMINGS" >&2
     echo "cores=$(nproc) go=$GO_VERSION built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee -a "$TIMINGS" >&2
 
-# Facts plane.py needs at run time (kwok stages live in the module cache, not in the repo).
-cat >"$STAGE/versions.env" <<EOF
-K8S_VERSION=$K8S_VERSION
-ETCD_VERSION=$ETCD_VERSION
-KWOK_VERSION=$KWOK_VERSION
-HELM_VERSION=$HELM_VERSION
-GO_VERSION=$GO_VERSION
-GOMODCACHE=$GOMODCACHE
-EOF
+write_versions_env "$STAGE"
 
 rm -rf "$FINAL"                       # a leftover without .complete counts as absent
 mv "$STAGE" "$FINAL"

@@ -91,7 +91,7 @@ TIER_BINARIES = {
     "workloads": ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
     "node": (
         *("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
-        *("kubelet", "kube-proxy"),
+        *("kubelet", "kube-proxy", "coredns"),
     ),
 }
 # What the node tier needs from Debian (scripts/install-node-deps.sh installs it).
@@ -113,7 +113,7 @@ NODE_HINT = (
 KUBE_MINOR = "36"
 PORT_NAMES = (
     *("etcd", "peer", "api", "kcm", "sched", "kwok"),
-    *("kubelet", "kubelet-healthz", "proxy-healthz", "proxy-metrics"),
+    *("kubelet", "kubelet-healthz", "proxy-healthz", "proxy-metrics", "dns-health", "dns-ready"),
 )
 FAKE_NODES = ("kwok-node-0", "kwok-node-1", "kwok-node-2")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -126,7 +126,7 @@ KWOK_STAGE_FILES = (
     "pod/fast/pod-delete.yaml",
 )
 STORAGE_CLASS = "hutch-test"
-NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kube-proxy-config.json")
+NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kube-proxy-config.json", "Corefile")
 K8S_TEST_TIMEOUT = 180  # seconds; the first k8s test of a run also pays for the plane's start
 NODE_TEST_TIMEOUT = 600  # a cold node start also debootstraps and builds images (~2 min)
 GRACE_SECONDS = 10.0
@@ -206,7 +206,8 @@ def node_problem(bin_dir: Path) -> str | None:
     if os.geteuid() != 0:
         return "the node tier needs root (namespaces, cgroups, a bridge)"
     missing = [t for t in NODE_HOST_TOOLS if not Path(t).is_file()]
-    missing += [str(bin_dir / b) for b in ("kubelet", "kube-proxy") if not (bin_dir / b).is_file()]
+    node_bins = ("kubelet", "kube-proxy", "coredns")
+    missing += [str(bin_dir / b) for b in node_bins if not (bin_dir / b).is_file()]
     return f"missing {', '.join(missing)}; {NODE_HINT}" if missing else None
 
 
@@ -855,6 +856,7 @@ class Plane:
     def _start_node(self) -> None:
         """Host setup, containerd, images, kubelet: each step timed (the node is the slow part)."""
         self._timed("host", self._prepare_node_host)
+        self._timed("coredns", self._start_coredns)
         self._timed("containerd", self._start_containerd)
         self._timed("images", self._import_images)
         self._timed("kubelet", self._start_kubelet)
@@ -869,6 +871,31 @@ class Plane:
         """One node plane per machine (the bridge is shared); host changes recorded first."""
         self._node_lock = realnode.acquire_lock()
         realnode.prepare_host(self.node_layout)
+
+    def _start_coredns(self) -> None:
+        """Cluster DNS on the bridge address (10.246.0.1:53), before any Pod can start; ready
+        when it answers kubernetes.default.svc with that Service's ClusterIP over UDP and TCP."""
+        load_ca(self.pki).issue(
+            self.pki / "coredns", _name(realnode.COREDNS_USER), ExtendedKeyUsageOID.CLIENT_AUTH
+        )
+        for path, obj in realnode.coredns_rbac():
+            self.create(path, obj)
+        kubeconfig = self.run_dir / "coredns.kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(self.server, self.pki, user="coredns"))
+        self.node_layout.resolv_conf.write_text(realnode.resolv_conf())
+        corefile = self.run_dir / "Corefile"
+        ports = self.ports["dns-health"], self.ports["dns-ready"]
+        corefile.write_text(realnode.corefile(kubeconfig, *ports))
+        self._launch("coredns", [f"-conf={corefile}"])
+        self._wait("CoreDNS answering on the bridge", self._dns_answers, 30)
+
+    def _dns_answers(self) -> bool:
+        name = f"kubernetes.default.svc.{realnode.CLUSTER_DOMAIN}"
+        try:
+            replies = [realnode.dns_query(name, tcp=tcp, timeout=0.5) for tcp in (False, True)]
+        except OSError:
+            return False
+        return all(reply.answers == ["10.0.0.1"] for reply in replies)
 
     def _start_containerd(self) -> None:
         """Debian's containerd on a private socket, with our CNI config dir."""

@@ -1,4 +1,4 @@
-"""One real node for the plane's ``node`` tier: containerd, a CNI bridge and a kubelet.
+"""One real node for the plane's ``node`` tier: containerd, a CNI bridge, a kubelet and DNS.
 
 Why: kwok Pods run nothing, so Hutch's image, probes, cgroup limits and volumes were never tested
 (issue 12, /work/shared/design/real-node.md). This module holds what a real node needs beyond the
@@ -20,6 +20,8 @@ import logging
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -65,6 +67,12 @@ CONTAINER_LOG_LINKS = Path("/var/log/containers")
 KUBELET_CHAINS = frozenset({"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"})
 KUBE_PROXY_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))  # its nftables mode's tables
 FORWARD_DROP = ("FORWARD", "-i", BRIDGE, "!", "-o", BRIDGE, "-j", "DROP")
+# Cluster DNS: CoreDNS (our wrapper build, tests/k8s/coredns/main.go) as a host process on the
+# bridge address, so Pods reach it directly and nothing listens on the machine's own :53.
+CLUSTER_DOMAIN = "cluster.local"
+DNS_IP = NODE_IP
+DNS_PORT = 53
+COREDNS_USER = "system:coredns"  # its client cert's CN; RBAC as kubeadm's system:coredns
 
 
 class NodeBusyError(RuntimeError):
@@ -128,6 +136,11 @@ class NodeLayout:
     @property
     def pod_logs(self) -> Path:
         return self.run_dir / "pod-logs"
+
+    @property
+    def resolv_conf(self) -> Path:
+        """kubelet's ``resolvConf``: the node's resolver as Pods see it (the cluster DNS)."""
+        return self.run_dir / "resolv.conf"
 
     @property
     def volumes_dir(self) -> Path:
@@ -328,7 +341,13 @@ def kubelet_config(layout: NodeLayout, pki: Path, cgroup_name: str) -> str:
         "volumePluginDir": str(layout.kubelet_dir / "volume-plugins"),
         "staticPodPath": "",
         "maxPods": 30,
-        "resolvConf": "/etc/resolv.conf",
+        # ClusterFirst Pods get `nameserver 10.246.0.1` and the cluster's search list. The
+        # machine's /etc/resolv.conf is not used: its nameserver is off the machine (a Pod's
+        # query to it would be dropped by FORWARD_DROP after a 5 s timeout per try) and its
+        # search domains would be appended to every Pod's.
+        "clusterDNS": [DNS_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
+        "resolvConf": str(layout.resolv_conf),
         # Our images are imported, never pulled: image GC must not remove them.
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
@@ -361,6 +380,172 @@ def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) ->
         },
     }
     return json.dumps(config, indent=1)
+
+
+def resolv_conf() -> str:
+    """The node's resolv.conf for kubelet: the cluster DNS only, no search domains."""
+    return f"nameserver {DNS_IP}\n"
+
+
+def service_cidr_zone(cidr: str) -> str:
+    """A /24 (or /16, /8) as its reverse zone: 10.0.0.0/24 -> 0.0.10.in-addr.arpa."""
+    address, bits = cidr.split("/")
+    octets = address.split(".")[: int(bits) // 8]
+    return ".".join(reversed(octets)) + ".in-addr.arpa"
+
+
+def dns_zones() -> list[str]:
+    """What CoreDNS is authoritative for: the cluster domain, and reverse zones of the Service
+    and Pod CIDRs. Everything else is answered REFUSED (there is no upstream to forward to)."""
+    return [CLUSTER_DOMAIN, service_cidr_zone(SERVICE_CIDR), service_cidr_zone(POD_CIDR)]
+
+
+def corefile(kubeconfig: Path, health_port: int, ready_port: int) -> str:
+    """CoreDNS's config: kubeadm's default Corefile without `forward`, `cache` and `loop`.
+
+    - one server block for the cluster's zones, bound to the bridge address only (UDP and TCP);
+      a query for any other name matches no block and the server answers REFUSED at once;
+    - no `cache`: answers come from the informers' memory anyway, and a cache would serve a
+      restarted StatefulSet Pod's old IP (or a just-created Service's NXDOMAIN) for its TTL;
+    - `log` writes every query with its rcode to logs/coredns.log (the tests' evidence);
+    - health and ready on loopback ports of their own.
+    """
+    zones = " ".join(f"{zone}:{DNS_PORT}" for zone in dns_zones())
+    return f"""{zones} {{
+    bind {DNS_IP}
+    errors
+    log
+    health 127.0.0.1:{health_port}
+    ready 127.0.0.1:{ready_port}
+    kubernetes {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        ttl 5
+    }}
+    loadbalance
+}}
+"""
+
+
+def coredns_rbac() -> list[tuple[str, dict[str, Any]]]:
+    """kubeadm's ``system:coredns`` ClusterRole (minus pods: `pods insecure` watches none),
+    bound to CoreDNS's certificate user instead of a ServiceAccount. (path, object) pairs."""
+    meta = {"name": COREDNS_USER, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": meta,
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["services", "namespaces"],
+                "verbs": ["list", "watch"],
+            },
+            {
+                "apiGroups": ["discovery.k8s.io"],
+                "resources": ["endpointslices"],
+                "verbs": ["list", "watch"],
+            },
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": meta,
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": COREDNS_USER,
+        },
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": COREDNS_USER}
+        ],
+    }
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    return [(f"{rbac}/clusterroles", role), (f"{rbac}/clusterrolebindings", binding)]
+
+
+@dataclass(frozen=True)
+class DnsReply:
+    """What a DNS server said: the rcode (0 NOERROR, 3 NXDOMAIN, 5 REFUSED) and the A/PTR data."""
+
+    rcode: int
+    answers: list[str]
+
+
+RCODES = {0: "NOERROR", 2: "SERVFAIL", 3: "NXDOMAIN", 5: "REFUSED"}
+_QTYPES = {"A": 1, "PTR": 12}
+
+
+def dns_query(
+    name: str, qtype: str = "A", server: str = DNS_IP, tcp: bool = False, timeout: float = 2.0
+) -> DnsReply:
+    """One query, UDP or TCP, without a resolver library: the harness's readiness probe and the
+    tests' view from the host. Answers are A records as dotted quads, PTR records as names."""
+    query_id = int.from_bytes(os.urandom(2), "big")
+    question = b"".join(
+        bytes([len(label)]) + label.encode() for label in name.rstrip(".").split(".")
+    )
+    packet = struct.pack(">HHHHHH", query_id, 0x0100, 1, 0, 0, 0)
+    packet += question + b"\0" + struct.pack(">HH", _QTYPES[qtype], 1)
+    kind = socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.settimeout(timeout)
+        sock.connect((server, DNS_PORT))
+        if tcp:
+            sock.sendall(struct.pack(">H", len(packet)) + packet)
+            reply = _recv_exact(sock, struct.unpack(">H", _recv_exact(sock, 2))[0])
+        else:
+            sock.send(packet)
+            reply = sock.recv(4096)
+    reply_id, flags, qdcount, ancount = struct.unpack(">HHHH", reply[:8])
+    if reply_id != query_id:
+        raise OSError(f"DNS reply id {reply_id} for query {query_id}")
+    offset = 12
+    for _ in range(qdcount):
+        offset = _skip_name(reply, offset) + 4
+    answers = []
+    for _ in range(ancount):
+        offset = _skip_name(reply, offset)
+        rtype, _cls, _ttl, length = struct.unpack(">HHIH", reply[offset : offset + 10])
+        offset += 10
+        if rtype == 1:
+            answers.append(socket.inet_ntoa(reply[offset : offset + length]))
+        elif rtype == 12:
+            answers.append(_read_name(reply, offset))
+        offset += length
+    return DnsReply(flags & 0xF, answers)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("DNS server closed the TCP connection")
+        data += chunk
+    return data
+
+
+def _skip_name(msg: bytes, offset: int) -> int:
+    """The offset after a (possibly compressed) name."""
+    while msg[offset]:
+        if msg[offset] & 0xC0 == 0xC0:
+            return offset + 2
+        offset += msg[offset] + 1
+    return offset + 1
+
+
+def _read_name(msg: bytes, offset: int) -> str:
+    """A (possibly compressed) name as text."""
+    labels = []
+    while msg[offset]:
+        if msg[offset] & 0xC0 == 0xC0:
+            offset = struct.unpack(">H", msg[offset : offset + 2])[0] & 0x3FFF
+            continue
+        labels.append(msg[offset + 1 : offset + 1 + msg[offset]].decode())
+        offset += msg[offset] + 1
+    return ".".join(labels) + "."
 
 
 def delete_kube_proxy_tables() -> None:
