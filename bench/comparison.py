@@ -27,6 +27,8 @@ from typing import Any
 
 import matplotlib as mpl
 import matplotlib.ticker
+import report
+import rounds
 
 mpl.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the headless backend
@@ -203,15 +205,21 @@ def broker_section(doc: dict[str, Any] | None, out: Path, headline: list[str]) -
     if doc is None:
         return [*lines, "No bench/run.py results found: run `python bench/run.py`.", ""]
     scenarios = doc.get("scenarios") or {}
-    by_key: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
-    for run in doc["runs"]:
-        by_key.setdefault((run["scenario"], run["tool"]), {})[run["broker"]] = run
+    grouped = report.group(doc["runs"])
+    by_key = {
+        key: {broker: report.median_run(runs) for broker, runs in pair.items()}
+        for key, pair in grouped.items()
+    }
     keys = sorted(by_key)
     rows, labels, recv_ratios = [], [], []
     for scenario, tool in keys:
         pair = by_key[(scenario, tool)]
         hutch, rabbit = pair.get("hutch", {}), pair.get("rabbitmq", {})
-        r = ratio(hutch.get("consume_rate"), rabbit.get("consume_rate"))
+        spread = report.paired_ratio(
+            grouped[(scenario, tool)].get("hutch", []),
+            grouped[(scenario, tool)].get("rabbitmq", []),
+        )
+        r = spread.median if spread else None
         recv_ratios.append(r)
         labels.append(f"S{scenario} {tool}")
         rows.append(
@@ -220,14 +228,15 @@ def broker_section(doc: dict[str, Any] | None, out: Path, headline: list[str]) -
                 tool,
                 _rates(rabbit),
                 _rates(hutch),
-                fmt_ratio(r),
+                _spread_ratio(spread),
                 _mib(rabbit.get("peak_rss_bytes")),
                 _mib(hutch.get("peak_rss_bytes")),
             ]
         )
     lines += table(
-        ["scenario", "tool", "RabbitMQ msg/s pub / recv", "Hutch msg/s pub / recv",
-         "Hutch/RabbitMQ recv", "RabbitMQ peak RSS", "Hutch peak RSS"],
+        ["scenario", "tool", "RabbitMQ msg/s pub / recv (recv range, n)",
+         "Hutch msg/s pub / recv (recv range, n)", "Hutch/RabbitMQ recv (per-round range)",
+         "RabbitMQ peak RSS", "Hutch peak RSS"],
         rows,
     )  # fmt: skip
     series = {
@@ -266,7 +275,25 @@ def _rates(run: dict[str, Any]) -> str:
         return "-"
     if run.get("error"):
         return "FAILED: " + run["error"].splitlines()[0][:60]
-    return f"{run['publish_rate']:,.0f} / {run['consume_rate']:,.0f}"
+    text = f"{run['publish_rate']:,.0f} / {run['consume_rate']:,.0f}"
+    if run.get("consume_range"):
+        low, high = run["consume_range"]
+        text += f" ({low:,.0f}-{high:,.0f}, {run['n']})"
+    return text
+
+
+def _spread(stats: dict[str, Any], digits: int = 0) -> str:
+    """A summary from bench/rounds.py as ``median (low-high)``."""
+    fields = {k: stats[k] for k in ("n", "median", "low", "high")}
+    return rounds.Spread(**fields).text(digits=digits)
+
+
+def _spread_ratio(spread: rounds.Spread | None) -> str:
+    if spread is None:
+        return "-"
+    if spread.n == 1:
+        return f"{spread.median:.2f}x (one round)"
+    return f"{spread.median:.2f}x ({spread.low:.2f}-{spread.high:.2f})"
 
 
 def _mib(value: float | None) -> str:
@@ -325,7 +352,10 @@ def _broker_facts(doc: dict[str, Any]) -> list[str]:
     args = doc.get("arguments") or {}
     return [
         f"Each run publishes for {args.get('duration', '?')} s; brokers run one after the other "
-        "on loopback. Scenarios and tools: [bench/README.md](../../bench/README.md).",
+        f"on loopback, in {args.get('repeat', 1)} round(s) whose order alternates; each cell is "
+        "the median of its rounds and the ratio the median of the per-round ratios. "
+        f"Machine while measuring: {rounds.busiest(doc['runs'])}. "
+        "Scenarios and tools: [bench/README.md](../../bench/README.md).",
         "",
         *table(["broker", "version", "start-up s", "idle RSS"], rows),
         "",
@@ -340,6 +370,19 @@ def spark_section(doc: dict[str, Any] | None, out: Path, headline: list[str]) ->
     rows = []
     for broker in brokers:
         item = doc[broker]
+        stats = item.get("summary")
+        if stats:  # repeated rounds: medians with their range
+            rows.append(
+                [
+                    TITLES[broker],
+                    _spread(stats["plain_rate"]),
+                    _spread(stats["source_rate"]),
+                    _spread(stats["source_over_plain"], digits=2),
+                    _spread(stats["latency_p50_ms"]),
+                    _spread(stats["latency_p95_ms"]),
+                ]
+            )
+            continue
         lat = item.get("latency") or {}
         rows.append(
             [
@@ -369,19 +412,32 @@ def spark_section(doc: dict[str, Any] | None, out: Path, headline: list[str]) ->
         out / "spark-latency.png", ["p50", "p95"], lat_series,
         title="Spark: publish to foreachBatch latency (200 ms trigger)", ylabel="ms",
     )  # fmt: skip
+    load = doc.get("machine_load", "load not recorded")
+    method = (
+        f" Median (range) of {doc['repeat']} rounds after a discarded warm-up, broker order "
+        f"alternating; ratios paired by round. Machine: {load}."
+        if doc.get("repeat")
+        else " One run per broker (no warm-up, no repetition): read with care."
+    )
     lines += [
         "",
         f"{doc.get('messages', '?')} messages of {doc.get('body_bytes', '?')} bytes per "
-        "throughput run; latency at a steady publish rate with a 200 ms trigger.",
+        "throughput run; latency at a steady publish rate with a 200 ms trigger." + method,
         "",
         "![spark throughput](spark-throughput.png)",
         "",
         "![spark latency](spark-latency.png)",
         "",
     ]
-    if {"hutch", "rabbitmq"} <= set(brokers):
+    cross = doc.get("hutch_over_rabbitmq_source")
+    if cross:
+        headline.append(
+            f"Spark source throughput: {cross['median']:.2f}x on Hutch vs RabbitMQ "
+            f"(per-round range {cross['low']:.2f}-{cross['high']:.2f}, n={cross['n']})"
+        )
+    elif {"hutch", "rabbitmq"} <= set(brokers):
         r = ratio(doc["hutch"]["source"]["rate"], doc["rabbitmq"]["source"]["rate"])
-        headline.append(f"Spark source throughput: {fmt_ratio(r)} on Hutch vs RabbitMQ")
+        headline.append(f"Spark source throughput: {fmt_ratio(r)} on Hutch vs RabbitMQ (one run)")
     return lines
 
 

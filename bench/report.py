@@ -1,7 +1,8 @@
 """The benchmark's outputs: the comparison table on stdout and the JSON file in bench/results/.
 
 Why: a run is read twice, by a person right away (one row per scenario and tool, RabbitMQ and
-Hutch side by side with their ratio and peak memory) and later by whoever tracks progress across
+Hutch side by side: medians over the rounds with their range, the per-round ratio and peak
+memory) and later by whoever tracks progress across
 commits (every figure, error and version in a timestamped JSON file, git-ignored).
 """
 
@@ -11,63 +12,112 @@ import json
 from pathlib import Path
 from typing import Any
 
+import rounds
+
 BROKER_TITLES = {"rabbitmq": "RabbitMQ", "hutch": "Hutch"}
 _MIB = 1024 * 1024
 
 
 def table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
-    """One row per (scenario, tool); per broker `published/consumed` msgs/s and peak RSS."""
+    """One row per (scenario, tool): per broker the median `published/consumed` msgs/s with the
+    range of consumed over the rounds, the median per-round ratio, and the highest peak RSS."""
     header = ["scenario", "tool"]
-    header += [f"{BROKER_TITLES[name]} msgs/s pub/recv" for name in brokers]
-    if {"rabbitmq", "hutch"} <= set(brokers):
-        header.append("Hutch/RabbitMQ recv")
+    header += [f"{BROKER_TITLES[name]} msgs/s pub/recv (recv range, n)" for name in brokers]
+    both = {"rabbitmq", "hutch"} <= set(brokers)
+    if both:
+        header.append("Hutch/RabbitMQ recv (range)")
     header += [f"RSS {BROKER_TITLES[name]}" for name in brokers]
     rows = [header]
-    for scenario, tool in _keys(runs):
-        by_broker = {
-            run["broker"]: run
-            for run in runs
-            if run["scenario"] == scenario and run["tool"] == tool
-        }
-        row = [str(scenario), tool]
-        row += [_rates(by_broker.get(name)) for name in brokers]
-        if {"rabbitmq", "hutch"} <= set(brokers):
-            row.append(_ratio(by_broker.get("hutch"), by_broker.get("rabbitmq")))
-        row += [_rss(by_broker.get(name)) for name in brokers]
+    grouped = group(runs)
+    for key, by_broker in grouped.items():
+        row = [str(key[0]), key[1]]
+        row += [_rates(by_broker.get(name, [])) for name in brokers]
+        if both:
+            row.append(_ratio(by_broker.get("hutch", []), by_broker.get("rabbitmq", [])))
+        row += [_rss(by_broker.get(name, [])) for name in brokers]
         rows.append(row)
     return _format(rows) + _footnotes(runs)
 
 
-def _keys(runs: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    seen: dict[tuple[int, str], None] = {}
-    for run in runs:
-        seen[(run["scenario"], run["tool"])] = None
-    return list(seen)
+def group(runs: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, list[dict[str, Any]]]]:
+    """Runs by (scenario, tool), then by broker, in round order."""
+    grouped: dict[tuple[int, str], dict[str, list[dict[str, Any]]]] = {}
+    for run in sorted(runs, key=lambda r: r.get("round", 0)):
+        grouped.setdefault((run["scenario"], run["tool"]), {}).setdefault(run["broker"], [])
+        grouped[(run["scenario"], run["tool"])][run["broker"]].append(run)
+    return grouped
+
+
+def paired_ratio(
+    hutch: list[dict[str, Any]], rabbitmq: list[dict[str, Any]], field: str = "consume_rate"
+) -> rounds.Spread | None:
+    """Hutch/RabbitMQ per round, over the rounds where both measured; None if none did."""
+    theirs = {run.get("round", 0): run for run in rabbitmq if _ok(run) and run[field]}
+    pairs = [
+        (run[field], theirs[run.get("round", 0)][field])
+        for run in hutch
+        if _ok(run) and run.get("round", 0) in theirs
+    ]
+    if not pairs:
+        return None
+    return rounds.ratios([a for a, _ in pairs], [b for _, b in pairs])
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One broker's rounds of one cell as a single run: medians of the rates and of PerfTest's
+    latency percentiles, the highest peak RSS, ``n`` and the rounds' consume range. If every
+    round failed, the first failure."""
+    good = [run for run in runs if _ok(run)]
+    if not good:
+        return runs[0] if runs else {}
+    merged = dict(good[0])
+    consumed = rounds.summarize([run["consume_rate"] for run in good])
+    merged["publish_rate"] = rounds.summarize([run["publish_rate"] for run in good]).median
+    merged["consume_rate"] = consumed.median
+    merged["consume_range"] = [consumed.low, consumed.high]
+    merged["n"] = consumed.n
+    peaks = [run["peak_rss_bytes"] for run in good if run.get("peak_rss_bytes")]
+    merged["peak_rss_bytes"] = max(peaks) if peaks else None
+    latencies = [run["latency"] for run in good if run.get("latency")]
+    if latencies:
+        merged["latency"] = {
+            point: rounds.summarize([lat[point] for lat in latencies]).median
+            for point in latencies[0]
+            if all(isinstance(lat.get(point), int | float) for lat in latencies)
+        }
+    return merged
 
 
 def _ok(run: dict[str, Any] | None) -> bool:
     return run is not None and not run.get("error")
 
 
-def _rates(run: dict[str, Any] | None) -> str:
-    if run is None:
+def _rates(runs: list[dict[str, Any]]) -> str:
+    if not runs:
         return "-"
-    if run.get("error"):
-        return f"FAILED [{run['footnote']}]"
-    return f"{run['publish_rate']:,.0f} / {run['consume_rate']:,.0f}"
+    good = [run for run in runs if _ok(run)]
+    if not good:
+        return f"FAILED [{runs[0]['footnote']}]"
+    published = rounds.summarize([run["publish_rate"] for run in good])
+    consumed = rounds.summarize([run["consume_rate"] for run in good])
+    text = f"{published.median:,.0f} / {consumed.median:,.0f}"
+    text += f" ({consumed.low:,.0f}-{consumed.high:,.0f}, {consumed.n})"
+    failed = [run for run in runs if not _ok(run)]
+    return text + (f" {len(failed)} FAILED [{failed[0]['footnote']}]" if failed else "")
 
 
-def _ratio(hutch: dict[str, Any] | None, rabbitmq: dict[str, Any] | None) -> str:
-    if not (_ok(hutch) and _ok(rabbitmq)) or not rabbitmq or not rabbitmq["consume_rate"]:
+def _ratio(hutch: list[dict[str, Any]], rabbitmq: list[dict[str, Any]]) -> str:
+    spread = paired_ratio(hutch, rabbitmq)
+    if spread is None:
         return "-"
-    assert hutch is not None
-    return f"{hutch['consume_rate'] / rabbitmq['consume_rate']:.2f}"
+    return f"{spread.median:.2f} ({spread.low:.2f}-{spread.high:.2f})"
 
 
-def _rss(run: dict[str, Any] | None) -> str:
-    if run is None or not run.get("peak_rss_bytes"):
+def _rss(runs: list[dict[str, Any]]) -> str:
+    peaks = [run["peak_rss_bytes"] for run in runs if run.get("peak_rss_bytes")]
+    if not peaks:
         return "-"
-    return f"{run['peak_rss_bytes'] / _MIB:,.0f} MiB"
+    return f"{max(peaks) / _MIB:,.0f} MiB"
 
 
 def _format(rows: list[list[str]]) -> str:

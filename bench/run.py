@@ -7,11 +7,13 @@ child process on free loopback ports (testing/hutch_testing), drives it with the
 and reports published/consumed msgs/s and peak RSS side by side.
 
 Brokers run one after the other, never at the same time: on a 2-core machine an idle second broker
-would still steal cycles from the measured one. A broker that is missing, fails to start or dies
-mid-run is reported in the table and the JSON, and the run goes on.
+would still steal cycles from the measured one. Every cell is measured ``--repeat`` times (3 by
+default) in rounds whose broker order alternates (bench/rounds.py), and the table shows medians,
+their range and the median of the per-round Hutch/RabbitMQ ratios. A broker that is missing, fails
+to start or dies mid-run is reported in the table and the JSON, and the run goes on.
 
-    python bench/run.py [--duration 20] [--scenarios 1,2,3] [--tools perftest,loadgen]
-                        [--brokers rabbitmq,hutch]
+    python bench/run.py [--duration 20] [--repeat 3] [--scenarios 1,2,3]
+                        [--tools perftest,loadgen] [--brokers rabbitmq,hutch]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import perftest
 import report
+import rounds
 import scenarios
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default="1,2,3", type=_numbers)
     parser.add_argument("--tools", default=",".join(TOOLS), type=_names(TOOLS))
     parser.add_argument("--brokers", default=",".join(BROKERS), type=_names(BROKERS))
+    parser.add_argument("--repeat", type=int, default=3, help="rounds, order alternating (3)")
     parser.add_argument("--settle", type=float, default=2.0, help="pause between runs (s)")
     parser.add_argument("--output", type=Path, help="JSON path (default bench/results/<ts>.json)")
     return parser.parse_args(argv)
@@ -149,6 +153,7 @@ def one_run(
     *,
     duration: int,
     perftest_lib: Path | BaseException | None,
+    round_index: int = 0,
 ) -> dict[str, Any]:
     """One scenario with one tool on one broker; errors become the run's `error`."""
     record: dict[str, Any] = {
@@ -156,6 +161,8 @@ def one_run(
         "scenario": scenario.number,
         "tool": tool,
         "title": scenario.title,
+        "round": round_index,
+        "load": rounds.load(),
     }
     log.info("%s: scenario %d with %s for %ds", name, scenario.number, tool, duration)
     broker.reset_peak_rss()
@@ -195,7 +202,10 @@ def make_broker(name: str) -> processes.BrokerProcess:
 
 
 def bench_broker(
-    name: str, args: argparse.Namespace, perftest_lib: Path | BaseException | None
+    name: str,
+    args: argparse.Namespace,
+    perftest_lib: Path | BaseException | None,
+    round_index: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Start one broker, run every scenario with every tool on it, stop it."""
     broker = make_broker(name)
@@ -207,7 +217,7 @@ def bench_broker(
         except processes.BrokerStartError as error:
             info["error"] = str(error)
             return info, [
-                _not_run(name, scenario, tool, f"{name} did not start: {error}")
+                _not_run(name, scenario, tool, f"{name} did not start: {error}", round_index)
                 for scenario, tool in plan
             ]
         info |= _broker_facts(broker)
@@ -215,11 +225,17 @@ def bench_broker(
         for scenario, tool in plan:
             problem = _ensure_running(broker, name)
             if problem is not None:
-                runs.append(_not_run(name, scenario, tool, problem))
+                runs.append(_not_run(name, scenario, tool, problem, round_index))
                 continue
             runs.append(
                 one_run(
-                    broker, name, scenario, tool, duration=args.duration, perftest_lib=perftest_lib
+                    broker,
+                    name,
+                    scenario,
+                    tool,
+                    duration=args.duration,
+                    perftest_lib=perftest_lib,
+                    round_index=round_index,
                 )
             )
             time.sleep(args.settle)
@@ -250,12 +266,15 @@ def _ensure_running(broker: processes.BrokerProcess, name: str) -> str | None:
     return None
 
 
-def _not_run(name: str, scenario: scenarios.Scenario, tool: str, reason: str) -> dict[str, Any]:
+def _not_run(
+    name: str, scenario: scenarios.Scenario, tool: str, reason: str, round_index: int
+) -> dict[str, Any]:
     return {
         "broker": name,
         "scenario": scenario.number,
         "tool": tool,
         "title": scenario.title,
+        "round": round_index,
         "error": reason,
     }
 
@@ -316,16 +335,19 @@ def main(argv: list[str] | None = None) -> int:
             "scenarios": args.scenarios,
             "tools": args.tools,
             "brokers": args.brokers,
+            "repeat": args.repeat,
         },
         "machine": machine(perftest_lib),
         "scenarios": {number: scenarios.SCENARIOS[number].title for number in args.scenarios},
         "brokers": {},
         "runs": [],
     }
-    for name in args.brokers:
-        info, runs = bench_broker(name, args, perftest_lib)
-        document["brokers"][name] = info
-        document["runs"] += runs
+    for round_index, order in enumerate(rounds.orders(args.brokers, args.repeat)):
+        log.info("round %d of %d: %s", round_index + 1, args.repeat, " then ".join(order))
+        for name in order:
+            info, runs = bench_broker(name, args, perftest_lib, round_index)
+            document["brokers"].setdefault(name, info)
+            document["runs"] += runs
     document["total_seconds"] = round(
         (datetime.datetime.now(datetime.UTC) - started).total_seconds(), 1
     )
@@ -333,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output or RESULTS_DIR / f"{started:%Y%m%dT%H%M%SZ}.json"
     report.write_json(output, document)
     print(report.table(document["runs"], args.brokers))
+    print(rounds.busiest(document["runs"]))
     print(f"\nresults: {output} ({document['total_seconds']:.0f} s)")
     return 0 if any(not run.get("error") for run in document["runs"]) else 1
 

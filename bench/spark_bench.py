@@ -6,9 +6,18 @@ pika consumer on the same broker in the same run, and measures latency under a 2
 Targets (issue 6): the source sustains at least half the plain consumer's rate, and its p50
 publish-to-batch latency is at most 250 ms. A benchmark, not a timed test: nothing here runs in CI.
 
-    python bench/spark_bench.py [--brokers hutch,rabbitmq] [--messages 50000] [--latency-seconds 20]
+    python bench/spark_bench.py [--brokers hutch,rabbitmq] [--messages 50000] [--repeat 3]
+                                [--latency-seconds 20]
 
-Phases, per broker (each a private child process on loopback, started for the run):
+Method (bench/rounds.py): one Spark session for the whole run. First a discarded warm-up on every
+broker (plain and source phases with a fifth of the messages), so the JVM's JIT, Spark's planner
+and the Python workers are warm before anything counts; without it the first broker measured pays
+for them inside its "sustained" figure, which made earlier single runs depend on the order. Then
+``--repeat`` rounds, the broker order alternating (AB, BA, AB); each round starts a fresh broker,
+runs the three phases and stops it. Reported: medians with their range, the source/plain ratio and
+the Hutch/RabbitMQ ratios as medians of per-round ratios, and the machine's load at each sample.
+
+Phases, per broker and round (each broker a private child process on loopback):
 1. plain: prefill N messages, then a pika BlockingConnection consumer (prefetch 10000, manual
    ack multiple=true every 1000) drains them; rate = N / time.
 2. source: prefill N, then a streaming query (`format("hutch")`, maxMessagesPerBatch 20000,
@@ -39,6 +48,7 @@ from typing import Any
 
 import hutch_spark
 import pika
+import rounds
 from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,18 +214,74 @@ def _parse(stamp: str) -> float:
 
 def start_broker(kind: str, work: Path) -> Any:
     if kind == "hutch":
-        return brokers.HutchBroker(work_dir=work / "hutch").start()
+        return brokers.HutchBroker(work_dir=work / f"hutch-{time.monotonic_ns()}").start()
     return rabbitmq.RabbitMQ().start()
+
+
+def measure(
+    spark: Any, kind: str, args: argparse.Namespace, work: Path, count: int
+) -> dict[str, Any]:
+    """One round on one fresh broker: plain consumer, source, and (unless count is a warm-up)
+    latency."""
+    sample: dict[str, Any] = {"broker": kind, "load": rounds.load()}
+    broker = start_broker(kind, work)
+    try:
+        sample["plain_rate"] = plain_consumer_rate(broker.amqp_url, count)
+        sample["source"] = source_rate(spark, broker.amqp_url, count, work)
+        if count == args.messages:
+            sample["latency"] = latency(
+                spark, broker.amqp_url, args.latency_seconds, args.latency_rate, work
+            )
+    finally:
+        broker.stop()
+    return sample
+
+
+def summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per broker: medians and ranges, source/plain paired by round."""
+    plain = [s["plain_rate"] for s in samples]
+    source = [s["source"]["rate"] for s in samples]
+    p50 = [s["latency"]["p50_ms"] for s in samples]
+    p95 = [s["latency"]["p95_ms"] for s in samples]
+    return {
+        "plain_rate": rounds.summarize(plain).as_dict(),
+        "source_rate": rounds.summarize(source).as_dict(),
+        "source_over_plain": rounds.ratios(source, plain).as_dict(),
+        "latency_p50_ms": rounds.summarize(p50).as_dict(),
+        "latency_p95_ms": rounds.summarize(p95).as_dict(),
+        "first_batch_ms": rounds.summarize(
+            [s["source"]["first_batch_ms"] for s in samples]
+        ).as_dict(),
+    }
+
+
+def report_lines(kind: str, stats: dict[str, Any]) -> list[str]:
+    def spread(key: str, unit: str = "") -> str:
+        return rounds.Spread(**{k: stats[key][k] for k in ("n", "median", "low", "high")}).text(
+            unit
+        )
+
+    ratio = stats["source_over_plain"]
+    return [
+        f"[{kind}] plain pika consumer: {spread('plain_rate', ' msg/s')}",
+        f"[{kind}] hutch source (sustained): {spread('source_rate', ' msg/s')}; source/plain "
+        f"{ratio['median']:.2f} ({ratio['low']:.2f}-{ratio['high']:.2f}); first batch "
+        f"{spread('first_batch_ms', ' ms')}",
+        f"[{kind}] latency publish->foreachBatch @ 200 ms trigger: p50 "
+        f"{spread('latency_p50_ms', ' ms')}, p95 {spread('latency_p95_ms', ' ms')}",
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", default="hutch")
     parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--latency-rate", type=int, default=500)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
+    kinds = args.brokers.split(",")
 
     # Spark's Python workers run PYSPARK_PYTHON; it must be this interpreter (with pyarrow).
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -228,31 +294,56 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     hutch_spark.register(spark)
-    results: dict[str, Any] = {"messages": args.messages, "body_bytes": len(BODY)}
+    results: dict[str, Any] = {
+        "messages": args.messages,
+        "body_bytes": len(BODY),
+        "repeat": args.repeat,
+        "cpus": os.cpu_count(),
+    }
+    samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="hutch-spark-bench-") as scratch:
         work = Path(scratch)
-        for kind in args.brokers.split(","):
-            broker = start_broker(kind, work)
-            try:
-                plain = plain_consumer_rate(broker.amqp_url, args.messages)
-                source = source_rate(spark, broker.amqp_url, args.messages, work)
-                lat = latency(spark, broker.amqp_url, args.latency_seconds, args.latency_rate, work)
-            finally:
-                broker.stop()
-            results[kind] = {"plain_rate": plain, "source": source, "latency": lat}
-            ratio = source["rate"] / plain
-            print(f"[{kind}] plain pika consumer: {plain:,.0f} msg/s")
-            print(
-                f"[{kind}] hutch source (sustained): {source['rate']:,.0f} msg/s = {ratio:.2f} x "
-                f"plain (target >= 0.5); {source['batches']} batches, first "
-                f"{source['first_batch_ms']} ms"
-            )
-            print(
-                f"[{kind}] latency publish->foreachBatch @ {args.latency_rate} msg/s, 200 ms "
-                f"trigger: p50 {lat['p50_ms']:.0f} ms, p95 {lat['p95_ms']:.0f} ms, "
-                f"max {lat['max_ms']:.0f} ms ({lat['received']}/{lat['sent']}; target p50 <= 250)"
-            )
+        warm = max(1000, args.messages // 5)
+        for kind in kinds:
+            print(f"warm-up on {kind} ({warm} messages, discarded)", flush=True)
+            measure(spark, kind, args, work, warm)
+        for index, order in enumerate(rounds.orders(kinds, args.repeat)):
+            for kind in order:
+                print(f"round {index + 1}/{args.repeat}: {kind}", flush=True)
+                sample = measure(spark, kind, args, work, args.messages)
+                sample["round"] = index
+                samples[kind].append(sample)
     spark.stop()
+    for kind in kinds:
+        stats = summary(samples[kind])
+        # The flat keys bench/comparison.py has always read are the medians.
+        results[kind] = {
+            "plain_rate": stats["plain_rate"]["median"],
+            "source": {
+                "rate": stats["source_rate"]["median"],
+                "first_batch_ms": stats["first_batch_ms"]["median"],
+            },
+            "latency": {
+                "p50_ms": stats["latency_p50_ms"]["median"],
+                "p95_ms": stats["latency_p95_ms"]["median"],
+            },
+            "summary": stats,
+            "samples": samples[kind],
+        }
+        print("\n".join(report_lines(kind, stats)))
+    if {"hutch", "rabbitmq"} <= set(kinds):
+        cross = rounds.ratios(
+            [s["source"]["rate"] for s in samples["hutch"]],
+            [s["source"]["rate"] for s in samples["rabbitmq"]],
+        )
+        results["hutch_over_rabbitmq_source"] = cross.as_dict()
+        print(
+            f"source on hutch / source on rabbitmq, per round: {cross.median:.2f} "
+            f"({cross.low:.2f}-{cross.high:.2f}, n={cross.n})"
+        )
+    every = [sample for kind in kinds for sample in samples[kind]]
+    results["machine_load"] = rounds.busiest(every)
+    print(results["machine_load"])
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     output = args.output or REPO / "bench" / "results" / f"spark-{stamp}.json"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 # hutch-operator image. Build from the repository root:
 #   docker build -f docker/operator.Dockerfile -t hutch-operator:0.1.0 .
-# The chart runs it as uid 65532 with a read-only root filesystem; Kopf needs no writable path.
+# Runs as uid 65532 (the chart's runAsUser too) with a read-only root filesystem; Kopf needs no
+# writable path. Tested without Docker on the node tier (docs/real-node.md).
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -13,7 +14,10 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[operator]"
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# A named user for uid 65532: Kopf derives its peering identity from getpass.getuser(), which
+# fails (KeyError: 'getpwuid(): uid not found') for a uid without a passwd entry.
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+    && useradd --uid 65532 --user-group --no-create-home --home-dir /nonexistent hutch-operator
 USER 65532:65532
 EXPOSE 8080 8081
 # The chart adds --peering, --liveness and the namespace flags.

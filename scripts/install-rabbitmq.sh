@@ -59,7 +59,12 @@ stop_system_node() {
 
 main() {
     if [[ "$(id -u)" -ne 0 ]]; then
-        log "must run as root"
+        # A user without root can still run the tests once the package is there.
+        if version_ok; then
+            log "rabbitmq-server $(installed_version) already installed"
+            exit 0
+        fi
+        log "rabbitmq-server ${WANTED_VERSION} is not installed and installing it needs root"
         exit 1
     fi
     if ! version_ok; then

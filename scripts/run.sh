@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job for now: a hutch-broker on localhost with durable state under
+# A lone hutch-broker on localhost (`make broker`), with durable state under
 # .hutch-dev/broker.  Ctrl-C (SIGINT) or SIGTERM stops it cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."

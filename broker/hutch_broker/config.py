@@ -57,6 +57,9 @@ class BrokerConfig:
     handshake_timeout_s: float = 10.0
     closing_timeout_s: float = 30.0  # connection.close sent, no close-ok: drop the socket
     stamp_message_id: bool = True
+    # management.restrictions.operator_policy_changes.disabled (RabbitMQ 3.11+): operator
+    # policies are read-only through the HTTP API; definitions files still set them.
+    operator_policy_changes_disabled: bool = False
 
 
 def parse_size(text: str) -> int:
@@ -127,6 +130,8 @@ def _apply(config: BrokerConfig, key: str, value: str) -> None:
         config.loopback_users = []
     elif key == "stamp_message_id":
         config.stamp_message_id = _bool(value)
+    elif key == "management.restrictions.operator_policy_changes.disabled":
+        config.operator_policy_changes_disabled = _bool(value)
     elif key == "vm_memory_high_watermark.relative":
         config.watermark_relative, config.watermark_absolute = _ratio(value), None
     elif key == "vm_memory_high_watermark.absolute":

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 FALLBACK_TOTAL_MEMORY: Final = 1024**3  # the seed's fallback when nothing else is known
+PAGING_RATIO: Final = 0.5  # vm_memory_high_watermark_paging_ratio: paging starts at half
 _CGROUP_V2: Final = Path("/sys/fs/cgroup/memory.max")
 _CGROUP_V1: Final = Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")
 _UNLIMITED_V1: Final = 1 << 60
@@ -59,7 +60,7 @@ def is_alarmed(watermark: Watermark, mem_used: int, total_memory: int) -> bool:
     return mem_used > watermark.limit(total_memory)
 
 
-def paging_threshold(watermark: Watermark, total_memory: int, ratio: float = 0.5) -> int:
+def paging_threshold(watermark: Watermark, total_memory: int, ratio: float = PAGING_RATIO) -> int:
     """Memory use above which queue bodies are paged to disk."""
     return math.floor(watermark.limit(total_memory) * ratio)
 

@@ -108,6 +108,10 @@ class HttpBrokerClient:
             raise errors.BrokerUnavailableError(f"{self.base_url}: {detail}") from exc
 
 
+# Where a 405 means the broker's operator-policy restriction, not a missing method.
+OPERATOR_POLICY_PATHS = ("/api/operator-policies/", "/api/parameters/operator_policy/")
+
+
 def _reason(text: str) -> str:
     try:
         body = json.loads(text)
@@ -128,6 +132,14 @@ def _outcome(request: translators.Request, status: int, text: str, base: str) ->
         raise errors.ObjectNotFoundError(f"{where}: 404 {_reason(text)}")
     if status >= 500:
         raise errors.BrokerUnavailableError(f"{base} {where}: {status} {_reason(text)}")
+    if status == 405 and request.path.startswith(OPERATOR_POLICY_PATHS):
+        raise errors.OperatorPolicyChangesDisabledError(
+            f"{where}: 405: the broker's config sets "
+            "management.restrictions.operator_policy_changes.disabled = true, so operator "
+            "policies cannot change over HTTP; remove that line from the Broker's "
+            "spec.additionalConfig to let this OperatorPolicy apply",
+            status=status,
+        )
     raise errors.BrokerRejectedError(f"{where}: {status} {_reason(text)}", status=status)
 
 
@@ -159,9 +171,6 @@ class ClientPool:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()
-
-    def total_requests(self) -> int:
-        return sum(client.requests for client in self._clients.values())
 
 
 POOL = ClientPool()

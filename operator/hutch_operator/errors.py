@@ -9,6 +9,7 @@ each error states its ``reason`` and whether retrying can help; library errors a
     ├── ArgumentsImmutableError      ArgumentsImmutable permanent
     ├── NamespaceNotAllowedError     NamespaceNotAllowed permanent (the sweep re-checks)
     ├── BrokerRejectedError(status)  BrokerRejected   permanent (the sweep retries)
+    │   └── OperatorPolicyChangesDisabledError  OperatorPolicyChangesDisabled  permanent
     ├── BrokerMismatchError          BrokerMismatch   permanent (never deleted to fix)
     ├── BrokerUnavailableError       BrokerUnavailable exponential backoff
     ├── BrokerNotFoundError          BrokerNotFound   30 s
@@ -62,6 +63,13 @@ class BrokerRejectedError(HutchError):
     def __init__(self, message: str, *, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class OperatorPolicyChangesDisabledError(BrokerRejectedError):
+    """405 to an operator-policy write: the broker runs with
+    ``management.restrictions.operator_policy_changes.disabled = true``."""
+
+    reason = "OperatorPolicyChangesDisabled"
 
 
 class BrokerUnavailableError(HutchError):

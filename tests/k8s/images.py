@@ -25,8 +25,10 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -296,48 +298,147 @@ def _blob(layout: Path, data: bytes, media_type: str) -> dict[str, Any]:
     return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
 
 
-def _layer(layout: Path, rootfs: Path) -> tuple[dict[str, Any], str]:
-    """The rootfs as one uncompressed, name-sorted, numeric-owner tar (its digest = diff_id)."""
-    tmp = layout / "blobs/sha256/layer.tmp"
-    subprocess.run(
-        [
-            "tar",
-            "--numeric-owner",
-            "--sort=name",
-            "--xattrs",
-            "-C",
-            str(rootfs),
-            "-cf",
-            str(tmp),
-            ".",
-        ],
-        check=True,
-    )
+LAYER_MEDIA = "application/vnd.oci.image.layer.v1.tar"
+WHITEOUT = ".wh."  # OCI image spec: an empty file .wh.<name> deletes <name> of the layer below
+
+
+def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
-    with tmp.open("rb") as f:
+    with path.open("rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
-    digest = h.hexdigest()
-    tmp.rename(tmp.with_name(digest))
-    media = "application/vnd.oci.image.layer.v1.tar"
-    return {
-        "mediaType": media,
-        "digest": f"sha256:{digest}",
-        "size": tmp.with_name(digest).stat().st_size,
-    }, f"sha256:{digest}"
+    return h.hexdigest()
+
+
+def pack_rootfs(rootfs: Path, tar_path: Path) -> None:
+    """A rootfs as one uncompressed, name-sorted, numeric-owner tar (deterministic bytes)."""
+    subprocess.run(
+        ["tar", "--numeric-owner", "--sort=name", "--xattrs", "-C", str(rootfs), "-cf",
+         str(tar_path), "."],
+        check=True,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BaseLayer:
+    """The base rootfs packed once, shared as the first layer of every Dockerfile image.
+
+    Why: containerd stores and unpacks a layer once per digest, so the broker and operator
+    images share ~250 MB instead of each carrying a copy; every node start imports them.
+    """
+
+    rootfs: Path
+    tar: Path
+    digest: str
+
+
+def base_layer() -> BaseLayer:
+    """The cached base rootfs and its layer tar (packed on first use, then cached beside it)."""
+    base = base_rootfs()
+    tar, digest_file = base / "layer.tar", base / "layer.sha256"
+    if not digest_file.is_file():
+        with locked(base.parent / f".{base.name}.layer.lock"):
+            if not digest_file.is_file():
+                staging = base / "layer.tar.tmp"
+                pack_rootfs(base / "rootfs", staging)
+                digest = _sha256_file(staging)
+                staging.rename(tar)
+                digest_file.write_text(digest)
+    return BaseLayer(base / "rootfs", tar, digest_file.read_text().strip())
+
+
+def _changed(path: Path, below: Path) -> bool:
+    """Whether ``path`` differs from the same entry of the layer below (absent counts)."""
+    try:
+        old = os.lstat(below)
+    except FileNotFoundError:
+        return True
+    new = os.lstat(path)
+    same = (new.st_mode, new.st_uid, new.st_gid, new.st_size, new.st_mtime_ns) == (
+        old.st_mode, old.st_uid, old.st_gid, old.st_size, old.st_mtime_ns,
+    )  # fmt: skip
+    if same and stat.S_ISLNK(new.st_mode):
+        return os.readlink(path) != os.readlink(below)
+    return not same
+
+
+def layer_changes(lower: Path, upper: Path) -> tuple[list[str], list[str]]:
+    """What a layer over ``lower`` must hold to give ``upper``: (entries to add, whiteouts).
+
+    Entries are relative paths, parents before children; an entry is added when it is new or
+    its type, mode, owner, size, mtime or link target changed (``cp -a`` keeps them for the
+    rest). A path of ``lower`` missing in ``upper`` becomes ``<dir>/.wh.<name>``.
+    """
+    added: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(upper):
+        rel = Path(dirpath).relative_to(upper)
+        for name in dirnames + filenames:
+            if _changed(Path(dirpath, name), lower / rel / name):
+                added.append(str(rel / name))
+    whiteouts: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(lower):
+        rel = Path(dirpath).relative_to(lower)
+        for name in list(dirnames) + filenames:
+            if not os.path.lexists(upper / rel / name):
+                whiteouts.append(str(rel / f"{WHITEOUT}{name}"))
+                if name in dirnames:
+                    dirnames.remove(name)  # its contents go with it
+    return sorted(added), sorted(whiteouts)
+
+
+def pack_changes(lower: Path, upper: Path, tar_path: Path) -> None:
+    """The layer that turns ``lower`` into ``upper``, as a deterministic numeric-owner tar."""
+    added, whiteouts = layer_changes(lower, upper)
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in added:
+            info = tar.gettarinfo(str(upper / rel), arcname=f"./{rel}")
+            info.uname = info.gname = ""  # numeric owners, as tar --numeric-owner
+            if info.isreg():
+                with (upper / rel).open("rb") as content:
+                    tar.addfile(info, content)
+            else:
+                tar.addfile(info)
+        for rel in whiteouts:
+            tar.addfile(tarfile.TarInfo(f"./{rel}"))
+
+
+def _add_layer(layout: Path, tar: Path, digest: str | None = None) -> dict[str, Any]:
+    """Moves (or, for a shared cached tar, hard-links) a layer tar into the blobs by digest."""
+    digest = digest or _sha256_file(tar)
+    blob = layout / "blobs/sha256" / digest
+    if tar.parent == blob.parent:
+        tar.rename(blob)
+    else:
+        try:
+            os.link(tar, blob)
+        except OSError:
+            shutil.copyfile(tar, blob)
+    return {"mediaType": LAYER_MEDIA, "digest": f"sha256:{digest}", "size": blob.stat().st_size}
 
 
 def write_layout(
-    layout: Path, rootfs: Path, config: dict[str, Any], name: str, history: list[str]
+    layout: Path,
+    rootfs: Path,
+    config: dict[str, Any],
+    name: str,
+    history: list[str],
+    base: BaseLayer | None = None,
 ) -> None:
-    """An OCI image layout with one layer, importable by ``ctr images import``."""
+    """An OCI image layout importable by ``ctr images import``: one layer holding ``rootfs``,
+    or, over a ``base``, the shared base layer plus one layer of what the build changed."""
     (layout / "blobs/sha256").mkdir(parents=True)
-    layer, diff_id = _layer(layout, rootfs)
+    staging = layout / "blobs/sha256/layer.tmp"
+    if base is None:
+        pack_rootfs(rootfs, staging)
+        layers = [_add_layer(layout, staging)]
+    else:
+        pack_changes(base.rootfs, rootfs, staging)
+        layers = [_add_layer(layout, base.tar, base.digest), _add_layer(layout, staging)]
     image_config = {
         "architecture": "amd64",
         "os": "linux",
         "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
         "history": [{"created_by": h} for h in history],
     }
     config_desc = _blob(
@@ -347,7 +448,7 @@ def write_layout(
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": config_desc,
-        "layers": [layer],
+        "layers": layers,
     }
     manifest_desc = _blob(layout, json.dumps(manifest).encode(), manifest["mediaType"])
     manifest_desc["platform"] = {"architecture": "amd64", "os": "linux"}
@@ -421,7 +522,9 @@ def build_dockerfile_image(kind: str) -> Path:
         workspace = stage_dir / "work"
         workspace.mkdir()
         last = build_stages(dockerfile, REPO_ROOT, workspace)
-        write_layout(stage_dir / "oci", last.rootfs, image_config(last), name, last.history)
+        write_layout(
+            stage_dir / "oci", last.rootfs, image_config(last), name, last.history, base_layer()
+        )
         shutil.rmtree(workspace)
         (stage_dir / "timing").write_text(f"build seconds={time.monotonic() - began:.0f}\n")
 

@@ -127,6 +127,8 @@ KWOK_STAGE_FILES = (
 )
 STORAGE_CLASS = "hutch-test"
 NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kube-proxy-config.json", "Corefile")
+# Dockerfile images every node start imports (tests/k8s/images.py), beside the pause image.
+NODE_IMAGES = ("broker", "operator")
 K8S_TEST_TIMEOUT = 180  # seconds; the first k8s test of a run also pays for the plane's start
 NODE_TEST_TIMEOUT = 600  # a cold node start also debootstraps and builds images (~2 min)
 GRACE_SECONDS = 10.0
@@ -367,6 +369,7 @@ def make_pki(pki_dir: Path) -> None:
     sans: list[x509.GeneralName] = [
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address(realnode.NODE_IP)),  # the node tier's Pods dial it
         *(
             x509.DNSName(n)
             for n in (
@@ -739,7 +742,19 @@ class Plane:
             # No controller-manager means no `default` ServiceAccount for Pods to reference.
             args.append("--disable-admission-plugins=ServiceAccount")
         if self.tier == "node":
+            # Pods reach the apiserver as in any cluster: Service default/kubernetes (10.0.0.1)
+            # -> kube-proxy -> the node IP, where the apiserver must listen too. The lease
+            # reconciler writes that endpoint (a loopback endpoint is invalid, hence "none"
+            # in the other tiers). One address cannot be both 127.0.0.1 and the bridge's.
+            for loopback_only in (
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+            ):
+                args.remove(loopback_only)
             args += [
+                "--bind-address=0.0.0.0",  # loopback for us, the node IP for Pods
+                f"--advertise-address={realnode.NODE_IP}",
                 # The Node authorizer scopes the kubelet to its own node, as in production.
                 "--authorization-mode=Node,RBAC",
                 # logs/exec/port-forward: dial the node's IP (no DNS for its name), verify it.
@@ -919,9 +934,17 @@ class Plane:
         )
 
     def _import_images(self) -> None:
-        """Builds (cached) and imports the sandbox and broker images: nothing is ever pulled."""
-        for layout in (images.build_pause(), images.build_dockerfile_image("broker")):
+        """Builds (cached) and imports the sandbox, broker and operator images: nothing is ever
+        pulled. The operator image is what ``helm install`` of charts/hutch-operator runs here."""
+        layouts = [images.build_pause()]
+        layouts += [images.build_dockerfile_image(kind) for kind in NODE_IMAGES]
+        for layout in layouts:
             images.import_image(layout, self.node_layout.containerd_socket)
+
+    @property
+    def helm_path(self) -> Path:
+        """The pinned helm built beside the plane's binaries (build-binaries.sh)."""
+        return self.bin_dir / "helm"
 
     def _issue_node_certs(self) -> None:
         """The kubelet's client cert (Node authorizer identity) and its serving cert."""

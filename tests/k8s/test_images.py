@@ -8,9 +8,13 @@ interpreter does not know (so a Dockerfile change can never silently build a dif
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import shutil
+import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +134,58 @@ def test_layout_is_an_oci_image_containerd_can_import(tmp_path: Path):
     assert (layout / "blobs" / "sha256" / layer["digest"].split(":")[1]).stat().st_size == layer[
         "size"
     ]
+
+
+def test_a_layer_over_the_base_holds_only_what_the_build_changed(tmp_path: Path):
+    lower = tmp_path / "lower"
+    (lower / "etc").mkdir(parents=True)
+    (lower / "etc" / "passwd").write_text("root:x:0:0\n")
+    (lower / "etc" / "hostname").write_text("base\n")
+    (lower / "usr" / "share" / "doc").mkdir(parents=True)
+    (lower / "usr" / "share" / "doc" / "README").write_text("docs\n")
+    (lower / "bin").mkdir()
+    (lower / "bin" / "sh").symlink_to("dash")
+    upper = tmp_path / "upper"
+    subprocess.run(["cp", "-a", str(lower), str(upper)], check=True)  # as a FROM stage starts
+    with (upper / "etc" / "passwd").open("a") as passwd:  # RUN useradd
+        passwd.write("hutch:x:1000:1000\n")
+    (upper / "usr" / "local").mkdir()
+    (upper / "usr" / "local" / "app.py").write_text("print()\n")
+    shutil.rmtree(upper / "usr" / "share" / "doc")
+
+    added, whiteouts = images.layer_changes(lower, upper)
+    assert added == ["etc/passwd", "usr", "usr/local", "usr/local/app.py", "usr/share"]
+    assert whiteouts == ["usr/share/.wh.doc"]  # not one per file inside it
+
+    layer = tmp_path / "layer.tar"
+    images.pack_changes(lower, upper, layer)
+    with tarfile.open(layer) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert set(members) == {f"./{p}" for p in added + whiteouts}
+        assert members["./usr/share/.wh.doc"].size == 0
+        passwd = tar.extractfile("./etc/passwd")
+        assert passwd is not None
+        assert passwd.read() == b"root:x:0:0\nhutch:x:1000:1000\n"
+        assert members["./etc/passwd"].uname == ""  # numeric owners only
+
+
+def test_a_layout_over_a_base_lists_the_shared_base_layer_first(tmp_path: Path):
+    lower = tmp_path / "base"
+    lower.mkdir()
+    (lower / "base.txt").write_text("shared\n")
+    base_tar = tmp_path / "base.tar"
+    images.pack_rootfs(lower, base_tar)
+    digest = hashlib.sha256(base_tar.read_bytes()).hexdigest()
+    base = images.BaseLayer(lower, base_tar, digest)
+    upper = tmp_path / "upper"
+    subprocess.run(["cp", "-a", str(lower), str(upper)], check=True)
+    (upper / "app").write_text("mine\n")
+    layout = tmp_path / "oci"
+    images.write_layout(layout, upper, {}, "localhost/x/y:1", ["COPY"], base)
+    (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
+    manifest = json.loads((layout / "blobs" / "sha256" / entry["digest"][7:]).read_text())
+    first, second = manifest["layers"]
+    assert first["digest"] == f"sha256:{digest}"
+    with tarfile.open(layout / "blobs" / "sha256" / second["digest"][7:]) as tar:
+        assert tar.getnames() == ["./app"]
+    assert base_tar.is_file()  # the cached base tar is shared, never moved

@@ -22,7 +22,9 @@ from hutch_broker.admin.handlers import (
     connections,
     definitions,
     exchanges,
+    limits,
     overview,
+    parameters,
     policies,
     queues,
     support,
@@ -46,6 +48,8 @@ ROUTE_MODULES: Final = (
     policies,
     definitions,
     connections,
+    limits,
+    parameters,
 )
 
 
@@ -106,6 +110,7 @@ def make_app(
     *,
     memory: MemoryMonitor | None = None,
     node: NodeInfo | None = None,
+    operator_policy_changes_disabled: bool = False,
 ) -> web.Application:
     """The management application for one broker; the server runs it with an AppRunner."""
     app = web.Application(
@@ -115,6 +120,7 @@ def make_app(
         context=context,
         memory=memory if memory is not None else FixedMemory(),
         node=node if node is not None else NodeInfo(started_at_ms=context.clock()),
+        operator_policy_changes_disabled=operator_policy_changes_disabled,
     )
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)

@@ -22,6 +22,7 @@ class AdminState:
     context: Context
     memory: MemoryMonitor
     node: NodeInfo
+    operator_policy_changes_disabled: bool = False  # config: management.restrictions.*
 
     @property
     def broker(self) -> Broker:

@@ -21,6 +21,7 @@ from hutch_broker.model import arguments as arguments_mod
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
+from hutch_broker.protocol.strings import text as _text
 
 if TYPE_CHECKING:
     from hutch_broker.dispatch.sessions import Session
@@ -46,10 +47,6 @@ def _vhost(session: Session) -> VirtualHost:
     return session.open_vhost
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 # -- exchange.* ----------------------------------------------------------
 
 
@@ -58,7 +55,7 @@ def exchange_declare(
 ) -> None:
     vhost = _vhost(session)
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     if m.passive:
         vhost.get_exchange(m.exchange)
     else:
@@ -89,7 +86,7 @@ def exchange_delete(
     session: Session, channel: Channel, m: commands.Exchange.Delete, now_ms: int
 ) -> None:
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     if m.exchange.startswith("amq."):
         raise errors.access_refused(
             f"deletion of system exchange '{m.exchange}' in vhost '{_vhost(session).name}' "
@@ -104,7 +101,7 @@ def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
     vhost = _vhost(session)
     session.check_permission("write", "exchange", m.destination)
     if m.source == "" or m.destination == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.source)
     vhost.get_exchange(m.source)  # with both ends missing, RabbitMQ names the source
     return vhost, vhost.get_exchange(m.destination)
@@ -124,7 +121,7 @@ def exchange_unbind(
     vhost = _vhost(session)
     session.check_permission("write", "exchange", m.destination)
     if m.source == "" or m.destination == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.source)
     destination = vhost.exchanges.get(m.destination)
     if m.source in vhost.exchanges and destination is not None:
@@ -186,7 +183,7 @@ def _queue_edge(session: Session, m: Any) -> Queue:
     """RabbitMQ's order: permissions, then the source exchange, then the queue."""
     session.check_permission("write", "queue", m.queue)
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.exchange)
     _vhost(session).get_exchange(m.exchange)
     return _queue(session, m.queue)
@@ -202,7 +199,7 @@ def queue_unbind(session: Session, channel: Channel, m: commands.Queue.Unbind, n
     vhost = _vhost(session)
     session.check_permission("write", "queue", m.queue)
     if m.exchange == "":
-        raise errors.access_refused("operation not permitted on the default exchange")
+        raise errors.default_exchange_refused()
     session.check_permission("read", "exchange", m.exchange)
     queue = vhost.queues.get(m.queue)
     if queue is not None:

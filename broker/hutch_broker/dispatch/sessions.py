@@ -18,7 +18,7 @@ from pamqp import commands
 from hutch_broker.dispatch import methods
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.dispatch.context import Context
-from hutch_broker.model import access
+from hutch_broker.model import access, limits
 from hutch_broker.model.queues import Consumer
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import connection as proto_connection
@@ -110,6 +110,7 @@ class Session:
 
     def _process(self) -> None:
         proto = self.proto
+        self._update_channel_refusal()
         while not self.closed and not self.blocked and not self.throttled:
             try:
                 event = proto.next_event()
@@ -210,6 +211,7 @@ class Session:
         elif isinstance(event, events.ChannelOpened):
             self.channels[event.channel] = Channel(self, event.channel)
             self.context.channel_count += 1
+            self._update_channel_refusal()
         elif isinstance(event, events.ChannelCloseRequested | events.ChannelCloseConfirmed):
             self._drop_channel(event.channel, now_ms)
         elif isinstance(event, events.ConnectionCloseRequested | events.ConnectionCloseConfirmed):
@@ -251,11 +253,52 @@ class Session:
         permission = broker.permission(vhost_name, self.user.name)
         if permission is None:
             raise errors.vhost_access_refused(vhost_name, self.user.name)
+        self._check_connection_limits(vhost, self.user.name)
         self.vhost = vhost
         self.permission = permission
         self.context.sessions[self.id] = self
         self.context.stats.connections_opened += 1
         self.proto.accept_open()
+
+    # -- limits (model/limits.py) -----------------------------------------
+
+    def _check_connection_limits(self, vhost: VirtualHost, username: str) -> None:
+        """The vhost's, then the user's max-connections, as RabbitMQ's reader checks them."""
+        sessions = self.context.sessions.values()
+        if vhost.limits:
+            count = sum(1 for session in sessions if session.vhost is vhost)
+            limit = limits.reached(vhost.limits, "max-connections", count)
+            if limit is not None:
+                raise errors.vhost_connection_limit(vhost.name, username, limit)
+        user = self.context.broker.users.get(username)
+        if user is not None and user.limits:
+            count = sum(1 for session in sessions if _user_name(session) == username)
+            limit = limits.reached(user.limits, "max-connections", count)
+            if limit is not None:
+                raise errors.user_connection_limit(username, limit)
+
+    def _update_channel_refusal(self) -> None:
+        """Keep the protocol's channel.open refusal in step with the user's max-channels.
+
+        Limits are read live (an API change applies to open connections), and only users with
+        a limit pay for counting their channels across connections.
+        """
+        refusal = None
+        name = self.user.name if self.user is not None else None
+        user = self.context.broker.users.get(name) if name is not None else None
+        if user is not None and user.limits.get("max-channels") is not None:
+            count = sum(
+                len(session.channels)
+                for session in self.context.sessions.values()
+                if _user_name(session) == name
+            )
+            limit = limits.reached(user.limits, "max-channels", count)
+            if limit is not None:
+                refusal = (
+                    f"number of channels opened for user '{name}' has reached the maximum "
+                    f"allowed user limit of ({limit})"
+                )
+        self.proto.channel_open_refusal = refusal
 
     # -- permissions ------------------------------------------------------
 
@@ -367,3 +410,7 @@ def _attach_method(exc: errors.AMQPError, method: Any, channel: int) -> None:
         exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
     if isinstance(exc, errors.SoftError) and not getattr(exc, "channel", 0):
         exc.channel = channel
+
+
+def _user_name(session: Session) -> str | None:
+    return session.user.name if session.user is not None else None

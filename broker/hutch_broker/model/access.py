@@ -50,6 +50,7 @@ class User:
     name: str
     password_hash: str
     tags: list[str] = field(default_factory=list)
+    limits: dict[str, int] = field(default_factory=dict)  # max-connections, max-channels
 
     @property
     def is_administrator(self) -> bool:

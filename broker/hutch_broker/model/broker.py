@@ -8,11 +8,13 @@ real RabbitMQ imports into Hutch unchanged.
 
 from __future__ import annotations
 
+import base64
 import logging
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from hutch_broker.model import access, changes, paging
+from hutch_broker.model import access, changes, limits, paging
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.queues import Queue
@@ -26,6 +28,13 @@ log = logging.getLogger(__name__)
 
 COMPAT_VERSION: Final = "4.0.0"
 FULL_ACCESS: Final = (".*", ".*", ".*")
+
+# Told about each item a recovery import could not apply: (kind, item, reason).
+SetAside = Callable[[str, dict[str, Any], str], None]
+# What applying one stored item can raise when this version no longer accepts it: a policy
+# pattern now refused (PatternError is a ValueError), an argument now validated (AMQPError), a
+# field missing from a hand-edited file (KeyError, TypeError).
+_UNAPPLIABLE: Final = (ValueError, KeyError, TypeError, errors.AMQPError)
 
 
 class Broker:
@@ -43,6 +52,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
+        # Runtime parameters outside any vhost (``/api/global-parameters``), JSON values.
+        self.global_parameters: dict[str, Any] = {}
         self.loopback_users: list[str] = ["guest"]
         # Wired by the server: persistence of definitions and durable queues.
         self.on_definitions_changed: changes.ChangeListener = changes.ignore
@@ -56,6 +67,8 @@ class Broker:
         self.add_vhost("/")
         self.put_user(user, access.hash_password(password), ["administrator"])
         self.set_permission("/", user, *FULL_ACCESS)
+        token = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+        self.set_global_parameter("internal_cluster_id", f"rabbitmq-cluster-id-{token}")
 
     # -- vhosts -------------------------------------------------------
 
@@ -107,11 +120,78 @@ class Broker:
 
     # -- users and permissions ---------------------------------------
 
-    def put_user(self, name: str, password_hash: str, tags: list[str]) -> bool:
-        created = name not in self.users
-        user = self.users[name] = access.User(name, password_hash, tags)
+    def put_user(
+        self,
+        name: str,
+        password_hash: str,
+        tags: list[str],
+        user_limits: dict[str, int] | None = None,
+    ) -> bool:
+        """Create or replace a user; its limits stay unless ``user_limits`` is given."""
+        existing = self.users.get(name)
+        kept = dict(existing.limits) if existing is not None else {}
+        user = access.User(name, password_hash, tags, kept if user_limits is None else user_limits)
+        self.users[name] = user
         self._definitions_changed(Change("users", changes.user_item(user)))
+        return existing is None
+
+    # -- global parameters ---------------------------------------------
+
+    def set_global_parameter(self, name: str, value: Any) -> bool:
+        """Create or replace; True when created. ``cluster_name`` renames the cluster."""
+        created = name not in self.global_parameters
+        self.global_parameters[name] = value
+        self._definitions_changed(Change("global_parameters", {"name": name, "value": value}))
         return created
+
+    def delete_global_parameter(self, name: str) -> bool:
+        if name not in self.global_parameters:
+            return False
+        value = self.global_parameters.pop(name)
+        item = {"name": name, "value": value}
+        self._definitions_changed(Change("global_parameters", item, deleted=True))
+        return True
+
+    @property
+    def display_cluster_name(self) -> str:
+        """The ``cluster_name`` global parameter when set to a string, else the configured one."""
+        chosen = self.global_parameters.get("cluster_name")
+        return chosen if isinstance(chosen, str) and chosen else self.cluster_name
+
+    # -- limits (model/limits.py) ----------------------------------------
+
+    def set_vhost_limit(self, vhost_name: str, name: str, value: int) -> None:
+        vhost = self.get_vhost(vhost_name)
+        vhost.limits[name] = value
+        self._definitions_changed(Change("parameters", changes.vhost_limits_item(vhost)))
+
+    def replace_vhost_limits(self, vhost_name: str, values: dict[str, int]) -> bool:
+        """All of a vhost's limits at once (the ``vhost-limits`` parameter); True if new."""
+        vhost = self.get_vhost(vhost_name)
+        created = not vhost.limits
+        vhost.limits = dict(values)
+        self._definitions_changed(
+            Change("parameters", changes.vhost_limits_item(vhost), deleted=not values)
+        )
+        return created
+
+    def clear_vhost_limit(self, vhost_name: str, name: str) -> None:
+        """Idempotent, as RabbitMQ's DELETE (204 for a limit that was never set)."""
+        vhost = self.get_vhost(vhost_name)
+        if vhost.limits.pop(name, None) is None:
+            return
+        item = changes.vhost_limits_item(vhost)
+        self._definitions_changed(Change("parameters", item, deleted=not vhost.limits))
+
+    def set_user_limit(self, user_name: str, name: str, value: int) -> None:
+        user = self.users[user_name]
+        user.limits[name] = value
+        self._definitions_changed(Change("users", changes.user_item(user)))
+
+    def clear_user_limit(self, user_name: str, name: str) -> None:
+        user = self.users[user_name]
+        if user.limits.pop(name, None) is not None:
+            self._definitions_changed(Change("users", changes.user_item(user)))
 
     def delete_user(self, name: str) -> bool:
         user = self.users.pop(name, None)
@@ -196,7 +276,9 @@ class Broker:
             ],
             "topic_permissions": [],
             "parameters": [],
-            "global_parameters": [],
+            "global_parameters": [
+                {"name": name, "value": value} for name, value in self.global_parameters.items()
+            ],
             "policies": [],
             "queues": [],
             "exchanges": [],
@@ -206,11 +288,23 @@ class Broker:
             _export_vhost(vhost, definitions, durable_only=durable_only)
         return definitions
 
-    def import_definitions(self, definitions: dict[str, Any], *, source: str = "http") -> None:
-        """Idempotent import; raises ValueError with a reason on a bad document."""
+    def import_definitions(
+        self,
+        definitions: dict[str, Any],
+        *,
+        source: str = "http",
+        set_aside: SetAside | None = None,
+    ) -> None:
+        """Idempotent import; raises ValueError with a reason on a bad document.
+
+        With ``set_aside`` (recovery), an item this version cannot apply is handed to it and
+        skipped instead: definitions a previous version accepted and stored must never stop the
+        broker from starting (a refused policy pattern used to brick the restart). Everything
+        else in the document is still applied.
+        """
         if not isinstance(definitions, dict):
             raise ValueError("definitions must be a JSON object")
-        _import(self, definitions, source)
+        _import(self, definitions, source, set_aside)
 
 
 def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool) -> None:
@@ -219,23 +313,22 @@ def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool
     out["parameters"].extend(
         changes.operator_policy_item(name, policy) for policy in vhost.operator_policies.values()
     )
+    if vhost.limits:
+        out["parameters"].append(changes.vhost_limits_item(vhost))
     out["queues"].extend(
         changes.queue_item(name, queue)
         for queue in vhost.queues.values()
-        if queue.exclusive_owner is None and (queue.durable or not durable_only)
+        if changes.queue_exported(queue, durable_only=durable_only)
     )
     out["exchanges"].extend(
         changes.exchange_item(name, exchange)
         for exchange in vhost.exchanges.values()
-        if exchange.name != ""
-        and not exchange.name.startswith("amq.")
-        and (exchange.durable or not durable_only)
+        if changes.exchange_exported(exchange, durable_only=durable_only)
     )
     out["bindings"].extend(
         changes.binding_item(name, binding)
         for binding in vhost.bindings()
-        if getattr(binding.destination, "exclusive_owner", None) is None
-        and (binding.durable or not durable_only)
+        if changes.binding_exported(binding, durable_only=durable_only)
     )
 
 
@@ -246,60 +339,108 @@ def _items(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _import(broker: Broker, definitions: dict[str, Any], source: str) -> None:
-    for item in _items(definitions, "vhosts"):
-        broker.add_vhost(
-            str(item["name"]),
-            description=str(item.get("description", "")),
-            tags=_tags(item.get("tags")),
-            default_queue_type=str(item.get("default_queue_type", "classic")),
-        )
-    for item in _items(definitions, "users"):
-        broker.put_user(str(item["name"]), str(item["password_hash"]), _tags(item.get("tags")))
-    for item in _items(definitions, "permissions"):
-        broker.set_permission(
-            str(item["vhost"]),
-            str(item["user"]),
-            str(item["configure"]),
-            str(item["write"]),
-            str(item["read"]),
-        )
-    for item in _items(definitions, "policies"):
-        _import_policy(broker, item, operator=False)
-    for item in _items(definitions, "parameters"):
-        if item.get("component") == "operator_policy":
-            value = dict(item.get("value", {}))
-            value.update(vhost=item["vhost"], name=item["name"])
-            _import_policy(broker, value, operator=True)
-    for item in _items(definitions, "exchanges"):
-        vhost = broker.get_vhost(str(item["vhost"]))
-        vhost.declare_exchange(
-            str(item["name"]),
-            str(item.get("type", "direct")),
-            durable=bool(item.get("durable", True)),
-            auto_delete=bool(item.get("auto_delete", False)),
-            internal=bool(item.get("internal", False)),
-            arguments=item.get("arguments") or {},
-        )
-    for item in _items(definitions, "queues"):
-        vhost = broker.get_vhost(str(item["vhost"]))
-        vhost.declare_queue(
-            str(item["name"]),
-            durable=bool(item.get("durable", True)),
-            auto_delete=bool(item.get("auto_delete", False)),
-            arguments=item.get("arguments") or {},
-            source=source,
-        )
-    for item in _items(definitions, "bindings"):
-        vhost = broker.get_vhost(str(item["vhost"]))
-        kind = "exchange" if item.get("destination_type") == "exchange" else "queue"
-        destination = vhost.destination(kind, str(item["destination"]))
-        vhost.bind(
-            str(item["source"]),
-            destination,
-            str(item.get("routing_key", "")),
-            item.get("arguments") or {},
-        )
+def _import(
+    broker: Broker, definitions: dict[str, Any], source: str, set_aside: SetAside | None
+) -> None:
+    def each(key: str, kind: str, apply: Callable[[dict[str, Any]], object]) -> None:
+        for item in _items(definitions, key):
+            if set_aside is None:
+                apply(item)
+                continue
+            try:
+                apply(item)
+            except _UNAPPLIABLE as exc:
+                set_aside(kind, item, str(exc) or type(exc).__name__)
+
+    each("vhosts", "vhost", lambda item: _import_vhost(broker, item))
+    each("users", "user", lambda item: _import_user(broker, item))
+    each("permissions", "permission", lambda item: _import_permission(broker, item))
+    each("policies", "policy", lambda item: _import_policy(broker, item, operator=False))
+    each("parameters", "parameter", lambda item: _import_parameter(broker, item))
+    each(
+        "global_parameters",
+        "global-parameter",
+        lambda item: broker.set_global_parameter(str(item["name"]), item["value"]),
+    )
+    each("exchanges", "exchange", lambda item: _import_exchange(broker, item))
+    each("queues", "queue", lambda item: _import_queue(broker, item, source))
+    each("bindings", "binding", lambda item: _import_binding(broker, item))
+
+
+def _import_vhost(broker: Broker, item: dict[str, Any]) -> None:
+    broker.add_vhost(
+        str(item["name"]),
+        description=str(item.get("description", "")),
+        tags=_tags(item.get("tags")),
+        default_queue_type=str(item.get("default_queue_type", "classic")),
+    )
+
+
+def _import_user(broker: Broker, item: dict[str, Any]) -> None:
+    broker.put_user(
+        str(item["name"]),
+        str(item["password_hash"]),
+        _tags(item.get("tags")),
+        limits.validate_all("user", item.get("limits") or {}),
+    )
+
+
+def _import_permission(broker: Broker, item: dict[str, Any]) -> None:
+    broker.set_permission(
+        str(item["vhost"]),
+        str(item["user"]),
+        str(item["configure"]),
+        str(item["write"]),
+        str(item["read"]),
+    )
+
+
+def _import_parameter(broker: Broker, item: dict[str, Any]) -> None:
+    if item.get("component") == limits.VHOST_COMPONENT:
+        vhost = str(item["vhost"])
+        for name, limit in limits.validate_all("vhost", item.get("value") or {}).items():
+            broker.set_vhost_limit(vhost, name, limit)
+        return
+    if item.get("component") == "operator_policy":
+        value = dict(item.get("value", {}))
+        value.update(vhost=item["vhost"], name=item["name"])
+        _import_policy(broker, value, operator=True)
+
+
+def _import_exchange(broker: Broker, item: dict[str, Any]) -> None:
+    vhost = broker.get_vhost(str(item["vhost"]))
+    vhost.declare_exchange(
+        str(item["name"]),
+        str(item.get("type", "direct")),
+        durable=bool(item.get("durable", True)),
+        auto_delete=bool(item.get("auto_delete", False)),
+        internal=bool(item.get("internal", False)),
+        arguments=item.get("arguments") or {},
+    )
+
+
+def _import_queue(broker: Broker, item: dict[str, Any], source: str) -> None:
+    vhost = broker.get_vhost(str(item["vhost"]))
+    vhost.declare_queue(
+        str(item["name"]),
+        durable=bool(item.get("durable", True)),
+        auto_delete=bool(item.get("auto_delete", False)),
+        arguments=item.get("arguments") or {},
+        source=source,
+        check_limits=False,
+    )
+
+
+def _import_binding(broker: Broker, item: dict[str, Any]) -> None:
+    vhost = broker.get_vhost(str(item["vhost"]))
+    kind = "exchange" if item.get("destination_type") == "exchange" else "queue"
+    destination = vhost.destination(kind, str(item["destination"]))
+    vhost.bind(
+        str(item["source"]),
+        destination,
+        str(item.get("routing_key", "")),
+        item.get("arguments") or {},
+    )
 
 
 def _tags(value: Any) -> list[str]:

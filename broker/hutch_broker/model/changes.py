@@ -61,16 +61,34 @@ def json_safe(value: Any) -> Any:
 # -- what the durable export keeps --------------------------------------------------------
 
 
+# One rule for both exports: ``durable_only`` is the on-disk copy (and the journal), without it
+# the ``GET /api/definitions`` export, which also lists transient objects.
+
+
+def queue_exported(queue: Queue, *, durable_only: bool) -> bool:
+    return queue.exclusive_owner is None and (queue.durable or not durable_only)
+
+
+def exchange_exported(exchange: Exchange, *, durable_only: bool) -> bool:
+    builtin = exchange.name == "" or exchange.name.startswith("amq.")
+    return not builtin and (exchange.durable or not durable_only)
+
+
+def binding_exported(binding: Binding, *, durable_only: bool) -> bool:
+    exclusive = getattr(binding.destination, "exclusive_owner", None) is not None
+    return not exclusive and (binding.durable or not durable_only)
+
+
 def queue_persisted(queue: Queue) -> bool:
-    return queue.durable and queue.exclusive_owner is None
+    return queue_exported(queue, durable_only=True)
 
 
 def exchange_persisted(exchange: Exchange) -> bool:
-    return exchange.durable and exchange.name != "" and not exchange.name.startswith("amq.")
+    return exchange_exported(exchange, durable_only=True)
 
 
 def binding_persisted(binding: Binding) -> bool:
-    return binding.durable and getattr(binding.destination, "exclusive_owner", None) is None
+    return binding_exported(binding, durable_only=True)
 
 
 # -- items, one builder per section --------------------------------------------------------
@@ -92,7 +110,17 @@ def user_item(user: access.User) -> dict[str, Any]:
         "password_hash": user.password_hash,
         "hashing_algorithm": access.HASHING_ALGORITHM,
         "tags": list(user.tags),
-        "limits": {},
+        "limits": dict(user.limits),
+    }
+
+
+def vhost_limits_item(vhost: VirtualHost) -> dict[str, Any]:
+    """Vhost limits travel as the vhost's runtime parameter ``vhost-limits``/``limits``."""
+    return {
+        "value": dict(vhost.limits),
+        "vhost": vhost.name,
+        "component": "vhost-limits",
+        "name": "limits",
     }
 
 

@@ -13,10 +13,7 @@ from typing import Any
 
 from hutch_broker.model.messages import Message
 from hutch_broker.protocol import properties, rewrite
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+from hutch_broker.protocol.strings import text as _text
 
 
 def existing_deaths(message: Message) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """Paging message bodies out of memory under memory pressure (issue 4, MEM).
 
 A queue can hold far more than the memory watermark: while the pager is
-active (memory use above ``PAGING_RATIO`` of the watermark, like RabbitMQ's
+active (memory use above ``memory.PAGING_RATIO`` of the watermark, like RabbitMQ's
 ``vm_memory_high_watermark_paging_ratio``), every queue keeps only its first
 ``KEEP_IN_MEMORY`` ready messages with bodies; the rest are written to a
 paging store and replaced by a body-less stub.  Bodies come back one by one
@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from hutch_broker.store import MessageStore, QueueStore
 
-PAGING_RATIO: Final = 0.5
 KEEP_IN_MEMORY: Final = 1024  # messages at the head of a queue that keep their bodies ...
 KEEP_BYTES: Final = 4 * 1024 * 1024  # ... and no more than this many body bytes
 

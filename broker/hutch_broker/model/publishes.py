@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import PUBLISH_REJECTED, PUBLISH_SYNC, Queue
 from hutch_broker.protocol import errors, properties, rewrite
+from hutch_broker.protocol.strings import text as _text
 
 if TYPE_CHECKING:
     from hutch_broker.model.exchanges import Exchange
@@ -94,10 +95,6 @@ def routing_keys(message: Message) -> list[str]:
         if isinstance(extra, list):
             keys.extend(_text(key) for key in extra if isinstance(key, str | bytes))
     return keys
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def strip_bcc(message: Message) -> Message:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from hutch_broker.protocol.strings import text
+
 # Keys where the conservative (lesser) value wins when two sources set them.
 LESSER_WINS: Final = (
     "expires",
@@ -35,9 +37,8 @@ class QueueSettings:
 
 
 def _text(value: Any) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else None
+    """A string argument as text; None for any other type (the caller reports it)."""
+    return text(value) if isinstance(value, str | bytes) else None
 
 
 def _number(value: Any) -> int | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
-from hutch_broker.model import changes, deadletter, paging
+from hutch_broker.model import changes, deadletter, limits, paging
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.changes import Change
@@ -56,6 +56,7 @@ class VirtualHost:
         self.description = description
         self.tags = list(tags)
         self.default_queue_type = default_queue_type
+        self.limits: dict[str, int] = {}  # max-connections, max-queues (model/limits.py)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.policies: dict[str, policies_mod.Policy] = {}
@@ -186,11 +187,14 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
         now_ms: int | None = None,
         source: str = "amqp",
+        check_limits: bool = True,
     ) -> tuple[Queue, bool]:
         """Create or check a queue; returns (queue, created) (Q-1..Q-3).
 
         The declare counts as a use (EXP-1): a queue with ``x-expires`` starts its lease now,
         the vhost's clock when no time is given (a definitions import), never at 0.
+        ``check_limits=False`` (definitions import and recovery) skips the vhost's
+        max-queues: queues that exist on disk are never refused for a limit set later.
         """
         if now_ms is None:
             now_ms = self.clock()
@@ -217,6 +221,12 @@ class VirtualHost:
         if name.startswith("amq.") and not generated:
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args_mod.validate_queue_arguments(name, self.name, arguments)
+        limit = limits.reached(self.limits, "max-queues", len(self.queues))
+        if check_limits and limit is not None:
+            raise errors.precondition_failed(
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
+                "is reached"
+            )
         queue = Queue(
             name,
             vhost=self.name,
@@ -311,7 +321,7 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> Binding:
         if source_name == "":
-            raise errors.access_refused("operation not permitted on the default exchange")
+            raise errors.default_exchange_refused()
         source = self.get_exchange(source_name)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
         existing = source.bindings.get(binding.identity)
@@ -330,7 +340,7 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> None:
         if source_name == "":
-            raise errors.access_refused("operation not permitted on the default exchange")
+            raise errors.default_exchange_refused()
         source = self.get_exchange(source_name)
         binding = source.bindings.get(binding_identity(destination, routing_key, arguments))
         if binding is not None:

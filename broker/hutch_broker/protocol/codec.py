@@ -48,7 +48,6 @@ UINT32 = struct.Struct(">I")
 CONTENT_PREFIX = struct.Struct(">HHQ")  # class id, weight, body size
 
 # Method indexes as pamqp numbers them: class_id << 16 | method_id.
-CHANNEL_OPEN = commands.Channel.Open.index
 CHANNEL_CLOSE = commands.Channel.Close.index
 CHANNEL_CLOSE_OK = commands.Channel.CloseOk.index
 BASIC_PUBLISH = commands.Basic.Publish.index

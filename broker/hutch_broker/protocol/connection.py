@@ -43,6 +43,8 @@ Rules (RabbitMQ's reader, rabbit_reader.erl, and the spec):
    events, basic.publish starts content assembly (below), channel.open again is 504, channel.close
    is answered with close-ok and frees the number (``ChannelCloseRequested``), and a method only a
    server sends (deliver, declare-ok, a stray close-ok, ...) is 503 ``unimplemented method``.
+   While ``channel_open_refusal`` is set (dispatch keeps it current: a user's max-channels),
+   channel.open is 530 with that text instead.
    Closing (after ``close_channel``): every frame is discarded except channel.close (answered with
    close-ok) and channel.close-ok, which frees the number (``ChannelCloseConfirmed``).  Channel
    numbers above the negotiated channel_max are 530.
@@ -196,6 +198,9 @@ class Connection:
         self._frame_max = frame_max
         self._heartbeat = heartbeat
         self._channels: dict[int, _Channel] = {}
+        # Set by dispatch when no further channel may open (a user's max-channels limit):
+        # the next channel.open is refused with 530 and this text instead of open-ok.
+        self.channel_open_refusal: str | None = None
         self._closing: set[int] = set()
         self._deliver_heads: dict[tuple[int, str | bytes], codec.DeliverHead] = {}
         self._valid_properties: set[bytes] = set()
@@ -578,7 +583,6 @@ class Connection:
                 channel.exchange,
                 channel.routing_key,
                 channel.mandatory,
-                False,
                 channel.raw_properties,
                 bytes(self._buffer[start:end]),
             )
@@ -611,7 +615,6 @@ class Connection:
             channel.exchange,
             channel.routing_key,
             channel.mandatory,
-            False,
             raw_properties,
             body,
         )
@@ -652,6 +655,8 @@ class Connection:
                 f"({self._channel_max})",
                 method=method,
             )
+        if self.channel_open_refusal is not None:
+            raise errors.not_allowed(self.channel_open_refusal, method=method)
         self._channels[channel] = _Channel(channel)
         self._send(channel, commands.Channel.OpenOk())
         return events.ChannelOpened(channel=channel)

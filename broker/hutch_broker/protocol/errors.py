@@ -20,6 +20,8 @@ errors with RabbitMQ's names; pass ``method=`` (a pamqp method or method class) 
 
 from __future__ import annotations
 
+from typing import Final
+
 from pamqp import base
 
 _MAX_REPLY_TEXT = 255
@@ -154,6 +156,14 @@ def no_route(detail: str, *, method: MethodRef = None, channel: int | None = Non
     return _soft(312, detail, method, channel)
 
 
+DEFAULT_EXCHANGE_REFUSAL: Final = "operation not permitted on the default exchange"
+
+
+def default_exchange_refused() -> SoftError:
+    """403 for anything but publishing to the default exchange (AMQP and HTTP say the same)."""
+    return access_refused(DEFAULT_EXCHANGE_REFUSAL)
+
+
 def access_refused(
     detail: str, *, method: MethodRef = None, channel: int | None = None
 ) -> SoftError:
@@ -237,6 +247,19 @@ def login_refused(mechanism: str) -> HardError:
 
 def vhost_not_found(vhost: str) -> HardError:
     return HardError(530, f"NOT_ALLOWED - vhost {vhost} not found", 10, 40)
+
+
+def vhost_connection_limit(vhost: str, username: str, limit: int) -> HardError:
+    detail = (
+        f"access to vhost '{vhost}' refused for user '{username}': connection limit ({limit}) "
+        "is reached"
+    )
+    return HardError(530, f"NOT_ALLOWED - {detail}", 10, 40)
+
+
+def user_connection_limit(username: str, limit: int) -> HardError:
+    detail = f"connection refused for user '{username}': user connection limit ({limit}) is reached"
+    return HardError(530, f"NOT_ALLOWED - {detail}", 10, 40)
 
 
 def vhost_access_refused(vhost: str, username: str) -> HardError:

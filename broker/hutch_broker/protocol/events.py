@@ -85,15 +85,14 @@ class PublishReceived:
     """A whole published message: basic.publish + content header + body frames.
 
     ``raw_properties`` is the content header from the property flags on, byte for byte as the
-    publisher sent it (IMPL-1); read it with ``protocol.properties``.  ``immediate`` is always
-    False: ``immediate=true`` is refused with 540 before the content arrives.
+    publisher sent it (IMPL-1); read it with ``protocol.properties``.  There is no
+    ``immediate``: ``immediate=true`` is refused with 540 before the content arrives.
     """
 
     channel: int
     exchange: str
     routing_key: str
     mandatory: bool
-    immediate: bool
     raw_properties: bytes
     body: bytes
 

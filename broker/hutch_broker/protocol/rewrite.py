@@ -132,10 +132,6 @@ def encode_value(value: Any) -> bytes:
     raise TypeError(f"cannot encode {type(value).__name__} in a field table")
 
 
-def encode_timestamp(seconds: int) -> bytes:
-    return b"T" + struct.pack(">Q", seconds)
-
-
 # -- edits ---------------------------------------------------------------------
 
 

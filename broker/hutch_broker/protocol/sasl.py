@@ -10,6 +10,7 @@ from __future__ import annotations
 from pamqp import commands, decode
 
 from hutch_broker.protocol import codec, errors
+from hutch_broker.protocol.strings import text as _text
 
 MECHANISMS = "AMQPLAIN PLAIN"
 _START_OK = commands.Connection.StartOk
@@ -47,7 +48,3 @@ def _amqplain(response: bytes) -> tuple[str, str]:
             "AMQPLAIN auth info is missing LOGIN or PASSWORD field", method=_START_OK
         )
     return _text(login), _text(password)
-
-
-def _text(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode("utf-8", "replace")

@@ -16,6 +16,7 @@ released.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
 import signal
@@ -98,12 +99,36 @@ class BrokerServer:
                 user=self.config.default_user, password=self.config.default_pass
             )
         else:
-            self.broker.import_definitions(stored, source="amqp")
+            self.broker.import_definitions(
+                stored, source="amqp", set_aside=self._set_aside_definition
+            )
         self._recover_messages()
         self.broker.on_definitions_changed = self._definitions_changed
         self.broker.on_queue_created = self._queue_created
         self.broker.on_queue_deleted = self._queue_deleted
         self._compact_definitions()  # start from a fresh snapshot and an empty journal
+
+    def _set_aside_definition(self, kind: str, item: dict[str, Any], reason: str) -> None:
+        """A stored definition this version refuses: kept in the quarantine, not applied.
+
+        The start-up compaction then writes definitions without it, so it is asked about once.
+        A durable queue set aside here has its message log set aside too (set_aside_unclaimed).
+        """
+        name = item.get("name", item.get("user", ""))
+        entry = self.store.quarantine.keep(
+            json.dumps(item, indent=2, sort_keys=True).encode(),
+            name=f"{kind}.json",
+            label=f"definition-{kind}",
+            reason=f"recovery could not apply this {kind} ({name!r}): {reason}",
+        )
+        log.error(
+            "recovery: %s %r in vhost %r not applied and set aside in %s: %s",
+            kind,
+            name,
+            item.get("vhost", ""),
+            entry,
+            reason,
+        )
 
     def _recover_messages(self) -> None:
         live: set[tuple[str, str]] = set()
@@ -380,7 +405,12 @@ class BrokerServer:
             data_dir=str(config.data_dir),
             disk_free_limit=config.disk_free_limit,
         )
-        app = make_app(self.context, memory=self.resources, node=node)
+        app = make_app(
+            self.context,
+            memory=self.resources,
+            node=node,
+            operator_policy_changes_disabled=self.config.operator_policy_changes_disabled,
+        )
         app.middlewares.append(self._durable_replies_middleware())  # innermost
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()

@@ -28,7 +28,6 @@ def test_single_frame_publish(running, frames):
         exchange="amq.topic",
         routing_key="a.b",
         mandatory=False,
-        immediate=False,
         raw_properties=PROPS.marshal(),
         body=b"hello",
     )

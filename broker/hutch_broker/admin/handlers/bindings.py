@@ -102,10 +102,7 @@ async def create_binding(request: web.Request) -> web.Response:
     arguments = bodies.arguments(body)
     auth.check(admin.broker, user, vhost.name, "write", _kind(request), destination.name)
     auth.check(admin.broker, user, vhost.name, "read", "exchange", source.name)
-    try:
-        binding = vhost.bind(source.name, destination, routing_key, arguments)
-    except amqp_errors.AMQPError as exc:
-        raise errors.from_amqp(exc) from None
+    binding = vhost.bind(source.name, destination, routing_key, arguments)
     return web.Response(status=201, headers={"Location": _location(request, binding, vhost.name)})
 
 
@@ -126,7 +123,7 @@ async def delete_binding(request: web.Request) -> web.Response:
     vhost = support.vhost_to_write(request)
     source, destination = _ends(request, vhost)
     if source is vhost.default_exchange:
-        raise errors.not_authorized("operation not permitted on the default exchange")
+        raise errors.not_authorized(amqp_errors.DEFAULT_EXCHANGE_REFUSAL)
     binding = bindings_view.find(
         bindings_view.between(source, destination), support.path(request, "props")
     )

@@ -31,7 +31,7 @@ def _exchange(vhost: VirtualHost, name: str) -> Exchange:
 
 def _builtin_refusal(vhost: VirtualHost, name: str) -> errors.ApiError | None:
     if name == "":
-        return errors.not_authorized("operation not permitted on the default exchange")
+        return errors.not_authorized(amqp_errors.DEFAULT_EXCHANGE_REFUSAL)
     if name.startswith("amq.") and name in vhost.exchanges:
         return errors.not_authorized(
             f"deletion of system exchange '{name}' in vhost '{vhost.name}' not allowed"
@@ -76,19 +76,16 @@ async def put_exchange(request: web.Request) -> web.Response:
     internal = bodies.boolean(body, "internal", False)
     arguments = bodies.arguments(body)
     if name == "":
-        raise errors.not_authorized("operation not permitted on the default exchange")
+        raise errors.not_authorized(amqp_errors.DEFAULT_EXCHANGE_REFUSAL)
     auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
-    try:
-        exchange, created = vhost.declare_exchange(
-            name,
-            kind,
-            durable=durable,
-            auto_delete=auto_delete,
-            internal=internal,
-            arguments=arguments,
-        )
-    except amqp_errors.AMQPError as exc:
-        raise errors.from_amqp(exc) from None
+    exchange, created = vhost.declare_exchange(
+        name,
+        kind,
+        durable=durable,
+        auto_delete=auto_delete,
+        internal=internal,
+        arguments=arguments,
+    )
     if created:
         exchange.declared_by = user.name
     return support.created_or_updated(created)
@@ -105,10 +102,7 @@ async def delete_exchange(request: web.Request) -> web.Response:
     _exchange(vhost, name)
     auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
     if_unused = bodies.query_flag(request.query.get("if-unused"))
-    try:
-        vhost.delete_exchange(name, if_unused=if_unused)
-    except amqp_errors.AMQPError as exc:
-        raise errors.from_amqp(exc) from None
+    vhost.delete_exchange(name, if_unused=if_unused)
     return support.no_content()
 
 

@@ -11,7 +11,7 @@ import resource
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, errors, memory, messaging
+from hutch_broker.admin import auth, bodies, errors, memory, messaging
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.state import AdminState
 from hutch_broker.admin.views import overview as overview_view
@@ -52,7 +52,7 @@ async def get_overview(request: web.Request) -> web.Response:
     admin = support.state(request)
     context = admin.context
     item = overview_view.overview(
-        cluster_name=admin.node_name,
+        cluster_name=admin.broker.display_cluster_name,
         vhosts=auth.visible_vhosts(admin.broker, support.user(request)),
         stats=context.stats,
         connections=len(context.sessions),
@@ -64,7 +64,17 @@ async def get_overview(request: web.Request) -> web.Response:
 
 @routes.get("/api/cluster-name")
 async def get_cluster_name(request: web.Request) -> web.Response:
-    return support.json_response({"name": support.state(request).node_name})
+    return support.json_response({"name": support.state(request).broker.display_cluster_name})
+
+
+@routes.put("/api/cluster-name")
+async def put_cluster_name(request: web.Request) -> web.Response:
+    """Stored as the ``cluster_name`` global parameter, as RabbitMQ does; nodes keep their names."""
+    auth.require_admin(support.user(request))
+    body = await support.body(request)
+    name = bodies.string(body, "name")
+    support.state(request).broker.set_global_parameter("cluster_name", name)
+    return support.no_content()
 
 
 @routes.get("/api/nodes")

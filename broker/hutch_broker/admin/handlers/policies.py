@@ -101,6 +101,8 @@ def _put(*, operator: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         broker, user = support.state(request).broker, support.user(request)
         vhost = _vhost(broker, user, support.path(request, "vhost"), operator=operator)
+        if operator:
+            support.require_operator_policy_changes(request)
         name = support.path(request, "name")
         body = await support.body(request)
         policy = parse_policy(body, vhost=vhost.name, name=name, operator=operator)
@@ -115,6 +117,8 @@ def _delete(*, operator: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         broker, user = support.state(request).broker, support.user(request)
         vhost = _vhost(broker, user, support.path(request, "vhost"), operator=operator)
+        if operator:
+            support.require_operator_policy_changes(request)
         if not vhost.delete_policy(support.path(request, "name"), operator=operator):
             raise errors.not_found()
         return support.no_content()

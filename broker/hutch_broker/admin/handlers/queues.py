@@ -18,7 +18,6 @@ from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.admin.views import queues as queues_view
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
-from hutch_broker.protocol import errors as amqp_errors
 
 routes = web.RouteTableDef()
 
@@ -31,10 +30,7 @@ def _queue(vhost: VirtualHost, name: str) -> Queue:
 
 
 def _not_exclusive(vhost: VirtualHost, queue: Queue) -> None:
-    try:
-        vhost.check_exclusive(queue, None)
-    except amqp_errors.AMQPError as exc:
-        raise errors.from_amqp(exc) from None
+    vhost.check_exclusive(queue, None)
 
 
 @routes.get("/api/queues")
@@ -75,17 +71,14 @@ async def put_queue(request: web.Request) -> web.Response:
     auto_delete = bodies.boolean(body, "auto_delete", False)
     arguments = bodies.arguments(body)
     auth.check(admin.broker, user, vhost.name, "configure", "queue", name)
-    try:
-        _, created = vhost.declare_queue(
-            name,
-            durable=durable,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            now_ms=admin.now_ms(),
-            source="http",
-        )
-    except amqp_errors.AMQPError as exc:
-        raise errors.from_amqp(exc) from None
+    _, created = vhost.declare_queue(
+        name,
+        durable=durable,
+        auto_delete=auto_delete,
+        arguments=arguments,
+        now_ms=admin.now_ms(),
+        source="http",
+    )
     return support.created_or_updated(created)
 
 
@@ -104,10 +97,7 @@ async def put_queue_arguments(request: web.Request) -> web.Response:
     arguments = bodies.arguments(body)
     auth.check(admin.broker, user, vhost.name, "configure", "queue", queue.name)
     _not_exclusive(vhost, queue)
-    try:
-        vhost.update_queue_limits(queue.name, arguments)
-    except amqp_errors.AMQPError as exc:
-        raise errors.from_amqp(exc) from None
+    vhost.update_queue_limits(queue.name, arguments)
     return support.no_content()
 
 
@@ -118,14 +108,11 @@ async def delete_queue(request: web.Request) -> web.Response:
     queue = _queue(vhost, support.path(request, "queue"))
     auth.check(admin.broker, user, vhost.name, "configure", "queue", queue.name)
     _not_exclusive(vhost, queue)
-    try:
-        vhost.delete_queue(
-            queue.name,
-            if_unused=bodies.query_flag(request.query.get("if-unused")),
-            if_empty=bodies.query_flag(request.query.get("if-empty")),
-        )
-    except amqp_errors.AMQPError as exc:
-        raise errors.from_amqp(exc) from None
+    vhost.delete_queue(
+        queue.name,
+        if_unused=bodies.query_flag(request.query.get("if-unused")),
+        if_empty=bodies.query_flag(request.query.get("if-empty")),
+    )
     return support.no_content()
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, bodies, listing
+from hutch_broker.admin import auth, bodies, errors, listing
 from hutch_broker.admin.state import STATE, USER, AdminState
 from hutch_broker.model import access
 from hutch_broker.model.vhosts import VirtualHost
@@ -31,6 +31,13 @@ def user(request: web.Request) -> access.User:
 
 def path(request: web.Request, name: str) -> str:
     return request.match_info[name]
+
+
+def require_operator_policy_changes(request: web.Request) -> None:
+    """``management.restrictions.operator_policy_changes.disabled``: PUT and DELETE of
+    operator policies are not allowed methods (405), as RabbitMQ 3.11+ answers."""
+    if state(request).operator_policy_changes_disabled:
+        raise errors.method_not_allowed(request.method)
 
 
 def vhost_to_read(request: web.Request) -> VirtualHost:

@@ -1,0 +1,110 @@
+"""The benchmarks' method: alternating rounds, medians with spread, ratios paired by round.
+
+Why: a benchmark that passes only in one order is noise. These pin the pure parts that make the
+figures order-independent (bench/rounds.py) and the table and report that read repeated rounds
+(bench/report.py), without starting a broker.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import report  # noqa: E402
+import rounds  # noqa: E402
+
+
+def test_the_broker_order_alternates_from_round_to_round() -> None:
+    assert rounds.orders(["rabbitmq", "hutch"], 3) == [
+        ["rabbitmq", "hutch"],
+        ["hutch", "rabbitmq"],
+        ["rabbitmq", "hutch"],
+    ]
+    assert rounds.orders(["hutch"], 2) == [["hutch"], ["hutch"]]
+    with pytest.raises(ValueError, match="at least 1"):
+        rounds.orders(["hutch"], 0)
+
+
+def test_a_summary_is_the_median_with_its_range() -> None:
+    spread = rounds.summarize([30.0, 10.0, 20.0, 100.0])
+    assert (spread.n, spread.median, spread.low, spread.high) == (4, 25.0, 10.0, 100.0)
+    assert spread.relative == pytest.approx(90 / 25)
+    assert spread.text(" msg/s") == "25 msg/s (10-100, n=4)"
+    assert rounds.summarize([7.0]).text() == "7 (n=1)"
+    with pytest.raises(ValueError, match="no samples"):
+        rounds.summarize([])
+
+
+def test_ratios_are_paired_by_round_not_divided_as_medians() -> None:
+    # Round 2 was slow for both (a neighbour's burst). Paired, two rounds of three say 1.5x;
+    # dividing the medians (110 / 100) would say 1.1x.
+    hutch = [150.0, 30.0, 110.0]
+    rabbitmq = [100.0, 20.0, 110.0]
+    paired = rounds.ratios(hutch, rabbitmq)
+    assert (paired.median, paired.low, paired.high) == (1.5, 1.0, 1.5)
+    with pytest.raises(ValueError, match="not paired"):
+        rounds.ratios([1.0], [1.0, 2.0])
+
+
+def test_load_reads_the_load_average_and_runnable_processes(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text("cpu  1 2 3\nprocs_running 4\nprocs_blocked 0\n")
+    seen = rounds.load(tmp_path)
+    assert seen["procs_running"] == 3
+    assert len(seen["loadavg"]) == 3
+    text = rounds.busiest([{"load": {"loadavg": [0.5, 0, 0], "procs_running": 1}}], cpus=2)
+    assert (
+        text
+        == "1-min load average 0.50-0.50 on 2 CPUs, other runnable processes at sample start 1-1"
+    )
+
+
+def _run(broker: str, round_index: int, consumed: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "broker": broker,
+        "scenario": 1,
+        "tool": "loadgen",
+        "round": round_index,
+        "publish_rate": consumed,
+        "consume_rate": consumed,
+        "peak_rss_bytes": (round_index + 1) * 2**20,
+        **extra,
+    }
+
+
+def test_the_table_shows_medians_ranges_and_the_paired_ratio() -> None:
+    runs = [
+        _run("rabbitmq", 0, 100.0),
+        _run("hutch", 0, 150.0),
+        _run("hutch", 1, 30.0),
+        _run("rabbitmq", 1, 20.0),
+        _run("rabbitmq", 2, 110.0),
+        _run("hutch", 2, 110.0),
+    ]
+    text = report.table(runs, ["rabbitmq", "hutch"])
+    row = text.splitlines()[2]
+    assert "100 / 100 (20-110, 3)" in row  # RabbitMQ: median of 100, 20, 110
+    assert "110 / 110 (30-150, 3)" in row  # Hutch: median of 150, 30, 110
+    assert "1.50 (1.00-1.50)" in row  # per round: 1.5, 1.5, 1.0
+    assert "3 MiB" in row  # the highest peak RSS of the rounds
+
+
+def test_a_failed_round_is_left_out_of_the_ratio_and_shown() -> None:
+    runs = [
+        _run("rabbitmq", 0, 100.0),
+        _run("hutch", 0, 150.0),
+        _run("rabbitmq", 1, 100.0),
+        {**_run("hutch", 1, 0.0), "error": "hutch died during the run"},
+    ]
+    report.number_failures(runs)
+    grouped = report.group(runs)[(1, "loadgen")]
+    ratio = report.paired_ratio(grouped["hutch"], grouped["rabbitmq"])
+    assert ratio is not None and (ratio.n, ratio.median) == (1, 1.5)
+    assert "1 FAILED [1]" in report.table(runs, ["rabbitmq", "hutch"])
+    merged = report.median_run(grouped["hutch"])
+    assert merged["consume_rate"] == 150.0 and merged["n"] == 1
