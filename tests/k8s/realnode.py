@@ -814,18 +814,24 @@ def cleanup(run_dir: Path) -> None:
 
 
 def leftovers(run_dir: Path, socket: str, cgroup_name: str, state: NodeState | None) -> list[str]:
-    """What a clean teardown must not leave: for tests and the teardown's own check."""
+    """What a clean teardown must not leave: for tests and the teardown's own check.
+
+    Without ``state`` this run never touched the host (it was still waiting for the node lock),
+    so the machine-wide pieces (bridge, CNI cache, nft tables) belong to another run: only what
+    is keyed by this run is checked.
+    """
     found = [f"mount {p}" for p in mounts_under(run_dir)]
     found += [f"shim pid {pid}" for pid, _ in our_shims(socket)]
     found += [f"cgroup {p}" for p in _cgroup_dirs(cgroup_name)]
+    found += [f"log link {link}" for link in our_log_links(run_dir)]
+    if state is None:
+        return found
     if ip("link", "show", BRIDGE, check=False).returncode == 0:
         found.append(f"bridge {BRIDGE}")
     if CNI_CACHE.is_dir():
         found += [f"CNI cache {p}" for p in CNI_CACHE.glob(f"{CNI_NETWORK}-*")]
-    found += [f"log link {link}" for link in our_log_links(run_dir)]
-    if state is not None:
-        found += [f"host path {p}" for p in state.absent_paths if Path(p).exists()]
-        found += leftover_chains(state.kubelet_chains)
+    found += [f"host path {p}" for p in state.absent_paths if Path(p).exists()]
+    found += leftover_chains(state.kubelet_chains)
     return found + kube_proxy_tables()
 
 
