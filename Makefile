@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 bootstrap:
 	@bash scripts/bootstrap.sh
 
-## The main job: the whole chain on a local control plane and a summary (ARGS=--keep keeps it up).
+## The main job: the whole chain in real containers on a local node, then a summary (ARGS=--keep keeps it up).
 run: bootstrap
 	@bash scripts/quickstart.sh $(ARGS)
 
@@ -37,15 +37,15 @@ k8s-bins:
 	@bash scripts/install-node-deps.sh
 	@bash tests/k8s/build-binaries.sh
 
-## The node tier's images (pause, hutch-broker) from docker/*.Dockerfile, without Docker; cached.
+## The node tier's images (pause, hutch-broker, hutch-operator) from docker/*.Dockerfile, without Docker; cached.
 images: bootstrap k8s-bins
-	$(PY) tests/k8s/images.py build pause broker
+	$(PY) tests/k8s/images.py build pause broker operator
 
 ## A local control plane for manual work (Ctrl-C stops it).
 plane: bootstrap k8s-bins
 	$(PY) tests/k8s/plane.py up --tier workloads
 
-## The chain under pytest; E2E_KUBECONFIG=path runs it on kind or any cluster.
+## The chain under pytest on the local real node; E2E_KUBECONFIG=path runs it on kind or any cluster.
 e2e: bootstrap k8s-bins
 	$(PY) -m pytest e2e -m e2e $(if $(E2E_KUBECONFIG),--kubeconfig=$(E2E_KUBECONFIG))
 

@@ -1,16 +1,17 @@
-"""e2e fixtures: the quickstart's chain (hutch_testing.chain) against a real control plane.
+"""e2e fixtures: the quickstart's chain (hutch_testing.chain) on a cluster with real Pods.
 
 Why: the e2e suite checks the mission end to end through the very steps the quickstart runs:
-CRDs, the operator as a process, the Broker from examples/broker.yaml, the broker it configured,
-the examples' topology, then per-test objects. One plane, one operator and two Brokers serve the
-whole run (``hutch`` from the examples, ``hutch-small`` for the watermark test), so the suite
-pays the start-up once.
+CRDs, the operator installed with Helm (its Pod), the Broker from examples/broker.yaml (its
+StatefulSet's Pod), the examples' topology, then per-test objects. One plane, one operator
+release and two Brokers serve the whole run (``hutch`` from the examples, ``hutch-small`` for
+the watermark test), so the suite pays the start-up once.
 
-Where: the local workloads plane of tests/k8s/plane.py by default (loaded by path, as
-tests/conftest.py does); ``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any cluster
-instead (kind), where brokers are real Pods reached through ``kubectl port-forward``. Under
-``HUTCH_K8S_REQUIRED=1`` (CI) a plane that cannot start, or Spark that cannot run, fails the
-run; locally those tests skip with the reason.
+Where: the local plane's ``node`` tier by default (tests/k8s/plane.py, loaded by path as
+tests/conftest.py does: a real kubelet and containerd; docs/real-node.md); ``--kubeconfig
+PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any cluster instead (kind, with the images loaded by
+``kind load docker-image``). Either way the brokers are reached through ``kubectl
+port-forward`` on loopback. Under ``HUTCH_K8S_REQUIRED=1`` (CI) a node that cannot start, or
+Spark that cannot run, fails the run; locally those tests skip with the reason.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-E2E_TIMEOUT = 300  # seconds per test; the first one also pays for plane and chain start-up
+E2E_TIMEOUT = 300  # seconds per test on a cluster that is up
+# The first local test also pays for the node plane (a cold one debootstraps and builds images).
+LOCAL_E2E_TIMEOUT = 600
 SMALL_BROKER = "hutch-small"
 _FAILED: list[str] = []
 
@@ -68,7 +71,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if local:
             item.add_marker(pytest.mark.k8s)
         if not item.get_closest_marker("timeout"):
-            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+            item.add_marker(pytest.mark.timeout(LOCAL_E2E_TIMEOUT if local else E2E_TIMEOUT))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -94,11 +97,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.fixture(scope="session")
 def e2e_cluster(request: pytest.FixtureRequest) -> clusters.Cluster:
-    """The cluster under test: an external kubeconfig, else the local workloads plane."""
+    """The cluster under test: an external kubeconfig, else the local plane's real node."""
     kubeconfig = request.config.getoption("--kubeconfig")
     if kubeconfig:
         return clusters.external_cluster(Path(kubeconfig))
-    return clusters.local_cluster(request.getfixturevalue("workloads"))
+    return clusters.local_cluster(request.getfixturevalue("node"))
 
 
 @pytest.fixture(scope="session")
@@ -115,7 +118,7 @@ def hutch(
     )
     try:
         line.apply_crds()
-        line.create_namespace(volumes=["2Gi"])  # hutch-small uses an emptyDir
+        line.create_namespace(volumes=["2Gi"])  # one local PV; hutch-small uses an emptyDir
         line.start_operator()
         line.create_broker()
         line.start_broker()
@@ -123,16 +126,18 @@ def hutch(
         yield line
     finally:
         try:
-            if not e2e_cluster.local:  # the local plane is thrown away whole
-                e2e_cluster.kubectl("delete", "namespace", namespace, "--wait", "--timeout=120s")
-        finally:
-            line.stop()
             if _FAILED:
                 _save_logs(line)
+        finally:
+            line.stop()  # external clusters: helm uninstall and the namespace too
 
 
 def _save_logs(line: chain.Chain) -> None:
-    """Operator, broker and job logs next to the plane's, for CI to upload."""
+    """The Pods' logs (operator, brokers), port-forward and job logs, for CI to upload."""
+    try:
+        line.save_logs()
+    except clusters.ClusterError as exc:
+        sys.stderr.write(f"\ne2e: could not read the Pods' logs: {exc}\n")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
     target = ARTIFACTS / f"e2e-{stamp}-{os.getpid()}"
     shutil.copytree(line.work_dir, target, dirs_exist_ok=True, ignore=_no_data)
@@ -140,7 +145,7 @@ def _save_logs(line: chain.Chain) -> None:
 
 
 def _no_data(_directory: str, names: list[str]) -> list[str]:
-    return [n for n in names if n in ("data", "checkpoint", "counts", "hutch-broker.local.conf")]
+    return [n for n in names if n in ("checkpoint", "counts")]
 
 
 @pytest.fixture

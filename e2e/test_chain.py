@@ -176,3 +176,15 @@ def test_immutable_fields_are_refused_by_the_apiserver(hutch: chain.Chain, uniqu
     )  # fmt: skip
     assert result.returncode != 0
     assert "immutable" in result.stderr
+
+
+def test_the_operator_and_the_broker_run_in_real_containers(hutch: chain.Chain) -> None:
+    # What the kubelet reports: a node that is not a kwok fake and the runtime's container IDs
+    # (a kwok Pod is Running without either). The operator is the chart's Deployment.
+    operator, broker, *_ = hutch.pod_facts()
+    assert operator.name.startswith("hutch-operator-")
+    assert broker.name == "hutch-server-0"
+    for pod in (operator, broker):
+        assert pod.node
+        assert not pod.node.startswith("kwok-")
+        assert all(cid.startswith("containerd://") for _, cid in pod.containers), pod

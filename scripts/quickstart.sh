@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The main job in one command: the whole Hutch chain on a local Kubernetes control plane.
+# The main job in one command: the whole Hutch chain in real containers on a local node.
 #
-# Installs what it needs (the venv via bootstrap.sh, the spark extra, Java 17 through apt when
-# run as root), then runs `python -m hutch_testing.quickstart`: CRDs, the operator, a Broker
-# from examples/, the broker process with the config the operator rendered, the examples'
-# topology, JSON events, the Spark job, and a summary. It stops everything it started at the
-# end (also on Ctrl-C). Arguments pass through:
+# Installs what it needs (the venv via bootstrap.sh, the spark extra, Java 17 and the node's
+# Debian packages through apt when run as root), then runs `python -m hutch_testing.quickstart`:
+# the Kubernetes binaries and the images (built once, cached), the local plane with a real node
+# (kubelet, containerd, kube-proxy), the CRDs, `helm install` of the operator, a Broker from
+# examples/ as a StatefulSet Pod, the examples' topology, JSON events published through a
+# port-forward, the Spark job (local mode, on this host), and a summary. It stops everything it
+# started at the end (also on Ctrl-C). Arguments pass through:
 #   --keep          keep it all running and print how to connect (Ctrl-C stops it)
 #   --events N      how many JSON events to publish (default 3000)
-#   --kubeconfig F  use this cluster (kind) instead of the local control plane
+#   --kubeconfig F  use this cluster (kind, images loaded with `kind load`) instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -29,6 +31,12 @@ if ! command -v java >/dev/null 2>&1; then
     echo "quickstart: Spark needs Java 17 or 21: sudo apt-get install -y openjdk-17-jre-headless" >&2
     exit 2
   fi
+fi
+
+# The node tier's Debian packages (containerd, runc, CNI plugins, debootstrap, iptables, nft);
+# a no-op when installed. Without --kubeconfig the quickstart needs them and root.
+if [[ " $* " != *" --kubeconfig"* ]]; then
+  bash scripts/install-node-deps.sh
 fi
 
 exec "$PY" -m hutch_testing.quickstart "$@"

@@ -1,50 +1,60 @@
-"""The Hutch chain as steps: CRDs, namespace, operator, Brokers, their brokers, topology, jobs.
+"""The Hutch chain as steps: CRDs, namespace, operator, Brokers, their Pods, topology, jobs.
 
 Why one class for the quickstart and the e2e suite: both must drive the same chain, and the
 e2e suite is only worth its minutes if it checks what the quickstart shows. A ``Chain`` owns
-one namespace on one cluster, one operator process watching it, and the Brokers named at
-construction (the operator's broker addresses are fixed when it starts). Each step is a method;
-``stop()`` stops every process the chain started, newest first.
+one namespace on one cluster, one operator release in it, and the Brokers named at
+construction. Each step is a method; ``stop()`` stops everything the chain started on this
+host, newest first.
 
-Brokers: on the local plane each Broker's broker is a local process started with the config
-the operator rendered (``restart_broker`` re-reads it after a spec change, as the Pod would be
-rolled by its config hash); on an external cluster it is the real Pod behind a port-forward.
+Everything runs as on a user's cluster: the operator is ``helm install`` of
+charts/hutch-operator (``releases``), each Broker's broker is the Pod of the StatefulSet the
+operator made, and the operator reaches it through its Service name. The cluster is the local
+plane's ``node`` tier (a real kubelet and containerd, tests/k8s/realnode.py) or any kubeconfig
+(kind). Publishers, consumers and the Spark job on this host reach a broker through
+``kubectl port-forward svc/<broker>`` on loopback ports, the same way on both (why not a
+NodePort: docs/real-node.md, "Outside access").
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hutch_testing import brokers, clusters, launchers, management, pipeline
+from hutch_testing import clusters, launchers, localnode, management, pipeline, pods, releases
 
 EXAMPLES = clusters.REPO_ROOT / "examples"
 CRDS = clusters.REPO_ROOT / "crds"
 TOPOLOGY_PLURALS = ["exchanges", "queues", "bindings", "policies", "operatorpolicies"]
+POD_TIMEOUT = 300  # seconds; images are local, so this is the broker's start, never a pull
 
 
 @dataclass
 class BrokerHandle:
-    """One Broker CR and what serves it here."""
+    """One Broker CR, its Pod, and the port-forward that serves it on loopback."""
 
     name: str
     endpoint: launchers.Endpoint = field(default_factory=launchers.Endpoint.allocate)
     rendered: launchers.Rendered | None = None
-    process: brokers.HutchBroker | None = None
     port_forward: launchers.Child | None = None
+    pod_uid: str | None = None
+
+    @property
+    def pod_name(self) -> str:
+        return f"{self.name}-server-0"  # StatefulSet <name>-server, one replica
 
 
 @dataclass
 class Chain:
-    """One namespace, one operator and its Brokers on a cluster, with the processes behind."""
+    """One namespace, one operator release and its Brokers' Pods, with what serves them here."""
 
     cluster: clusters.Cluster
     namespace: str
     work_dir: Path
     broker_names: tuple[str, ...] = ("hutch",)
     brokers: dict[str, BrokerHandle] = field(default_factory=dict)
-    operator: launchers.Child | None = None
+    operator: releases.OperatorRelease | None = None
     jobs: list[launchers.Child] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -83,21 +93,15 @@ class Chain:
         self.cluster.kubectl("wait", "--for=condition=Established", "-f", str(CRDS))
 
     def create_namespace(self, volumes: list[str] | None = None) -> None:
-        """The namespace; on the local plane also PVs for the Brokers' volumes (2Gi each)."""
+        """The namespace; on the local node also a local PV per Broker volume (2Gi each)."""
         self.cluster.create_namespace(self.namespace)
-        if self.cluster.local:
+        if self.cluster.plane is not None:
             sizes = volumes if volumes is not None else ["2Gi"] * len(self.broker_names)
-            clusters.prepare_local_storage(self.cluster, sizes)
+            localnode.provide_volumes(self.cluster, sizes)
 
     def start_operator(self) -> None:
-        settings = launchers.OperatorSettings(
-            namespaces=[self.namespace],
-            addresses={(self.namespace, h.name): h.endpoint for h in self.brokers.values()},
-        )
-        self.operator = launchers.start_operator(
-            self.cluster.kubeconfig, settings, self.logs / "operator.log"
-        )
-        self.remember("operator", self.operator.pid)
+        """``helm install`` of the chart into the namespace; waits for the operator Pod."""
+        self.operator = releases.install(self.cluster, self.namespace, self.work_dir)
 
     # -- brokers -----------------------------------------------------------------------------
 
@@ -112,32 +116,29 @@ class Chain:
         handle.endpoint.password = handle.rendered.password
         return handle.rendered
 
-    def start_broker(self, name: str | None = None, *, timeout: float = 60) -> None:
-        """Local plane: the broker process; external: port-forward to the real Pod."""
+    def start_broker(self, name: str | None = None, *, timeout: float = POD_TIMEOUT) -> None:
+        """Waits for the broker Pod, forwards its Service to loopback, waits Available+Ready."""
         handle = self.brokers[name or self.broker_names[0]]
         if handle.rendered is None:
             raise clusters.ClusterError("create_broker() must run before start_broker()")
-        if self.cluster.local:
-            work_dir = self.work_dir / "brokers" / f"{self.namespace}-{handle.name}-0"
-            handle.process = launchers.start_local_broker(
-                handle.rendered, handle.endpoint, work_dir, f"{handle.name}-default-user"
-            )
-            self.remember(f"broker-{handle.name}", handle.process.pid)
-        else:
-            self.wait_broker("Ready", handle.name, timeout=300)
-            handle.port_forward = launchers.start_port_forward(
-                self.cluster,
-                self.namespace,
-                handle.name,
-                handle.endpoint,
-                self.logs / f"port-forward-{handle.name}.log",
-            )
-            self.remember(f"port-forward-{handle.name}", handle.port_forward.pid)
+        pod = pods.wait_ready(
+            self.cluster, self.namespace, handle.pod_name, timeout=timeout, not_uid=handle.pod_uid
+        )
+        handle.pod_uid = pod["metadata"]["uid"]
+        handle.port_forward = launchers.start_port_forward(
+            self.cluster,
+            self.namespace,
+            handle.name,
+            handle.endpoint,
+            self.logs / f"port-forward-{handle.name}.log",
+        )
+        self.remember(f"port-forward-{handle.name}", handle.port_forward.pid)
         self.wait_broker("Available", handle.name, timeout=timeout)
         self.wait_broker("Ready", handle.name, timeout=timeout)
 
-    def restart_broker(self, name: str, *, timeout: float = 120) -> launchers.Rendered:
-        """After a Broker spec change: wait for the new rendering and serve it (the Pod roll)."""
+    def restart_broker(self, name: str, *, timeout: float = POD_TIMEOUT) -> launchers.Rendered:
+        """After a Broker spec change: the new rendering, then its rolled Pod behind a new
+        port-forward (a port-forward ends with the Pod it was bound to)."""
         handle = self.brokers[name]
         old = handle.rendered.config if handle.rendered else None
         handle.rendered = clusters.wait_for(
@@ -146,12 +147,7 @@ class Chain:
             timeout=timeout,
         )
         self.stop_broker(name)
-        if not self.cluster.local:
-            self.cluster.kubectl(
-                "rollout", "status", "-n", self.namespace,
-                f"statefulset/{handle.name}-server", f"--timeout={int(timeout)}s",
-            )  # fmt: skip
-        self.start_broker(name, timeout=timeout)
+        self.start_broker(name, timeout=timeout)  # waits for a Pod other than the old one
         return handle.rendered
 
     def _changed_rendering(self, name: str, old: str | None) -> launchers.Rendered | None:
@@ -159,10 +155,8 @@ class Chain:
         return rendered if rendered.config != old else None
 
     def stop_broker(self, name: str) -> None:
+        """Ends the port-forward; the Pod is the StatefulSet's to manage."""
         handle = self.brokers[name]
-        if handle.process is not None:
-            handle.process.stop(keep_files=True)
-            handle.process = None
         if handle.port_forward is not None:
             handle.port_forward.stop(grace=2)
             handle.port_forward = None
@@ -199,11 +193,55 @@ class Chain:
         self.remember("spark-job", child.pid)
         return child
 
+    # -- what ran ----------------------------------------------------------------------------
+
+    def pod_facts(self) -> list[pods.PodFacts]:
+        """The operator's and the brokers' Pods as the kubelet reports them, in that order."""
+        found = [self.operator.pod()] if self.operator is not None else []
+        found += [pods.get_pod(self.cluster, self.namespace, h.pod_name) for h in self.started]
+        return [pods.facts(pod) for pod in found if pod is not None]
+
+    @property
+    def started(self) -> list[BrokerHandle]:
+        return [h for h in self.brokers.values() if h.pod_uid is not None]
+
+    def save_logs(self) -> None:
+        """Every Pod's log into ``logs/`` (the processes here already write there)."""
+        pods.save_logs(self.cluster, self.namespace, self.logs)
+
     def stop(self) -> None:
-        """Stops what the chain started, newest first; safe to call twice."""
+        """Stops what the chain started here, newest first; safe to call twice.
+
+        The Pods go with the namespace (external cluster) or with the plane (local).
+        """
         for job in reversed(self.jobs):
             job.stop(grace=5)
-        if self.operator is not None:
-            self.operator.stop()
         for name in reversed(self.broker_names):
             self.stop_broker(name)
+        if self.cluster.plane is None and self.operator is not None:
+            self.remove()  # the local plane goes whole; another cluster keeps nothing of ours
+
+    def remove(self, timeout: float = 120) -> dict[str, float]:
+        """Uninstalls in the order that cannot strand a finalizer; seconds per step.
+
+        The Hutch objects go first, while the operator still runs to release their finalizers
+        (it deletes them from the broker); then the release; then the namespace with the
+        brokers' Pods and PVCs. Deleting the namespace first would remove the operator's Pod
+        (it lives there) with objects still waiting for it, and the namespace would hang.
+        """
+        seconds: dict[str, float] = {}
+        began = time.monotonic()
+        self.cluster.kubectl(
+            "delete", "hutch", "--all", "-n", self.namespace, "--wait",
+            f"--timeout={int(timeout)}s",
+        )  # fmt: skip
+        seconds["objects"] = time.monotonic() - began
+        operator, self.operator = self.operator, None
+        if operator is not None:
+            seconds["release"] = operator.uninstall(timeout=timeout)
+        began = time.monotonic()
+        self.cluster.kubectl(
+            "delete", "namespace", self.namespace, "--wait", f"--timeout={int(timeout)}s"
+        )
+        seconds["namespace"] = time.monotonic() - began
+        return seconds

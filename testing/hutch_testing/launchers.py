@@ -1,12 +1,11 @@
-"""Launchers for the chain's processes: the operator, the broker it configured, port-forwards.
+"""Launchers for the chain's host processes: port-forwards to broker Pods and Spark jobs.
 
-Why: on the local plane a Broker's Pod is a kwok fiction (Running, a fake IP, no container),
-so the chain runs the broker itself as a local process with exactly the configuration the
-operator rendered into ``<broker>-config`` and the user the operator generated into
-``<broker>-default-user`` (test-cluster.md §4.1). On a real cluster the broker is the Pod,
-reached through ``kubectl port-forward``. Either way the operator runs here as a child process
-and reaches the broker at a loopback address through ``HUTCH_BROKER_ADDRESSES``, and every
-process is stopped by its own PID (process group) at the end, never by name.
+Why: the operator and the brokers run in Pods (chain.py), but the publishers, consumers and
+Spark jobs of the quickstart and the e2e suite run on this host. They reach a broker through
+``kubectl port-forward svc/<broker>`` on loopback ports, and every such process is started in
+its own session and stopped by its own PID (process group) at the end, never by name. The
+operator's rendering of a Broker (``<broker>-config``, ``<broker>-default-user``) is read here
+too: the quickstart prints it and the clients log in with it.
 """
 
 from __future__ import annotations
@@ -16,22 +15,16 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from hutch_testing import brokers, clusters, ports, probes, processes
+from hutch_testing import clusters, ports, probes, processes
 
 GRACE_SECONDS = 10.0
 _RUNNING: weakref.WeakSet[Child] = weakref.WeakSet()
 CONFIG_KEY = "hutch-broker.conf"
-# The StatefulSet hands the default user to the container as HUTCH_DEFAULT_USER/PASS; the broker
-# reads users from its config file only, so the local process gets them as config lines.
-CREDENTIAL_LINES = "# the Pod's HUTCH_DEFAULT_USER/HUTCH_DEFAULT_PASS (Secret {secret})\n"
 
 
 @dataclass(eq=False)  # hashable by identity: tracked in a WeakSet
@@ -126,67 +119,6 @@ class Endpoint(processes.Addressed):
         amqp, http = ports.free_ports(2)
         return cls(amqp_port=amqp, http_port=http)
 
-    def address_entry(self, namespace: str, name: str) -> str:
-        """One ``HUTCH_BROKER_ADDRESSES`` entry (hutch_operator.config)."""
-        amqp = f"amqp://{self.host}:{self.amqp_port}"
-        return f"{namespace}/{name}={self.http_url}|{amqp}"
-
-
-# --- the operator ---------------------------------------------------------------------------
-
-
-@dataclass
-class OperatorSettings:
-    """How the chain runs the operator: namespaces, broker addresses and fast timers."""
-
-    namespaces: list[str]
-    addresses: dict[tuple[str, str], Endpoint] = field(default_factory=dict)
-    status_period: float = 2.0  # Broker Available within seconds of the broker answering
-    sync_period: float = 30.0  # drift sweep and Queue stats
-
-    def environment(self, kubeconfig: Path) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            KUBECONFIG=str(kubeconfig),
-            HUTCH_BROKER_ADDRESSES=",".join(
-                ep.address_entry(ns, name) for (ns, name), ep in self.addresses.items()
-            ),
-            HUTCH_BROKER_STATUS_PERIOD=str(self.status_period),
-            HUTCH_SYNC_PERIOD=str(self.sync_period),
-            HUTCH_METRICS_PORT="0",  # 8080 may be taken; the chain does not scrape it
-            PYTHONUNBUFFERED="1",
-        )
-        return env
-
-
-def start_operator(
-    kubeconfig: Path, settings: OperatorSettings, log_path: Path, timeout: float = 60
-) -> Child:
-    """``python -m hutch_operator --standalone -n <ns>...``; ready when its liveness answers."""
-    liveness = ports.free_port()
-    command = [sys.executable, "-m", "hutch_operator", "--standalone"]
-    for namespace in settings.namespaces:
-        command += ["-n", namespace]
-    command.append(f"--liveness=http://127.0.0.1:{liveness}/healthz")
-    child = spawn("operator", command, log_path, settings.environment(kubeconfig))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not child.running:
-            raise clusters.ClusterError(f"operator exited:\n{child.log_tail()}")
-        if _http_ok(f"http://127.0.0.1:{liveness}/healthz"):
-            return child
-        time.sleep(0.2)
-    child.stop()
-    raise clusters.ClusterError(f"operator not live after {timeout:.0f}s:\n{child.log_tail()}")
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 - loopback
-            return bool(reply.status == 200)
-    except (OSError, urllib.error.URLError):
-        return False
-
 
 # --- the broker -------------------------------------------------------------------------------
 
@@ -219,35 +151,6 @@ def read_rendered(
     return rendered
 
 
-def start_local_broker(
-    rendered: Rendered, endpoint: Endpoint, work_dir: Path, secret_name: str
-) -> brokers.HutchBroker:
-    """``hutch-broker --amqp-port A --http-port H --data-dir D --config <rendered>``.
-
-    The operator's file is written unchanged to ``hutch-broker.conf``; the file the process
-    reads appends the default user the Pod would get from the Secret through its environment.
-    """
-    work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / CONFIG_KEY).write_text(rendered.config)
-    local_conf = work_dir / "hutch-broker.local.conf"
-    local_conf.write_text(
-        rendered.config
-        + CREDENTIAL_LINES.format(secret=secret_name)
-        + f"default_user = {rendered.username}\ndefault_pass = {rendered.password}\n"
-    )
-    local_conf.chmod(0o600)
-    broker = brokers.HutchBroker(
-        data_dir=work_dir / "data",
-        work_dir=work_dir,
-        extra_args=["--config", str(local_conf)],
-        username=rendered.username,
-        password=rendered.password,
-    )
-    broker.amqp_port, broker.http_port = endpoint.amqp_port, endpoint.http_port
-    endpoint.username, endpoint.password = rendered.username, rendered.password
-    return broker.start()
-
-
 def start_port_forward(
     cluster: clusters.Cluster,
     namespace: str,
@@ -256,7 +159,7 @@ def start_port_forward(
     log_path: Path,
     timeout: float = 60,
 ) -> Child:
-    """External clusters: ``kubectl port-forward svc/<name>`` to the endpoint's ports."""
+    """``kubectl port-forward svc/<name>`` on loopback; ready when AMQP answers through it."""
     command = [
         str(cluster.kubectl_path),
         f"--kubeconfig={cluster.kubeconfig}",

@@ -1,18 +1,22 @@
-"""The main job in one command: the whole Hutch chain on the local control plane, summarised.
+"""The main job in one command: the whole Hutch chain in real containers, summarised.
 
-Why: a newcomer should see the real thing work (CRDs, operator, a Broker, the broker it
-configured, topology from the examples, events, the Spark job) in one command and one screen,
-and the e2e suite should drive that very chain rather than a copy of it. So the chain's steps
-are the methods of ``chain.Chain``; ``run()`` here strings them together with a progress
-reporter and returns a ``summaries.Summary``; ``e2e/conftest.py`` calls the same steps.
+Why: a newcomer should see the real thing work (CRDs, the operator installed with Helm, a
+Broker, the broker Pod it runs, topology from the examples, events, the Spark job) in one
+command and one screen, and the e2e suite should drive that very chain rather than a copy of
+it. So the chain's steps are the methods of ``chain.Chain``; ``run()`` here strings them
+together with a progress reporter and returns a ``summaries.Summary``; ``e2e/conftest.py``
+calls the same steps.
 
     python -m hutch_testing.quickstart [--keep] [--events N] [--kubeconfig PATH]
 
-On the local plane the Broker's Pod is a kwok fiction, so the broker runs as a local process
-with the configuration the operator rendered, and the operator reaches it at a loopback address
-(``HUTCH_BROKER_ADDRESSES``). With ``--kubeconfig`` the Broker is a real Pod (kind) reached
-through ``kubectl port-forward``. Every process the chain starts is stopped by its PID at the
-end, also on Ctrl-C, SIGTERM or a failed step; ``--keep`` leaves it all running until Ctrl-C.
+By default it starts the local plane's ``node`` tier (a real kubelet, containerd and CNI
+bridge; docs/real-node.md) after building the images from ``docker/*.Dockerfile`` without
+Docker (cached). The operator runs as the chart's Pod, the Broker as its StatefulSet's Pod;
+publishers and the Spark job (still Spark's local mode on this host) reach the broker through
+``kubectl port-forward`` on loopback. With ``--kubeconfig`` the same runs on another cluster
+(kind, with the images loaded by ``kind load``). Every host process the chain starts is stopped
+by its PID at the end, also on Ctrl-C, SIGTERM or a failed step; ``--keep`` leaves it all
+running until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 from hutch_testing import (
     chain,
     clusters,
+    imagebuild,
     launchers,
     management,
     pipeline,
@@ -55,7 +60,8 @@ class Options:
     work_dir: Path | None = None
 
 
-STEP_COUNT = 11
+STEP_COUNT = 12
+TIER = "node"
 JOB_TIMEOUT = 900  # seconds
 
 
@@ -79,6 +85,8 @@ def run(keep: bool = False, **kwargs: Any) -> summaries.Summary:
             except Exception:
                 if cluster.plane is not None:
                     cluster.plane.failed = True  # the plane copies its logs to test-artifacts/
+                with contextlib.suppress(Exception):
+                    line.save_logs()  # the Pods' logs go with the plane: keep them
                 raise
             if not options.keep:
                 summary.parquet = ""  # the work dir goes at exit
@@ -109,24 +117,34 @@ def _cluster(
     if options.kubeconfig is not None:
         with report.step(f"Kubernetes binaries: not needed ({options.kubeconfig})", "binaries"):
             pass
+        with report.step("Images: the cluster's own (kind load docker-image ...)", "images"):
+            pass
         with report.step("Connecting to the cluster", "cluster"):
             return clusters.external_cluster(options.kubeconfig)
     with report.step(
         "Kubernetes binaries (first run: a ~8 min build from the Go proxy)", "binaries"
     ):
-        if clusters.binaries_problem() is not None:
+        if clusters.binaries_problem() is not None or node_binaries_problem() is not None:
             clusters.build_binaries(report, work_dir / "logs" / "build-binaries.log")
-            problem = clusters.binaries_problem()
-            if problem is not None:
-                raise clusters.ClusterError(problem)
         else:
             report.say("      cached")
+        problem = node_binaries_problem() or clusters.plane_module().node_problem(
+            clusters.plane_module().find_bin_dir()
+        )
+        if problem is not None:
+            raise clusters.ClusterError(problem)
     with report.step(
-        "Starting the local control plane (etcd, apiserver, controllers, kwok)", "plane"
+        "Container images from docker/*.Dockerfile (first run: ~2 min, no Docker)", "images"
+    ):
+        seconds = imagebuild.build(report)
+        built = [f"{name} {s:.0f}s" for name, s in seconds.items() if s >= 1]
+        report.say(f"      built: {', '.join(built)}" if built else "      cached")
+    with report.step(
+        "Starting the local plane with a real node (kubelet, containerd, kube-proxy)", "plane"
     ):
         plane_mod = clusters.plane_module()
-        plane = plane_mod.REGISTRY.acquire("workloads")
-        stack.callback(plane_mod.REGISTRY.release, "workloads")
+        plane = plane_mod.REGISTRY.acquire(TIER)
+        stack.callback(plane_mod.REGISTRY.release, TIER)
         report.say(f"      up in {plane.start_seconds:.1f}s; KUBECONFIG={plane.kubeconfig}")
     return clusters.local_cluster(plane)
 
@@ -135,15 +153,15 @@ def _drive(report: progress.Progress, line: chain.Chain, options: Options) -> su
     with report.step("Applying the CRDs and the namespace", "CRDs"):
         line.apply_crds()
         line.create_namespace()
-    with report.step("Starting the operator (python -m hutch_operator)", "operator"):
+    with report.step("Installing the operator: helm install charts/hutch-operator", "operator"):
         line.start_operator()
-        report.say(f"      pid {line.operator.pid if line.operator else '?'}")
+        report.say(f"      {_pod_line(line)}")
     with report.step("Creating the Broker from examples/broker.yaml", "Broker"):
         rendered = line.create_broker()
         report.say("      rendered hutch-broker.conf:")
         for text in rendered.config.splitlines():
             report.say(f"        {text}")
-    with report.step("Starting the broker with the rendered configuration", "broker process"):
+    with report.step("Waiting for the broker Pod; port-forward to loopback", "broker Pod"):
         line.start_broker()
         report.say(f"      {line.endpoint.http_url} (AMQP port {line.endpoint.amqp_port})")
     with report.step(
@@ -165,6 +183,7 @@ def _drive(report: progress.Progress, line: chain.Chain, options: Options) -> su
         _wait_job(report, child, job, expected=stream.published - stream.expiring)
     with report.step("Reading what the broker and the job report", "summary"):
         summary = summaries.collect(line, stream, job)
+        summary.pods_ran = line.pod_facts()
     summary.steps = list(report.steps)
     return summary
 
@@ -201,14 +220,27 @@ def _out(text: str) -> None:
 
 
 def _wait_for_interrupt(line: chain.Chain) -> None:
-    """--keep: until Ctrl-C (or the operator or the broker dies)."""
+    """--keep: until Ctrl-C (or a port-forward dies with its Pod)."""
     try:
-        while (line.operator is None or line.operator.running) and all(
-            h.process is None or h.process.running for h in line.brokers.values()
-        ):
+        while all(h.port_forward is None or h.port_forward.running for h in line.started):
             time.sleep(1)
     except KeyboardInterrupt:
         return
+
+
+def _pod_line(line: chain.Chain) -> str:
+    facts = line.pod_facts()
+    return facts[0].line() if facts else "(no Pod)"
+
+
+def node_binaries_problem() -> str | None:
+    """Why the node tier's binaries are not all there (kubelet, kube-proxy, ...), or None."""
+    plane = clusters.plane_module()
+    try:
+        plane.check_binaries(plane.find_bin_dir(), TIER)
+    except plane.BinariesMissingError as exc:
+        return str(exc)
+    return None
 
 
 def _exit_on_signals() -> dict[int, Any]:

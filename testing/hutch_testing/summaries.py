@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hutch_broker.model import settings
 
-from hutch_testing import clusters, management, pipeline, progress
+from hutch_testing import clusters, management, pipeline, pods, progress
 
 if TYPE_CHECKING:
     from hutch_testing.chain import Chain
@@ -142,6 +142,7 @@ class Summary:
     results: list[pipeline.WindowCount]
     parquet: str
     steps: list[progress.StepRecord] = field(default_factory=list)
+    pods_ran: list[pods.PodFacts] = field(default_factory=list)
 
     @property
     def counted_events(self) -> int:
@@ -187,6 +188,8 @@ class Summary:
             f"unique and not dead-lettered: {verdict}"
         )
         lines.append(f"  Parquet output: {self.parquet or 'removed at exit (--keep keeps it)'}")
+        lines += ["", "Pods that ran (node: container ID as the runtime reports it):"]
+        lines += [f"  {pod.line()}" for pod in self.pods_ran] or ["  none"]
         total = sum(step.seconds for step in self.steps)
         lines += ["", f"Total {total:.0f}s: " + ", ".join(_step_times(self.steps))]
         return "\n".join(lines)
@@ -251,7 +254,8 @@ def connection_help(line: Chain, summary: Summary) -> str:
             f"  Management API:  {summary.management_url}/api/overview  (user {user}, "
             f"password {password})",
             f"  Metrics:         {summary.management_url}/metrics",
-            f"  Operator log:    {line.logs / 'operator.log'}",
+            f"  Operator log:    kubectl logs -n {summary.namespace} deploy/hutch-operator",
+            f"  Broker log:      kubectl logs -n {summary.namespace} {line.main.pod_name}",
             f"  Parquet results: {summary.parquet}",
         ]
     )

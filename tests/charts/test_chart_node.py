@@ -11,11 +11,12 @@ container ID, ``kubectl exec`` into the container, the local PV mounted for the 
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import clusters, localnode, pods, releases
+from hutch_testing import chain, clusters, localnode, pods, releases
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -68,3 +69,31 @@ def test_helm_install_runs_the_operator_as_a_real_pod_that_reconciles_a_broker(
     volume = node.node_layout.volumes_dir / claim["spec"]["volumeName"]
     assert sorted(p.name for p in volume.iterdir()) == sorted(mounted.stdout.split())
     assert mounted.stdout.split()  # the broker wrote its store onto the node's disk
+
+
+# charts/hutch-operator/README.md, "Uninstalling": the documented bound for the three steps.
+UNINSTALL_BOUND = 90  # seconds
+
+
+def test_uninstall_and_namespace_deletion_finish_within_the_documented_bound(
+    node: Any, tmp_path: Path
+) -> None:
+    cluster = clusters.local_cluster(node)
+    node.apply_crds(REPO / "crds")
+    line = chain.Chain(cluster, f"u-{secrets.token_hex(4)}", tmp_path)
+    line.create_namespace()
+    try:
+        line.start_operator()
+        line.create_broker()
+        line.start_broker()
+        line.apply_topology(REPO / "examples" / "topology.yaml")
+        line.stop_broker(line.main.name)  # the port-forward; the Pod stays for the uninstall
+        seconds = line.remove(timeout=UNINSTALL_BOUND)
+    finally:
+        line.stop()
+    assert sum(seconds.values()) < UNINSTALL_BOUND, seconds
+    assert cluster.get(f"/api/v1/namespaces/{line.namespace}") is None
+    assert not pods.list_pods(cluster, line.namespace)
+    assert line.operator is None
+    cluster_wide = cluster.kubectl("get", "clusterroles,mutatingadmissionpolicies", "-o", "name")
+    assert "hutch-operator" not in cluster_wide.stdout

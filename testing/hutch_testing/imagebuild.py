@@ -1,0 +1,75 @@
+"""The node's images for the quickstart, built ahead of the plane so the wait has a bar.
+
+Why: on a fresh machine the node tier first debootstraps a base rootfs and then executes
+``docker/*.Dockerfile`` (tests/k8s/images.py): about two minutes in which the plane's start
+would print nothing. Built here first, in the same order and into the same cache the plane
+uses, each phase advances a bar by its measured cold time; when everything is cached the
+phases take under a second and the plane only imports the images.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hutch_testing import clusters, progress
+
+# Measured cold seconds per phase on 2 cores (docs/real-node.md): the bar's weights.
+PHASES: dict[str, float] = {"base rootfs": 60, "pause": 2, "broker": 20, "operator": 30}
+
+
+@dataclass
+class Builder:
+    """Runs the phases in a thread; the caller polls ``fraction()`` and ``label()``."""
+
+    images: Any  # tests/k8s/images.py, as the plane module loaded it
+    done: list[str] = field(default_factory=list)
+    current: str | None = None
+    since: float = 0.0
+    error: BaseException | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def run(self) -> None:
+        actions = {
+            "base rootfs": self.images.base_rootfs,
+            "pause": self.images.build_pause,
+            "broker": lambda: self.images.build_dockerfile_image("broker"),
+            "operator": lambda: self.images.build_dockerfile_image("operator"),
+        }
+        try:
+            for name, action in actions.items():
+                self.current, self.since = name, time.monotonic()
+                action()
+                self.seconds[name] = time.monotonic() - self.since
+                self.done.append(name)
+            self.current = None
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self.error = exc
+
+    def fraction(self, now: float) -> float:
+        finished = sum(PHASES[name] for name in self.done)
+        if self.current is not None:
+            finished += min(now - self.since, 0.95 * PHASES[self.current])
+        return finished / sum(PHASES.values())
+
+    def label(self) -> str:
+        if self.current is None:
+            return "images ready"
+        return f"{len(self.done) + 1}/{len(PHASES)}: {self.current}"
+
+
+def build(report: progress.Progress) -> dict[str, float]:
+    """Builds (or finds cached) pause, hutch-broker and hutch-operator; seconds per phase."""
+    builder = Builder(clusters.plane_module().images)
+    worker = threading.Thread(target=builder.run, name="image-build", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(timeout=1.0)
+        report.update(min(builder.fraction(time.monotonic()), 0.99), builder.label())
+    if builder.error is not None:
+        report.finish_bar()
+        raise clusters.ClusterError(f"image build failed: {builder.error}") from builder.error
+    report.update(1.0, builder.label())
+    return builder.seconds
