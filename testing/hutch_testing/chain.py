@@ -17,6 +17,7 @@ NodePort: docs/real-node.md, "Outside access").
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from hutch_testing import clusters, launchers, localnode, management, pipeline, 
 EXAMPLES = clusters.REPO_ROOT / "examples"
 CRDS = clusters.REPO_ROOT / "crds"
 TOPOLOGY_PLURALS = ["exchanges", "queues", "bindings", "policies", "operatorpolicies"]
+log = logging.getLogger("hutch.chain")
 POD_TIMEOUT = 300  # seconds; images are local, so this is the broker's start, never a pull
 
 
@@ -244,4 +246,5 @@ class Chain:
             "delete", "namespace", self.namespace, "--wait", f"--timeout={int(timeout)}s"
         )
         seconds["namespace"] = time.monotonic() - began
+        log.info("removed %s: %s", self.namespace, {k: round(v, 1) for k, v in seconds.items()})
         return seconds

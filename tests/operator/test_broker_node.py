@@ -3,18 +3,17 @@
 Why: on kwok the Broker's Pod runs nowhere, so the watermark the operator computes from the
 memory request never met a real broker in a real cgroup. Here it does: the container's
 memory.limit_in_bytes is the spec's limit, the broker's own ``/api/nodes`` reports the watermark
-computed from the request, and Broker.status says the same.
+computed from the request, and Broker.status says the same; raising the request rolls the Pod
+into a new container whose cgroup and watermark follow.
 
-The operator runs in the test process (KopfRunner), so it reaches the broker by the Pod IP over
-the node's bridge through ``HUTCH_BROKER_ADDRESSES`` (no cluster DNS or kube-proxy yet).
+The operator runs in the test process (KopfRunner), so it reaches the broker through the
+Service's ClusterIP (kube-proxy routes it from the host) via ``HUTCH_BROKER_ADDRESSES``: there
+is no cluster DNS on the node tier, and the ClusterIP follows the Pod when it is replaced.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from hutch_operator import memory
+from hutch_testing import brokerpods, waiting
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -38,7 +38,7 @@ def running(node: Any, kit: Any) -> Iterator[Any]:
             yield node
     finally:
         os.environ.pop("HUTCH_DEFAULT_BROKER_IMAGE", None)
-        os.environ.pop("HUTCH_BROKER_ADDRESSES", None)
+        os.environ.pop(brokerpods.ADDRESSES, None)
 
 
 def example_broker() -> dict[str, Any]:
@@ -48,57 +48,81 @@ def example_broker() -> dict[str, Any]:
     return broker
 
 
-def management_get(url: str, user: str, password: str) -> Any:
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})  # noqa: S310
-    with urllib.request.urlopen(request, timeout=5) as reply:  # noqa: S310 - the Pod on our bridge
-        return json.loads(reply.read())
-
-
-def test_example_broker_runs_with_its_cgroup_limit_and_watermark(
-    running: Any, make_local_pvs: Any, kit: Any
-) -> None:
-    plane = running
-    make_local_pvs(1, size="2Gi")
-    kube = kit.Kube(plane, plane.create_namespace())
-    ns = kube.namespace
+@pytest.fixture(scope="module")
+def example(running: Any, kit: Any) -> tuple[brokerpods.BrokerPod, Any, dict[str, Any]]:
+    """The example Broker, created once for the module, with its Pod Ready."""
+    running.make_local_pvs(1, size="2Gi")
+    kube = kit.Kube(running, running.create_namespace())
     broker = example_broker()
-    name = broker["metadata"]["name"]
-    kube.create("Broker", "brokers", name, broker["spec"])
+    kube.create("Broker", "brokers", broker["metadata"]["name"], broker["spec"])
+    pod = brokerpods.BrokerPod(running, kube.namespace, broker["metadata"]["name"]).attach()
+    return pod, kube, broker["spec"]
 
-    pod_path = f"/api/v1/namespaces/{ns}/pods/{name}-server-0"
 
-    def pod_ready() -> dict[str, Any] | None:
-        status, pod = plane.api("GET", pod_path)
-        conditions = pod.get("status", {}).get("conditions", []) if status == 200 else []
-        ok = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        return pod if ok else None
+def container_limit(broker: brokerpods.BrokerPod) -> int:
+    return int((broker.cgroup() / "memory.limit_in_bytes").read_text())
 
-    pod = kit.wait_for(pod_ready, 180, "the broker Pod Ready on the real node")
-    assert pod["spec"]["nodeName"] == "hutch-node"
-    ip = pod["status"]["podIP"]
-    os.environ["HUTCH_BROKER_ADDRESSES"] = f"{ns}/{name}=http://{ip}:15672|amqp://{ip}:5672"
 
-    resources = broker["spec"]["resources"]
-    limit = memory.quantity_bytes(resources["limits"]["memory"])
-    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    cgroups = Path("/sys/fs/cgroup/memory", plane.node_layout.cgroup_name)
-    (cgroup,) = cgroups.glob(f"kubepods/**/pod{pod['metadata']['uid']}/{container_id}")
-    assert int((cgroup / "memory.limit_in_bytes").read_text()) == limit
+def reported_watermark(broker: brokerpods.BrokerPod) -> int | None:
+    """``mem_limit`` from the broker's ``/api/nodes``; None while the Service has no endpoint."""
+    try:
+        return int(broker.node_info()["mem_limit"])
+    except OSError:
+        return None
 
-    expected = memory.watermark(resources, broker["spec"]["memoryHighWatermark"])
+
+def status_watermark(kube: Any, name: str) -> int | None:
+    status = (kube.get("brokers", name) or {}).get("status", {})
+    value = status.get("memory", {}).get("highWatermarkBytes")
+    return int(value) if value is not None else None
+
+
+def test_example_broker_runs_with_its_cgroup_limit_and_watermark(example: Any, kit: Any) -> None:
+    broker, kube, spec = example
+    assert broker.pod["spec"]["nodeName"] == "hutch-node"
+    resources = spec["resources"]
+    assert container_limit(broker) == memory.quantity_bytes(resources["limits"]["memory"])
+
+    expected = memory.watermark(resources, spec["memoryHighWatermark"])
     assert expected.basis == "Request"
-    _, secret = plane.api("GET", f"/api/v1/namespaces/{ns}/secrets/{name}-default-user")
-    user, password = (
-        base64.b64decode(secret["data"][k]).decode() for k in ("username", "password")
-    )
-    (node_info,) = management_get(f"http://{ip}:15672/api/nodes", user, password)
-    assert node_info["mem_limit"] == expected.high_watermark_bytes
+    assert broker.node_info()["mem_limit"] == expected.high_watermark_bytes
 
     def available() -> dict[str, Any] | None:
-        obj = kube.get("brokers", name)
+        obj = kube.get("brokers", broker.name)
         return obj if kit.ready(obj, "Available")[0] == "True" else None
 
     status = kit.wait_for(available, 90, "Broker Available")["status"]
     assert status["memory"]["highWatermarkBytes"] == expected.high_watermark_bytes
-    assert kit.ready(kube.get("brokers", name), "Ready")[0] == "True"
+    assert kit.ready(kube.get("brokers", broker.name), "Ready")[0] == "True"
+
+
+def test_raising_the_memory_request_rolls_the_pod_and_moves_the_watermark(example: Any) -> None:
+    broker, kube, spec = example
+    first = broker.wait_ready()
+    old = memory.watermark(spec["resources"], spec["memoryHighWatermark"])
+    assert reported_watermark(broker) == old.high_watermark_bytes
+    raised = {"requests": {"memory": "1536Mi"}, "limits": {"memory": "1536Mi"}}
+    resources = {
+        "requests": {**spec["resources"]["requests"], **raised["requests"]},
+        "limits": {**spec["resources"]["limits"], **raised["limits"]},
+    }
+    new = memory.watermark(resources, spec["memoryHighWatermark"])
+    assert new.high_watermark_bytes != old.high_watermark_bytes
+
+    patched = kube.patch_spec("brokers", broker.name, {"resources": raised})
+    assert patched.returncode == 0, patched.stderr
+    second = broker.wait_ready(not_uid=first["metadata"]["uid"])
+
+    old_id = first["status"]["containerStatuses"][0]["containerID"]
+    assert second["status"]["containerStatuses"][0]["containerID"] != old_id
+    assert second["spec"]["containers"][0]["resources"]["requests"]["memory"] == "1536Mi"
+    assert container_limit(broker) == 1536 * 1024 * 1024
+    waiting.wait_for(
+        lambda: reported_watermark(broker), lambda value: value == new.high_watermark_bytes,
+        timeout=30, interval=0.2, what="/api/nodes mem_limit from the new request",
+    )  # fmt: skip
+    waiting.wait_for(
+        lambda: status_watermark(kube, broker.name),
+        lambda value: value == new.high_watermark_bytes,
+        timeout=30, interval=0.2, what="Broker.status.memory.highWatermarkBytes",
+    )  # fmt: skip

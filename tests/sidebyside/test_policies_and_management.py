@@ -260,7 +260,15 @@ def test_unsupported_queue_features_and_maximum_message_size(target):
     q = target.name("q")
     connection.channel().queue_declare(q)
 
-    priority = _declare_outcome(connection, target.name("prio"), {"x-max-priority": 5})
+    quorum = connection.channel()
+    try:
+        queue_type = closed_by_broker(
+            lambda: quorum.queue_declare(
+                target.name("qq"), durable=True, arguments={"x-queue-type": "quorum"}
+            )
+        )
+    except AssertionError:
+        queue_type = "declared"
     big = bytes(16 * 1024 * 1024 + 1)
     channel = connection.channel()
     try:
@@ -268,12 +276,12 @@ def test_unsupported_queue_features_and_maximum_message_size(target):
     except AssertionError:
         size = "accepted"
 
-    assert priority == target.expect(
+    assert queue_type == target.expect(
         "unsupported-queue-features",
         hutch=(
             406,
-            f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue "
-            f"'{target.name('prio')}' in vhost '/': not supported by Hutch classic queues",
+            f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue "
+            f"'{target.name('qq')}' in vhost '/': unsupported queue type 'quorum'",
         ),
         rabbitmq="declared",
     )
@@ -286,14 +294,6 @@ def test_unsupported_queue_features_and_maximum_message_size(target):
         ),
         rabbitmq="accepted",
     )
-
-
-def _declare_outcome(connection, queue, arguments):
-    channel = connection.channel()
-    try:
-        return closed_by_broker(lambda: channel.queue_declare(queue, arguments=arguments))
-    except AssertionError:
-        return "declared"
 
 
 # -- management JSON (API-5, API-7, API-10, API-11) --------------------------------------------

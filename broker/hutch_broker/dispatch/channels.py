@@ -31,6 +31,7 @@ class Channel:
         self.session = session
         self.number = number
         self.consumers: dict[str, Consumer] = {}
+        self.reply_consumer: tuple[str, str] | None = None  # (tag, token): dispatch/replyto.py
         self.unacked: OrderedDict[int, tuple[Queue, Entry, Consumer | None]] = OrderedDict()
         self.next_delivery_tag = 1
         self.prefetch_count = 0  # basic.qos global=true: the whole channel
@@ -223,9 +224,14 @@ class Channel:
 
     def close(self, now_ms: int) -> None:
         """Release everything the channel holds: consumers, then unacked messages."""
-        for consumer in list(self.consumers.values()):
-            self.session.remove_consumer(self, consumer, now_ms)
+        self.session.context.replies.cancel(self)  # replies to it are unroutable from now on
+        handed_over = {
+            consumer.queue
+            for consumer in list(self.consumers.values())
+            if self.session.remove_consumer(self, consumer, now_ms)
+        }
         self.requeue_all(now_ms)
+        self._drain(handed_over, now_ms)
         self.pending_confirms.clear()
         self.pending_commits.clear()
         self.session.context.commits.done(self)

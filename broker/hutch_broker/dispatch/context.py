@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from hutch_broker.dispatch.commits import GroupCommit
 from hutch_broker.dispatch.flow import FlowControl
+from hutch_broker.dispatch.replyto import ReplyConsumers
 from hutch_broker.model.broker import Broker
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class Context:
         self.alarms: AlarmState = _NoAlarms()
         self.channel_count = 0
         self.flow = FlowControl()
+        self.replies = ReplyConsumers()  # direct reply-to (amq.rabbitmq.reply-to)
         self.ingress_bytes = 0  # body bytes published since the last memory sample
         # Stamp a message_id on publishes that carry none (spark.md §2.3), unique across
         # restarts: a random boot prefix plus a counter.

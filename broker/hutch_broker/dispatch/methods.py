@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from hutch_broker.dispatch import publishing
+from hutch_broker.dispatch import publishing, replyto
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import arguments as arguments_mod
@@ -146,6 +146,10 @@ def queue_declare(
     session: Session, channel: Channel, m: commands.Queue.Declare, now_ms: int
 ) -> None:
     vhost = _vhost(session)
+    if m.queue == replyto.PSEUDO_QUEUE or m.queue.startswith(replyto.PREFIX):
+        reply = replyto.declare_ok(m.queue, vhost.name, session.context.replies)
+        _reply(session, channel, reply, m.nowait)
+        return
     if m.passive:
         queue = _queue(session, m.queue)
         queue.last_used_ms = now_ms
@@ -255,8 +259,12 @@ def _consumer_tag() -> str:
 def basic_consume(
     session: Session, channel: Channel, m: commands.Basic.Consume, now_ms: int
 ) -> None:
+    if m.queue == replyto.PSEUDO_QUEUE:
+        _consume_replies(session, channel, m)
+        return
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
+    arguments_mod.check_consumer_arguments(queue.name, queue.vhost, m.arguments or {})
     tag = m.consumer_tag or _consumer_tag()
     if tag in channel.consumers:
         raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
@@ -280,11 +288,25 @@ def basic_consume(
     queue.drain(now_ms)
 
 
+def _consume_replies(session: Session, channel: Channel, m: commands.Basic.Consume) -> None:
+    tag = m.consumer_tag or _consumer_tag()
+    if tag in channel.consumers:
+        raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
+    session.context.replies.consume(channel, tag, no_ack=m.no_ack)
+    _reply(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
+
+
 def basic_cancel(session: Session, channel: Channel, m: commands.Basic.Cancel, now_ms: int) -> None:
+    reply_consumer = channel.reply_consumer
+    if reply_consumer is not None and reply_consumer[0] == m.consumer_tag:
+        session.context.replies.cancel(channel)
+        _reply(session, channel, commands.Basic.CancelOk(m.consumer_tag), m.nowait)
+        return
     consumer = channel.consumers.get(m.consumer_tag or "")
-    if consumer is not None:
-        session.remove_consumer(channel, consumer, now_ms)
+    handed_over = consumer is not None and session.remove_consumer(channel, consumer, now_ms)
     _reply(session, channel, commands.Basic.CancelOk(m.consumer_tag), m.nowait)
+    if consumer is not None and handed_over:
+        consumer.queue.drain(now_ms)  # the next single active consumer takes over
 
 
 def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hutch_broker.dispatch import replyto
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import publishes
@@ -37,6 +38,7 @@ def publish(session: Session, channel: Channel, event: events.PublishReceived, n
     session.check_permission("write", "exchange", event.exchange)
     session.check_topic("write", exchange, event.routing_key)
     publishes.check_expiration(event.raw_properties)
+    event.raw_properties = replyto.stamp_reply_to(channel, event.raw_properties)
     session.publishes += 1
     context = session.context
     context.stats.publishes += 1
@@ -63,6 +65,8 @@ def route_and_enqueue(
     A transaction's commit passes the exchange as it is now (None if it is gone).
     """
     context = session.context
+    if not event.exchange and event.routing_key.startswith(replyto.PREFIX):
+        return _direct_reply(session, channel, event), False
     message = Message(event.exchange, event.routing_key, event.raw_properties, event.body)
     outcome = publishes.publish(
         session.open_vhost,
@@ -72,17 +76,7 @@ def route_and_enqueue(
         message_ids=context.next_message_id if context.stamp_message_id else None,
     )
     if not outcome.queues:
-        if event.mandatory:
-            session.proto.send_return(
-                channel.number,
-                NO_ROUTE,
-                "NO_ROUTE",
-                event.exchange,
-                event.routing_key,
-                event.raw_properties,
-                event.body,
-            )
-            context.stats.returns += 1
+        _unroutable(session, channel, event)
         return NOT_DURABLE, False
     flow = context.flow
     for queue in outcome.queues:
@@ -90,3 +84,32 @@ def route_and_enqueue(
             session.pressure.append(queue)
     generation = context.commits.wrote() if outcome.wrote else NOT_DURABLE
     return generation, outcome.rejected
+
+
+def _unroutable(session: Session, channel: Channel, event: events.PublishReceived) -> None:
+    if event.mandatory:
+        session.proto.send_return(
+            channel.number,
+            NO_ROUTE,
+            "NO_ROUTE",
+            event.exchange,
+            event.routing_key,
+            event.raw_properties,
+            event.body,
+        )
+        session.context.stats.returns += 1
+
+
+def _direct_reply(session: Session, channel: Channel, event: events.PublishReceived) -> int:
+    """A reply to ``amq.rabbitmq.reply-to.<token>``: straight to the requester, or unroutable."""
+    context = session.context
+    sent = replyto.send_reply(
+        context.replies,
+        event.routing_key,
+        event.raw_properties,
+        event.body,
+        message_ids=context.next_message_id if context.stamp_message_id else None,
+    )
+    if not sent:
+        _unroutable(session, channel, event)  # its channel is gone: dropped, as RabbitMQ does
+    return NOT_DURABLE

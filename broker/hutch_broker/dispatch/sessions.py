@@ -396,16 +396,22 @@ class Session:
             self.context.channel_count -= 1
             channel.close(now_ms)
 
-    def remove_consumer(self, channel: Channel, consumer: Consumer, now_ms: int) -> None:
+    def remove_consumer(self, channel: Channel, consumer: Consumer, now_ms: int) -> bool:
+        """Cancel ``consumer``; True when a waiting single active consumer took over.
+
+        The caller drains the queue then, after any requeue, as RabbitMQ requeues a closed
+        channel's messages before the next active consumer gets any.
+        """
         channel.consumers.pop(consumer.tag, None)
         self.proto.forget_consumer(channel.number, consumer.tag)
         queue = consumer.queue
-        queue.remove_consumer(consumer)
+        handed_over = queue.remove_consumer(consumer)
         queue.last_used_ms = now_ms
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             vhost = self.vhost
             if vhost is not None:
                 vhost.remove_queue(queue)
+        return handed_over
 
     def _release_all(self) -> None:
         now_ms = self.context.clock()

@@ -30,6 +30,8 @@ COMPARED_QUEUE_ARGUMENTS: Final = (
     "x-dead-letter-routing-key",
     "x-ring-size",
     "x-queue-type",
+    "x-max-priority",
+    "x-single-active-consumer",
 )
 # Arguments a Hutch extension may change on a live queue (PUT /api/queues/{vh}/{q}/arguments),
 # with the same effects as a policy change (POL-7).
@@ -47,7 +49,7 @@ LIMIT_ARGUMENTS: Final = frozenset(
 )
 _NON_NEGATIVE: Final = ("x-message-ttl", "x-max-length", "x-max-length-bytes")
 _POSITIVE: Final = ("x-expires", "x-ring-size")
-_REJECTED: Final = ("x-max-priority", "x-single-active-consumer")
+MAX_PRIORITY: Final = 255  # RabbitMQ's ?MAX_SUPPORTED_PRIORITY; 0 is accepted too
 _EXPIRY: Final = ("x-message-ttl", "x-expires")
 MAX_EXPIRY_MS: Final = 315_360_000_000  # RabbitMQ's ?MAX_EXPIRY_TIMER: ten years
 
@@ -103,6 +105,17 @@ def _check_integer(arg: str, value: Any, queue: str, vhost: str) -> None:
         raise _invalid(arg, queue, vhost, f"{{value_too_large,{value}}}")
 
 
+def _check_max_priority(queue: str, vhost: str, value: Any) -> None:
+    """x-max-priority: an integer 0..255, with RabbitMQ 3.10.8's details (observed)."""
+    arg = "x-max-priority"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(arg, queue, vhost, f'"expected integer, got {type_name(value)}"')
+    if value < 0:
+        raise _invalid(arg, queue, vhost, f"{{value_negative,{value}}}")
+    if value > MAX_PRIORITY:
+        raise _invalid(arg, queue, vhost, f"{{max_value_exceeded,{value}}}")
+
+
 def check_exchange_name_type(kind: str, name: str, vhost: str, arg: str, value: Any) -> None:
     """A DLX or AE name must be a longstr; RabbitMQ's channel checks this before the rest."""
     if value is not None and not isinstance(value, str | bytes):
@@ -123,6 +136,8 @@ def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) 
     for arg in (*_NON_NEGATIVE, *_POSITIVE):
         if arg in arguments:
             _check_integer(arg, arguments[arg], queue, vhost)
+    if "x-max-priority" in arguments:
+        _check_max_priority(queue, vhost, arguments["x-max-priority"])
     overflow = arguments.get("x-overflow")
     if overflow is not None and not isinstance(overflow, str | bytes):
         raise _invalid("x-overflow", queue, vhost, f"{{unacceptable_type,{type_name(overflow)}}}")
@@ -145,9 +160,18 @@ def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) 
         raise _invalid(
             "x-queue-type", queue, vhost, f"unsupported queue type '{format_value(queue_type)}'"
         )
-    for arg in _REJECTED:
-        if arg in arguments:
-            raise _invalid(arg, queue, vhost, "not supported by Hutch classic queues")
+    single_active = arguments.get("x-single-active-consumer")
+    if single_active is not None and not isinstance(single_active, bool):
+        detail = f"{{unacceptable_type,{type_name(single_active)}}}"
+        raise _invalid("x-single-active-consumer", queue, vhost, detail)
+
+
+def check_consumer_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
+    """basic.consume arguments: ``x-priority`` must be an integer (RabbitMQ 3.10.8's text)."""
+    priority = arguments.get("x-priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        detail = f'"expected integer, got {type_name(priority)}"'
+        raise _invalid("x-priority", queue, vhost, detail)
 
 
 def _byte_length(value: Any) -> int:

@@ -1,10 +1,9 @@
 """Classic queues: ready messages, consumers, unacked accounting (Q-1..Q-4).
 
-Ordering rule (Q-4): a message can only be delivered from the head, so any
-requeued message has a lower sequence number than every message that was
-never delivered.  Ready messages therefore live in two structures: a heap of
-requeued entries (ordered by original position) that is always served first,
-and a FIFO deque of fresh ones.  Both are O(1)/O(log n) per message.
+Ready messages live in ``model/ready.py``: one FIFO level (Q-4) for a classic
+queue, one level per priority for a priority queue (``x-max-priority``).  The
+queue only asks it for the head, so limits, TTL and dead-lettering treat both
+alike.
 
 The queue never touches a socket.  A consumer points at a ``DeliveryTarget``
 (the dispatch layer's channel), which decides whether it has prefetch room and
@@ -14,13 +13,12 @@ so the queue reports dropped entries through the ``on_dead_letter`` hook.
 
 from __future__ import annotations
 
-import heapq
 import itertools
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hutch_broker.model import paging
+from hutch_broker.model import consumers as consumers_mod
+from hutch_broker.model import paging, ready
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.protocol import properties
@@ -46,6 +44,7 @@ class Consumer:
         "exclusive",
         "no_ack",
         "prefetch",
+        "priority",
         "queue",
         "tag",
         "unacked",
@@ -70,6 +69,8 @@ class Consumer:
         self.prefetch = prefetch  # 0 = unlimited, per consumer (basic.qos global=false)
         self.unacked = 0
         self.arguments = arguments or {}
+        priority = self.arguments.get("x-priority", 0)  # validated by the dispatch layer
+        self.priority = priority if isinstance(priority, int) else 0
 
 
 DeadLetterHook = Callable[["Queue", Entry, str], None]
@@ -109,13 +110,16 @@ class Queue:
         self.may_expire = False  # set once any entry has an expiry: skips head checks until then
         self.on_dead_letter: DeadLetterHook | None = None
         self.incoming: dict[int, Any] = {}  # bindings that target this queue
-        self._fresh: deque[Entry] = deque()
-        self._requeued: list[Entry] = []
+        max_priority = self.arguments.get("x-max-priority")
+        self._ready = ready.for_arguments(max_priority if isinstance(max_priority, int) else None)
+        self.ready_count = 0  # len(self._ready), kept here: the hot path asks on every message
         self._seq = itertools.count(1)
         self.ready_bytes = 0
         self.unacked_count = 0
         self.unacked_bytes = 0
-        self.consumers: deque[Consumer] = deque()
+        self.consumers = consumers_mod.Consumers(
+            single_active=self.arguments.get("x-single-active-consumer") is True
+        )
         self.had_consumers = False
         self.deleted = False
         self.last_used_ms = 0
@@ -126,14 +130,9 @@ class Queue:
 
     # -- inspection ---------------------------------------------------
 
-    @property
-    def ready_count(self) -> int:
-        return len(self._fresh) + len(self._requeued)
-
     def ready_entries(self) -> Iterator[Entry]:
         """Ready entries in delivery order (for tests, export and HTTP peek)."""
-        yield from sorted(self._requeued)
-        yield from self._fresh
+        return iter(self._ready)
 
     def consumer_count(self) -> int:
         return len(self.consumers)
@@ -146,7 +145,7 @@ class Queue:
         limits = self.settings
         expire_at = self._expiry_for(message, now_ms)
         entry = Entry(next(self._seq), message, expire_at=expire_at)
-        if self._fresh or self._requeued:
+        if self.ready_count:
             if self.may_expire:
                 self.expire_head(now_ms)
             if limits.ring_size is not None and self.ready_count >= limits.ring_size:
@@ -200,9 +199,9 @@ class Queue:
 
     def _direct_consumer(self) -> Consumer | None:
         """A consumer to hand a new message to at once: the queue is empty and one has room."""
-        if self._fresh or self._requeued or not self.consumers:
+        if self.ready_count or not self.consumers:
             return None
-        return self._next_consumer()
+        return self.consumers.next_with_room()
 
     def _persist(self, entry: Entry, now_ms: int) -> bool:
         message = entry.message
@@ -228,9 +227,11 @@ class Queue:
     def _push_fresh(self, entry: Entry) -> None:
         pager = self.pager
         beyond_head = (
-            len(self._fresh) >= paging.KEEP_IN_MEMORY or self.ready_bytes >= paging.KEEP_BYTES
+            self._ready.fresh_count() >= paging.KEEP_IN_MEMORY
+            or self.ready_bytes >= paging.KEEP_BYTES
         )
-        self._fresh.append(entry)
+        self._ready.push_fresh(entry)
+        self.ready_count += 1
         self.ready_bytes += entry.size
         if beyond_head and pager is not None and pager.active:
             self._page_out(entry)
@@ -242,8 +243,8 @@ class Queue:
         if self.pager is None or not self.pager.enabled:
             return 0
         paged = 0
-        head_bytes = sum(entry.size for entry in self._requeued)
-        for index, entry in enumerate(self._fresh):
+        head_bytes = sum(entry.size for entry in self._ready.requeued_entries())
+        for index, entry in enumerate(self._ready.fresh_entries()):
             beyond_head = index >= paging.KEEP_IN_MEMORY or head_bytes >= paging.KEEP_BYTES
             head_bytes += entry.size
             if beyond_head and not entry.paged:
@@ -303,30 +304,20 @@ class Queue:
     # -- consuming ----------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+        self.consumers.add(consumer)
         self.had_consumers = True
 
-    def remove_consumer(self, consumer: Consumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
-            return
-
-    def _next_consumer(self) -> Consumer | None:
-        """Round-robin over consumers, skipping those without prefetch room."""
-        consumers = self.consumers
-        for _ in range(len(consumers)):
-            consumer = consumers[0]
-            consumers.rotate(-1)
-            if consumer.channel.has_capacity(consumer):
-                return consumer
-        return None
+    def remove_consumer(self, consumer: Consumer) -> bool:
+        """True when another consumer took over as the single active one: drain it soon."""
+        return self.consumers.remove(consumer)
 
     def drain(self, now_ms: int) -> int:
         """Deliver ready messages to consumers with room; returns how many."""
         delivered = 0
-        while (self._fresh or self._requeued) and self.consumers:
-            consumer = self._next_consumer()
+        consumers = self.consumers
+        consumers.rescan()
+        while self.ready_count and consumers:
+            consumer = consumers.next_with_room()  # by priority, round-robin within one
             if consumer is None:
                 break
             entry = self._pop_live_head(now_ms)
@@ -364,21 +355,17 @@ class Queue:
         return entry
 
     def _pop_ready(self) -> Entry | None:
-        if self._requeued:
-            entry = heapq.heappop(self._requeued)
-        elif self._fresh:
-            entry = self._fresh.popleft()
-            if entry.size and not entry.message.body:
-                self._page_in(entry)
-        else:
+        entry = self._ready.pop()
+        if entry is None:
             return None
+        if entry.size and not entry.message.body:
+            self._page_in(entry)
+        self.ready_count -= 1
         self.ready_bytes -= entry.size
         return entry
 
     def _peek_ready(self) -> Entry | None:
-        if self._requeued:
-            return self._requeued[0]
-        return self._fresh[0] if self._fresh else None
+        return self._ready.peek()
 
     def _pop_live_head(self, now_ms: int) -> Entry | None:
         """Pop the head, expiring dead messages on the way (TTL-3: only at the head)."""
@@ -428,7 +415,8 @@ class Queue:
             self._drop(entry, "maxlen")
             return
         entry.redelivered = True
-        heapq.heappush(self._requeued, entry)
+        self._ready.push_requeued(entry)
+        self.ready_count += 1
         self.ready_bytes += entry.size
 
     def reject(self, entry: Entry) -> None:
@@ -457,8 +445,8 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message without dead-lettering (Q-4); returns the count."""
         entries = list(self.ready_entries())
-        self._fresh.clear()
-        self._requeued.clear()
+        self._ready.clear()
+        self.ready_count = 0
         self.ready_bytes = 0
         if self.store is not None and self.unacked_count == 0:
             self.store.purge()
@@ -484,7 +472,7 @@ class Queue:
         if self.pager is None or (self.pager.store is None and self.store is None):
             return 0, 0
         count = size = 0
-        for entry in self._fresh:
+        for entry in self._ready.fresh_entries():
             if entry.paged:
                 count += 1
                 size += entry.size

@@ -127,6 +127,17 @@ def delivery_mode(raw: bytes) -> int | None:
         return None
 
 
+def priority(raw: bytes) -> int:
+    """The message priority (0-255); 0 when absent, as RabbitMQ treats a message without one."""
+    flags = _flags(raw)
+    if not flags & _FLAG_PRIORITY or flags & 1:
+        return 0
+    try:
+        return raw[_after_headers(raw, flags) + ((flags & _FLAG_DELIVERY_MODE) and 1)]
+    except (IndexError, struct.error):
+        return 0
+
+
 def has_expiration(raw: bytes) -> bool:
     """Cheap pre-check for the hot path: flag 0x0100 sits in the first byte."""
     return bool(raw[:1] and raw[0] & 0x01)

@@ -103,7 +103,10 @@ async def test_api_7_queue_lifecycle(api, broker):
             "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}",
         ),
         ({"x-overflow": "explode"}, None),
-        ({"x-max-priority": 10}, None),
+        (
+            {"x-max-priority": 256},
+            "invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,256}",
+        ),
     ],
 )
 async def test_api_7_bad_queue_arguments_change_nothing(api, broker, arguments, reason):

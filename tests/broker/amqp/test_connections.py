@@ -25,6 +25,8 @@ CAPABILITIES = (
     "connection.blocked",
     "per_consumer_qos",
     "authentication_failure_close",
+    "consumer_priorities",
+    "direct_reply_to",
 )
 
 

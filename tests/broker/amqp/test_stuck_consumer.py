@@ -11,7 +11,7 @@ import time
 import pika
 from hutch_broker.dispatch import flow
 from hutch_broker.model.messages import Entry, Message
-from hutch_broker.model.queues import Queue
+from hutch_broker.model.queues import Consumer, Queue
 from hutch_testing.clients import connect
 
 BODY = b"x" * 4096
@@ -40,7 +40,9 @@ def test_a_slow_but_live_consumer_still_paces_the_publisher():
     """The brake still works where it should: the stall memory ends when deliveries resume."""
     control = flow.FlowControl()
     queue = Queue("q")
-    queue.consumers.append(object())  # type: ignore[arg-type]
+    queue.add_consumer(
+        Consumer("c", queue, object(), no_ack=False, exclusive=False, prefetch=0)  # type: ignore[arg-type]
+    )
     for _ in range(flow.HIGH_WATER + 1):
         queue.restore(Entry(0, Message("", "q", b"", b"")))
     assert control.under_pressure(queue)

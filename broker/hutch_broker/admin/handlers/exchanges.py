@@ -15,6 +15,7 @@ from hutch_broker.admin import auth, bodies, errors, messaging
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.admin.views import exchanges as exchanges_view
+from hutch_broker.dispatch import replyto
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors as amqp_errors
@@ -123,12 +124,25 @@ async def publish(request: web.Request) -> web.Response:
     if admin.memory.alarm:
         raise errors.service_unavailable("low on memory")
     context = admin.context
+    message_ids = context.next_message_id if context.stamp_message_id else None
+    if not exchange.name and message.routing_key.startswith(replyto.PREFIX):
+        # A direct reply-to reply: delivered if its requester waits, and reported unrouted
+        # either way, as RabbitMQ 3.10.8 does (observed).
+        replyto.send_reply(
+            context.replies,
+            message.routing_key,
+            message.raw_properties,
+            message.body,
+            message_ids=message_ids,
+        )
+        context.stats.publishes += 1
+        return support.json_response({"routed": False})
     published = messaging.publish(
         vhost,
         exchange,
         message,
         admin.now_ms(),
-        message_ids=context.next_message_id if context.stamp_message_id else None,
+        message_ids=message_ids,
     )
     context.stats.publishes += 1
     if published.wrote:

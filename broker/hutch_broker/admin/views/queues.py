@@ -85,6 +85,19 @@ def _exclusive_consumer_tag(queue: Queue) -> str | None:
     return None
 
 
+def _single_active_consumer_tag(queue: Queue) -> str | None:
+    active = queue.consumers.active
+    return active.tag if active is not None else None
+
+
+def _activity_status(consumer: Consumer) -> str:
+    """RabbitMQ 3.10.8: "up" without single active consumer, else "single_active" or "waiting"."""
+    consumers = consumer.queue.consumers
+    if not consumers.single_active:
+        return "up"
+    return "single_active" if consumers.is_active(consumer) else "waiting"
+
+
 def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
     consumers = len(queue.consumers)
     item: dict[str, Any] = {
@@ -104,7 +117,7 @@ def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
         "operator_policy": policy_name(queue.operator_policy),
         "policy": policy_name(queue.policy),
         "recoverable_slaves": None,
-        "single_active_consumer_tag": None,
+        "single_active_consumer_tag": _single_active_consumer_tag(queue),
         "state": "running",
         "type": "classic",
         "vhost": queue.vhost,
@@ -140,8 +153,8 @@ def consumer_item(consumer: Consumer, *, node: str, local_address: str) -> dict[
     return {
         "arguments": formatting.jsonable(consumer.arguments),
         "ack_required": not consumer.no_ack,
-        "active": True,
-        "activity_status": "up",
+        "active": consumer.queue.consumers.is_active(consumer),
+        "activity_status": _activity_status(consumer),
         "channel_details": _channel_details(consumer, node=node, local_address=local_address),
         "consumer_tag": consumer.tag,
         "exclusive": consumer.exclusive,
