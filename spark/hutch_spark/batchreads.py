@@ -5,7 +5,8 @@ ack to. `batchMode=peek` (default) reads up to `maxMessages` and closes the chan
 acking, so the broker re-queues everything (side effects: `redelivered=true`, delivery count
 +1). `batchMode=drain` acks once Spark has consumed the whole iterator: at-most-once, and every
 action re-reads the queue, so `cache()` or write at once. An at-least-once drain is the stream
-with `trigger(availableNow=True)` (design: spark.md §2.7).
+with `trigger(availableNow=True)` (design: spark.md §2.7). With option `queues`, each queue is
+one partition that reads up to `maxMessages` of that queue.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ from hutch_spark import connections, records
 from hutch_spark.options import SourceOptions
 
 
-def read_queue(settings: SourceOptions) -> Iterator[pa.RecordBatch]:
+def read_queue(settings: SourceOptions, queue: str) -> Iterator[pa.RecordBatch]:
     """Yields one batch of up to maxMessages, stopping after one empty pollTimeoutMs."""
-    params = connections.parameters(
-        settings.uri, connection_name=f"hutch-spark batch read {settings.queue}"
-    )
+    params = connections.parameters(settings.uri, connection_name=f"hutch-spark batch read {queue}")
     connection = pika.BlockingConnection(params)
     try:
         channel = connection.channel()
@@ -33,7 +32,7 @@ def read_queue(settings: SourceOptions) -> Iterator[pa.RecordBatch]:
         deliveries: list[records.Delivery] = []
         inactivity = max(settings.poll_timeout_ms, 1) / 1000
         for method, properties, body in channel.consume(
-            settings.queue, auto_ack=False, inactivity_timeout=inactivity
+            queue, auto_ack=False, inactivity_timeout=inactivity
         ):
             if method is None:
                 break
@@ -52,7 +51,7 @@ def read_queue(settings: SourceOptions) -> Iterator[pa.RecordBatch]:
             if len(deliveries) >= settings.max_messages:
                 break
         if deliveries:
-            yield records.to_record_batch(deliveries, first_seq=1)
+            yield records.to_record_batch(deliveries, first_seq=1, queue=queue)
             if settings.batch_mode == "drain":
                 channel.basic_ack(delivery_tag=deliveries[-1].tag, multiple=True)
     finally:

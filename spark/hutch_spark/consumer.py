@@ -17,7 +17,8 @@ Rules (design: spark.md §2.1):
   and the next call raises HutchConnectionError naming the queue.
 - Throughput: pika's per-frame dispatch was the source's bottleneck, so `_FastConnection` reads
   64 KiB at a time and, once consuming, decodes basic.deliver and its content frames on our
-  channel itself; every other frame still goes through pika (same callbacks, same semantics).
+  channel itself (a delivery whose frames are all buffered in one call, its properties with
+  properties.py); every other frame still goes through pika (same callbacks, same semantics).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import pika.frame
 import pika.spec
 from pika.adapters.select_connection import SelectConnection
 
+from hutch_spark import properties
 from hutch_spark.errors import HutchConnectionError
 from hutch_spark.records import Delivery
 
@@ -128,6 +130,12 @@ class _FastConnection(SelectConnection):  # type: ignore[misc]  # pika: Any to m
                         )
                     )
                 ):
+                    if self._pending is None:
+                        whole_end = self._whole_delivery(sink, buf, start, end, size)
+                        if whole_end:
+                            self.bytes_received += whole_end - end
+                            offset = whole_end
+                            continue
                     self._fast_frame(sink, frame_type, buf, start + 7, end - 1)
                     continue
                 _consumed, value = pika.frame.decode_frame(buf[start:end])
@@ -136,6 +144,52 @@ class _FastConnection(SelectConnection):  # type: ignore[misc]  # pika: Any to m
                 self._process_frame(value)
         finally:
             self._frame_buffer = buf[offset:] if offset else buf
+
+    def _whole_delivery(
+        self, sink: _DeliverySink, buf: bytes, start: int, method_end: int, size: int
+    ) -> int:
+        """Decodes a delivery whose method, header and single body frame are all in `buf`
+        (the common case: one call per message instead of three); returns the offset after
+        it, or 0 to let `_fast_frame` assemble it frame by frame."""
+        if method_end + 7 > size:
+            return 0
+        header_type, header_channel, header_size = _FRAME_HEADER.unpack_from(buf, method_end)
+        header_end = method_end + 8 + header_size
+        if header_type != pika.spec.FRAME_HEADER or header_channel != sink.channel_number:
+            return 0
+        if header_end > size or buf[header_end - 1] != pika.spec.FRAME_END:
+            return 0
+        body_size = _CONTENT_HEADER.unpack_from(buf, method_end + 7)[2]
+        if body_size == 0:
+            body = b""
+            end = header_end
+        else:
+            if header_end + 7 > size:
+                return 0
+            body_type, body_channel, frame_size = _FRAME_HEADER.unpack_from(buf, header_end)
+            end = header_end + 8 + frame_size
+            if (
+                body_type != pika.spec.FRAME_BODY
+                or body_channel != sink.channel_number
+                or frame_size != body_size
+                or end > size
+                or buf[end - 1] != pika.spec.FRAME_END
+            ):
+                return 0
+            body = buf[header_end + 7 : end - 1]
+        pos = start + 7
+        tag_length = buf[pos + 4]
+        pos += 5 + tag_length
+        delivery_tag, bits = _DELIVER_TAIL.unpack_from(buf, pos)
+        pos += 9
+        length = buf[pos]
+        exchange = buf[pos + 1 : pos + 1 + length].decode("utf-8")
+        pos += 1 + length
+        length = buf[pos]
+        routing_key = buf[pos + 1 : pos + 1 + length].decode("utf-8")
+        props = properties.decode(buf, method_end + 19)
+        sink.on_delivery(delivery_tag, bool(bits & 1), exchange, routing_key, props, body)
+        return int(end)
 
     def _fast_frame(
         self, sink: _DeliverySink, frame_type: int, buf: bytes, start: int, stop: int
@@ -156,11 +210,8 @@ class _FastConnection(SelectConnection):  # type: ignore[misc]  # pika: Any to m
         if pending[4] is None:
             if frame_type != pika.spec.FRAME_HEADER:
                 raise pika.exceptions.UnexpectedFrameError(frame_type)
-            body_size = _CONTENT_HEADER.unpack_from(buf, start)[2]
-            properties = pika.spec.BasicProperties()
-            properties.decode(buf, start + 12)
-            pending[4] = properties
-            pending[5] = body_size
+            pending[4] = properties.decode(buf, start + 12)
+            pending[5] = _CONTENT_HEADER.unpack_from(buf, start)[2]
         else:
             if frame_type != pika.spec.FRAME_BODY:
                 raise pika.exceptions.UnexpectedFrameError(frame_type)
@@ -410,13 +461,13 @@ class QueueConsumer:
         self._consuming.set()
         log.info("hutch: consuming queue %r (channel epoch %d)", self.queue, self._epochs)
 
-    def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+    def _on_message(self, _channel: Any, method: Any, props: Any, body: bytes) -> None:
         self._on_delivery(
             method.delivery_tag,
             method.redelivered,
             method.exchange,
             method.routing_key,
-            properties,
+            props,
             body,
         )
 
@@ -426,7 +477,7 @@ class QueueConsumer:
         redelivered: bool,
         exchange: str,
         routing_key: str,
-        properties: Any,
+        props: Any,
         body: bytes,
     ) -> None:
         # The hot path: no lock. Only this thread appends to or clears the buffer (deque
@@ -441,7 +492,7 @@ class QueueConsumer:
                 redelivered,
                 exchange,
                 routing_key,
-                properties,
+                props,
                 body,
                 time.time_ns() // 1000,
             )

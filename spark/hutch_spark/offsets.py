@@ -1,7 +1,9 @@
 """Streaming offsets and the ack ledger: which broker deliveries a Spark offset stands for.
 
 Why: Spark checkpoints only the JSON offset `{"queue": name, "seq": n}` (n = messages handed
-to Spark so far). The broker only knows delivery tags, which are scoped to one channel. The
+to Spark so far), or `{"queues": {name: n, ...}}` for a source reading several queues (option
+`queues`): each queue is its own sequence, consumed, planned and acked independently. The
+broker only knows delivery tags, which are scoped to one channel. The
 ledger maps each planned batch's end seq to the channel epoch and the last delivery tag in it,
 so that once Spark has committed a batch the driver can ack it with one
 `basic.ack(tag, multiple=true)`. Entries from an older epoch (a channel that has since closed)
@@ -21,6 +23,34 @@ from hutch_spark.errors import HutchOffsetError
 def make(queue: str, seq: int) -> dict[str, Any]:
     """The JSON offset Spark stores in its offsets/ log."""
     return {"queue": queue, "seq": seq}
+
+
+def make_many(seqs: Mapping[str, int], *, per_queue: bool) -> dict[str, Any]:
+    """The offset of a source over `seqs`' queues: the single-queue shape unless `per_queue`."""
+    if not per_queue:
+        ((queue, seq),) = seqs.items()
+        return make(queue, seq)
+    return {"queues": dict(seqs)}
+
+
+def seqs_of(
+    offset: Mapping[str, Any], queues: tuple[str, ...], *, per_queue: bool
+) -> dict[str, int]:
+    """Each queue's seq; an offset naming other queues is an error, not a reset."""
+    if not per_queue:
+        return {queues[0]: seq_of(offset, queues[0])}
+    held = offset.get("queues")
+    if not isinstance(held, Mapping):
+        raise HutchOffsetError(
+            f"hutch: the checkpoint holds the offset {dict(offset)!r}, but this source reads "
+            f"queues {list(queues)!r} (option 'queues'); use a new checkpointLocation"
+        )
+    if set(held) != set(queues):
+        raise HutchOffsetError(
+            f"hutch: the checkpoint holds offsets of queues {sorted(held)!r}, but this source "
+            f"reads queues {sorted(queues)!r}; use a new checkpointLocation"
+        )
+    return {queue: seq_of({"queue": queue, "seq": held[queue]}, queue) for queue in queues}
 
 
 def seq_of(offset: Mapping[str, Any], queue: str) -> int:

@@ -31,8 +31,11 @@ BATCH_MODES = ("peek", "drain")
 # they are not ours to reject.
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
+MAX_QUEUES = 64  # one consumer thread and connection each, in the driver's runner process
+
 SOURCE_OPTIONS = (
     "queue",
+    "queues",
     "uri",
     "maxMessagesPerBatch",
     "prefetch",
@@ -59,7 +62,12 @@ SINK_OPTIONS = (
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """Settings of the streaming source and of the batch reader (one option set for both)."""
+    """Settings of the streaming source and of the batch reader (one option set for both).
+
+    `queues` holds every queue read (one consumer each); `queue` is the first. Offsets keep
+    the single-queue shape `{"queue", "seq"}` unless the `queues` option was used
+    (`per_queue_offsets`): then `{"queues": {name: seq, ...}}`.
+    """
 
     queue: str
     uri: str
@@ -74,6 +82,12 @@ class SourceOptions:
     batch_log_dir: str | None
     max_messages: int
     batch_mode: str
+    queues: tuple[str, ...] = ()
+    per_queue_offsets: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            object.__setattr__(self, "queues", (self.queue,))
 
 
 @dataclass(frozen=True)
@@ -92,10 +106,7 @@ class SinkOptions:
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validates the source options; raises HutchOptionError naming the first bad one."""
     raw = _normalise(options, SOURCE_OPTIONS)
-    queue = raw.get("queue")
-    if queue is None:
-        raise HutchOptionError("hutch: option 'queue' is required (the queue to consume from)")
-    _check_queue_name(queue)
+    queues = _queues(raw)
     batch = _integer(raw, "maxMessagesPerBatch", default=1000, low=1, high=MAX_UINT16)
     prefetch = _integer(raw, "prefetch", default=min(2 * batch, MAX_UINT16), low=1, high=MAX_UINT16)
     if prefetch < batch:
@@ -127,7 +138,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         else None
     )
     return SourceOptions(
-        queue=queue,
+        queue=queues[0],
+        queues=queues,
+        per_queue_offsets="queues" in raw,
         uri=_uri(raw),
         max_messages_per_batch=batch,
         prefetch=prefetch,
@@ -208,11 +221,36 @@ def _normalise(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, 
     return result
 
 
-def _check_queue_name(queue: str) -> None:
+def _queues(raw: Mapping[str, str]) -> tuple[str, ...]:
+    """`queue` (one name, taken verbatim) or `queues` (a comma list), never both."""
+    if "queue" in raw and "queues" in raw:
+        raise HutchOptionError("hutch: give either option 'queue' or option 'queues', not both")
+    if "queue" in raw:
+        _check_queue_name(raw["queue"], "queue")
+        return (raw["queue"],)
+    if "queues" not in raw:
+        raise HutchOptionError(
+            "hutch: option 'queue' is required (the queue to consume from; or 'queues', "
+            "a comma list of queues)"
+        )
+    names = tuple(name.strip() for name in raw["queues"].split(","))
+    for name in names:
+        _check_queue_name(name, "queues")
+    if len(set(names)) != len(names):
+        raise HutchOptionError(f"hutch: option 'queues' = {raw['queues']!r} names a queue twice")
+    if len(names) > MAX_QUEUES:
+        raise HutchOptionError(
+            f"hutch: option 'queues' names {len(names)} queues (allowed: 1 to {MAX_QUEUES})"
+        )
+    return names
+
+
+def _check_queue_name(queue: str, option: str) -> None:
     size = len(queue.encode("utf-8"))
     if not 1 <= size <= 255:
         raise HutchOptionError(
-            f"hutch: option 'queue' = {queue[:40]!r} must be 1 to 255 bytes of UTF-8 (got {size})"
+            f"hutch: option {option!r} = {queue[:40]!r} must be 1 to 255 bytes of UTF-8 "
+            f"(got {size})"
         )
 
 

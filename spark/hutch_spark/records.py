@@ -11,7 +11,8 @@ Column rules (design: spark.md §2.3): `headers` values are strings (numbers and
 `str()`, bytes as UTF-8 else base64, nested tables and arrays as JSON); `properties` holds the
 other basic properties that are set (reply_to, expiration, priority, type, user_id, app_id,
 delivery_mode, content_encoding, cluster_id); `received_at` is the driver's receive time, never
-null, and the column to put a watermark on; `timestamp` is the AMQP property (nullable).
+null, and the column to put a watermark on; `timestamp` is the AMQP property (nullable);
+`queue` is the queue the message was read from (`seq` counts per queue).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ SCHEMA = StructType(
         StructField("received_at", TimestampType(), nullable=False),
         StructField("redelivered", BooleanType(), nullable=False),
         StructField("body", BinaryType(), nullable=False),
+        StructField("queue", StringType(), nullable=False),
     ]
 )
 
@@ -72,7 +74,8 @@ _OTHER_PROPERTIES = (
 
 @dataclass(slots=True)
 class Delivery:
-    """One message as the consumer thread received it (properties are pika BasicProperties)."""
+    """One message as the consumer thread received it (`properties`: pika BasicProperties or
+    hutch_spark.properties.Properties; both have the same attributes)."""
 
     epoch: int
     tag: int
@@ -90,8 +93,10 @@ def arrow_schema() -> pa.Schema:
     return to_arrow_schema(SCHEMA, timezone="UTC")
 
 
-def to_record_batch(deliveries: Sequence[Delivery], *, first_seq: int) -> pa.RecordBatch:
-    """Columns for `deliveries`, numbering them first_seq, first_seq + 1, ..."""
+def to_record_batch(
+    deliveries: Sequence[Delivery], *, first_seq: int, queue: str
+) -> pa.RecordBatch:
+    """Columns for `deliveries` of `queue`, numbering them first_seq, first_seq + 1, ..."""
     schema = arrow_schema()
     props = [delivery.properties for delivery in deliveries]
     columns: list[list[Any]] = [
@@ -107,6 +112,7 @@ def to_record_batch(deliveries: Sequence[Delivery], *, first_seq: int) -> pa.Rec
         [delivery.received_at_us for delivery in deliveries],
         [delivery.redelivered for delivery in deliveries],
         [delivery.body for delivery in deliveries],
+        [queue] * len(deliveries),
     ]
     arrays = [
         pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)
@@ -136,8 +142,12 @@ def _header_entries(headers: dict[str, object] | None) -> list[tuple[str, str | 
 
 
 def _property_entries(props: Any) -> list[tuple[str, str]]:
-    values = props.__dict__  # pika BasicProperties keeps every property as an attribute
-    return [(name, str(values[name])) for name in _OTHER_PROPERTIES if values.get(name) is not None]
+    entries = []
+    for name in _OTHER_PROPERTIES:
+        value = getattr(props, name)
+        if value is not None:
+            entries.append((name, str(value)))
+    return entries
 
 
 def _bytes_text(value: bytes) -> str:

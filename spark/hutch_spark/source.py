@@ -20,7 +20,10 @@ broker and arrive again. With `durableBatches=true` it replays identically (batc
 from __future__ import annotations
 
 import logging
+import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -49,6 +52,7 @@ from hutch_spark.errors import HutchOptionError
 log = logging.getLogger(__name__)
 
 FIRST_CONNECT_WAIT_S = 10.0  # lets a missing queue or a bad login fail the first batch
+_POLL_SLICE_S = 0.005  # with several queues, planning polls each in turn while all are empty
 
 
 class HutchDataSource(DataSource):
@@ -81,14 +85,126 @@ class HutchDataSource(DataSource):
 
 
 class HutchPartition(InputPartition):
-    """A contiguous seq range of one micro-batch, its rows as an Arrow IPC stream."""
+    """A contiguous seq range of one queue's part of a micro-batch, as an Arrow IPC stream."""
 
-    def __init__(self, *, first_seq: int, rows: int, payload: bytes) -> None:
-        super().__init__((first_seq, rows))
+    def __init__(self, *, queue: str, first_seq: int, rows: int, payload: bytes) -> None:
+        super().__init__((queue, first_seq, rows))
         self.payload = payload
 
     def __repr__(self) -> str:
-        return f"HutchPartition(first_seq={self.value[0]}, rows={self.value[1]})"
+        queue, first_seq, rows = self.value
+        return f"HutchPartition(queue={queue!r}, first_seq={first_seq}, rows={rows})"
+
+
+class _QueueStream:
+    """One queue of a stream: its consumer thread, ack ledger, planned rows and batch log.
+
+    With option `queues` a reader holds one per queue; each is planned, acked and replayed on
+    its own, exactly as a single-queue source is (module docstring).
+    """
+
+    def __init__(self, settings: options.SourceOptions, queue: str) -> None:
+        self.queue = queue
+        self._settings = settings
+        self.consumer: QueueConsumer | None = None
+        self._ledger = offsets.AckLedger()
+        self._planned: dict[tuple[int, int], pa.RecordBatch] = {}
+        self.batch_log = _batch_log(settings, queue)
+        self.available_now_budget: int | None = None
+
+    def ensure_consumer(self) -> QueueConsumer:
+        if self.consumer is None:
+            settings = self._settings
+            arguments: dict[str, Any] = {}
+            if settings.consumer_timeout_ms is not None:
+                arguments["x-consumer-timeout"] = settings.consumer_timeout_ms
+            consumer = QueueConsumer(
+                parameters=connections.parameters(
+                    settings.uri, connection_name=f"hutch-spark source {self.queue}"
+                ),
+                queue=self.queue,
+                prefetch=settings.prefetch,
+                exclusive=settings.exclusive,
+                consumer_arguments=arguments,
+            )
+            consumer.start()
+            self.consumer = consumer
+        return self.consumer
+
+    def staged(self, start_seq: int) -> int | None:
+        """The end of a batch staged at `start_seq` before a restart (durable mode), if any."""
+        if self.batch_log is None:
+            return None
+        staged = self.batch_log.find(start_seq)
+        if staged is None:
+            return None
+        end_seq, batch = staged
+        self._planned[(start_seq, end_seq)] = batch
+        return end_seq
+
+    def take(self, start_seq: int, limits: tuple[int, int], timeout_s: float) -> int:
+        """Plans up to `limits` (rows, bytes) buffered messages after `start_seq`; the new end."""
+        max_rows, max_bytes = limits
+        if self.available_now_budget is not None:
+            max_rows = min(max_rows, self.available_now_budget)
+        if max_rows <= 0:
+            return start_seq
+        consumer = self.ensure_consumer()
+        deliveries = consumer.take(max_messages=max_rows, max_bytes=max_bytes, timeout_s=timeout_s)
+        if not deliveries:
+            return start_seq
+        end_seq = start_seq + len(deliveries)
+        batch = records.to_record_batch(deliveries, first_seq=start_seq + 1, queue=self.queue)
+        last = deliveries[-1]
+        if self.batch_log is not None:
+            self.batch_log.write(start_seq, end_seq, batch)
+            consumer.ack_through(epoch=last.epoch, tag=last.tag)
+        else:
+            self._ledger.record(end_seq=end_seq, epoch=last.epoch, last_tag=last.tag)
+        self._planned[(start_seq, end_seq)] = batch
+        if self.available_now_budget is not None:
+            self.available_now_budget -= len(deliveries)
+        return end_seq
+
+    def partitions(self, start_seq: int, end_seq: int) -> list[InputPartition]:
+        if start_seq == end_seq:
+            return []
+        batch = self._planned.get((start_seq, end_seq))
+        if batch is None and self.batch_log is not None:
+            batch = self.batch_log.read(start_seq, end_seq)
+        if batch is None:
+            log.warning(
+                "hutch: batch (%d, %d] of queue %r was planned before a restart and replays "
+                "empty; the broker re-queued its messages, which arrive again in later batches",
+                start_seq,
+                end_seq,
+                self.queue,
+            )
+            return []
+        return _split(
+            batch, queue=self.queue, first_seq=start_seq + 1, parts=self._settings.num_partitions
+        )
+
+    def release_through(self, seq: int) -> None:
+        """Acks every planned batch ending at or below `seq` and forgets its rows."""
+        for key in [key for key in self._planned if key[1] <= seq]:
+            del self._planned[key]
+        if self.consumer is None:
+            return
+        epoch = self.consumer.live_epoch
+        tag = self._ledger.release_through(seq, epoch=epoch)
+        if tag is not None and epoch is not None:
+            self.consumer.ack_through(epoch=epoch, tag=tag)
+
+    def commit(self, end_seq: int) -> None:
+        self.release_through(end_seq)
+        if self.batch_log is not None:
+            self.batch_log.delete_through(end_seq)
+
+    def stop(self) -> None:
+        if self.consumer is not None:
+            self.consumer.stop()
+            self.consumer = None
 
 
 class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -96,18 +212,10 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, settings: options.SourceOptions) -> None:
         self._settings = settings
-        self._consumer: QueueConsumer | None = None
-        self._ledger = offsets.AckLedger()
-        self._planned: dict[tuple[int, int], pa.RecordBatch] = {}
-        self._batch_log = (
-            BatchLog(settings.batch_log_dir)
-            if settings.durable_batches and settings.batch_log_dir
-            else None
-        )
-        self._available_now_budget: int | None = None
+        self._streams = {queue: _QueueStream(settings, queue) for queue in settings.queues}
 
     def __getstate__(self) -> dict[str, Any]:
-        # Executors get a pickled copy: settings only, never the connection or its thread.
+        # Executors get a pickled copy: settings only, never the connections or their threads.
         return {"settings": self._settings}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -116,85 +224,65 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- driver: planning ------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        self._ensure_consumer()
-        return offsets.make(self._settings.queue, 0)
+        self._start_consumers()
+        return self._offset(dict.fromkeys(self._streams, 0))
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
         return ReadMaxRows(self._settings.max_messages_per_batch)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        queue = self._settings.queue
-        start_seq = offsets.seq_of(start, queue)
-        consumer = self._ensure_consumer()
-        self._release_through(start_seq)
-        if self._batch_log is not None:
-            staged = self._batch_log.find(start_seq)
+        starts = self._seqs(start)
+        self._start_consumers()
+        for queue, stream in self._streams.items():
+            stream.release_through(starts[queue])
+        ends = dict(starts)
+        for queue, stream in self._streams.items():
+            staged = stream.staged(starts[queue])
             if staged is not None:
-                end_seq, batch = staged
-                self._planned[(start_seq, end_seq)] = batch
-                return offsets.make(queue, end_seq)
-        max_rows, max_bytes = self._limits(limit)
-        if max_rows <= 0:
-            return start
-        deliveries = consumer.take(
-            max_messages=max_rows,
-            max_bytes=max_bytes,
-            timeout_s=self._settings.poll_timeout_ms / 1000,
-        )
-        if not deliveries:
-            return start
-        end_seq = start_seq + len(deliveries)
-        batch = records.to_record_batch(deliveries, first_seq=start_seq + 1)
-        last = deliveries[-1]
-        if self._batch_log is not None:
-            self._batch_log.write(start_seq, end_seq, batch)
-            consumer.ack_through(epoch=last.epoch, tag=last.tag)
-        else:
-            self._ledger.record(end_seq=end_seq, epoch=last.epoch, last_tag=last.tag)
-        self._planned[(start_seq, end_seq)] = batch
-        if self._available_now_budget is not None:
-            self._available_now_budget -= len(deliveries)
-        return offsets.make(queue, end_seq)
+                ends[queue] = staged
+        if ends != starts:
+            return self._offset(ends)
+        limits = self._limits(limit)
+        # Every queue contributes what it has buffered now; only when none has anything does
+        # planning wait, up to pollTimeoutMs, for the first message of any queue.
+        for queue, stream in self._streams.items():
+            ends[queue] = stream.take(starts[queue], limits, 0.0)
+        deadline = time.monotonic() + self._settings.poll_timeout_ms / 1000
+        slice_s = _POLL_SLICE_S if len(self._streams) > 1 else float("inf")
+        while ends == starts:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for queue, stream in self._streams.items():
+                ends[queue] = stream.take(starts[queue], limits, min(remaining, slice_s))
+                if ends[queue] != starts[queue]:
+                    break
+        return self._offset(ends)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
         # Drain what is there now (ready + buffered), nothing published later.
-        consumer = self._ensure_consumer()
-        self._available_now_budget = consumer.queue_depth(timeout_s=60.0)
-        log.info(
-            "hutch: availableNow will drain %d messages of queue %r",
-            self._available_now_budget,
-            self._settings.queue,
-        )
+        for stream in self._streams.values():
+            stream.available_now_budget = stream.ensure_consumer().queue_depth(timeout_s=60.0)
+            log.info(
+                "hutch: availableNow will drain %d messages of queue %r",
+                stream.available_now_budget,
+                stream.queue,
+            )
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        queue = self._settings.queue
-        start_seq, end_seq = offsets.seq_of(start, queue), offsets.seq_of(end, queue)
-        if start_seq == end_seq:
-            return []
-        batch = self._planned.get((start_seq, end_seq))
-        if batch is None and self._batch_log is not None:
-            batch = self._batch_log.read(start_seq, end_seq)
-        if batch is None:
-            log.warning(
-                "hutch: batch (%d, %d] of queue %r was planned before a restart and replays "
-                "empty; the broker re-queued its messages, which arrive again in later batches",
-                start_seq,
-                end_seq,
-                queue,
-            )
-            return []
-        return _split(batch, first_seq=start_seq + 1, parts=self._settings.num_partitions)
+        starts, ends = self._seqs(start), self._seqs(end)
+        planned: list[InputPartition] = []
+        for queue, stream in self._streams.items():
+            planned.extend(stream.partitions(starts[queue], ends[queue]))
+        return planned
 
     def commit(self, end: dict[str, Any]) -> None:
-        end_seq = offsets.seq_of(end, self._settings.queue)
-        self._release_through(end_seq)
-        if self._batch_log is not None:
-            self._batch_log.delete_through(end_seq)
+        for queue, seq in self._seqs(end).items():
+            self._streams[queue].commit(seq)
 
     def stop(self) -> None:
-        if self._consumer is not None:
-            self._consumer.stop()
-            self._consumer = None
+        for stream in self._streams.values():
+            stream.stop()
 
     # --- executors --------------------------------------------------------------------------
 
@@ -205,38 +293,24 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _ensure_consumer(self) -> QueueConsumer:
-        if self._consumer is None:
-            settings = self._settings
-            arguments: dict[str, Any] = {}
-            if settings.consumer_timeout_ms is not None:
-                arguments["x-consumer-timeout"] = settings.consumer_timeout_ms
-            consumer = QueueConsumer(
-                parameters=connections.parameters(
-                    settings.uri, connection_name=f"hutch-spark source {settings.queue}"
-                ),
-                queue=settings.queue,
-                prefetch=settings.prefetch,
-                exclusive=settings.exclusive,
-                consumer_arguments=arguments,
-            )
-            consumer.start()
-            self._consumer = consumer
-            consumer.wait_until_consuming(FIRST_CONNECT_WAIT_S)
-        return self._consumer
+    def _start_consumers(self) -> None:
+        """Starts every queue's consumer, then waits (once) until they consume or fail."""
+        started = [stream.consumer is None for stream in self._streams.values()]
+        consumers = [stream.ensure_consumer() for stream in self._streams.values()]
+        deadline = time.monotonic() + FIRST_CONNECT_WAIT_S
+        for fresh, consumer in zip(started, consumers, strict=True):
+            if fresh:
+                consumer.wait_until_consuming(max(deadline - time.monotonic(), 0.0))
 
-    def _release_through(self, seq: int) -> None:
-        """Acks every planned batch ending at or below `seq` and forgets its rows."""
-        for key in [key for key in self._planned if key[1] <= seq]:
-            del self._planned[key]
-        if self._consumer is None:
-            return
-        epoch = self._consumer.live_epoch
-        tag = self._ledger.release_through(seq, epoch=epoch)
-        if tag is not None and epoch is not None:
-            self._consumer.ack_through(epoch=epoch, tag=tag)
+    def _seqs(self, offset: dict[str, Any]) -> dict[str, int]:
+        settings = self._settings
+        return offsets.seqs_of(offset, settings.queues, per_queue=settings.per_queue_offsets)
+
+    def _offset(self, seqs: dict[str, int]) -> dict[str, Any]:
+        return offsets.make_many(seqs, per_queue=self._settings.per_queue_offsets)
 
     def _limits(self, limit: ReadLimit) -> tuple[int, int]:
+        """Rows and bytes each queue may contribute to the batch being planned."""
         settings = self._settings
         max_rows = settings.prefetch if isinstance(limit, ReadAllAvailable) else 0
         max_bytes = settings.max_bytes_per_batch
@@ -247,8 +321,6 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes = min(limit.max_bytes, max_bytes)
         elif not isinstance(limit, ReadAllAvailable):
             max_rows = settings.max_messages_per_batch
-        if self._available_now_budget is not None:
-            max_rows = min(max_rows, self._available_now_budget)
         return max_rows, max_bytes
 
 
@@ -259,10 +331,10 @@ class HutchBatchReader(DataSourceReader):
         self._settings = settings
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(0)]
+        return [InputPartition(queue) for queue in self._settings.queues]  # one per queue
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return batchreads.read_queue(self._settings)
+        return batchreads.read_queue(self._settings, partition.value)
 
 
 def _check_schema(schema: StructType) -> None:
@@ -273,7 +345,18 @@ def _check_schema(schema: StructType) -> None:
         )
 
 
-def _split(batch: pa.RecordBatch, *, first_seq: int, parts: int) -> list[InputPartition]:
+def _batch_log(settings: options.SourceOptions, queue: str) -> BatchLog | None:
+    """`batchLogDir` itself for one queue; a subdirectory per queue with option `queues`."""
+    if not (settings.durable_batches and settings.batch_log_dir):
+        return None
+    if not settings.per_queue_offsets:
+        return BatchLog(settings.batch_log_dir)
+    return BatchLog(Path(settings.batch_log_dir) / urllib.parse.quote(queue, safe=""))
+
+
+def _split(
+    batch: pa.RecordBatch, *, queue: str, first_seq: int, parts: int
+) -> list[InputPartition]:
     """Contiguous row ranges, serialised so each partition carries only its own rows."""
     size = -(-batch.num_rows // parts)
     partitions: list[InputPartition] = []
@@ -284,6 +367,7 @@ def _split(batch: pa.RecordBatch, *, first_seq: int, parts: int) -> list[InputPa
             writer.write_batch(chunk)
         partitions.append(
             HutchPartition(
+                queue=queue,
                 first_seq=first_seq + offset,
                 rows=chunk.num_rows,
                 payload=sink_buffer.getvalue().to_pybytes(),

@@ -38,3 +38,26 @@ def test_ledger_drops_entries_of_a_closed_channel() -> None:
     ledger.record(end_seq=200, epoch=2, last_tag=100)
     assert ledger.release_through(200, epoch=None) is None  # disconnected: nothing to ack
     assert len(ledger) == 0
+
+
+def test_per_queue_offsets_round_trip_and_keep_the_single_queue_shape() -> None:
+    seqs = {"a": 3, "b": 0}
+    offset = offsets.make_many(seqs, per_queue=True)
+    assert offset == {"queues": {"a": 3, "b": 0}}
+    assert offsets.seqs_of(offset, ("a", "b"), per_queue=True) == seqs
+    assert offsets.make_many({"a": 3}, per_queue=False) == {"queue": "a", "seq": 3}
+    assert offsets.seqs_of({"queue": "a", "seq": 3}, ("a",), per_queue=False) == {"a": 3}
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [{"queues": {"a": 1, "c": 2}}, {"queues": {"a": 1}}, {"queue": "a", "seq": 1}],
+)
+def test_per_queue_offsets_of_other_queues_are_refused(offset: dict) -> None:
+    with pytest.raises(HutchOffsetError, match="use a new checkpointLocation"):
+        offsets.seqs_of(offset, ("a", "b"), per_queue=True)
+
+
+def test_per_queue_offset_with_a_malformed_seq() -> None:
+    with pytest.raises(HutchOffsetError, match="malformed offset"):
+        offsets.seqs_of({"queues": {"a": -1, "b": 0}}, ("a", "b"), per_queue=True)

@@ -38,12 +38,24 @@ SOURCE_OK: list[tuple[dict[str, str], str, Any]] = [
     (Q, "batch_mode", "peek"),
     ({**Q, "batchMode": "drain"}, "batch_mode", "drain"),
     ({**Q, "path": "ignored", "checkpointLocation": "/x", "queryName": "q"}, "queue", "events"),
+    (Q, "queues", ("events",)),
+    (Q, "per_queue_offsets", False),
+    ({"queue": "a,b"}, "queues", ("a,b",)),  # `queue` is one name, commas and all
+    ({"queues": "a, b ,c"}, "queues", ("a", "b", "c")),
+    ({"queues": "a,b"}, "queue", "a"),
+    ({"queues": "a,b"}, "per_queue_offsets", True),
+    ({"queues": "solo"}, "per_queue_offsets", True),
+    ({"QUEUES": ",".join(f"q{n}" for n in range(64))}, "queues", tuple(f"q{n}" for n in range(64))),
 ]
 
 SOURCE_BAD: list[tuple[dict[str, str], str]] = [
     ({}, "'queue' is required"),
     ({"queue": ""}, "'queue' = '' must be 1 to 255 bytes"),
     ({"queue": "é" * 128}, "must be 1 to 255 bytes"),
+    ({"queue": "a", "queues": "b,c"}, "either option 'queue' or option 'queues', not both"),
+    ({"queues": "a,,b"}, "'queues' = '' must be 1 to 255 bytes"),
+    ({"queues": "a,b,a"}, "names a queue twice"),
+    ({"queues": ",".join(f"q{n}" for n in range(65))}, "names 65 queues (allowed: 1 to 64)"),
     ({**Q, "uri": "http://h/"}, "must start with amqp:// or amqps://"),
     ({**Q, "uri": "amqp:///vhost"}, "has no host"),
     ({**Q, "uri": "amqp://h:notaport/"}, "invalid port"),

@@ -73,6 +73,7 @@ def test_record_batch_matches_sparks_arrow_schema() -> None:
             delivery(2),
         ],
         first_seq=11,
+        queue="orders",
     )
     assert batch.schema.equals(records.arrow_schema())
     rows = batch.to_pylist()
@@ -84,6 +85,7 @@ def test_record_batch_matches_sparks_arrow_schema() -> None:
     assert rows[1]["headers"] is None
     assert rows[1]["redelivered"] is True
     assert rows[1]["body"] == b"body-2"
+    assert [row["queue"] for row in rows] == ["orders", "orders"]
 
 
 def test_batch_log_stages_reuses_and_deletes(tmp_path: Path) -> None:
@@ -92,8 +94,8 @@ def test_batch_log_stages_reuses_and_deletes(tmp_path: Path) -> None:
 
     log = BatchLog(tmp_path / "hutch-batches")
     assert log.find(0) is None
-    first = records.to_record_batch([delivery(1), delivery(2)], first_seq=1)
-    second = records.to_record_batch([delivery(3)], first_seq=3)
+    first = records.to_record_batch([delivery(1), delivery(2)], first_seq=1, queue="q")
+    second = records.to_record_batch([delivery(3)], first_seq=3, queue="q")
     log.write(0, 2, first)
     log.write(2, 3, second)
     found = log.find(2)
