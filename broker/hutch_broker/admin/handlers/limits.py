@@ -36,11 +36,9 @@ def _user_items(broker: Broker, only: str | None = None) -> list[dict[str, Any]]
 
 
 async def _value(request: web.Request, kind: limits.Kind, name: str) -> int:
-    body = await support.body(request)
-    if "value" not in body:
-        raise errors.bad_request("[{key_missing,value}]")
+    value = await support.body_value(request)
     try:
-        return limits.validate(kind, name, body["value"])
+        return limits.validate(kind, name, value)
     except limits.LimitError as exc:
         raise errors.bad_request(str(exc)) from None
 

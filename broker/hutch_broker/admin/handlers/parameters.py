@@ -56,13 +56,6 @@ def _vhost(broker: Broker, name: str) -> VirtualHost:
     return vhost
 
 
-async def _value(request: web.Request) -> Any:
-    body = await support.body(request)
-    if "value" not in body:
-        raise errors.bad_request("[{key_missing,value}]")
-    return body["value"]
-
-
 # -- vhost-scoped parameters ----------------------------------------------------------------
 
 
@@ -109,7 +102,7 @@ async def put_parameter(request: web.Request) -> web.Response:
         raise errors.bad_request("policies may not be set using this method")
     if component not in COMPONENTS:
         raise errors.validation_failed(f"component {component} not found")
-    value = await _value(request)
+    value = await support.body_value(request)
     vhost = _vhost(broker, support.path(request, "vhost"))
     if component == OPERATOR_POLICY:
         support.require_operator_policy_changes(request)
@@ -186,7 +179,7 @@ async def get_global(request: web.Request) -> web.Response:
 @routes.put("/api/global-parameters/{name}")
 async def put_global(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
-    value = await _value(request)
+    value = await support.body_value(request)
     broker = support.state(request).broker
     created = broker.set_global_parameter(support.path(request, "name"), value)
     return support.created_or_updated(created)

@@ -60,6 +60,14 @@ async def body(request: web.Request) -> bodies.Body:
     return bodies.parse_json(await request.read())
 
 
+async def body_value(request: web.Request) -> Any:
+    """The ``value`` of a parameter or limit body; RabbitMQ's 400 when it is missing."""
+    parsed = await body(request)
+    if "value" not in parsed:
+        raise errors.bad_request("[{key_missing,value}]")
+    return parsed["value"]
+
+
 def json_response(data: Any, *, status: int = 200) -> web.Response:
     return web.Response(
         status=status,
