@@ -120,7 +120,6 @@ class Queue:
         self.consumers = consumers_mod.Consumers(
             single_active=self.arguments.get("x-single-active-consumer") is True
         )
-        self.had_consumers = False
         self.deleted = False
         self.last_used_ms = 0
         self.stats_publish = 0
@@ -305,7 +304,6 @@ class Queue:
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.add(consumer)
-        self.had_consumers = True
 
     def remove_consumer(self, consumer: Consumer) -> bool:
         """True when another consumer took over as the single active one: drain it soon."""
@@ -385,11 +383,6 @@ class Queue:
             self._pop_ready()
             self._drop(entry, "expired")
             expired += 1
-
-    def next_expiry(self) -> int:
-        """Epoch ms at which the head message expires, 0 when none."""
-        entry = self._peek_ready()
-        return entry.expire_at if entry is not None else 0
 
     # -- settling -----------------------------------------------------
 
