@@ -35,6 +35,26 @@ def test_helm_install_runs_the_operator_as_a_real_pod_that_reconciles_a_broker(
     localnode.provide_volumes(cluster, ["2Gi"])
 
     operator = releases.install(cluster, k8s_namespace, tmp_path)  # waits for /healthz
+    try:
+        _check_operator_and_broker(node, cluster, k8s_namespace, operator)
+    finally:
+        # The order that strands nothing (charts/hutch-operator/README.md): the Hutch objects
+        # while the operator runs, then the release. A release left behind keeps its
+        # cluster-wide objects (the next install in this session is refused) and its operator
+        # Pod, which would reconcile the later node tests' Brokers too.
+        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
+                        "--timeout=120s")  # fmt: skip
+        operator.uninstall()
+        clusters.wait_for(
+            lambda: not pods.list_pods(cluster, k8s_namespace, operator.selector),
+            "the operator Pod gone after helm uninstall",
+            timeout=120,
+        )
+
+
+def _check_operator_and_broker(
+    node: Any, cluster: clusters.Cluster, k8s_namespace: str, operator: Any
+) -> None:
     pod = operator.pod()
     assert pod is not None
     facts = pods.facts(pod)
