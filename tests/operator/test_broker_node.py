@@ -56,7 +56,25 @@ def example(running: Any, kit: Any) -> tuple[brokerpods.BrokerPod, Any, dict[str
     broker = example_broker()
     kube.create("Broker", "brokers", broker["metadata"]["name"], broker["spec"])
     pod = brokerpods.BrokerPod(running, kube.namespace, broker["metadata"]["name"]).attach()
+    use_pod_ip(pod)
     return pod, kube, broker["spec"]
+
+
+def use_pod_ip(broker: brokerpods.BrokerPod) -> None:
+    """Reach the broker (from this test and the in-process operator) at its current Pod IP.
+
+    In the full CI sequence (after tests/k8s/test_dns.py and test_node.py on the same node
+    plane) this Service's ClusterIP answered "connection refused" from the host while the Pod
+    was Ready and listening; run alone, it works. Until that is understood (see the session
+    note), these tests use the Pod IP as tests/operator/test_broker_pod.py does, and follow it
+    across the roll.
+    """
+    broker.host = broker.pod_ip
+    key = f"{broker.namespace}/{broker.name}="
+    entries = [e for e in os.environ.get(brokerpods.ADDRESSES, "").split(",") if e]
+    entries = [e for e in entries if not e.startswith(key)]
+    entries.append(f"{key}{broker.http}|amqp://{broker.host}:5672")
+    os.environ[brokerpods.ADDRESSES] = ",".join(entries)
 
 
 def container_limit(broker: brokerpods.BrokerPod) -> int:
@@ -112,6 +130,7 @@ def test_raising_the_memory_request_rolls_the_pod_and_moves_the_watermark(exampl
     patched = kube.patch_spec("brokers", broker.name, {"resources": raised})
     assert patched.returncode == 0, patched.stderr
     second = broker.wait_ready(not_uid=first["metadata"]["uid"])
+    use_pod_ip(broker)
 
     old_id = first["status"]["containerStatuses"][0]["containerID"]
     assert second["status"]["containerStatuses"][0]["containerID"] != old_id
