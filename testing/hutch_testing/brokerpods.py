@@ -67,6 +67,21 @@ class BrokerPod:
         os.environ[ADDRESSES] = ",".join(entries)
         return self
 
+    def use_pod_ip(self) -> None:
+        """Reach the broker (from the test and the in-process operator) at its current Pod IP.
+
+        In the full CI sequence (after tests/k8s/test_dns.py and test_node.py on the same node
+        plane) a new Broker's ClusterIP answered "connection refused" from the host while its
+        Pod was Ready and listening; alone, it worked. Until that is understood, the node tests
+        use the Pod IP; call again after a roll.
+        """
+        self.host = self.pod_ip
+        key = f"{self.namespace}/{self.name}="
+        entries = [e for e in os.environ.get(ADDRESSES, "").split(",") if e]
+        entries = [e for e in entries if not e.startswith(key)]
+        entries.append(f"{key}{self.http}|amqp://{self.host}:5672")
+        os.environ[ADDRESSES] = ",".join(entries)
+
     @property
     def http(self) -> str:
         return f"http://{self.host}:15672"

@@ -61,20 +61,7 @@ def example(running: Any, kit: Any) -> tuple[brokerpods.BrokerPod, Any, dict[str
 
 
 def use_pod_ip(broker: brokerpods.BrokerPod) -> None:
-    """Reach the broker (from this test and the in-process operator) at its current Pod IP.
-
-    In the full CI sequence (after tests/k8s/test_dns.py and test_node.py on the same node
-    plane) this Service's ClusterIP answered "connection refused" from the host while the Pod
-    was Ready and listening; run alone, it works. Until that is understood (see the session
-    note), these tests use the Pod IP as tests/operator/test_broker_pod.py does, and follow it
-    across the roll.
-    """
-    broker.host = broker.pod_ip
-    key = f"{broker.namespace}/{broker.name}="
-    entries = [e for e in os.environ.get(brokerpods.ADDRESSES, "").split(",") if e]
-    entries = [e for e in entries if not e.startswith(key)]
-    entries.append(f"{key}{broker.http}|amqp://{broker.host}:5672")
-    os.environ[brokerpods.ADDRESSES] = ",".join(entries)
+    broker.use_pod_ip()
 
 
 def container_limit(broker: brokerpods.BrokerPod) -> int:

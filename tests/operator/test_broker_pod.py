@@ -340,6 +340,7 @@ def test_memory_pressure_in_the_pod_cgroup_blocks_publishers_not_consumers_and_n
 ) -> None:
     spec = broker_spec("128Mi")
     broker = make_broker("pressure", spec)
+    broker.use_pod_ip()  # no roll here; the ClusterIP was refused in the full CI sequence
     watermark = memory.watermark(spec["resources"], spec["memoryHighWatermark"])
     info = broker.node_info()
     assert info["mem_limit"] == watermark.high_watermark_bytes
