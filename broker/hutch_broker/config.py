@@ -37,9 +37,23 @@ class ConfigError(ValueError):
 
 
 @dataclass(slots=True)
+class TLSOptions:
+    """``ssl_options.*`` (AMQPS) or ``management.ssl.*`` (HTTPS), as RabbitMQ names them.
+
+    Empty management files fall back to ``ssl_options``'s, so one certificate serves both.
+    """
+
+    certfile: str = ""
+    keyfile: str = ""
+    cacertfile: str = ""
+    verify_peer: bool = False  # verify = verify_peer | verify_none
+    fail_if_no_peer_cert: bool = False
+
+
+@dataclass(slots=True)
 class BrokerConfig:
-    amqp_port: int = 5672
-    http_port: int = 15672
+    amqp_port: int | None = 5672
+    http_port: int | None = 15672
     bind: str = "127.0.0.1"
     data_dir: Path = field(default_factory=lambda: Path("hutch-data"))
     cluster_name: str = ""
@@ -60,6 +74,13 @@ class BrokerConfig:
     # management.restrictions.operator_policy_changes.disabled (RabbitMQ 3.11+): operator
     # policies are read-only through the HTTP API; definitions files still set them.
     operator_policy_changes_disabled: bool = False
+    # TLS (server/tls.py builds the contexts and refuses bad files at start-up). ``None`` ports
+    # mean "no such listener": ``listeners.tcp = none`` and ``management.tcp = none`` leave only
+    # the TLS ones.
+    ssl_port: int | None = None  # listeners.ssl.default
+    management_ssl_port: int | None = None  # management.ssl.port
+    tls: TLSOptions = field(default_factory=TLSOptions)
+    management_tls: TLSOptions = field(default_factory=TLSOptions)
 
 
 def parse_size(text: str) -> int:
@@ -95,6 +116,49 @@ def _ratio(text: str) -> float:
 
 def _port_of(value: str) -> int:
     return int(value.rsplit(":", 1)[-1])
+
+
+def _verify(text: str) -> bool:
+    if text not in ("verify_peer", "verify_none"):
+        raise ConfigError(f"must be verify_peer or verify_none: {text!r}")
+    return text == "verify_peer"
+
+
+def _none_only(key: str, value: str) -> None:
+    if value.strip() != "none":
+        raise ConfigError(f"{key} only accepts 'none' (set a port with {key}.default or .port)")
+
+
+# ssl_options.<option> / management.ssl.<option> -> (TLSOptions attribute, converter)
+_TLS_OPTIONS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
+    "certfile": ("certfile", str),
+    "keyfile": ("keyfile", str),
+    "cacertfile": ("cacertfile", str),
+    "verify": ("verify_peer", _verify),
+    "fail_if_no_peer_cert": ("fail_if_no_peer_cert", _bool),
+}
+
+
+def _apply_tls(config: BrokerConfig, key: str, value: str) -> bool:
+    """The TLS keys; False when ``key`` is not one of them."""
+    prefix, _, option = key.rpartition(".")
+    target = {"ssl_options": config.tls, "management.ssl": config.management_tls}.get(prefix)
+    if key == "listeners.ssl.default":
+        config.ssl_port = _port_of(value)
+    elif key == "management.ssl.port":
+        config.management_ssl_port = int(value)
+    elif key == "listeners.tcp":
+        _none_only(key, value)
+        config.amqp_port = None
+    elif key == "management.tcp":
+        _none_only(key, value)
+        config.http_port = None
+    elif target is not None and option in _TLS_OPTIONS:
+        attribute, convert = _TLS_OPTIONS[option]
+        setattr(target, attribute, convert(value))
+    else:
+        return False
+    return True
 
 
 # key -> (attribute, converter) for the keys that map to one field.
@@ -136,7 +200,7 @@ def _apply(config: BrokerConfig, key: str, value: str) -> None:
         config.watermark_relative, config.watermark_absolute = _ratio(value), None
     elif key == "vm_memory_high_watermark.absolute":
         config.watermark_absolute, config.watermark_relative = parse_size(value), None
-    else:
+    elif not _apply_tls(config, key, value):
         raise ConfigError(f"unknown key {key!r}")
 
 

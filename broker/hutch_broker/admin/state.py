@@ -34,7 +34,8 @@ class AdminState:
 
     @property
     def local_address(self) -> str:
-        return f"{self.node.listen_host}:{self.node.amqp_port}"
+        port = self.node.amqp_port if self.node.amqp_port is not None else self.node.amqps_port
+        return f"{self.node.listen_host}:{port}"
 
     def now_ms(self) -> int:
         return self.context.clock()

@@ -32,6 +32,7 @@ from hutch_broker.model.changes import Change
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors
+from hutch_broker.server import tls
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
 from hutch_broker.store import DefinitionsStore, MessageStore, StoreError
@@ -48,6 +49,8 @@ SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reaso
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        # Before the data directory is touched: bad TLS files refuse the start and change nothing.
+        self.amqps_context, self.https_context = tls.contexts(config)
         self.loop = asyncio.get_event_loop()
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.definitions = DefinitionsStore(config.data_dir)
@@ -381,11 +384,18 @@ class BrokerServer:
             self.connections.add(connection)
             return connection
 
-        amqp = await self.loop.create_server(
-            factory, self.config.bind, self.config.amqp_port, reuse_address=True, backlog=1024
-        )
-        self._servers.append(amqp)
-        log.info("AMQP listener on %s:%d", self.config.bind, self.config.amqp_port)
+        listeners = [
+            ("AMQP", self.config.amqp_port, None),
+            ("AMQPS", self.config.ssl_port, self.amqps_context),
+        ]
+        for label, port, context in listeners:
+            if port is None:
+                continue
+            server = await self.loop.create_server(
+                factory, self.config.bind, port, reuse_address=True, backlog=1024, ssl=context
+            )
+            self._servers.append(server)
+            log.info("%s listener on %s:%d", label, self.config.bind, port)
         await self._start_http()
         self.loop.create_task(self._timers())
         self.loop.create_task(self._expiry_timer())
@@ -400,6 +410,8 @@ class BrokerServer:
         node = NodeInfo(
             amqp_port=config.amqp_port,
             http_port=config.http_port,
+            amqps_port=config.ssl_port,
+            https_port=config.management_ssl_port,
             listen_host=config.bind,
             started_at_ms=int(self.started_at * 1000),
             data_dir=str(config.data_dir),
@@ -414,10 +426,17 @@ class BrokerServer:
         app.middlewares.append(self._durable_replies_middleware())  # innermost
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.config.bind, self.config.http_port, reuse_address=True)
-        await site.start()
         self._http_runner = runner
-        log.info("HTTP management listener on %s:%d", self.config.bind, self.config.http_port)
+        sites = [
+            ("HTTP", config.http_port, None),
+            ("HTTPS", config.management_ssl_port, self.https_context),
+        ]
+        for label, port, context in sites:
+            if port is None:
+                continue
+            site = web.TCPSite(runner, config.bind, port, reuse_address=True, ssl_context=context)
+            await site.start()
+            log.info("%s management listener on %s:%d", label, config.bind, port)
 
     async def _timers(self) -> None:
         while not self._stopped.is_set():

@@ -64,9 +64,11 @@ NODE_COUNTERS: Final = (
 class NodeInfo:
     """Facts about this process that the model does not know (the server fills them in)."""
 
-    amqp_port: int = 5672
-    http_port: int = 15672
+    amqp_port: int | None = 5672  # None: that plain listener is off (TLS only)
+    http_port: int | None = 15672
     listen_host: str = "127.0.0.1"
+    amqps_port: int | None = None
+    https_port: int | None = None
     started_at_ms: int = 0
     data_dir: str = ""
     disk_free_limit: int = 50_000_000
@@ -145,7 +147,13 @@ def listeners(node_name: str, info: NodeInfo) -> list[dict[str, Any]]:
             "port": port,
             "socket_opts": {},
         }
-        for protocol, port in (("amqp", info.amqp_port), ("http", info.http_port))
+        for protocol, port in (
+            ("amqp", info.amqp_port),
+            ("amqp/ssl", info.amqps_port),
+            ("http", info.http_port),
+            ("https", info.https_port),
+        )
+        if port is not None
     ]
 
 
@@ -157,8 +165,11 @@ def contexts(node_name: str, info: NodeInfo) -> list[dict[str, Any]]:
             "description": "RabbitMQ Management",
             "path": "/",
             "ip": info.listen_host,
-            "port": str(info.http_port),
+            "port": str(port),
+            **({"ssl": "true"} if port == info.https_port else {}),
         }
+        for port in (info.http_port, info.https_port)
+        if port is not None
     ]
 
 
