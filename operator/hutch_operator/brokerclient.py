@@ -5,6 +5,11 @@ every call is bounded (connect 3 s, read 10 s, total 15 s by default), each brok
 keep-alive pool of at most 4 connections shared by every object that targets it, and HTTP
 outcomes become the operator's errors in one place. Retrying is Kopf's job, except one immediate
 retry when an idle keep-alive connection was reset under an idempotent request.
+
+An ``https`` management URL is verified against the CA the client was given (``ca_pem``, from
+a Broker's TLS Secret or a connection Secret's ``ca.crt``), else the system trust store; a
+certificate that does not verify is ``TLSVerificationFailed`` naming the URL, OpenSSL's reason
+and the CA that was trusted, never a generic "unavailable".
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import ssl
 import time
 from typing import Any, Protocol
 
@@ -39,8 +45,18 @@ class BrokerClient(Protocol):
 class HttpBrokerClient:
     """One broker's management API over a private, bounded aiohttp connection pool."""
 
-    def __init__(self, base_url: str, username: str, password: str) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        *,
+        ca_pem: str = "",
+        ca_source: str = "the system trust store",
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.ca_pem = ca_pem
+        self.ca_source = ca_source
         self.username = username  # a User must never take over the operator's own user
         self.last_used = time.monotonic()
         self.requests = 0
@@ -53,7 +69,9 @@ class HttpBrokerClient:
     def _client_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=CONNECTIONS_PER_BROKER, keepalive_timeout=KEEPALIVE_SECONDS
+                limit=CONNECTIONS_PER_BROKER,
+                keepalive_timeout=KEEPALIVE_SECONDS,
+                ssl=self._ssl_context(),
             )
             connect = config.connect_timeout()
             read = config.read_timeout()
@@ -64,6 +82,15 @@ class HttpBrokerClient:
                 connector=connector, timeout=timeout, headers=self._headers
             )
         return self._session
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        """Verifies the server's chain and name; trusts only ``ca_pem`` when given."""
+        try:
+            return ssl.create_default_context(cadata=self.ca_pem or None)
+        except (ssl.SSLError, ValueError) as exc:
+            raise errors.TLSSecretInvalidError(
+                f"{self.ca_source}: not a PEM CA certificate ({exc})"
+            ) from exc
 
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:
@@ -102,11 +129,27 @@ class HttpBrokerClient:
                 metrics.BROKER_REQUESTS.labels(request.method, str(response.status)).inc()
                 text = await response.text()
                 return _outcome(request, response.status, text, self.base_url)
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise errors.TLSVerificationFailedError(
+                f"{self.base_url}: {_verify_message(exc)}; trusted CA: {self.ca_source}"
+            ) from exc
+        except aiohttp.ClientSSLError as exc:
+            raise errors.TLSHandshakeFailedError(
+                f"{self.base_url}: TLS handshake failed: {exc}"
+            ) from exc
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             detail = type(exc).__name__ if isinstance(exc, TimeoutError) else str(exc)
             raise errors.BrokerUnavailableError(f"{self.base_url}: {detail}") from exc
+
+
+def _verify_message(exc: aiohttp.ClientConnectorCertificateError) -> str:
+    """OpenSSL's words ("certificate verify failed: self-signed certificate in chain")."""
+    cause = exc.certificate_error
+    if isinstance(cause, ssl.SSLCertVerificationError) and cause.verify_message:
+        return f"certificate verify failed: {cause.verify_message}"
+    return str(cause)
 
 
 # Where a 405 means the broker's operator-policy restriction, not a missing method.
@@ -145,16 +188,27 @@ def _outcome(request: translators.Request, status: int, text: str, base: str) ->
 
 
 class ClientPool:
-    """One client per (base URL, user, sha256(password)); idle ones are closed after 10 min."""
+    """One client per (base URL, user, sha256(password, CA)); idle ones closed after 10 min."""
 
     def __init__(self) -> None:
         self._clients: dict[tuple[str, str, str], HttpBrokerClient] = {}
 
-    def get(self, base_url: str, username: str, password: str) -> HttpBrokerClient:
-        key = (base_url, username, hashlib.sha256(password.encode()).hexdigest())
+    def get(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        *,
+        ca_pem: str = "",
+        ca_source: str = "the system trust store",
+    ) -> HttpBrokerClient:
+        secret = hashlib.sha256(f"{password}\0{ca_pem}".encode()).hexdigest()
+        key = (base_url, username, secret)
         client = self._clients.get(key)
         if client is None:
-            client = self._clients[key] = HttpBrokerClient(base_url, username, password)
+            client = self._clients[key] = HttpBrokerClient(
+                base_url, username, password, ca_pem=ca_pem, ca_source=ca_source
+            )
         return client
 
     async def drop(self, client: BrokerClient) -> None:

@@ -17,6 +17,24 @@ from hutch_operator import translators as tr
 from hutch_operator.children import meta
 
 ALIVENESS = "/api/aliveness-test/%2F"
+TLS_ERRORS = (
+    errors.TLSVerificationFailedError,
+    errors.TLSHandshakeFailedError,
+    errors.TLSSecretInvalidError,
+)
+
+
+def _endpoint(broker: meta.BrokerObject) -> dict[str, str]:
+    """Where clients connect: the TLS listeners when ``spec.tls`` is set."""
+    if broker.tls is not None:
+        return {
+            "amqp": f"amqps://{broker.host}:{meta.AMQPS_PORT}",
+            "management": f"https://{broker.host}:{meta.MANAGEMENT_TLS_PORT}",
+        }
+    return {
+        "amqp": f"amqp://{broker.host}:{meta.AMQP_PORT}",
+        "management": f"http://{broker.host}:{meta.MANAGEMENT_PORT}",
+    }
 
 
 class Report:
@@ -52,10 +70,7 @@ class Report:
         self.condition("ReconcileSuccess", True, "Applied", "children applied")
         self.status.update(
             observedGeneration=self.generation,
-            endpoint={
-                "amqp": f"amqp://{broker.host}:{meta.AMQP_PORT}",
-                "management": f"http://{broker.host}:{meta.MANAGEMENT_PORT}",
-            },
+            endpoint=_endpoint(broker),
             defaultUserSecret=broker.secret_name,
             memory=plan.status(),
             diskFreeLimitBytes=memory.disk_free_limit(spec.persistence.size),
@@ -97,12 +112,24 @@ class Report:
     async def _management(self, broker: meta.BrokerObject) -> dict[str, Any]:
         """Aliveness → Available; overview → version; nodes → alarms and runtime limit."""
         data = await references.read_secret(broker.namespace, broker.secret_name)
-        base = config.broker_address(broker.namespace, broker.name).management
+        tls = broker.tls
+        base = config.broker_address(broker.namespace, broker.name, tls=tls is not None).management
         if not data:
             self.condition("Available", False, "ManagementUnreachable", "no default user yet")
             return {}
-        client = brokerclient.POOL.get(base, data["username"], data["password"])
         try:
+            trust = references.TLSMaterial()
+            if tls is not None:
+                trust = await references.tls_material(  # fresh: a fixed CA shows at once
+                    broker.namespace, tls.secret_name, tls.ca_secret_name or "", fresh=True
+                )
+            client = brokerclient.POOL.get(
+                base,
+                data["username"],
+                data["password"],
+                ca_pem=trust.ca_pem,
+                ca_source=trust.ca_source,
+            )
             await client.call(tr.Request("GET", ALIVENESS))
             overview = await client.call(tr.Request("GET", "/api/overview"))
             nodes = await client.call(tr.Request("GET", "/api/nodes"))
@@ -110,7 +137,12 @@ class Report:
             if isinstance(exc, errors.AuthenticationFailedError):
                 references.forget_secrets()
                 await brokerclient.POOL.drop(client)
-            self.condition("Available", False, "ManagementUnreachable", str(exc))
+            # A TLS failure keeps its own reason: "TLSVerificationFailed" says what to fix.
+            reason = exc.reason if isinstance(exc, TLS_ERRORS) else "ManagementUnreachable"
+            if self.condition("Available", False, reason, str(exc)) and reason != (
+                "ManagementUnreachable"
+            ):
+                kopf.warn(self.body, reason=reason, message=str(exc))
             return {}
         self.condition("Available", True, "AlivenessOk", f"{base} answers")
         version = overview.get("product_version") or overview.get("rabbitmq_version")

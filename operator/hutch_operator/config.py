@@ -93,8 +93,9 @@ class BrokerAddress:
     amqp: str
 
 
-def broker_address(namespace: str, name: str) -> BrokerAddress:
-    """The Service address, unless ``HUTCH_BROKER_ADDRESSES`` overrides it.
+def broker_address(namespace: str, name: str, *, tls: bool = False) -> BrokerAddress:
+    """The Service address (its TLS ports for a Broker with ``spec.tls``), unless
+    ``HUTCH_BROKER_ADDRESSES`` overrides it.
 
     The override (``ns/name=http://127.0.0.1:15672|amqp://127.0.0.1:5672``, comma-separated)
     exists for tests and the quickstart, where brokers are local processes and Service IPs are
@@ -104,6 +105,8 @@ def broker_address(namespace: str, name: str) -> BrokerAddress:
     if override is not None:
         return override
     host = f"{name}.{namespace}.svc"
+    if tls:
+        return BrokerAddress(management=f"https://{host}:15671", amqp=f"amqps://{host}:5671")
     return BrokerAddress(management=f"http://{host}:15672", amqp=f"amqp://{host}:5672")
 
 

@@ -16,6 +16,9 @@ each error states its ``reason`` and whether retrying can help; library errors a
     ├── BrokerNotReadyError          BrokerNotReady   10 s
     ├── ConnectionSecretInvalidError ConnectionSecretInvalid 30 s
     ├── AuthenticationFailedError    AuthenticationFailed 60 s
+    ├── TLSVerificationFailedError   TLSVerificationFailed 60 s (the CA does not vouch for it)
+    ├── TLSHandshakeFailedError      TLSHandshakeFailed 60 s (no TLS there, or no common terms)
+    ├── TLSSecretInvalidError        TLSSecretInvalid 30 s (a spec.tls Secret missing or lacking)
     ├── VhostNotFoundError           VhostNotFound    30 s
     ├── AlreadyExistsError           AlreadyExists    permanent (the sweep re-checks)
     ├── CredentialsSecretInvalidError CredentialsSecretInvalid 30 s
@@ -98,6 +101,23 @@ class ConnectionSecretInvalidError(HutchError):
 class AuthenticationFailedError(HutchError):
     reason = "AuthenticationFailed"
     delay = 60.0
+
+
+class TLSVerificationFailedError(HutchError):
+    """The management certificate did not verify against the trusted CA (or name)."""
+
+    reason = "TLSVerificationFailed"
+    delay = 60.0
+
+
+class TLSHandshakeFailedError(HutchError):
+    reason = "TLSHandshakeFailed"
+    delay = 60.0
+
+
+class TLSSecretInvalidError(HutchError):
+    reason = "TLSSecretInvalid"
+    delay = 30.0
 
 
 class VhostNotFoundError(HutchError):

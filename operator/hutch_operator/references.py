@@ -9,6 +9,8 @@ every Secret in the cluster) and remembered for 30 s per Secret, dropped at once
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -30,6 +32,9 @@ class BrokerFacts:
     available: bool
     deleting: bool
     allowed_namespaces: tuple[str, ...] = field(default=())
+    tls_secret: str = ""  # spec.tls.secretName: the operator talks HTTPS and verifies
+    tls_ca_secret: str = ""  # spec.tls.caSecretName
+    unavailable_reason: str = ""  # the Available condition's reason while it is not True
 
     def allows(self, namespace: str) -> bool:
         return namespace == self.namespace or bool({"*", namespace} & set(self.allowed_namespaces))
@@ -46,6 +51,8 @@ class Target:
 BrokerIndex = Mapping[tuple[str, str], Any]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# RabbitMQ's management port pair: HTTPS 15671 is the same broker as HTTP 15672.
+TLS_MANAGEMENT_PAIR = ("https", 15671, "http", 15672)
 
 
 def normalise_endpoint(url: str) -> str:
@@ -72,6 +79,8 @@ def normalise_endpoint(url: str) -> str:
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
     port = port or DEFAULT_PORTS.get(scheme)
+    if (scheme, port) == TLS_MANAGEMENT_PAIR[:2]:  # one broker, whichever listener is named
+        scheme, port = TLS_MANAGEMENT_PAIR[2:]
     return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
 
 
@@ -113,8 +122,11 @@ async def resolve(
     readiness check, so the finalizer can be released at once (namespace deletion).
     """
     if spec.connection_secret is not None:
-        username, password, uri = await _connection_secret(namespace, spec.connection_secret.name)
-        return Target(normalise_endpoint(uri), brokerclient.POOL.get(uri, username, password))
+        name = spec.connection_secret.name
+        username, password, uri, ca_pem = await _connection_secret(namespace, name)
+        source = f"Secret {namespace}/{name} key ca.crt" if ca_pem else "the system trust store"
+        client = brokerclient.POOL.get(uri, username, password, ca_pem=ca_pem, ca_source=source)
+        return Target(normalise_endpoint(uri), client)
     if spec.broker_ref is None:
         raise errors.SpecError("exactly one of brokerRef and connectionSecret must be set")
     broker_ns = spec.broker_ref.namespace or namespace
@@ -128,10 +140,18 @@ async def resolve(
             "spec.topologyAllowedNamespaces"
         )
     if not facts.available and not deleting:
-        raise errors.BrokerNotReadyError(f"Broker {broker_ns}/{name} is not Available yet")
+        why = f" ({facts.unavailable_reason})" if facts.unavailable_reason else " yet"
+        raise errors.BrokerNotReadyError(f"Broker {broker_ns}/{name} is not Available{why}")
     username, password = await _default_user(broker_ns, name)
-    base_url = config.broker_address(broker_ns, name).management
-    return Target(normalise_endpoint(base_url), brokerclient.POOL.get(base_url, username, password))
+    base_url = config.broker_address(broker_ns, name, tls=bool(facts.tls_secret)).management
+    trust = TLSMaterial()
+    if facts.tls_secret:
+        trust = await tls_material(broker_ns, facts.tls_secret, facts.tls_ca_secret)
+    client = brokerclient.POOL.get(
+        base_url, username, password, ca_pem=trust.ca_pem, ca_source=trust.ca_source
+    )
+    # Claims are keyed by the plain address, as broker_ref_endpoint (pure) computes it.
+    return Target(normalise_endpoint(config.broker_address(broker_ns, name).management), client)
 
 
 _SECRETS: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
@@ -142,9 +162,9 @@ def forget_secrets() -> None:
     _SECRETS.clear()
 
 
-async def read_secret(namespace: str, name: str) -> dict[str, str] | None:
+async def read_secret(namespace: str, name: str, *, fresh: bool = False) -> dict[str, str] | None:
     cached = _SECRETS.get((namespace, name))
-    if cached is not None and cached[0] > time.monotonic():
+    if cached is not None and cached[0] > time.monotonic() and not fresh:
         return cached[1]
     body = await kube.api().get(kube.object_path("v1", "secrets", namespace, name))
     if body is None:
@@ -155,7 +175,7 @@ async def read_secret(namespace: str, name: str) -> dict[str, str] | None:
     return data
 
 
-async def _connection_secret(namespace: str, name: str) -> tuple[str, str, str]:
+async def _connection_secret(namespace: str, name: str) -> tuple[str, str, str, str]:
     data = await read_secret(namespace, name)
     if data is None:
         raise errors.ConnectionSecretInvalidError(f"Secret {namespace}/{name} not found")
@@ -164,7 +184,7 @@ async def _connection_secret(namespace: str, name: str) -> tuple[str, str, str]:
         raise errors.ConnectionSecretInvalidError(
             f"Secret {namespace}/{name} lacks {', '.join(missing)}"
         )
-    return data["username"], data["password"], data["uri"].rstrip("/")
+    return data["username"], data["password"], data["uri"].rstrip("/"), data.get("ca.crt", "")
 
 
 async def _default_user(namespace: str, broker: str) -> tuple[str, str]:
@@ -172,3 +192,49 @@ async def _default_user(namespace: str, broker: str) -> tuple[str, str]:
     if data is None or not data.get("username") or not data.get("password"):
         raise errors.BrokerNotReadyError(f"Broker {namespace}/{broker} has no default user yet")
     return data["username"], data["password"]
+
+
+@dataclass(frozen=True)
+class TLSMaterial:
+    """What a Broker's ``spec.tls`` Secrets hold for the operator: a digest and the CA to trust."""
+
+    digest: str = ""  # sha256 of both Secrets' data: the pod-template annotation that rolls
+    ca_pem: str = ""  # "" means the system trust store
+    ca_source: str = "the system trust store"
+
+
+async def tls_material(
+    namespace: str, secret_name: str, ca_secret_name: str = "", *, fresh: bool = False
+) -> TLSMaterial:
+    """Reads ``secretName`` (tls.crt, tls.key, optional ca.crt) and ``caSecretName`` (ca.crt).
+
+    The CA trusted for the management API is ``caSecretName``'s, else ``secretName``'s
+    ``ca.crt``, else the system trust store (a publicly issued certificate).
+    """
+    data = await read_secret(namespace, secret_name, fresh=fresh)
+    _require(namespace, secret_name, data, ("tls.crt", "tls.key"))
+    assert data is not None  # noqa: S101 - _require raised otherwise
+    both = {"tls": data}
+    ca_pem, source = data.get("ca.crt", ""), f"Secret {namespace}/{secret_name} key ca.crt"
+    if ca_secret_name:
+        ca_data = await read_secret(namespace, ca_secret_name, fresh=fresh)
+        _require(namespace, ca_secret_name, ca_data, ("ca.crt",))
+        assert ca_data is not None  # noqa: S101
+        both["ca"] = {"ca.crt": ca_data["ca.crt"]}
+        ca_pem, source = ca_data["ca.crt"], f"Secret {namespace}/{ca_secret_name} key ca.crt"
+    canonical = json.dumps(both, sort_keys=True, separators=(",", ":"))
+    return TLSMaterial(
+        digest=hashlib.sha256(canonical.encode()).hexdigest(),
+        ca_pem=ca_pem,
+        ca_source=source if ca_pem else "the system trust store",
+    )
+
+
+def _require(namespace: str, name: str, data: dict[str, str] | None, keys: tuple[str, ...]) -> None:
+    if data is None:
+        raise errors.TLSSecretInvalidError(f"Secret {namespace}/{name} (spec.tls) not found")
+    missing = [key for key in keys if not data.get(key)]
+    if missing:
+        raise errors.TLSSecretInvalidError(
+            f"Secret {namespace}/{name} (spec.tls) lacks {', '.join(missing)}"
+        )

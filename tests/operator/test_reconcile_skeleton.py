@@ -60,7 +60,7 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> FakeBroker:
     monkeypatch.delenv("HUTCH_BROKER_ADDRESSES", raising=False)
     monkeypatch.setenv("HUTCH_QUEUE_STATS", "false")
     monkeypatch.setattr(references, "_default_user", default_user)
-    monkeypatch.setattr(brokerclient.POOL, "get", lambda *args: fake)
+    monkeypatch.setattr(brokerclient.POOL, "get", lambda *args, **kwargs: fake)
     return fake
 
 

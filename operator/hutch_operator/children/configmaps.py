@@ -20,8 +20,14 @@ RESERVED_PREFIXES = (
     "disk_free_limit",
     "total_memory_available_override_value",
     "listeners.",
-    "management.tcp.",
+    "management.tcp",
+    "management.ssl.",
+    "ssl_options.certfile",
+    "ssl_options.keyfile",
+    "ssl_options.cacertfile",
 )
+TLS_DIR = "/etc/hutch-tls"  # secretName, mounted beside (not inside) the ConfigMap's /etc/hutch
+TLS_CA_DIR = "/etc/hutch-tls-ca"  # caSecretName's ca.crt
 
 
 class ReservedConfigKeyError(errors.SpecError):
@@ -46,9 +52,33 @@ def config_text(broker: meta.BrokerObject) -> str:
         plan.config_line(),
         f"disk_free_limit.absolute = {disk}",
     ]
+    lines += tls_lines(broker)
     if spec.additional_config.strip():
         lines += ["# spec.additionalConfig", spec.additional_config.rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+def tls_lines(broker: meta.BrokerObject) -> list[str]:
+    """RabbitMQ's TLS keys for ``spec.tls``; ``ssl_options.verify`` stays the user's to add.
+
+    The CA bundle is configured only from ``caSecretName``: a cert-manager Secret's ``ca.crt``
+    is optional, and naming a file that may not exist would refuse the start.
+    """
+    tls = broker.tls
+    if tls is None:
+        return []
+    lines = [
+        "# spec.tls",
+        f"listeners.ssl.default = {meta.AMQPS_PORT}",
+        f"management.ssl.port = {meta.MANAGEMENT_TLS_PORT}",
+        f"ssl_options.certfile = {TLS_DIR}/tls.crt",
+        f"ssl_options.keyfile = {TLS_DIR}/tls.key",
+    ]
+    if tls.ca_secret_name:
+        lines.append(f"ssl_options.cacertfile = {TLS_CA_DIR}/ca.crt")
+    if not broker.plain_listeners:
+        lines += ["listeners.tcp = none", "management.tcp = none"]
+    return lines
 
 
 def build(broker: meta.BrokerObject) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from hutch_operator.models import brokers, common
 
 AMQP_PORT = 5672
 MANAGEMENT_PORT = 15672
+AMQPS_PORT = 5671
+MANAGEMENT_TLS_PORT = 15671
 DEFAULT_USERNAME = "hutch"
 
 
@@ -45,6 +47,15 @@ class BrokerObject:
     @property
     def host(self) -> str:
         return f"{self.name}.{self.namespace}.svc"
+
+    @property
+    def tls(self) -> brokers.TLSSpec | None:
+        return self.spec.tls
+
+    @property
+    def plain_listeners(self) -> bool:
+        """Whether 5672 and 15672 listen (always, unless TLS is on and they are disabled)."""
+        return self.spec.tls is None or not self.spec.tls.disable_non_tls_listeners
 
     @property
     def version(self) -> str:

@@ -7,15 +7,22 @@ from typing import Any
 from hutch_operator import overrides
 from hutch_operator.children import meta
 
-PORTS = [
-    {"name": "amqp", "port": meta.AMQP_PORT, "targetPort": "amqp", "protocol": "TCP"},
-    {
-        "name": "management",
-        "port": meta.MANAGEMENT_PORT,
-        "targetPort": "management",
-        "protocol": "TCP",
-    },
-]
+PLAIN = (("amqp", meta.AMQP_PORT), ("management", meta.MANAGEMENT_PORT))
+TLS = (("amqps", meta.AMQPS_PORT), ("management-tls", meta.MANAGEMENT_TLS_PORT))
+TLS_NAMES = ("amqps", "management-tls")
+
+
+def listening(broker: meta.BrokerObject) -> list[tuple[str, int]]:
+    """(port name, number) of every listener the broker's config opens."""
+    names = list(PLAIN) if broker.plain_listeners else []
+    return names + (list(TLS) if broker.tls is not None else [])
+
+
+def ports(broker: meta.BrokerObject) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "port": number, "targetPort": name, "protocol": "TCP"}
+        for name, number in listening(broker)
+    ]
 
 
 def build_headless(broker: meta.BrokerObject) -> dict[str, Any]:
@@ -27,7 +34,7 @@ def build_headless(broker: meta.BrokerObject) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": meta.selector(broker),
-            "ports": PORTS,
+            "ports": ports(broker),
         },
     }
 
@@ -38,7 +45,7 @@ def build_client(broker: meta.BrokerObject) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta.metadata(broker, broker.name),
-        "spec": {"type": spec.type, "selector": meta.selector(broker), "ports": PORTS},
+        "spec": {"type": spec.type, "selector": meta.selector(broker), "ports": ports(broker)},
     }
     service["metadata"]["labels"] = {**spec.labels, **service["metadata"]["labels"]}
     if spec.annotations:

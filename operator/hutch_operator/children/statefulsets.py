@@ -10,9 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from hutch_operator import memory, overrides
-from hutch_operator.children import configmaps, meta
+from hutch_operator.children import configmaps, meta, services
 
 CONFIG_HASH_ANNOTATION = "hutch.dev/config-hash"
+# sha256 of the TLS Secrets' data: a renewed certificate rolls the pod (the broker reads its
+# files at start-up only).
+TLS_HASH_ANNOTATION = "hutch.dev/tls-hash"
+SECRET_MODE = 0o440  # owner and group (fsGroup) read; the key is not world-readable
 USER_SECRET_UID_ANNOTATION = "hutch.dev/default-user-uid"  # noqa: S105 - a name
 DATA_DIR = "/var/lib/hutch"
 CONFIG_DIR = "/etc/hutch"
@@ -32,33 +36,58 @@ def _secret_env(broker: meta.BrokerObject, name: str, key: str) -> dict[str, Any
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": broker.secret_name, "key": key}}}
 
 
-def _command() -> list[str]:
+def _command(broker: meta.BrokerObject) -> list[str]:
     listen_everywhere = "0.0.0.0"  # noqa: S104 - the broker listens on all pod interfaces
+    # Port flags beat the config file, so a TLS-only broker gets none ("listeners.tcp = none").
+    plain = ("--amqp-port", str(meta.AMQP_PORT), "--http-port", str(meta.MANAGEMENT_PORT))
     return [
         "hutch-broker",
-        *("--amqp-port", str(meta.AMQP_PORT), "--http-port", str(meta.MANAGEMENT_PORT)),
+        *(plain if broker.plain_listeners else ()),
         *("--data-dir", DATA_DIR, "--config", f"{CONFIG_DIR}/{configmaps.CONFIG_KEY}"),
         *("--bind", listen_everywhere),
     ]
 
 
+def _tls_mounts(broker: meta.BrokerObject) -> list[dict[str, Any]]:
+    if broker.tls is None:
+        return []
+    mounts = [{"name": "tls", "mountPath": configmaps.TLS_DIR, "readOnly": True}]
+    if broker.tls.ca_secret_name:
+        mounts.append({"name": "tls-ca", "mountPath": configmaps.TLS_CA_DIR, "readOnly": True})
+    return mounts
+
+
+def _tls_volumes(broker: meta.BrokerObject) -> list[dict[str, Any]]:
+    if broker.tls is None:
+        return []
+    keys = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]
+    secret = {"secretName": broker.tls.secret_name, "items": keys, "defaultMode": SECRET_MODE}
+    volumes: list[dict[str, Any]] = [{"name": "tls", "secret": secret}]
+    if broker.tls.ca_secret_name:
+        ca = {"secretName": broker.tls.ca_secret_name, "defaultMode": SECRET_MODE}
+        ca["items"] = [{"key": "ca.crt", "path": "ca.crt"}]
+        volumes.append({"name": "tls-ca", "secret": ca})
+    return volumes
+
+
 def container(broker: meta.BrokerObject) -> dict[str, Any]:
+    amqp, management = ("amqp", "management") if broker.plain_listeners else services.TLS_NAMES
     return {
         "name": "hutch-broker",
         "image": broker.image,
-        "command": _command(),
+        "command": _command(broker),
         "env": [
             _secret_env(broker, "HUTCH_DEFAULT_USER", "username"),
             _secret_env(broker, "HUTCH_DEFAULT_PASS", "password"),
         ],
         "ports": [
-            {"name": "amqp", "containerPort": meta.AMQP_PORT, "protocol": "TCP"},
-            {"name": "management", "containerPort": meta.MANAGEMENT_PORT, "protocol": "TCP"},
+            {"name": name, "containerPort": number, "protocol": "TCP"}
+            for name, number in services.listening(broker)
         ],
         "resources": broker.spec.resources.model_dump(),
-        "startupProbe": _probe("amqp", period=2, timeout=2, failures=90),
-        "readinessProbe": _probe("amqp", period=10, timeout=5, failures=3),
-        "livenessProbe": _probe("management", period=30, timeout=10, failures=6),
+        "startupProbe": _probe(amqp, period=2, timeout=2, failures=90),
+        "readinessProbe": _probe(amqp, period=10, timeout=5, failures=3),
+        "livenessProbe": _probe(management, period=30, timeout=10, failures=6),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": UID,
@@ -71,6 +100,7 @@ def container(broker: meta.BrokerObject) -> dict[str, Any]:
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir, not the host's
+            *_tls_mounts(broker),
         ],
     }
 
@@ -91,12 +121,18 @@ def _claim(broker: meta.BrokerObject, size: str) -> dict[str, Any]:
     return {"metadata": {"name": "data", "labels": meta.selector(broker)}, "spec": spec}
 
 
-def build(broker: meta.BrokerObject, *, config_hash: str, secret_uid: str) -> dict[str, Any]:
+def build(
+    broker: meta.BrokerObject, *, config_hash: str, secret_uid: str, tls_hash: str = ""
+) -> dict[str, Any]:
     size = volume_size(broker)
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": broker.config_name}},
         {"name": "tmp", "emptyDir": {}},
+        *_tls_volumes(broker),
     ]
+    annotations = {CONFIG_HASH_ANNOTATION: config_hash, USER_SECRET_UID_ANNOTATION: secret_uid}
+    if broker.tls is not None:
+        annotations[TLS_HASH_ANNOTATION] = tls_hash
     if size is None:
         volumes.insert(0, {"name": "data", "emptyDir": {}})
     pod_spec: dict[str, Any] = {
@@ -130,10 +166,7 @@ def build(broker: meta.BrokerObject, *, config_hash: str, secret_uid: str) -> di
             "template": {
                 "metadata": {
                     "labels": meta.labels(broker),
-                    "annotations": {
-                        CONFIG_HASH_ANNOTATION: config_hash,
-                        USER_SECRET_UID_ANNOTATION: secret_uid,
-                    },
+                    "annotations": annotations,
                 },
                 "spec": pod_spec,
             },

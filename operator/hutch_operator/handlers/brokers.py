@@ -26,15 +26,19 @@ RESOURCE = (common.GROUP, common.VERSION, "brokers")
 @kopf.index(*RESOURCE, id="broker_facts")
 async def broker_facts(body: kopf.Body, **_: Any) -> dict[tuple[str, str], references.BrokerFacts]:
     meta, spec = body.metadata, body.spec
+    available = conditions.find(list(body.status.get("conditions") or ()), "Available") or {}
+    tls = spec.get("tls") or {}
     facts = references.BrokerFacts(
         namespace=str(meta.namespace),
         name=str(meta.name),
-        available=any(
-            c.get("type") == "Available" and c.get("status") == "True"
-            for c in body.status.get("conditions") or ()
-        ),
+        available=available.get("status") == "True",
         deleting=bool(meta.get("deletionTimestamp")),
         allowed_namespaces=tuple(spec.get("topologyAllowedNamespaces") or ()),
+        tls_secret=str(tls.get("secretName") or ""),
+        tls_ca_secret=str(tls.get("caSecretName") or ""),
+        unavailable_reason=str(available.get("reason") or "")
+        if available.get("status") != "True"
+        else "",
     )
     return {(facts.namespace, facts.name): facts}
 

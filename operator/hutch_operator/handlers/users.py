@@ -56,7 +56,8 @@ async def _amqp_base(target: references.Target, spec: Spec, namespace: str) -> s
     """The broker's AMQP address for the URI applications get."""
     if spec.broker_ref is not None:
         ref = spec.broker_ref
-        address = config.broker_address(ref.namespace or namespace, ref.name)
+        tls = target.client.base_url.startswith("https://")  # the Broker has spec.tls
+        address = config.broker_address(ref.namespace or namespace, ref.name, tls=tls)
         return tenancy.amqp_base(address.management, address.amqp)
     secret = spec.connection_secret.name if spec.connection_secret else ""
     data = await references.read_secret(namespace, secret) or {}

@@ -59,6 +59,30 @@ class Override(common.CrdModel):
     service: common.FreeForm = Field(default_factory=dict)
 
 
+class TLSSpec(common.CrdModel):
+    """AMQPS (5671) and HTTPS management (15671) from Secrets in the Broker's namespace.
+
+    ``secretName`` has cert-manager's ``kubernetes.io/tls`` shape (``tls.crt``, ``tls.key``,
+    optional ``ca.crt``). The operator verifies the management certificate against
+    ``caSecretName``'s ``ca.crt``, else ``secretName``'s ``ca.crt``, else the system trust store.
+    """
+
+    secret_name: str = Field(
+        min_length=1, description="kubernetes.io/tls Secret: tls.crt, tls.key, optional ca.crt."
+    )
+    ca_secret_name: str | None = Field(
+        None,
+        min_length=1,
+        description="Secret whose ca.crt the operator trusts and the broker uses to verify "
+        "client certificates (ssl_options.cacertfile); may equal secretName.",
+    )
+    disable_non_tls_listeners: bool = Field(
+        False,
+        alias="disableNonTLSListeners",  # the RabbitMQ cluster operator's spelling
+        description="Serve only AMQPS 5671 and HTTPS 15671 (no 5672, no 15672).",
+    )
+
+
 class BrokerSpec(common.CrdModel):
     replicas: int = Field(1, ge=1, le=1, description="Fixed at 1 in v1alpha1.")
     image: str | None = Field(
@@ -90,6 +114,7 @@ class BrokerSpec(common.CrdModel):
     )
     termination_grace_period_seconds: int = Field(60, ge=0)
     override: Override = common.nested(Override, "Patches for the generated objects.")
+    tls: TLSSpec | None = Field(None, description="TLS listeners; a Secret change rolls the pod.")
 
 
 class MemoryStatus(common.CrdModel):
