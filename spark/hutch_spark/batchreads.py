@@ -23,7 +23,9 @@ from hutch_spark.options import SourceOptions
 
 def read_queue(settings: SourceOptions, queue: str) -> Iterator[pa.RecordBatch]:
     """Yields one batch of up to maxMessages, stopping after one empty pollTimeoutMs."""
-    params = connections.parameters(settings.uri, connection_name=f"hutch-spark batch read {queue}")
+    params = connections.parameters(
+        settings.uri, connection_name=f"hutch-spark batch read {queue}", ca_file=settings.ca_file
+    )
     connection = pika.BlockingConnection(params)
     try:
         channel = connection.channel()

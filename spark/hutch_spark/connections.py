@@ -9,6 +9,7 @@ part of the options Spark pickles into plans and prints in `explain()`.
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -24,10 +25,19 @@ def parameters(
     connection_name: str,
     heartbeat_s: int = 30,
     env: Mapping[str, str] | None = None,
+    ca_file: str | None = None,
 ) -> pika.URLParameters:
-    """pika parameters for `uri`; credentials from the URI, else from the environment."""
+    """pika parameters for `uri`; credentials from the URI, else from the environment.
+
+    For ``amqps://`` the broker's certificate is verified, chain and host name, against
+    ``ca_file`` (the ``caFile`` option) or the system trust store: pika's own default context
+    has no server name and so cannot check the host.
+    """
     environment = os.environ if env is None else env
     params = pika.URLParameters(uri)
+    if params.ssl_options is not None:
+        context = ssl.create_default_context(cafile=ca_file)
+        params.ssl_options = pika.SSLOptions(context, server_hostname=params.host)
     if urlsplit(uri).username is None and USERNAME_ENV in environment:
         params.credentials = pika.PlainCredentials(
             environment[USERNAME_ENV], environment.get(PASSWORD_ENV, "")

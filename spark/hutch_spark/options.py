@@ -22,6 +22,7 @@ from hutch_spark.errors import HutchOptionError
 
 DEFAULT_URI = "amqp://localhost:5672/%2F"
 URI_ENV = "HUTCH_AMQP_URI"
+CA_FILE_ENV = "HUTCH_AMQP_CA_FILE"  # a CA bundle mounted from the Broker's TLS Secret
 
 MAX_UINT16 = 65535  # basic.qos prefetch-count is a 16-bit field
 MIB = 1024 * 1024
@@ -48,9 +49,11 @@ SOURCE_OPTIONS = (
     "batchLogDir",
     "maxMessages",
     "batchMode",
+    "caFile",
 )
 SINK_OPTIONS = (
     "uri",
+    "caFile",
     "exchange",
     "routingKey",
     "mandatory",
@@ -84,6 +87,7 @@ class SourceOptions:
     batch_mode: str
     queues: tuple[str, ...] = ()
     per_queue_offsets: bool = False
+    ca_file: str | None = None  # amqps:// only: the CA bundle to verify the broker with
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -101,6 +105,7 @@ class SinkOptions:
     persistent: bool
     confirm_window: int
     id_prefix: str | None
+    ca_file: str | None = None
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
@@ -155,6 +160,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         batch_log_dir=batch_log_dir,
         max_messages=_integer(raw, "maxMessages", default=1000, low=1, high=MAX_UINT16),
         batch_mode=batch_mode,
+        ca_file=_ca_file(raw),
     )
 
 
@@ -190,6 +196,7 @@ def parse_sink_options(options: Mapping[str, str], *, overwrite: bool = False) -
         persistent=_boolean(raw, "persistent", default=True),
         confirm_window=_integer(raw, "confirmWindow", default=256, low=1, high=10_000),
         id_prefix=id_prefix,
+        ca_file=_ca_file(raw),
     )
 
 
@@ -279,6 +286,27 @@ def _boolean(raw: Mapping[str, str], name: str, *, default: bool) -> bool:
     if lowered not in ("true", "false"):
         raise HutchOptionError(f"hutch: option {name!r} = {text!r} must be true or false")
     return lowered == "true"
+
+
+def _ca_file(raw: Mapping[str, str]) -> str | None:
+    """``caFile``, else ``$HUTCH_AMQP_CA_FILE`` for an ``amqps://`` uri: a path, not a secret,
+    so it may travel in the options.
+
+    Not opened here: the driver that defines the query may not have the file its executors
+    mount; a missing file fails the first connection with OpenSSL's own message. The option
+    with a plain ``amqp://`` uri is refused (it would silently not be used); the variable,
+    set for a whole deployment, is then ignored.
+    """
+    tls = urlsplit(_uri(raw)).scheme == "amqps"
+    path = raw.get("caFile")
+    if path is not None and not tls:
+        raise HutchOptionError(
+            f"hutch: option 'caFile' = {path!r} needs an amqps:// uri (TLS), not "
+            f"{redact_uri(_uri(raw))!r}"
+        )
+    if not tls:
+        return None
+    return path or os.environ.get(CA_FILE_ENV) or None
 
 
 def _uri(raw: Mapping[str, str]) -> str:

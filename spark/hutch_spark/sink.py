@@ -158,7 +158,9 @@ def publish_partition(
     spark_headers: dict[str, str],
 ) -> int:
     """Publishes one task's rows with confirms; returns how many were confirmed."""
-    params = connections.parameters(settings.uri, connection_name=f"hutch-spark sink {id_base}")
+    params = connections.parameters(
+        settings.uri, connection_name=f"hutch-spark sink {id_base}", ca_file=settings.ca_file
+    )
     publisher = ConfirmedPublisher(
         params, window=settings.confirm_window, mandatory=settings.mandatory
     )

@@ -120,7 +120,9 @@ class _QueueStream:
                 arguments["x-consumer-timeout"] = settings.consumer_timeout_ms
             consumer = QueueConsumer(
                 parameters=connections.parameters(
-                    settings.uri, connection_name=f"hutch-spark source {self.queue}"
+                    settings.uri,
+                    connection_name=f"hutch-spark source {self.queue}",
+                    ca_file=settings.ca_file,
                 ),
                 queue=self.queue,
                 prefetch=settings.prefetch,
