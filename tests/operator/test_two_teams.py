@@ -4,11 +4,18 @@ Two namespaces share one Broker; each team's credentials Secret logs in to its o
 pika, cannot open the other team's vhost, and the other team's objects cannot reach into it
 (a Vhost owns its vhost for its namespace). The namespaces have fixed names (the example's),
 which is fine on the session's private apiserver.
+
+The Broker has ``spec.tls``: the test plays cert-manager (the ``hutch-tls`` Secret, from a CA
+made here), the operator reaches the stand-in hutch-broker over verified HTTPS, and the teams'
+``amqp-uri`` are ``amqps://`` URIs that pika opens trusting that CA. The apiserver tier runs no
+pods, so the stand-in is a host process that also keeps its plain ports for the management
+checks below; only the operator's and the teams' connections are asserted to be TLS.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +24,8 @@ import pika
 import pika.exceptions
 import pytest
 import yaml
-from hutch_testing import management
-from hutch_testing.brokers import HutchBroker
+from hutch_testing import certs, management
+from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -28,16 +35,25 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-teams.yaml"
 @pytest.fixture(scope="module")
 def teams(operator: Any, crds_applied: Any, kit: Any, tmp_path_factory: Any) -> Iterator[Any]:
     plane = crds_applied
-    broker = HutchBroker(work_dir=tmp_path_factory.mktemp("hutch")).start()
-    kit.set_broker_address("messaging", "hutch", broker)
+    authority = certs.Authority()
+    leaf = authority.issue("hutch.messaging.svc", hosts=("hutch.messaging.svc", "127.0.0.1"))
+    broker = TLSHutchBroker(leaf=leaf, work_dir=tmp_path_factory.mktemp("hutch")).start()
+    amqps = f"amqps://{broker.host}:{broker.amqps_port}"
+    entries = [e for e in os.environ.get("HUTCH_BROKER_ADDRESSES", "").split(",") if e]
+    os.environ["HUTCH_BROKER_ADDRESSES"] = ",".join(
+        [*entries, f"messaging/hutch={broker.https_url}|{amqps}"]
+    )
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "messaging"}}
     plane.api("POST", "/api/v1/namespaces", namespace)
     kit.Kube(plane, "messaging").secret("hutch-default-user",
                                         {"username": "guest", "password": "guest"})  # fmt: skip
+    tls = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+           "metadata": {"name": "hutch-tls"}, "data": leaf.secret_data()}  # fmt: skip
+    assert plane.api("POST", "/api/v1/namespaces/messaging/secrets", tls)[0] == 201
     plane.kubectl("apply", "-f", str(EXAMPLE))
     objects = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
     try:
-        yield {"plane": plane, "broker": broker, "objects": objects}
+        yield {"plane": plane, "broker": broker, "objects": objects, "ca": authority.pem}
     finally:
         broker.stop()
 
@@ -54,8 +70,10 @@ def _uri(kit: Any, plane: Any, namespace: str, user: str) -> str:
     return base64.b64decode(secret["data"]["amqp-uri"]).decode()
 
 
-def _connect(uri: str) -> pika.BlockingConnection:
+def _connect(uri: str, ca_pem: bytes) -> pika.BlockingConnection:
     params = pika.URLParameters(uri)
+    assert params.ssl_options is not None, uri  # amqps://: the Broker has spec.tls
+    params.ssl_options = pika.SSLOptions(client_context(ca_pem), server_hostname=params.host)
     params.connection_attempts = 1
     return pika.BlockingConnection(params)
 
@@ -68,11 +86,11 @@ def test_two_teams_share_a_broker_and_not_their_vhosts(teams: dict[str, Any], ki
     orders = _uri(kit, plane, "team-a", "orders-app")
     billing = _uri(kit, plane, "team-b", "billing-app")
     # Each team works in its own vhost with its own user.
-    channel = _connect(orders).channel()
+    channel = _connect(orders, teams["ca"]).channel()
     channel.confirm_delivery()
     channel.basic_publish("", "orders", b"order-1")
     assert channel.basic_get("orders", auto_ack=True)[2] == b"order-1"
-    channel = _connect(billing).channel()
+    channel = _connect(billing, teams["ca"]).channel()
     channel.confirm_delivery()
     channel.basic_publish("invoices", "invoice.paid", b"1")
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
@@ -80,7 +98,7 @@ def test_two_teams_share_a_broker_and_not_their_vhosts(teams: dict[str, Any], ki
     assert refused.value.reply_code == 403
     # team-b's user cannot open team-a's vhost.
     with pytest.raises(pika.exceptions.AMQPConnectionError):
-        _connect(billing.rsplit("/", 1)[0] + "/team-a")
+        _connect(billing.rsplit("/", 1)[0] + "/team-a", teams["ca"])
     # team-b's objects cannot reach into team-a's vhost either.
     team_b = kit.Kube(plane, "team-b")
     ref = {"brokerRef": {"name": "hutch", "namespace": "messaging"}, "vhost": "team-a"}
