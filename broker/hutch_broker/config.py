@@ -40,7 +40,7 @@ class ConfigError(ValueError):
 class TLSOptions:
     """``ssl_options.*`` (AMQPS) or ``management.ssl.*`` (HTTPS), as RabbitMQ names them.
 
-    Empty management files fall back to ``ssl_options``'s, so one certificate serves both.
+    Each listener names its own files, as in RabbitMQ (management.ssl.* has no fallback).
     """
 
     certfile: str = ""

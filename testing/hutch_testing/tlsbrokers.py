@@ -17,6 +17,7 @@ from pathlib import Path
 from hutch_testing import ports, probes
 from hutch_testing.brokers import HutchBroker
 from hutch_testing.certs import Leaf
+from hutch_testing.rabbitmq import RabbitMQ
 
 PLAIN_FLAGS = ("--amqp-port", "--http-port")
 
@@ -29,6 +30,41 @@ def client_context(ca_pem: bytes, client: Leaf | None = None) -> ssl.SSLContext:
             cert, key, _ = client.write(Path(directory), "client")
             context.load_cert_chain(cert, key)
     return context
+
+
+def tls_lines(work_dir: Path, leaf: Leaf, amqps_port: int, https_port: int) -> list[str]:
+    """The rabbitmq.conf lines for AMQPS and HTTPS with ``leaf``: the same for both brokers."""
+    cert, key, ca = leaf.write(work_dir / "tls", "server")
+    return [
+        f"listeners.ssl.default = {amqps_port}",
+        f"management.ssl.port = {https_port}",
+        f"ssl_options.certfile = {cert}",
+        f"ssl_options.keyfile = {key}",
+        f"ssl_options.cacertfile = {ca}",
+        f"management.ssl.certfile = {cert}",
+        f"management.ssl.keyfile = {key}",
+        f"management.ssl.cacertfile = {ca}",
+    ]
+
+
+class TLSRabbitMQ(RabbitMQ):
+    """RabbitMQ 3.10.8 given the very lines TLSHutchBroker gets (plain listeners kept)."""
+
+    kind = "rabbitmq-tls"
+
+    def __init__(self, *, leaf: Leaf, config_lines: tuple[str, ...] = (), **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.leaf = leaf
+        self.config_lines = config_lines
+        self.amqps_port, self.https_port = ports.free_ports(2)
+
+    @property
+    def https_url(self) -> str:
+        return f"https://{self.host}:{self.https_port}"
+
+    def _config(self) -> str:
+        tls = tls_lines(self.work_dir, self.leaf, self.amqps_port, self.https_port)
+        return super()._config() + "\n".join([*tls, *self.config_lines]) + "\n"
 
 
 class TLSHutchBroker(HutchBroker):
@@ -58,14 +94,7 @@ class TLSHutchBroker(HutchBroker):
 
     def _prepare(self) -> None:
         super()._prepare()
-        cert, key, ca = self.leaf.write(self.work_dir / "tls", "server")
-        lines = [
-            f"listeners.ssl.default = {self.amqps_port}",
-            f"management.ssl.port = {self.https_port}",
-            f"ssl_options.certfile = {cert}",
-            f"ssl_options.keyfile = {key}",
-            f"ssl_options.cacertfile = {ca}",
-        ]
+        lines = tls_lines(self.work_dir, self.leaf, self.amqps_port, self.https_port)
         if not self.plain:
             lines += ["listeners.tcp = none", "management.tcp = none"]
         self.config_file.write_text("\n".join([*lines, *self.config_lines]) + "\n")

@@ -30,7 +30,10 @@ def test_tls_config_lines_parse_in_the_broker_as_rabbitmq_keys():
         "management.ssl.port = 15671",
         "ssl_options.certfile = /etc/hutch-tls/tls.crt",
         "ssl_options.keyfile = /etc/hutch-tls/tls.key",
+        "management.ssl.certfile = /etc/hutch-tls/tls.crt",
+        "management.ssl.keyfile = /etc/hutch-tls/tls.key",
         "ssl_options.cacertfile = /etc/hutch-tls-ca/ca.crt",
+        "management.ssl.cacertfile = /etc/hutch-tls-ca/ca.crt",
     ]
     parsed = broker_config.parse(text)
     assert (parsed.amqp_port, parsed.ssl_port, parsed.management_ssl_port) == (5672, 5671, 15671)

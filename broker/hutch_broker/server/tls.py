@@ -70,18 +70,6 @@ def server_context(options: TLSOptions, *, prefix: str) -> ssl.SSLContext:
     return context
 
 
-def management_options(config: BrokerConfig) -> TLSOptions:
-    """``management.ssl.*``, each file defaulting to ``ssl_options``'s."""
-    own, shared = config.management_tls, config.tls
-    return TLSOptions(
-        certfile=own.certfile or shared.certfile,
-        keyfile=own.keyfile or shared.keyfile,
-        cacertfile=own.cacertfile or shared.cacertfile,
-        verify_peer=own.verify_peer,
-        fail_if_no_peer_cert=own.fail_if_no_peer_cert,
-    )
-
-
 def contexts(config: BrokerConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
     """(AMQPS context, HTTPS context); None where that listener is not configured."""
     if config.amqp_port is None and config.ssl_port is None:
@@ -95,5 +83,7 @@ def contexts(config: BrokerConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContex
         amqps = server_context(config.tls, prefix="ssl_options")
     https = None
     if config.management_ssl_port is not None:
-        https = server_context(management_options(config), prefix="management.ssl")
+        # As RabbitMQ 3.10.8: management.ssl.* names its own files (no ssl_options fallback;
+        # 3.10.8 refuses the start with no_cert).
+        https = server_context(config.management_tls, prefix="management.ssl")
     return amqps, https

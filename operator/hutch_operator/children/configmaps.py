@@ -73,9 +73,12 @@ def tls_lines(broker: meta.BrokerObject) -> list[str]:
         f"management.ssl.port = {meta.MANAGEMENT_TLS_PORT}",
         f"ssl_options.certfile = {TLS_DIR}/tls.crt",
         f"ssl_options.keyfile = {TLS_DIR}/tls.key",
+        f"management.ssl.certfile = {TLS_DIR}/tls.crt",
+        f"management.ssl.keyfile = {TLS_DIR}/tls.key",
     ]
     if tls.ca_secret_name:
         lines.append(f"ssl_options.cacertfile = {TLS_CA_DIR}/ca.crt")
+        lines.append(f"management.ssl.cacertfile = {TLS_CA_DIR}/ca.crt")
     if not broker.plain_listeners:
         lines += ["listeners.tcp = none", "management.tcp = none"]
     return lines

@@ -135,8 +135,8 @@ def test_a_key_that_is_not_the_certificates_refuses_the_start(tmp_path, capsys, 
     _, other_key, _ = certs.Authority().issue("other", hosts=HOSTS).write(tmp_path / "b", "x")
     lines = [
         "management.ssl.port = 0",
-        f"ssl_options.certfile = {cert}",
-        f"ssl_options.keyfile = {other_key}",
+        f"management.ssl.certfile = {cert}",
+        f"management.ssl.keyfile = {other_key}",
     ]
     code, err = start(tmp_path, capsys, lines)
     assert code == 1
