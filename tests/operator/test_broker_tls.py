@@ -17,7 +17,7 @@ from typing import Any
 import pika
 import pytest
 from hutch_testing import certs
-from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
+from hutch_testing.tlsbrokers import TLSHutchBroker, TLSRabbitMQ, client_context
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -191,3 +191,33 @@ def test_a_missing_tls_secret_changes_nothing_and_says_so(env: Any, kit: Any) ->
     assert message == f"Secret {ns}/not-issued-yet (spec.tls) not found"
     path = f"/apis/apps/v1/namespaces/{ns}/statefulsets/m-server"
     assert kube.plane.api("GET", path)[0] == 404
+
+
+def test_an_external_rabbitmq_over_tls_through_a_connection_secret(
+    env: Any, kit: Any, request: Any, tmp_path: Any
+) -> None:
+    """RabbitMQ 3.10.8 serving HTTPS with the same certificate: verified with the Secret's ca.crt."""
+    request.getfixturevalue("rabbitmq")  # skips (or fails in CI) where 3.10.8 is missing
+    node = TLSRabbitMQ(leaf=env["leaf"], work_dir=tmp_path / "rabbitmq").start()
+    kube = env["kube"]
+    try:
+        kube.secret(
+            "rabbitmq-tls",
+            {"uri": node.https_url, "username": "guest", "password": "guest",
+             "ca.crt": env["authority"].pem.decode()},
+        )  # fmt: skip
+        spec = {"connectionSecret": {"name": "rabbitmq-tls"}, "name": "tls.external"}
+        kube.create("Queue", "queues", "external", spec)
+        kit.wait_for(lambda: kit.ready(kube.get("queues", "external")) == ("True", "Declared"), 30)
+        params = pika.ConnectionParameters(
+            host=node.host,
+            port=node.amqps_port,
+            credentials=pika.PlainCredentials("guest", "guest"),
+            ssl_options=pika.SSLOptions(client_context(env["authority"].pem), "localhost"),
+        )
+        connection = pika.BlockingConnection(params)
+        declared = connection.channel().queue_declare("tls.external", passive=True)
+        assert declared.method.queue == "tls.external"
+        connection.close()
+    finally:
+        node.stop()
