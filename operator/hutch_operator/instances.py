@@ -8,6 +8,7 @@ are written with server-side apply (field manager ``hutch-operator``) and never 
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import kopf
@@ -52,11 +53,16 @@ def path_of(obj: dict[str, Any]) -> str:
 
 
 async def ensure_secret(broker: meta.BrokerObject) -> dict[str, Any]:
-    """The default-user Secret, created once with a random password and never overwritten."""
+    """The default-user Secret, created once with a random password that is never overwritten;
+    its address keys follow ``spec.tls``."""
     api = kube.api()
     secret = credentials.build(broker)
     existing = await api.get(path_of(secret))
     if existing is not None:
+        data = {k: base64.b64decode(v).decode() for k, v in (existing.get("data") or {}).items()}
+        update = credentials.address_update(broker, data)
+        if update:  # spec.tls added or removed: the addresses follow, the password stays
+            return await api.merge_patch(path_of(secret), {"stringData": update})
         return existing
     collection = kube.object_path("v1", "secrets", broker.namespace)
     try:

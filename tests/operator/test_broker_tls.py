@@ -221,3 +221,23 @@ def test_an_external_rabbitmq_over_tls_through_a_connection_secret(
         connection.close()
     finally:
         node.stop()
+
+
+def test_adding_tls_moves_the_default_user_secret_to_tls_addresses(env: Any, kit: Any) -> None:
+    kube, ns = env["kube"], env["kube"].namespace
+    tls_secret(kube, "late-tls", env["leaf"])
+    kube.create("Broker", "brokers", "late", {"persistence": {"size": "0"}})
+
+    def secret() -> dict[str, str]:
+        found = kube.get_secret("late-default-user") or {}
+        return {k: base64.b64decode(v).decode() for k, v in (found.get("data") or {}).items()}
+
+    before = kit.wait_for(secret, 20, "the operator's default-user Secret")
+    assert before["uri"] == f"http://late.{ns}.svc:15672"
+    kube.patch_spec("brokers", "late", {"tls": {"secretName": "late-tls"}})
+    after = kit.wait_for(
+        lambda: secret() if secret()["uri"].startswith("https") else None, 20, "TLS uri"
+    )
+    assert after["uri"] == f"https://late.{ns}.svc:15671"
+    assert after["amqp-uri"] == f"amqps://hutch:{before['password']}@late.{ns}.svc:5671/%2F"
+    assert after["password"] == before["password"]

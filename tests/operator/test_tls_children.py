@@ -106,3 +106,17 @@ def test_the_https_listener_is_the_same_broker_for_claims():
         references.normalise_endpoint("http://b.ns.svc:15672")
     )
     assert references.normalise_endpoint("https://h:8443") == "https://h:8443"
+
+
+def test_the_default_user_secret_follows_tls_and_keeps_its_password():
+    plain = credentials.build(broker(), "s3cret")["stringData"]
+    assert credentials.address_update(broker(), plain) == {}
+    update = credentials.address_update(broker(tls={"secretName": "t"}), plain)
+    assert update == {
+        "uri": "https://b.ns.svc:15671",
+        "amqp-uri": "amqps://hutch:s3cret@b.ns.svc:5671/%2F",
+        "amqp-port": "5671",
+        "management-port": "15671",
+    }
+    # A Secret someone else wrote (no uri): left alone.
+    assert credentials.address_update(broker(tls=TLS), {"username": "u", "password": "p"}) == {}

@@ -1,4 +1,4 @@
-"""Secret ``<broker>-default-user``: created once, never overwritten, never in the spec.
+"""Secret ``<broker>-default-user``: created once; its password is never overwritten or in the spec.
 
 Its keys make it usable as a topology ``connectionSecret`` as it is.
 """
@@ -10,11 +10,28 @@ from typing import Any
 
 from hutch_operator.children import meta
 
+ADDRESS_KEYS = ("uri", "amqp-uri", "host", "amqp-port", "management-port")
+
+
+def address_update(broker: meta.BrokerObject, data: dict[str, str]) -> dict[str, str]:
+    """The address keys of an operator-written Secret (``data`` decoded) that no longer match
+    the Broker, e.g. after ``spec.tls`` was added; credentials are kept as they are.
+
+    A Secret without ``uri`` was written by someone else (imported credentials): left alone.
+    """
+    if "uri" not in data or not data.get("username") or not data.get("password"):
+        return {}
+    wanted = build(broker, data["password"])["stringData"]
+    wanted["amqp-uri"] = wanted["amqp-uri"].replace(
+        f"{meta.DEFAULT_USERNAME}:", f"{data['username']}:", 1
+    )
+    return {key: wanted[key] for key in ADDRESS_KEYS if data.get(key) != wanted[key]}
+
 
 def build(broker: meta.BrokerObject, password: str | None = None) -> dict[str, Any]:
     password = password or secrets.token_urlsafe(24)
     username = meta.DEFAULT_USERNAME
-    # Written once (never overwritten): a Broker created with spec.tls gets its TLS addresses.
+    # The TLS addresses when spec.tls is set (address_update keeps a written Secret in step).
     http, amqp, management_port, amqp_port = (
         ("https", "amqps", meta.MANAGEMENT_TLS_PORT, meta.AMQPS_PORT)
         if broker.tls is not None
