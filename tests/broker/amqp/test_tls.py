@@ -111,6 +111,20 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(server_leaf, autho
         connection.close()
 
 
+async def test_https_with_verify_peer_requires_a_client_certificate(server_leaf, authority):
+    mutual = ("management.ssl.verify = verify_peer", "management.ssl.fail_if_no_peer_cert = true")
+    app = authority.issue("monitoring", client=True)
+    with TLSHutchBroker(leaf=server_leaf, config_lines=mutual) as broker:
+        with pytest.raises(aiohttp.ClientError):
+            await https_get(broker, "/api/overview", client_context(authority.pem))
+        status, _ = await https_get(
+            broker, "/api/overview", client_context(authority.pem, client=app)
+        )
+        assert status == 200
+        # AMQPS was not asked for client certificates.
+        amqps(broker, client_context(authority.pem)).close()
+
+
 def start(tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: list[str]) -> tuple[int, str]:
     config = tmp_path / "broker.conf"
     config.write_text("\n".join(lines) + "\n")
