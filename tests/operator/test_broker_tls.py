@@ -241,3 +241,13 @@ def test_adding_tls_moves_the_default_user_secret_to_tls_addresses(env: Any, kit
     assert after["uri"] == f"https://late.{ns}.svc:15671"
     assert after["amqp-uri"] == f"amqps://hutch:{before['password']}@late.{ns}.svc:5671/%2F"
     assert after["password"] == before["password"]
+
+
+def test_https_to_a_plain_listener_is_tls_handshake_failed(env: Any, kit: Any) -> None:
+    kube, broker = env["kube"], env["broker"]
+    plain_as_https = f"https://{broker.host}:{broker.http_port}"
+    kube.secret("no-tls", {"uri": plain_as_https, "username": "guest", "password": "guest"})
+    kube.create("Queue", "queues", "mistaken", {"connectionSecret": {"name": "no-tls"}})
+    kit.wait_for(lambda: kit.ready(kube.get("queues", "mistaken"))[1] == "TLSHandshakeFailed", 20)
+    message = condition(kube.get("queues", "mistaken"), "Ready")["message"]
+    assert message.startswith(f"{plain_as_https}: TLS handshake failed: ")
