@@ -13,6 +13,7 @@ so the queue reports dropped entries through the ``on_dead_letter`` hook.
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -126,6 +127,8 @@ class Queue:
         self.stats_deliver = 0
         self.stats_ack = 0
         self.stats_redeliver = 0
+        # deliver / deliver_no_ack / get / get_no_ack / get_empty, RabbitMQ's split of deliver_get
+        self.stats_deliveries: collections.Counter[str] = collections.Counter()
 
     # -- inspection ---------------------------------------------------
 
@@ -327,6 +330,7 @@ class Queue:
 
     def _deliver(self, consumer: Consumer, entry: Entry) -> None:
         self.stats_deliver += 1
+        self.stats_deliveries["deliver_no_ack" if consumer.no_ack else "deliver"] += 1
         if entry.redelivered:
             self.stats_redeliver += 1
         if consumer.no_ack:
@@ -343,8 +347,10 @@ class Queue:
         self.last_used_ms = now_ms
         entry = self._pop_live_head(now_ms)
         if entry is None:
+            self.stats_deliveries["get_empty"] += 1
             return None
         self.stats_deliver += 1
+        self.stats_deliveries["get_no_ack" if no_ack else "get"] += 1
         if no_ack:
             self._forget(entry)
         else:

@@ -67,15 +67,26 @@ def _counts(queue: Queue) -> dict[str, Any]:
     return counts
 
 
+DELIVERY_STATS = ("deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty")
+
+
 def _message_stats(queue: Queue) -> dict[str, Any]:
-    return formatting.activity(
-        {
-            "publish": queue.stats_publish,
-            "deliver_get": queue.stats_deliver,
-            "ack": queue.stats_ack,
-            "redeliver": queue.stats_redeliver,
-        }
+    """RabbitMQ shows ``publish`` once a message arrived, and the whole delivery group
+    (deliver, get, their no-ack forms, get_empty, deliver_get, redeliver, ack) once any of
+    them happened: rabbitmqadmin and dashboards index those keys."""
+    stats = formatting.activity({"publish": queue.stats_publish})
+    deliveries = {name: queue.stats_deliveries[name] for name in DELIVERY_STATS}
+    stats.update(
+        formatting.activity(
+            deliveries
+            | {
+                "deliver_get": queue.stats_deliver,
+                "ack": queue.stats_ack,
+                "redeliver": queue.stats_redeliver,
+            }
+        )
     )
+    return stats
 
 
 def _exclusive_consumer_tag(queue: Queue) -> str | None:
@@ -125,8 +136,9 @@ def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
     stats = _message_stats(queue)
     if stats:
         item["message_stats"] = stats
-    if not consumers:
-        item["idle_since"] = formatting.iso_time(queue.last_used_ms)
+    # RabbitMQ sets idle_since whenever the queue process is idle, consumers or not; a queue
+    # here does work only inside a request, so it is always idle when the API looks.
+    item["idle_since"] = formatting.iso_time(queue.last_used_ms)
     item.update(_counts(queue))
     return item
 
