@@ -67,11 +67,7 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "argument ignored; policy key not recognised",
     ),
     "maximum-message-size": Difference("Maximum message size", "16 MiB (4.x)", "128 MiB"),
-    "unsupported-queue-features": Difference(
-        "Quorum queues, streams",
-        "rejected with 406",
-        "supported",
-    ),
+    "streams": Difference("Streams", "rejected with 406 (a later goal)", "supported"),
     "equal-policy-priorities": Difference(
         "Equal policy priorities", "lowest name wins", "unspecified"
     ),

@@ -18,6 +18,7 @@ from hutch_broker.dispatch import publishing, replyto
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import arguments as arguments_mod
+from hutch_broker.model import quorum
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
@@ -265,6 +266,8 @@ def basic_consume(
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
     arguments_mod.check_consumer_arguments(queue.name, queue.vhost, m.arguments or {})
+    if queue.quorum:
+        quorum.check_consume(queue.name, queue.vhost, global_prefetch=channel.prefetch_count)
     tag = m.consumer_tag or _consumer_tag()
     if tag in channel.consumers:
         raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")

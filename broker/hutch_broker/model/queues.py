@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hutch_broker.model import consumers as consumers_mod
-from hutch_broker.model import paging, ready
+from hutch_broker.model import paging, quorum, ready
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.protocol import properties
@@ -100,6 +100,7 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = dict(arguments or {})
+        self.quorum = quorum.is_quorum(self.arguments)  # one replica: model/quorum.py
         # "amqp" or "http": the management API accepts a few argument spellings AMQP refuses,
         # and redeclare equivalence is judged by the rules of the way it was declared.
         self.declared_via = "amqp"
@@ -207,8 +208,8 @@ class Queue:
 
     def _persist(self, entry: Entry, now_ms: int) -> bool:
         message = entry.message
-        if self.store is None or not message.persistent:
-            return False
+        if self.store is None or not (message.persistent or self.quorum):
+            return False  # a quorum queue stores every message, as RabbitMQ's log does
         entry.store_id = self.store.append(
             enqueued_at_ms=now_ms,
             expire_at_ms=entry.expire_at,
@@ -331,6 +332,8 @@ class Queue:
     def _deliver(self, consumer: Consumer, entry: Entry) -> None:
         self.stats_deliver += 1
         self.stats_deliveries["deliver_no_ack" if consumer.no_ack else "deliver"] += 1
+        if self.quorum and entry.delivery_count:  # a first delivery carries none (3.10.8)
+            entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
         if entry.redelivered:
             self.stats_redeliver += 1
         if consumer.no_ack:
@@ -351,6 +354,8 @@ class Queue:
             return None
         self.stats_deliver += 1
         self.stats_deliveries["get_no_ack" if no_ack else "get"] += 1
+        if self.quorum:
+            entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
         if no_ack:
             self._forget(entry)
         else:
@@ -414,9 +419,21 @@ class Queue:
             self._drop(entry, "maxlen")
             return
         entry.redelivered = True
+        if self.quorum:
+            self._return_to_back(entry)
+            return
         self._ready.push_requeued(entry)
         self.ready_count += 1
         self.ready_bytes += entry.size
+
+    def _return_to_back(self, entry: Entry) -> None:
+        """A quorum queue counts the failed attempt and puts the message last (3.10.8)."""
+        entry.delivery_count += 1
+        if quorum.exceeds_limit(entry.delivery_count, self.settings.delivery_limit):
+            self._drop(entry, quorum.DELIVERY_LIMIT_REASON)
+            return
+        entry.seq = next(self._seq)
+        self._push_fresh(entry)
 
     def reject(self, entry: Entry) -> None:
         """Rejected without requeue: dead-letter with reason ``rejected``."""
@@ -431,6 +448,8 @@ class Queue:
 
     def _drop(self, entry: Entry, reason: str) -> None:
         if self.on_dead_letter is not None and self.settings.dead_letter_exchange is not None:
+            if self.quorum:
+                entry.message = quorum.without_delivery_count(entry.message)
             self.on_dead_letter(self, entry, reason)
         self._forget(entry)
 

@@ -34,6 +34,7 @@ class QueueSettings:
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
     ring_size: int | None = None
+    delivery_limit: int | None = None  # quorum queues only (model/quorum.py)
 
 
 def _text(value: Any) -> str | None:
@@ -102,4 +103,7 @@ def effective(
         dead_letter_exchange=dlx,
         dead_letter_routing_key=dlrk,
         ring_size=ring_size,
+        delivery_limit=_min(
+            _number(arguments.get("x-delivery-limit")), _number(merged.get("delivery-limit"))
+        ),
     )

@@ -130,9 +130,11 @@ def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
         "recoverable_slaves": None,
         "single_active_consumer_tag": _single_active_consumer_tag(queue),
         "state": "running",
-        "type": "classic",
+        "type": "quorum" if queue.quorum else "classic",
         "vhost": queue.vhost,
     }
+    if queue.quorum:  # one replica: this node leads, and is every member (model/quorum.py)
+        item.update({"leader": node, "members": [node], "online": [node]})
     stats = _message_stats(queue)
     if stats:
         item["message_stats"] = stats

@@ -1,0 +1,50 @@
+"""Quorum queues survive kill -9 and SIGTERM with every confirmed message (issue 14).
+
+A quorum queue stores every message, whatever its delivery mode, as RabbitMQ's Raft log does;
+a classic durable queue beside it keeps only the persistent ones (the control). The queue comes
+back as a quorum queue with its limit, and a message held unacked at the crash comes back too.
+Only hutch-broker restarts here: the side-by-side node is shared by the session.
+"""
+
+import signal
+
+import pika
+import pytest
+from hutch_testing.clients import connect
+from hutch_testing.management import Management
+from hutch_testing.steps import get, publish
+
+QUORUM = {"x-queue-type": "quorum", "x-delivery-limit": 5}
+TRANSIENT, PERSISTENT = 1, 2
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_quorum_queue_keeps_every_confirmed_message_across_a_restart(hutch_broker, stop):
+    connection = connect(hutch_broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("qq", durable=True, arguments=QUORUM)
+    channel.queue_declare("cq", durable=True)
+    for index, mode in enumerate([TRANSIENT, PERSISTENT, TRANSIENT, PERSISTENT]):
+        for queue in ("qq", "cq"):
+            publish(channel, queue, f"m{index}", delivery_mode=mode)
+    held = get(channel, "qq", auto_ack=False)  # unacked when the broker goes down
+
+    hutch_broker.kill(stop)
+    hutch_broker.start()
+
+    after = connect(hutch_broker).channel()
+    bodies = {queue: _drain(after, queue) for queue in ("qq", "cq")}
+    item = Management(hutch_broker).queue("qq")
+
+    assert held[2] == b"m0"
+    assert sorted(bodies["qq"]) == [b"m0", b"m1", b"m2", b"m3"]
+    assert bodies["cq"] == [b"m1", b"m3"]  # the control: transient messages die with the process
+    assert (item["type"], item["durable"], item["arguments"]) == ("quorum", True, QUORUM)
+
+
+def _drain(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> list[bytes]:
+    found = []
+    while (got := get(channel, queue)) is not None:
+        found.append(got[2])
+    return found
