@@ -154,3 +154,58 @@ def test_api_consumers_per_vhost_and_missing_vhost(target):
         404,
         {"error": "Object Not Found", "reason": "Not Found"},
     )
+
+
+def _monitoring_view(side: Target) -> dict:
+    """Traffic of every kind the overview counts, then what a monitoring scrape reads."""
+    channel = side.channel()
+    q = side.name("m")
+    channel.queue_declare(q)
+    for index in range(3):
+        channel.basic_publish("", q, f"m{index}".encode())
+    channel.basic_publish("", side.name("nowhere"), b"x", mandatory=False)
+    method, _, _ = channel.basic_get(q)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    channel.basic_get(q, auto_ack=True)
+    channel.basic_consume(q, lambda ch, m, p, b: ch.basic_ack(m.delivery_tag))
+    wait_for(
+        lambda: side.connection.process_data_events(0.05) or side.api.get("/overview").body,
+        lambda body: (
+            body.get("message_stats", {}).get("ack", 0) >= 2
+            and body.get("queue_totals", {}).get("messages") == 0
+        ),
+        timeout=30,
+        what="overview counters after the traffic",
+    )
+    return {
+        "overview": side.api.get("/overview").body,
+        "nodes": side.api.get("/nodes").body,
+        "queue": side.api.queue(q),
+    }
+
+
+def test_monitoring_fields_of_overview_nodes_and_queues(sides):
+    """Every key a scraper may read on 3.10.8 (flattened, as exporters walk them) is there."""
+    reference, hutch = (_monitoring_view(sides[kind]) for kind in (RABBITMQ, HUTCH))
+
+    def missing(kind: str, skip: tuple[str, ...] = ()) -> set[str]:
+        theirs = _flat_keys(reference[kind] if kind != "nodes" else reference[kind][0])
+        ours = _flat_keys(hutch[kind] if kind != "nodes" else hutch[kind][0])
+        return {key for key in theirs - ours if not key.startswith(skip)}
+
+    assert missing("overview") == set()
+    assert missing("queue", tuple(ERLANG_INTERNALS)) == set()
+    assert missing("nodes") == set(), " ".join(sorted(missing("nodes")))
+    for key in ("messages", "messages_ready", "messages_unacknowledged"):
+        assert hutch["overview"]["queue_totals"][key] == reference["overview"]["queue_totals"][key]
+    for key in ("publish", "ack", "deliver_get", "redeliver", "get", "deliver"):
+        assert hutch["queue"]["message_stats"][key] == reference["queue"]["message_stats"][key], key
+    # The shared reference node's overview also counts earlier tests, so Hutch's broker-wide
+    # counters are held to the reference queue's: all delivery traffic went through that queue.
+    split = ("deliver", "deliver_no_ack", "get", "get_no_ack", "deliver_get", "redeliver", "ack")
+    overview = hutch["overview"]["message_stats"]
+    assert {key: overview[key] for key in split} == {
+        key: reference["queue"]["message_stats"][key] for key in split
+    }
+    assert overview["publish"] == reference["queue"]["message_stats"]["publish"] + 1
+    assert overview["drop_unroutable"] == 1  # the publish to no queue

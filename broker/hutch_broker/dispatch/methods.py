@@ -318,6 +318,7 @@ def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms:
     entry = queue.get(now_ms, no_ack=m.no_ack)
     if entry is None:
         session.proto.send_method(channel.number, commands.Basic.GetEmpty())
+        session.context.stats.deliveries["get_empty"] += 1
         return
     tag = channel.record_get(queue, entry, no_ack=m.no_ack)
     message = entry.message
@@ -333,6 +334,7 @@ def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms:
     )
     stats = session.context.stats
     stats.delivers += 1
+    stats.deliveries["get_no_ack" if m.no_ack else "get"] += 1
     if entry.redelivered:
         stats.redelivers += 1
 

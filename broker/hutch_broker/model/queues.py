@@ -354,6 +354,8 @@ class Queue:
             return None
         self.stats_deliver += 1
         self.stats_deliveries["get_no_ack" if no_ack else "get"] += 1
+        if entry.redelivered:
+            self.stats_redeliver += 1  # basic.get counts redeliveries too (3.10.8)
         if self.quorum:
             entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
         if no_ack:
