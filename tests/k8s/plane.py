@@ -82,7 +82,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "k8s" / "build-binaries.sh"
 DEV_RUN_DIR = REPO_ROOT / ".hutch-dev"
 ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
-BUILD_HINT = "run `bash tests/k8s/build-binaries.sh` (cold: ~8 min on 2 cores; then cached)"
+BUILD_HINT = (
+    "run `bash tests/k8s/build-binaries.sh` (cold: ~10 min on 2 cores with CoreDNS; then cached)"
+)
 
 TIERS = ("apiserver", "workloads", "node")
 WORKLOAD_TIERS = ("workloads", "node")  # tiers with controllers, scheduler and kwok

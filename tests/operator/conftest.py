@@ -27,6 +27,7 @@ os.environ.setdefault("HUTCH_METRICS_PORT", "0")
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_PATH = "/apis/hutch.dev/v1alpha1"
+NODE_BROKER_IMAGE = "localhost/hutch/hutch-broker:0.1.0"
 
 
 class Kube:
@@ -132,6 +133,25 @@ def operator(crds_applied: Any) -> Iterator[Any]:
     """One operator per test module on the apiserver tier."""
     with run_operator(crds_applied) as runner:
         yield runner
+
+
+@pytest.fixture(scope="module")
+def node_operator(node: Any) -> Iterator[Any]:
+    """The operator in-process against the node plane, creating Brokers with our built image.
+
+    The node tier's containerd holds only images built here (tests/k8s/images.py), so the
+    operator's default image is pointed at the local tag; ``brokerpods`` sets the broker
+    addresses the operator dials, and they are cleared with it.
+    """
+    from hutch_testing import brokerpods
+
+    os.environ["HUTCH_DEFAULT_BROKER_IMAGE"] = NODE_BROKER_IMAGE
+    try:
+        with run_operator(node):
+            yield node
+    finally:
+        os.environ.pop("HUTCH_DEFAULT_BROKER_IMAGE", None)
+        os.environ.pop(brokerpods.ADDRESSES, None)
 
 
 def set_broker_address(namespace: str, name: str, broker: Any) -> None:

@@ -6,15 +6,15 @@ memory.limit_in_bytes is the spec's limit, the broker's own ``/api/nodes`` repor
 computed from the request, and Broker.status says the same; raising the request rolls the Pod
 into a new container whose cgroup and watermark follow.
 
-The operator runs in the test process (KopfRunner), so it reaches the broker through the
-Service's ClusterIP (kube-proxy routes it from the host) via ``HUTCH_BROKER_ADDRESSES``: there
-is no cluster DNS on the node tier, and the ClusterIP follows the Pod when it is replaced.
+The operator runs in the test process (KopfRunner, fixture ``node_operator``), so it reaches the
+broker through ``HUTCH_BROKER_ADDRESSES`` rather than cluster DNS (the host does not resolve
+``.svc`` names). It dials the Pod IP, followed across the roll (``BrokerPod.use_pod_ip``): a new
+Service's ClusterIP answered "connection refused" from the host after earlier node tests in
+the same plane (docs/real-node.md, "What the node tests prove").
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +26,6 @@ from hutch_testing import brokerpods, waiting
 pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "localhost/hutch/hutch-broker:0.1.0"
-
-
-@pytest.fixture(scope="module")
-def running(node: Any, kit: Any) -> Iterator[Any]:
-    """The operator in-process against the node plane, with our locally built image."""
-    os.environ["HUTCH_DEFAULT_BROKER_IMAGE"] = IMAGE
-    try:
-        with kit.run_operator(node):
-            yield node
-    finally:
-        os.environ.pop("HUTCH_DEFAULT_BROKER_IMAGE", None)
-        os.environ.pop(brokerpods.ADDRESSES, None)
 
 
 def example_broker() -> dict[str, Any]:
@@ -49,13 +36,13 @@ def example_broker() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def example(running: Any, kit: Any) -> tuple[brokerpods.BrokerPod, Any, dict[str, Any]]:
+def example(node_operator: Any, kit: Any) -> tuple[brokerpods.BrokerPod, Any, dict[str, Any]]:
     """The example Broker, created once for the module, with its Pod Ready."""
-    running.make_local_pvs(1, size="2Gi")
-    kube = kit.Kube(running, running.create_namespace())
+    node_operator.make_local_pvs(1, size="2Gi")
+    kube = kit.Kube(node_operator, node_operator.create_namespace())
     broker = example_broker()
     kube.create("Broker", "brokers", broker["metadata"]["name"], broker["spec"])
-    pod = brokerpods.BrokerPod(running, kube.namespace, broker["metadata"]["name"]).attach()
+    pod = brokerpods.BrokerPod(node_operator, kube.namespace, broker["metadata"]["name"]).attach()
     use_pod_ip(pod)
     return pod, kube, broker["spec"]
 

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,22 +30,9 @@ from hutch_testing import brokerpods, waiting
 
 pytestmark = pytest.mark.timeout(600)
 
-IMAGE = "localhost/hutch/hutch-broker:0.1.0"
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 log = logging.getLogger(__name__)
-
-
-@pytest.fixture(scope="module")
-def running(node: Any, kit: Any) -> Iterator[Any]:
-    """The operator in-process against the node plane, with our locally built image."""
-    os.environ["HUTCH_DEFAULT_BROKER_IMAGE"] = IMAGE
-    try:
-        with kit.run_operator(node):
-            yield node
-    finally:
-        os.environ.pop("HUTCH_DEFAULT_BROKER_IMAGE", None)
-        os.environ.pop(brokerpods.ADDRESSES, None)
 
 
 def broker_spec(memory_size: str) -> dict[str, Any]:
@@ -64,14 +49,14 @@ def broker_spec(memory_size: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def make_broker(running: Any, make_local_pvs: Any, kit: Any) -> Any:
+def make_broker(node_operator: Any, make_local_pvs: Any, kit: Any) -> Any:
     """``make_broker(name, spec)``: a Broker in a fresh namespace, once its Pod is Ready."""
 
     def make(name: str, spec: dict[str, Any]) -> brokerpods.BrokerPod:
         make_local_pvs(1, size=spec["persistence"]["size"])
-        kube = kit.Kube(running, running.create_namespace())
+        kube = kit.Kube(node_operator, node_operator.create_namespace())
         kube.create("Broker", "brokers", name, spec)
-        return brokerpods.BrokerPod(running, kube.namespace, name).attach()
+        return brokerpods.BrokerPod(node_operator, kube.namespace, name).attach()
 
     return make
 
