@@ -106,7 +106,7 @@ class Queue:
         self.declared_via = "amqp"
         self.policy: Any = None
         self.operator_policy: Any = None
-        self.settings = settings_mod.effective(self.arguments, None, None)
+        self.settings = self._own_settings(settings_mod.effective(self.arguments, None, None))
         self.store: QueueStore | None = None
         self.pager: paging.Pager | None = None
         self.may_expire = False  # set once any entry has an expiry: skips head checks until then
@@ -153,7 +153,8 @@ class Queue:
                 self.expire_head(now_ms)
             if limits.ring_size is not None and self.ready_count >= limits.ring_size:
                 self._drop_head("maxlen")  # RING-3: exactly one
-        if limits.overflow != "drop-head" and self._would_overflow(entry):
+        over = self._over_limit() if self.quorum else self._would_overflow(entry)
+        if limits.overflow != "drop-head" and over:  # a quorum queue fills one past (3.10.8)
             if limits.overflow == "reject-publish-dlx":
                 self._drop(entry, "maxlen")
             return PUBLISH_REJECTED  # ML-4, ML-5: never a basic.return
@@ -480,8 +481,11 @@ class Queue:
         return len(entries)
 
     def apply_settings(self, settings: settings_mod.QueueSettings) -> None:
-        self.settings = settings
+        self.settings = self._own_settings(settings)
         self._enforce_length_limit()
+
+    def _own_settings(self, settings: settings_mod.QueueSettings) -> settings_mod.QueueSettings:
+        return quorum.settings(settings) if self.quorum else settings
 
     @property
     def paged_out(self) -> tuple[int, int]:

@@ -8,6 +8,8 @@ so the queue model keeps one class and asks this module what differs (all observ
 - it is always durable: auto-delete, exclusive and non-durable declares are refused, in that
   order, and so is a server-named one; every message is stored, whatever its delivery mode;
 - the arguments of other queue types are refused (``REFUSED_ARGUMENTS``), and its own are checked;
+- ``reject-publish`` refuses a publish once the queue is over its limit, so it fills to one
+  message (or one body) past it; ``reject-publish-dlx`` acts as ``drop-head``;
 - a message returned to the queue (reject or nack with requeue, its channel closed) counts one
   more delivery attempt and goes to the back of the queue; deliveries carry the count in the
   ``x-delivery-count`` header (basic.get from the first, with 0; a consumer's first delivery
@@ -20,8 +22,10 @@ Replication, leader election and the Raft log come with multi-replica Brokers, n
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Final
 
+from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Message
 from hutch_broker.protocol import errors, rewrite
 from hutch_broker.protocol.strings import text
@@ -96,6 +100,13 @@ def check_properties(
             raise errors.precondition_failed(
                 f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'"
             )
+
+
+def settings(queue_settings: settings_mod.QueueSettings) -> settings_mod.QueueSettings:
+    """``reject-publish-dlx`` is a classic-queue mode: a quorum queue drops the head instead."""
+    if queue_settings.overflow == "reject-publish-dlx":
+        return dataclasses.replace(queue_settings, overflow="drop-head")
+    return queue_settings
 
 
 def check_consume(queue: str, vhost: str, *, global_prefetch: int) -> None:

@@ -133,8 +133,6 @@ def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
         "type": "quorum" if queue.quorum else "classic",
         "vhost": queue.vhost,
     }
-    if queue.quorum:  # one replica: this node leads, and is every member (model/quorum.py)
-        item.update({"leader": node, "members": [node], "online": [node]})
     stats = _message_stats(queue)
     if stats:
         item["message_stats"] = stats
@@ -142,7 +140,39 @@ def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
     # here does work only inside a request, so it is always idle when the API looks.
     item["idle_since"] = formatting.iso_time(queue.last_used_ms)
     item.update(_counts(queue))
+    if queue.quorum:
+        _as_quorum(item, node)
     return item
+
+
+# Classic-queue fields a 3.10.8 quorum queue does not report (its consumer tag is ``_ctag``).
+_CLASSIC_ONLY = (
+    "exclusive_consumer_tag",
+    "head_message_timestamp",
+    "idle_since",
+    "message_bytes_paged_out",
+    "messages_paged_out",
+    "messages_ready_ram",
+    "messages_unacknowledged_ram",
+    "recoverable_slaves",
+)
+
+
+def _as_quorum(item: dict[str, Any], node: str) -> None:
+    """A quorum queue's fields: one replica, so this node leads and is every member."""
+    for key in _CLASSIC_ONLY:
+        item.pop(key, None)
+    item["single_active_consumer_ctag"] = item.pop("single_active_consumer_tag")
+    item.update(
+        {
+            "leader": node,
+            "members": [node],
+            "online": [node],
+            "open_files": {node: 0},
+            "messages_dlx": 0,  # none wait for at-least-once dead-lettering: it happens at once
+            "message_bytes_dlx": 0,
+        }
+    )
 
 
 def _channel_details(consumer: Consumer, *, node: str, local_address: str) -> dict[str, Any]:
