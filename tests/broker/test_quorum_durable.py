@@ -48,3 +48,52 @@ def _drain(channel: pika.adapters.blocking_connection.BlockingChannel, queue: st
     while (got := get(channel, queue)) is not None:
         found.append(got[2])
     return found
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_the_delivery_count_survives_a_restart(hutch_broker, stop):
+    """One return before the restart and two after exceed a limit of 2: dead-lettered.
+
+    A crash can lose only returns made after the last group commit: the message then comes
+    back with a lower count, never goes missing.
+    """
+    channel = connect(hutch_broker).channel()
+    channel.confirm_delivery()
+    channel.queue_declare("dlq", durable=True)
+    arguments = {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": 2,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "dlq",
+    }
+    channel.queue_declare("poison", durable=True, arguments=arguments)
+    for body in ("p", "q"):
+        publish(channel, "poison", body, delivery_mode=TRANSIENT)
+    _return_each(channel, "poison", 2)  # p, then q: each returned once, back in that order
+    # A return is written at once and made durable by the next group commit, as an ack is:
+    # the confirm of a later persistent publish says that commit has happened.
+    channel.queue_declare("marker", durable=True)
+    publish(channel, "marker", "m", delivery_mode=PERSISTENT)
+
+    hutch_broker.kill(stop)
+    hutch_broker.start()
+
+    after = connect(hutch_broker).channel()
+    seen = _return_each(after, "poison", 6)
+    dead = _drain(after, "dlq")
+
+    assert seen == [(b"p", 1), (b"q", 1), (b"p", 2), (b"q", 2)]
+    assert dead == [b"p", b"q"]
+
+
+def _return_each(channel, queue: str, limit: int) -> list[tuple[bytes, int]]:
+    """basic.get and nack with requeue, up to ``limit`` times: (body, x-delivery-count) seen."""
+    seen = []
+    for _ in range(limit):
+        got = get(channel, queue, auto_ack=False)
+        if got is None:
+            break
+        seen.append((got[2], got[1].headers["x-delivery-count"]))
+        channel.basic_nack(got[0].delivery_tag, requeue=True)
+        channel.queue_declare(queue, passive=True)  # a round trip: the nack is processed
+    return seen

@@ -223,6 +223,8 @@ class Queue:
 
     def restore(self, entry: Entry) -> None:
         """Put back a message recovered from the store (at start-up, in order)."""
+        if self.quorum:
+            entry.delivery_count = quorum.stored_delivery_count(entry.message)
         entry.seq = next(self._seq)
         if entry.expire_at:
             self.may_expire = True
@@ -436,7 +438,23 @@ class Queue:
             self._drop(entry, quorum.DELIVERY_LIMIT_REASON)
             return
         entry.seq = next(self._seq)
+        self._store_return(entry)
         self._push_fresh(entry)
+
+    def _store_return(self, entry: Entry) -> None:
+        """Re-write a stored message with its delivery count, so a restart keeps the count.
+
+        The new record is the newest, as the message is now last in the queue, so recovery
+        finds it in its place. Written before the old record is acked: a crash between the
+        two brings the message back twice, never loses it.
+        """
+        old = entry.store_id
+        if old is None or self.store is None:
+            return
+        entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
+        entry.store_id = None
+        self._persist(entry, 0)
+        self.store.ack(old)
 
     def reject(self, entry: Entry) -> None:
         """Rejected without requeue: dead-letter with reason ``rejected``."""

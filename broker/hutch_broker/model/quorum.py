@@ -15,7 +15,8 @@ so the queue model keeps one class and asks this module what differs (all observ
   ``x-delivery-count`` header (basic.get from the first, with 0; a consumer's first delivery
   has none); a return past ``x-delivery-limit`` (or the
   ``delivery-limit`` policy, the lesser wins) dead-letters it with reason ``delivery_limit``,
-  without that header.
+  without that header. A stored message is re-written with its count on each return, so the
+  count survives a restart (``stored_delivery_count``).
 
 Replication, leader election and the Raft log come with multi-replica Brokers, not here.
 """
@@ -128,6 +129,13 @@ def with_delivery_count(message: Message, count: int) -> Message:
         message.raw_properties, set_values={DELIVERY_COUNT: rewrite.encode_value(count)}
     )
     return message.with_properties(raw)
+
+
+def stored_delivery_count(message: Message) -> int:
+    """The count a stored message was re-written with on its last return (0 if none)."""
+    tagged = rewrite.header_value(message.raw_properties, DELIVERY_COUNT)
+    value = None if tagged is None else rewrite.decode_value(tagged)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def without_delivery_count(message: Message) -> Message:
