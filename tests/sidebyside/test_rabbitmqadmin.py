@@ -95,6 +95,13 @@ def _scenario(side: Target, admin: rabbitmqadmin.Admin) -> dict:
     )
     out["consumer_columns"] = admin.tsv("list", "consumers")[0]
     out["exchanges"] = _unprefixed(admin.tsv("list", "exchanges"), side)
+    qq = side.name("qq")
+    out["declare_quorum"] = admin.run("declare", "queue", f"name={qq}", "queue_type=quorum")
+    out["types"] = [
+        row
+        for row in _unprefixed(admin.tsv("list", "queues", "name", "type", "durable"), side)
+        if row[0] in ("name", "q", "idle", "qq")
+    ]
     out["overview"] = admin.json("show", "overview")
     out["overview_columns"] = admin.tsv("show", "overview")[0]
     return out
@@ -110,6 +117,17 @@ def test_rabbitmqadmin_sees_the_same_shapes_on_both_brokers(sides, admins):
     payload = hutch["get"][0].index("payload")
     assert [row[payload] for row in hutch["get"][1:]] == ["m0", "m1"]
 
+    assert hutch["declare_quorum"] == reference["declare_quorum"] == "queue declared\n"
+    assert (
+        hutch["types"]
+        == reference["types"]
+        == [
+            ["name", "type", "durable"],
+            ["idle", "classic", "False"],
+            ["q", "classic", "True"],
+            ["qq", "quorum", "True"],
+        ]
+    )
     assert hutch["queue_columns"] == reference["queue_columns"] == ["name", "messages"]
     for theirs, ours in zip(reference["queues"], hutch["queues"], strict=True):
         internals = {key for key in _flat_keys(theirs) if key.split(".")[0] in ERLANG_INTERNALS}
