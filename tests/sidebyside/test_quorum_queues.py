@@ -384,3 +384,24 @@ def test_overflow_fills_one_past_the_limit_and_reject_publish_dlx_drops_the_head
     }
     assert kept == {one: 2, three: 4, by_bytes: 2, dlx: 1}
     assert (dead[2], dead[1].headers["x-first-death-reason"]) == (b"m0", "maxlen")
+
+
+def test_no_delivery_limit_and_a_negative_one(target):
+    """4.x defaults to 20 and reads a negative limit as none; 3.10.8 has no default and
+    dead-letters at the first return past a negative one."""
+    channel = target.channel()
+    default, negative = target.name("default"), target.name("negative")
+    channel.queue_declare(default, durable=True, arguments=QUORUM)
+    channel.queue_declare(negative, durable=True, arguments={**QUORUM, "x-delivery-limit": -1})
+    for queue in (default, negative):
+        publish(channel, queue, "m")
+
+    deliveries = {
+        queue: len(_nack_until_gone(channel, queue, limit=25)) for queue in (default, negative)
+    }
+
+    assert deliveries == target.expect(
+        "quorum-delivery-limit",
+        hutch={default: 21, negative: 25},
+        rabbitmq={default: 25, negative: 1},
+    )

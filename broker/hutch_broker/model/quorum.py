@@ -14,7 +14,8 @@ so the queue model keeps one class and asks this module what differs (all observ
   more delivery attempt and goes to the back of the queue; deliveries carry the count in the
   ``x-delivery-count`` header (basic.get from the first, with 0; a consumer's first delivery
   has none); a return past ``x-delivery-limit`` (or the
-  ``delivery-limit`` policy, the lesser wins) dead-letters it with reason ``delivery_limit``,
+  ``delivery-limit`` policy, the lesser wins; 20 when neither is set and none when negative,
+  as in RabbitMQ 4.x) dead-letters it with reason ``delivery_limit``,
   without that header. A stored message is re-written with its count on each return, so the
   count survives a restart (``stored_delivery_count``).
 
@@ -35,6 +36,9 @@ QUEUE_TYPE: Final = "quorum"
 TYPE_MODULE: Final = "rabbit_quorum_queue"  # how RabbitMQ names the type in its error texts
 DELIVERY_COUNT: Final = "x-delivery-count"
 DELIVERY_LIMIT_REASON: Final = "delivery_limit"
+DEFAULT_DELIVERY_LIMIT: Final = (
+    20  # RabbitMQ 4.0+; 3.10.8 has no default (docs/broker-differences.md)
+)
 # Declare arguments RabbitMQ knows but gives to other queue types (3.10.8, observed).
 REFUSED_ARGUMENTS: Final = (
     "x-max-priority",
@@ -104,9 +108,12 @@ def check_properties(
 
 
 def settings(queue_settings: settings_mod.QueueSettings) -> settings_mod.QueueSettings:
-    """``reject-publish-dlx`` is a classic-queue mode: a quorum queue drops the head instead."""
+    """``reject-publish-dlx`` is a classic-queue mode: a quorum queue drops the head instead;
+    without a delivery limit, 4.x's default of 20 applies."""
     if queue_settings.overflow == "reject-publish-dlx":
-        return dataclasses.replace(queue_settings, overflow="drop-head")
+        queue_settings = dataclasses.replace(queue_settings, overflow="drop-head")
+    if queue_settings.delivery_limit is None:
+        queue_settings = dataclasses.replace(queue_settings, delivery_limit=DEFAULT_DELIVERY_LIMIT)
     return queue_settings
 
 
@@ -119,8 +126,10 @@ def check_consume(queue: str, vhost: str, *, global_prefetch: int) -> None:
 
 
 def exceeds_limit(delivery_count: int, limit: int | None) -> bool:
-    """True when a message returned ``delivery_count`` times must be dead-lettered."""
-    return limit is not None and delivery_count > limit
+    """True when a message returned ``delivery_count`` times must be dead-lettered.
+
+    A negative limit means none (RabbitMQ 4.x; 3.10.8 dead-letters at the first return)."""
+    return limit is not None and limit >= 0 and delivery_count > limit
 
 
 def with_delivery_count(message: Message, count: int) -> Message:

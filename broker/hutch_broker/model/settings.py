@@ -53,6 +53,14 @@ def _min(*values: int | None) -> int | None:
     return min(present) if present else None
 
 
+def _delivery_limit(argument: int | None, policy: int | None) -> int | None:
+    """The lesser wins, except a negative one (no limit, 4.x): then the greater wins, so a
+    limit set on either side holds (RabbitMQ 4.x ``resolve_delivery_limit``)."""
+    if argument is not None and policy is not None and min(argument, policy) < 0:
+        return max(argument, policy)
+    return _min(argument, policy)
+
+
 def merge_policies(
     policy: dict[str, Any] | None, operator_policy: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -103,7 +111,7 @@ def effective(
         dead_letter_exchange=dlx,
         dead_letter_routing_key=dlrk,
         ring_size=ring_size,
-        delivery_limit=_min(
+        delivery_limit=_delivery_limit(
             _number(arguments.get("x-delivery-limit")), _number(merged.get("delivery-limit"))
         ),
     )

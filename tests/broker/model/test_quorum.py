@@ -7,7 +7,7 @@ over AMQP; here the same rules are pinned on the model with explicit time and no
 from __future__ import annotations
 
 import pytest
-from hutch_broker.model import policies, quorum
+from hutch_broker.model import policies, quorum, settings
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors, properties
@@ -39,7 +39,7 @@ def test_other_queue_types_arguments_are_refused(arg: str) -> None:
 
 @pytest.mark.parametrize(
     ("count", "limit", "dead"),
-    [(1, 0, True), (2, 2, False), (3, 2, True), (9, None, False), (1, -1, True)],
+    [(1, 0, True), (2, 2, False), (3, 2, True), (9, None, False), (1, -1, False), (99, -5, False)],
 )
 def test_a_return_past_the_limit_dead_letters(count: int, limit: int | None, dead: bool) -> None:
     assert quorum.exceeds_limit(count, limit) is dead
@@ -103,3 +103,31 @@ def test_a_classic_queue_requeues_in_place_and_adds_no_header() -> None:
 
     assert [entry.message.body for entry in queue.ready_entries()] == [b"a", b"b"]
     assert "headers" not in properties.decode_properties(first.message.raw_properties)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "deliveries"),
+    [({}, quorum.DEFAULT_DELIVERY_LIMIT + 1), ({"x-delivery-limit": -1}, None)],
+)
+def test_the_default_limit_is_20_and_a_negative_one_is_none(
+    arguments: dict[str, int], deliveries: int | None
+) -> None:
+    queue = Queue("q", durable=True, arguments={**QUORUM, **arguments})
+    queue.publish(Message("", "q", properties.encode_properties(), b"m"), now_ms=0)
+    count = 0
+    while count < 50 and (entry := queue.get(0, no_ack=False)) is not None:
+        count += 1
+        queue.requeue(entry)
+    assert count == (deliveries or 50)
+
+
+@pytest.mark.parametrize(
+    ("argument", "policy", "limit"),
+    [(5, 3, 3), (3, 5, 3), (-1, 3, 3), (3, -1, 3), (-1, -2, -1), (None, 4, 4), (None, None, None)],
+)
+def test_argument_and_policy_the_lesser_wins_and_a_negative_one_yields(
+    argument: int | None, policy: int | None, limit: int | None
+) -> None:
+    arguments = {} if argument is None else {"x-delivery-limit": argument}
+    definition = None if policy is None else {"delivery-limit": policy}
+    assert settings.effective(arguments, definition, None).delivery_limit == limit
