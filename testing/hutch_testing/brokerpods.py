@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import signal
+import subprocess
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,12 @@ from typing import Any
 
 import pika
 
-from hutch_testing import waiting
+from hutch_testing import probes, waiting
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 ADDRESSES = "HUTCH_BROKER_ADDRESSES"
 READY_TIMEOUT = 180.0
+ROUTE_TIMEOUT = 60.0
 
 
 @dataclass
@@ -53,8 +55,9 @@ class BrokerPod:
         return obj
 
     def attach(self) -> BrokerPod:
-        """Waits for the Pod, then learns the Service IP and the default user's credentials
-        and points the in-process operator at that IP (no cluster DNS on the node tier)."""
+        """Waits for the Pod, learns the Service IP and the default user's credentials, points
+        the in-process operator at that IP (the host does not resolve cluster names), and waits
+        until the ClusterIP routes to the broker."""
         self.wait_ready()
         ns = f"/api/v1/namespaces/{self.namespace}"
         self.host = self.get(f"{ns}/services/{self.name}")["spec"]["clusterIP"]
@@ -65,22 +68,50 @@ class BrokerPod:
         entries = [e for e in os.environ.get(ADDRESSES, "").split(",") if e]
         entries.append(f"{self.namespace}/{self.name}={self.http}|amqp://{self.host}:5672")
         os.environ[ADDRESSES] = ",".join(entries)
+        self.wait_routed()
         return self
 
-    def use_pod_ip(self) -> None:
-        """Reach the broker (from the test and the in-process operator) at its current Pod IP.
+    def wait_routed(self, timeout: float = ROUTE_TIMEOUT) -> None:
+        """Until the broker answers AMQP on the ClusterIP.
 
-        In the full CI sequence (after tests/k8s/test_dns.py and test_node.py on the same node
-        plane) a new Broker's ClusterIP answered "connection refused" from the host while its
-        Pod was Ready and listening; alone, it worked. Until that is understood, the node tests
-        use the Pod IP; call again after a roll.
+        A Ready Pod is not yet a routed Service: the EndpointSlice controller must list the
+        Pod as ready and kube-proxy must write its rule, and until then kube-proxy rejects the
+        ClusterIP ("connection refused"), as a Service without endpoints. A client of a new
+        Broker retries; this waits the same way, and says where the route stopped if it never
+        comes.
         """
-        self.host = self.pod_ip
-        key = f"{self.namespace}/{self.name}="
-        entries = [e for e in os.environ.get(ADDRESSES, "").split(",") if e]
-        entries = [e for e in entries if not e.startswith(key)]
-        entries.append(f"{key}{self.http}|amqp://{self.host}:5672")
-        os.environ[ADDRESSES] = ",".join(entries)
+
+        def accepts() -> bool:
+            return probes.amqp_answers(self.host, 5672)
+
+        try:
+            waiting.wait_for(accepts, timeout=timeout, interval=0.2, what="the ClusterIP")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.route_report()}") from exc
+
+    def route_report(self) -> str:
+        """The EndpointSlices of the Service and kube-proxy's rules for its ClusterIP."""
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices"
+        _status, slices = self.plane.api(
+            "GET", f"{path}?labelSelector=kubernetes.io/service-name={self.name}"
+        )
+        endpoints = [
+            (e.get("addresses"), e.get("conditions"))
+            for s in (slices or {}).get("items", [])
+            for e in s.get("endpoints") or []
+        ]
+        nft = subprocess.run(
+            ["/usr/sbin/nft", "list", "table", "ip", "kube-proxy"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        rules = [line.strip() for line in nft.stdout.splitlines() if self.host in line]
+        return (
+            f"Service {self.namespace}/{self.name} ClusterIP {self.host}, Pod IP "
+            f"{self.pod.get('status', {}).get('podIP')}\nendpoints: {endpoints}\n"
+            f"kube-proxy rules naming the ClusterIP: {rules or nft.stderr.strip()}"
+        )
 
     @property
     def http(self) -> str:

@@ -58,6 +58,7 @@ KUBELET_SYSCTLS = (
     "kernel/keys/root_maxbytes",
     "net/ipv4/ip_forward",  # the bridge plugin turns forwarding on (isGateway)
     "net/ipv4/conf/all/route_localnet",  # kube-proxy, for NodePorts on localhost
+    "net/netfilter/nf_conntrack_tcp_be_liberal",  # kube-proxy, conntrack.tcpBeLiberal
 )
 # Paths kubelet creates whatever its config says (device-plugin socket dir, the flexvolume dir it
 # probes before reading volumePluginDir, the /var/log/containers symlinks to podLogsDir).
@@ -359,7 +360,15 @@ def kubelet_config(layout: NodeLayout, pki: Path, cgroup_name: str) -> str:
 
 def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) -> str:
     """kube-proxy in nftables mode: its rules live in its own ``kube-proxy`` tables, which
-    teardown deletes whole. Conntrack sysctls are left alone (0 = do not touch)."""
+    teardown deletes whole. Conntrack table sizes and timeouts are left alone (0 = do not touch).
+
+    ``tcpBeLiberal``: the nftables proxier, unlike the iptables one, installs no DROP rule for
+    conntrack-INVALID packets. A Pod's reply that conntrack judges out of window (a zero-window
+    probe's answer while the broker has stopped reading a blocked publisher) then skips the
+    reverse DNAT, reaches the host from the Pod IP, matches no socket, and the host's RST kills
+    the broker's end: the publisher saw "connection reset by peer" through the ClusterIP.
+    Liberal window tracking (what kube-proxy sets with this option) never marks them INVALID.
+    """
     zero = "0s"
     config = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
@@ -377,6 +386,7 @@ def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) ->
             "min": 0,
             "tcpEstablishedTimeout": zero,
             "tcpCloseWaitTimeout": zero,
+            "tcpBeLiberal": True,
         },
     }
     return json.dumps(config, indent=1)

@@ -8,9 +8,8 @@ into a new container whose cgroup and watermark follow.
 
 The operator runs in the test process (KopfRunner, fixture ``node_operator``), so it reaches the
 broker through ``HUTCH_BROKER_ADDRESSES`` rather than cluster DNS (the host does not resolve
-``.svc`` names). It dials the Pod IP, followed across the roll (``BrokerPod.use_pod_ip``): a new
-Service's ClusterIP answered "connection refused" from the host after earlier node tests in
-the same plane (docs/real-node.md, "What the node tests prove").
+``.svc`` names): the Service's ClusterIP, which kube-proxy routes from the host and which
+follows the Pod across the roll once the new Pod's endpoint is ready (``wait_routed``).
 """
 
 from __future__ import annotations
@@ -43,12 +42,7 @@ def example(node_operator: Any, kit: Any) -> tuple[brokerpods.BrokerPod, Any, di
     broker = example_broker()
     kube.create("Broker", "brokers", broker["metadata"]["name"], broker["spec"])
     pod = brokerpods.BrokerPod(node_operator, kube.namespace, broker["metadata"]["name"]).attach()
-    use_pod_ip(pod)
     return pod, kube, broker["spec"]
-
-
-def use_pod_ip(broker: brokerpods.BrokerPod) -> None:
-    broker.use_pod_ip()
 
 
 def container_limit(broker: brokerpods.BrokerPod) -> int:
@@ -104,7 +98,7 @@ def test_raising_the_memory_request_rolls_the_pod_and_moves_the_watermark(exampl
     patched = kube.patch_spec("brokers", broker.name, {"resources": raised})
     assert patched.returncode == 0, patched.stderr
     second = broker.wait_ready(not_uid=first["metadata"]["uid"])
-    use_pod_ip(broker)
+    broker.wait_routed()  # the ClusterIP follows the new Pod once its endpoint is ready
 
     old_id = first["status"]["containerStatuses"][0]["containerID"]
     assert second["status"]["containerStatuses"][0]["containerID"] != old_id

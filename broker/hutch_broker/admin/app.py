@@ -1,7 +1,8 @@
 """The aiohttp application: routes, Basic authentication and RabbitMQ's error bodies.
 
-``make_app`` is the only entry point the server needs.  Two middlewares
-wrap every handler: the outer one turns any refusal (``ApiError``, a model
+``make_app`` is the only entry point the server needs.  Outermost, the audit
+middleware logs and counts every write (``audit``).  Two more wrap every
+handler: the outer one turns any refusal (``ApiError``, a model
 ``AMQPError``, aiohttp's own 404/405) into RabbitMQ's JSON error shape, so
 no client ever sees an HTML error page; the inner one authenticates every
 ``/api`` request and leaves ``/metrics`` open, as rabbitmq_prometheus does.
@@ -15,7 +16,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from hutch_broker.admin import auth, errors, metrics
+from hutch_broker.admin import audit, auth, errors, metrics
 from hutch_broker.admin.handlers import (
     access,
     bindings,
@@ -105,7 +106,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    body = metrics.render(state.context, state.memory)
+    body = metrics.render(state.context, state.memory, state.writes)
     return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
@@ -118,7 +119,8 @@ def make_app(
 ) -> web.Application:
     """The management application for one broker; the server runs it with an AppRunner."""
     app = web.Application(
-        middlewares=[error_middleware, auth_middleware], client_max_size=MAX_REQUEST_BYTES
+        middlewares=[audit.audit_middleware, error_middleware, auth_middleware],
+        client_max_size=MAX_REQUEST_BYTES,
     )
     app[STATE] = AdminState(
         context=context,

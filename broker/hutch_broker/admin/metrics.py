@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from hutch_broker.admin.memory import MemoryMonitor
+from hutch_broker.admin.state import WriteCounter
 from hutch_broker.dispatch.context import Context
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -129,20 +130,33 @@ def memory_families(memory: MemoryMonitor) -> list[Any]:
     ]
 
 
+def write_families(writes: WriteCounter) -> list[Any]:
+    family = CounterMetricFamily(
+        "hutch_management_writes",
+        "Management API requests that may change state, by method, route and status class",
+        labels=["method", "route", "code"],
+    )
+    for (method, route, code), count in sorted(writes.counts.items()):
+        family.add_metric([method, route, code], count)
+    return [family]
+
+
 class _Collector:
-    def __init__(self, context: Context, memory: MemoryMonitor) -> None:
+    def __init__(self, context: Context, memory: MemoryMonitor, writes: WriteCounter) -> None:
         self.context = context
         self.memory = memory
+        self.writes = writes
 
     def collect(self) -> Iterator[Any]:
         yield from object_families(self.context)
         yield from queue_families(self.context)
         yield from counter_families(self.context)
         yield from memory_families(self.memory)
+        yield from write_families(self.writes)
 
 
-def render(context: Context, memory: MemoryMonitor) -> bytes:
+def render(context: Context, memory: MemoryMonitor, writes: WriteCounter) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(context, memory))
+    registry.register(_Collector(context, memory, writes))
     output: bytes = generate_latest(registry)
     return output

@@ -6,7 +6,8 @@ without importing each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import collections
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -16,6 +17,19 @@ from hutch_broker.dispatch.context import Context
 from hutch_broker.model import access
 from hutch_broker.model.broker import Broker
 
+WriteKey = tuple[str, str, str]  # method, route template, status class ("2xx")
+
+
+class WriteCounter:
+    """Management writes by (method, route template, status class) since the broker started
+    (``admin/audit.py`` records them, ``/metrics`` exports them)."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[WriteKey] = collections.Counter()
+
+    def record(self, method: str, route: str, status: int) -> None:
+        self.counts[(method, route, f"{status // 100}xx")] += 1
+
 
 @dataclass(slots=True)
 class AdminState:
@@ -23,6 +37,7 @@ class AdminState:
     memory: MemoryMonitor
     node: NodeInfo
     operator_policy_changes_disabled: bool = False  # config: management.restrictions.*
+    writes: WriteCounter = field(default_factory=WriteCounter)
 
     @property
     def broker(self) -> Broker:
