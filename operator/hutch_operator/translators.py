@@ -52,10 +52,8 @@ def queue_limits(spec: queues.QueueSpec, *, hutch: bool) -> dict[str, Any]:
 
 
 def queue_arguments(spec: queues.QueueSpec, *, hutch: bool) -> dict[str, Any]:
-    if hutch and spec.type != "classic":
-        raise errors.SpecError(f"hutch-broker has no {spec.type} queues; use type: classic")
-    if hutch and spec.single_active_consumer:
-        raise errors.SpecError("hutch-broker does not support single-active-consumer queues")
+    if hutch and spec.type == "stream":
+        raise errors.SpecError("hutch-broker has no stream queues; use type: classic or quorum")
     arguments: dict[str, Any] = dict(spec.arguments)
     arguments.update(queue_limits(spec, hutch=hutch))
     if spec.single_active_consumer:

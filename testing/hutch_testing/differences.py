@@ -67,10 +67,12 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "argument ignored; policy key not recognised",
     ),
     "maximum-message-size": Difference("Maximum message size", "16 MiB (4.x)", "128 MiB"),
-    "unsupported-queue-features": Difference(
-        "Quorum queues, streams",
-        "rejected with 406",
-        "supported",
+    "streams": Difference("Streams", "rejected with 406 (a later goal)", "supported"),
+    "quorum-delivery-limit": Difference(
+        "Quorum queues: no `x-delivery-limit` / a negative one",
+        "20 / no limit (4.x)",
+        "no limit / dead-lettered at the first return",
+        section="proposed, docs/broker-differences.md",
     ),
     "equal-policy-priorities": Difference(
         "Equal policy priorities", "lowest name wins", "unspecified"

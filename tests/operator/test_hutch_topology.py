@@ -238,15 +238,28 @@ def test_exchange_binding_and_operator_policy(env: dict[str, Any], kit: Any) -> 
     assert mgmt.call("GET", "/api/bindings/%2F/e/events/q/audit")[1] == []
 
 
+def test_quorum_queue_cr_is_declared_on_one_replica(env: dict[str, Any], kit: Any) -> None:
+    """A Queue CR written for the RabbitMQ topology operator (type: quorum) works on Hutch."""
+    _queue(env, "quorum-q", type="quorum", arguments={"x-delivery-limit": 3})
+    _wait_ready(kit, env, "queues", "quorum-q")
+    item = env["mgmt"].queue("quorum-q")
+    assert item is not None
+    assert (item["type"], item["durable"], item["arguments"]) == (
+        "quorum",
+        True,
+        {"x-delivery-limit": 3, "x-queue-type": "quorum"},
+    )
+
+
 def test_invalid_and_unresolvable_specs(env: dict[str, Any], kit: Any) -> None:
     kube = env["kube"]
-    _queue(env, "quorum-q", type="quorum")
-    obj = _wait_ready(kit, env, "queues", "quorum-q", "False", "InvalidSpec")
-    assert "classic" in obj["status"]["conditions"][0]["message"]
+    _queue(env, "stream-q", type="stream")
+    obj = _wait_ready(kit, env, "queues", "stream-q", "False", "InvalidSpec")
+    assert "no stream queues" in obj["status"]["conditions"][0]["message"]
     kube.create("Queue", "queues", "orphan", {"brokerRef": {"name": "nope"}})
     _wait_ready(kit, env, "queues", "orphan", "False", "BrokerNotFound")
     # Immutable fields are refused by the apiserver with the field's name.
-    refused = kube.patch_spec("queues", "quorum-q", {"durable": False})
+    refused = kube.patch_spec("queues", "stream-q", {"durable": False})
     assert refused.returncode != 0
     assert "durable is immutable" in refused.stderr
 

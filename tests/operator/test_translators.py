@@ -30,6 +30,10 @@ def queue(**spec: object) -> queues.QueueSpec:
         ({"arguments": {"x-max-priority": 10}, "singleActiveConsumer": True}, False,
          {"x-max-priority": 10, "x-single-active-consumer": True}),
         ({"type": "quorum"}, False, {"x-queue-type": "quorum"}),
+        # hutch-broker runs quorum queues on one replica and single active consumers (issue 14)
+        ({"type": "quorum", "arguments": {"x-delivery-limit": 3}}, True,
+         {"x-delivery-limit": 3, "x-queue-type": "quorum"}),
+        ({"singleActiveConsumer": True}, True, {"x-single-active-consumer": True}),
     ],
 )  # fmt: skip
 def test_queue_declare(spec, hutch, arguments) -> None:
@@ -38,11 +42,9 @@ def test_queue_declare(spec, hutch, arguments) -> None:
     assert request.body == {"durable": True, "auto_delete": False, "arguments": arguments}
 
 
-def test_quorum_on_hutch_is_invalid() -> None:
-    with pytest.raises(errors.SpecError, match="classic"):
-        translators.queue_declare(queue(type="quorum"), "q", hutch=True)
-    with pytest.raises(errors.SpecError, match="single-active-consumer"):
-        translators.queue_declare(queue(singleActiveConsumer=True), "q", hutch=True)
+def test_streams_on_hutch_are_invalid() -> None:
+    with pytest.raises(errors.SpecError, match="no stream queues; use type: classic or quorum"):
+        translators.queue_declare(queue(type="stream"), "q", hutch=True)
 
 
 def test_segments_are_encoded() -> None:

@@ -260,11 +260,11 @@ def test_unsupported_queue_features_and_maximum_message_size(target):
     q = target.name("q")
     connection.channel().queue_declare(q)
 
-    quorum = connection.channel()
+    stream = connection.channel()
     try:
         queue_type = closed_by_broker(
-            lambda: quorum.queue_declare(
-                target.name("qq"), durable=True, arguments={"x-queue-type": "quorum"}
+            lambda: stream.queue_declare(
+                target.name("sq"), durable=True, arguments={"x-queue-type": "stream"}
             )
         )
     except AssertionError:
@@ -277,11 +277,11 @@ def test_unsupported_queue_features_and_maximum_message_size(target):
         size = "accepted"
 
     assert queue_type == target.expect(
-        "unsupported-queue-features",
+        "streams",
         hutch=(
             406,
             f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue "
-            f"'{target.name('qq')}' in vhost '/': unsupported queue type 'quorum'",
+            f"'{target.name('sq')}' in vhost '/': \"unsupported queue type 'stream'\"",
         ),
         rabbitmq="declared",
     )

@@ -197,7 +197,9 @@ def message_json(entry: Entry, *, message_count: int, request: GetRequest) -> di
         "exchange": message.exchange,
         "routing_key": message.routing_key,
         "message_count": message_count,
-        "properties": properties_json(message.raw_properties),
+        # RabbitMQ renders no properties as an empty Erlang list, so JSON `[]`, not `{}`;
+        # rabbitmqadmin's `get` prints a `properties` column only for that form.
+        "properties": properties_json(message.raw_properties) or [],
         "payload": payload,
         "payload_encoding": payload_encoding,
     }

@@ -75,6 +75,7 @@ class Channel:
         )
         stats = session.context.stats
         stats.delivers += 1
+        stats.deliveries["deliver_no_ack" if consumer.no_ack else "deliver"] += 1
         if entry.redelivered:
             stats.redelivers += 1
         session.context.mark_dirty(session)

@@ -9,6 +9,7 @@ until their writes are durable lives in ``commits``, one object per broker.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import time
@@ -36,7 +37,9 @@ class Stats:
         "confirms",
         "connections_closed",
         "connections_opened",
+        "deliveries",
         "delivers",
+        "drops_unroutable",
         "publishes",
         "redelivers",
         "returns",
@@ -44,7 +47,10 @@ class Stats:
 
     def __init__(self) -> None:
         self.publishes = 0
-        self.delivers = 0
+        self.delivers = 0  # deliver_get: every delivery and every basic.get that got one
+        # deliver / deliver_no_ack / get / get_no_ack / get_empty, RabbitMQ's split of deliver_get
+        self.deliveries: collections.Counter[str] = collections.Counter()
+        self.drops_unroutable = 0  # unroutable and not mandatory: dropped silently
         self.acks = 0
         self.confirms = 0
         self.returns = 0

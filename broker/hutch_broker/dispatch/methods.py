@@ -18,6 +18,7 @@ from hutch_broker.dispatch import publishing, replyto
 from hutch_broker.dispatch.channels import Channel
 from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import arguments as arguments_mod
+from hutch_broker.model import quorum
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
@@ -265,6 +266,8 @@ def basic_consume(
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
     arguments_mod.check_consumer_arguments(queue.name, queue.vhost, m.arguments or {})
+    if queue.quorum:
+        quorum.check_consume(queue.name, queue.vhost, global_prefetch=channel.prefetch_count)
     tag = m.consumer_tag or _consumer_tag()
     if tag in channel.consumers:
         raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
@@ -315,6 +318,7 @@ def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms:
     entry = queue.get(now_ms, no_ack=m.no_ack)
     if entry is None:
         session.proto.send_method(channel.number, commands.Basic.GetEmpty())
+        session.context.stats.deliveries["get_empty"] += 1
         return
     tag = channel.record_get(queue, entry, no_ack=m.no_ack)
     message = entry.message
@@ -330,6 +334,7 @@ def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms:
     )
     stats = session.context.stats
     stats.delivers += 1
+    stats.deliveries["get_no_ack" if m.no_ack else "get"] += 1
     if entry.redelivered:
         stats.redelivers += 1
 

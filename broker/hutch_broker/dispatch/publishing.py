@@ -98,6 +98,8 @@ def _unroutable(session: Session, channel: Channel, event: events.PublishReceive
             event.body,
         )
         session.context.stats.returns += 1
+    else:
+        session.context.stats.drops_unroutable += 1
 
 
 def _direct_reply(session: Session, channel: Channel, event: events.PublishReceived) -> int:

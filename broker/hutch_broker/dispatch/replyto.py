@@ -106,6 +106,7 @@ def deliver(channel: Channel, routing_key: str, raw_properties: bytes, body: byt
         channel.number, channel.reply_consumer[0], tag, False, "", routing_key, raw_properties, body
     )
     session.context.stats.delivers += 1
+    session.context.stats.deliveries["deliver_no_ack"] += 1  # reply consumers never ack
     session.context.mark_dirty(session)
 
 

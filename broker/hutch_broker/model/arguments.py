@@ -14,10 +14,11 @@ import datetime
 import decimal
 from typing import Any, Final
 
-from hutch_broker.model import names
+from hutch_broker.model import names, quorum
 from hutch_broker.protocol import errors
 
 OVERFLOW_MODES: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
+QUEUE_TYPES: Final = ("classic", quorum.QUEUE_TYPE)
 
 # Arguments compared on redeclare; everything else is stored, not compared.
 COMPARED_QUEUE_ARGUMENTS: Final = (
@@ -156,14 +157,15 @@ def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) 
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
         raise _invalid("x-dead-letter-routing-key", queue, vhost, "routing_key_but_no_dlx_defined")
     queue_type = arguments.get("x-queue-type")
-    if queue_type is not None and format_value(queue_type) != "classic":
-        raise _invalid(
-            "x-queue-type", queue, vhost, f"unsupported queue type '{format_value(queue_type)}'"
-        )
+    if queue_type is not None and format_value(queue_type) not in QUEUE_TYPES:
+        detail = f"\"unsupported queue type '{format_value(queue_type)}'\""  # 3.10.8's quotes
+        raise _invalid("x-queue-type", queue, vhost, detail)
     single_active = arguments.get("x-single-active-consumer")
     if single_active is not None and not isinstance(single_active, bool):
         detail = f"{{unacceptable_type,{type_name(single_active)}}}"
         raise _invalid("x-single-active-consumer", queue, vhost, detail)
+    if quorum.is_quorum(arguments):
+        quorum.check_arguments(queue, vhost, arguments)
 
 
 def check_consumer_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
@@ -215,6 +217,10 @@ def inequivalent(
     return errors.precondition_failed(prefix + detail)
 
 
+def _classic(queue_type: Any) -> bool:
+    return queue_type is None or format_value(queue_type) == "classic"
+
+
 def check_queue_equivalence(
     name: str,
     vhost: str,
@@ -226,9 +232,8 @@ def check_queue_equivalence(
     """Q-2: the compared arguments must match after integer normalisation."""
     for arg in COMPARED_QUEUE_ARGUMENTS:
         old, new = current.get(arg), received.get(arg)
-        if arg == "x-queue-type":
-            old = None if old is not None and format_value(old) == "classic" else old
-            new = None if new is not None and format_value(new) == "classic" else new
+        if arg == "x-queue-type" and {_classic(old), _classic(new)} == {True}:
+            continue  # "classic" and no type are the same type; any other pair is compared
         if old is None and new is None:
             continue
         if old is None or new is None or not _same(old, new):

@@ -88,7 +88,16 @@ class Message:
 class Entry:
     """One message's place in one queue."""
 
-    __slots__ = ("expire_at", "message", "page_id", "redelivered", "seq", "size", "store_id")
+    __slots__ = (
+        "delivery_count",
+        "expire_at",
+        "message",
+        "page_id",
+        "redelivered",
+        "seq",
+        "size",
+        "store_id",
+    )
 
     def __init__(
         self,
@@ -106,6 +115,7 @@ class Entry:
         self.store_id = store_id
         self.size = len(message.body)  # kept apart: a paged-out entry holds no body
         self.page_id: int | None = None  # record in the paging store while paged out
+        self.delivery_count = 0  # returns to a quorum queue so far (model/quorum.py)
 
     @property
     def paged(self) -> bool:

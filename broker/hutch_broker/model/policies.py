@@ -101,8 +101,10 @@ class Policy:
         self._matcher = patterns.compile_pattern(self.pattern)
 
     def matches(self, name: str, kind: str) -> bool:
-        """``kind`` is "queue" or "exchange"; every Hutch queue is classic."""
+        """``kind`` is "queue" (classic), "quorum_queue" or "exchange" (``queue_kind``)."""
         if kind == "queue" and self.apply_to not in ("all", "queues", "classic_queues"):
+            return False
+        if kind == "quorum_queue" and self.apply_to not in ("all", "queues", "quorum_queues"):
             return False
         if kind == "exchange" and self.apply_to not in ("all", "exchanges"):
             return False
@@ -198,6 +200,11 @@ def _validate_value(key: str, value: Any) -> str | None:
     if key == "queue-mode" and value not in _QUEUE_MODES:
         return f"{erlang_term(value)} is not a valid queue-mode value"
     return None
+
+
+def queue_kind(quorum: bool) -> str:
+    """The ``kind`` a queue matches policies as: ``apply-to`` tells queue types apart."""
+    return "quorum_queue" if quorum else "queue"
 
 
 def best_match(policies: Iterable[Policy], name: str, kind: str) -> Policy | None:

@@ -13,12 +13,13 @@ so the queue reports dropped entries through the ``on_dead_letter`` hook.
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hutch_broker.model import consumers as consumers_mod
-from hutch_broker.model import paging, ready
+from hutch_broker.model import paging, quorum, ready
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.protocol import properties
@@ -99,12 +100,13 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = dict(arguments or {})
+        self.quorum = quorum.is_quorum(self.arguments)  # one replica: model/quorum.py
         # "amqp" or "http": the management API accepts a few argument spellings AMQP refuses,
         # and redeclare equivalence is judged by the rules of the way it was declared.
         self.declared_via = "amqp"
         self.policy: Any = None
         self.operator_policy: Any = None
-        self.settings = settings_mod.effective(self.arguments, None, None)
+        self.settings = self._own_settings(settings_mod.effective(self.arguments, None, None))
         self.store: QueueStore | None = None
         self.pager: paging.Pager | None = None
         self.may_expire = False  # set once any entry has an expiry: skips head checks until then
@@ -126,6 +128,8 @@ class Queue:
         self.stats_deliver = 0
         self.stats_ack = 0
         self.stats_redeliver = 0
+        # deliver / deliver_no_ack / get / get_no_ack / get_empty, RabbitMQ's split of deliver_get
+        self.stats_deliveries: collections.Counter[str] = collections.Counter()
 
     # -- inspection ---------------------------------------------------
 
@@ -149,7 +153,8 @@ class Queue:
                 self.expire_head(now_ms)
             if limits.ring_size is not None and self.ready_count >= limits.ring_size:
                 self._drop_head("maxlen")  # RING-3: exactly one
-        if limits.overflow != "drop-head" and self._would_overflow(entry):
+        over = self._over_limit() if self.quorum else self._would_overflow(entry)
+        if limits.overflow != "drop-head" and over:  # a quorum queue fills one past (3.10.8)
             if limits.overflow == "reject-publish-dlx":
                 self._drop(entry, "maxlen")
             return PUBLISH_REJECTED  # ML-4, ML-5: never a basic.return
@@ -204,8 +209,8 @@ class Queue:
 
     def _persist(self, entry: Entry, now_ms: int) -> bool:
         message = entry.message
-        if self.store is None or not message.persistent:
-            return False
+        if self.store is None or not (message.persistent or self.quorum):
+            return False  # a quorum queue stores every message, as RabbitMQ's log does
         entry.store_id = self.store.append(
             enqueued_at_ms=now_ms,
             expire_at_ms=entry.expire_at,
@@ -218,6 +223,8 @@ class Queue:
 
     def restore(self, entry: Entry) -> None:
         """Put back a message recovered from the store (at start-up, in order)."""
+        if self.quorum:
+            entry.delivery_count = quorum.stored_delivery_count(entry.message)
         entry.seq = next(self._seq)
         if entry.expire_at:
             self.may_expire = True
@@ -327,6 +334,9 @@ class Queue:
 
     def _deliver(self, consumer: Consumer, entry: Entry) -> None:
         self.stats_deliver += 1
+        self.stats_deliveries["deliver_no_ack" if consumer.no_ack else "deliver"] += 1
+        if self.quorum and entry.delivery_count:  # a first delivery carries none (3.10.8)
+            entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
         if entry.redelivered:
             self.stats_redeliver += 1
         if consumer.no_ack:
@@ -343,8 +353,14 @@ class Queue:
         self.last_used_ms = now_ms
         entry = self._pop_live_head(now_ms)
         if entry is None:
+            self.stats_deliveries["get_empty"] += 1
             return None
         self.stats_deliver += 1
+        self.stats_deliveries["get_no_ack" if no_ack else "get"] += 1
+        if entry.redelivered:
+            self.stats_redeliver += 1  # basic.get counts redeliveries too (3.10.8)
+        if self.quorum:
+            entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
         if no_ack:
             self._forget(entry)
         else:
@@ -408,9 +424,37 @@ class Queue:
             self._drop(entry, "maxlen")
             return
         entry.redelivered = True
+        if self.quorum:
+            self._return_to_back(entry)
+            return
         self._ready.push_requeued(entry)
         self.ready_count += 1
         self.ready_bytes += entry.size
+
+    def _return_to_back(self, entry: Entry) -> None:
+        """A quorum queue counts the failed attempt and puts the message last (3.10.8)."""
+        entry.delivery_count += 1
+        if quorum.exceeds_limit(entry.delivery_count, self.settings.delivery_limit):
+            self._drop(entry, quorum.DELIVERY_LIMIT_REASON)
+            return
+        entry.seq = next(self._seq)
+        self._store_return(entry)
+        self._push_fresh(entry)
+
+    def _store_return(self, entry: Entry) -> None:
+        """Re-write a stored message with its delivery count, so a restart keeps the count.
+
+        The new record is the newest, as the message is now last in the queue, so recovery
+        finds it in its place. Written before the old record is acked: a crash between the
+        two brings the message back twice, never loses it.
+        """
+        old = entry.store_id
+        if old is None or self.store is None:
+            return
+        entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
+        entry.store_id = None
+        self._persist(entry, 0)
+        self.store.ack(old)
 
     def reject(self, entry: Entry) -> None:
         """Rejected without requeue: dead-letter with reason ``rejected``."""
@@ -425,6 +469,8 @@ class Queue:
 
     def _drop(self, entry: Entry, reason: str) -> None:
         if self.on_dead_letter is not None and self.settings.dead_letter_exchange is not None:
+            if self.quorum:
+                entry.message = quorum.without_delivery_count(entry.message)
             self.on_dead_letter(self, entry, reason)
         self._forget(entry)
 
@@ -453,8 +499,11 @@ class Queue:
         return len(entries)
 
     def apply_settings(self, settings: settings_mod.QueueSettings) -> None:
-        self.settings = settings
+        self.settings = self._own_settings(settings)
         self._enforce_length_limit()
+
+    def _own_settings(self, settings: settings_mod.QueueSettings) -> settings_mod.QueueSettings:
+        return quorum.settings(settings) if self.quorum else settings
 
     @property
     def paged_out(self) -> tuple[int, int]:

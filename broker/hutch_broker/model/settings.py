@@ -34,6 +34,7 @@ class QueueSettings:
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
     ring_size: int | None = None
+    delivery_limit: int | None = None  # quorum queues only (model/quorum.py)
 
 
 def _text(value: Any) -> str | None:
@@ -50,6 +51,14 @@ def _number(value: Any) -> int | None:
 def _min(*values: int | None) -> int | None:
     present = [value for value in values if value is not None]
     return min(present) if present else None
+
+
+def _delivery_limit(argument: int | None, policy: int | None) -> int | None:
+    """The lesser wins, except a negative one (no limit, 4.x): then the greater wins, so a
+    limit set on either side holds (RabbitMQ 4.x ``resolve_delivery_limit``)."""
+    if argument is not None and policy is not None and min(argument, policy) < 0:
+        return max(argument, policy)
+    return _min(argument, policy)
 
 
 def merge_policies(
@@ -102,4 +111,7 @@ def effective(
         dead_letter_exchange=dlx,
         dead_letter_routing_key=dlrk,
         ring_size=ring_size,
+        delivery_limit=_delivery_limit(
+            _number(arguments.get("x-delivery-limit")), _number(merged.get("delivery-limit"))
+        ),
     )

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
-from hutch_broker.model import changes, deadletter, limits, paging
+from hutch_broker.model import changes, deadletter, limits, paging, quorum
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.changes import Change
@@ -221,6 +221,15 @@ class VirtualHost:
         if name.startswith("amq.") and not generated:
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args_mod.validate_queue_arguments(name, self.name, arguments)
+        if quorum.is_quorum(arguments):
+            quorum.check_properties(
+                name,
+                self.name,
+                durable=durable,
+                exclusive=exclusive_owner is not None,
+                auto_delete=auto_delete,
+                generated=generated,
+            )
         limit = limits.reached(self.limits, "max-queues", len(self.queues))
         if check_limits and limit is not None:
             raise errors.precondition_failed(
@@ -479,9 +488,10 @@ class VirtualHost:
             self._apply_exchange_policy(exchange)
 
     def _apply_queue_policy(self, queue: Queue) -> None:
-        queue.policy = policies_mod.best_match(self.policies.values(), queue.name, "queue")
+        kind = policies_mod.queue_kind(queue.quorum)
+        queue.policy = policies_mod.best_match(self.policies.values(), queue.name, kind)
         queue.operator_policy = policies_mod.best_match(
-            self.operator_policies.values(), queue.name, "queue"
+            self.operator_policies.values(), queue.name, kind
         )
         old_expires = queue.settings.expires
         queue.apply_settings(

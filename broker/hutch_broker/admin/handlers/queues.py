@@ -137,6 +137,7 @@ async def get_messages(request: web.Request) -> web.Response:
     _not_exclusive(vhost, queue)
     results = messaging.get(queue, get_request, admin.now_ms())
     admin.context.stats.delivers += len(results)
+    admin.context.stats.deliveries["get"] += len(results)
     admin.context.request_flush()
     return support.json_response(results)
 

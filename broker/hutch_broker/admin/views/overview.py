@@ -60,6 +60,20 @@ NODE_COUNTERS: Final = (
 )
 
 
+# Erlang internals a node reports as objects; zeros here, so a scraper finds every key (3.10.8).
+METRICS_GC_QUEUES: Final = (
+    "connection_closed",
+    "channel_closed",
+    "consumer_deleted",
+    "exchange_deleted",
+    "queue_deleted",
+    "vhost_deleted",
+    "node_node_deleted",
+    "channel_consumer_deleted",
+)
+RA_OPEN_FILES: Final = ("ra_log_wal", "ra_log_segment_writer")
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     """Facts about this process that the model does not know (the server fills them in)."""
@@ -102,7 +116,12 @@ def message_stats(stats: Stats) -> dict[str, Any]:
     return formatting.message_stats(
         ack=stats.acks,
         confirm=stats.confirms,
-        deliver=stats.delivers,
+        deliver=stats.deliveries["deliver"],
+        deliver_no_ack=stats.deliveries["deliver_no_ack"],
+        get=stats.deliveries["get"],
+        get_no_ack=stats.deliveries["get_no_ack"],
+        get_empty=stats.deliveries["get_empty"],
+        drop_unroutable=stats.drops_unroutable,
         deliver_get=stats.delivers,
         publish=stats.publishes,
         redeliver=stats.redelivers,
@@ -250,7 +269,7 @@ def node(name: str, info: NodeInfo, sample: NodeSample) -> dict[str, Any]:
         "net_ticktime": 60,
         "enabled_plugins": ["rabbitmq_management"],
         "mem_calculation_strategy": "rss",
-        "ra_open_file_metrics": {},
+        "ra_open_file_metrics": dict.fromkeys(RA_OPEN_FILES, 0),
         "name": name,
         "type": "disc",
         "running": True,
@@ -276,5 +295,5 @@ def node(name: str, info: NodeInfo, sample: NodeSample) -> dict[str, Any]:
         )
     )
     item["cluster_links"] = []
-    item["metrics_gc_queue_length"] = {}
+    item["metrics_gc_queue_length"] = dict.fromkeys(METRICS_GC_QUEUES, 0)
     return item

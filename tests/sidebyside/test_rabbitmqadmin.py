@@ -1,0 +1,229 @@
+"""The real rabbitmqadmin (served by RabbitMQ 3.10.8) against both brokers, side by side.
+
+One scenario runs on the reference and on a fresh hutch-broker: declare, publish and get through
+rabbitmqadmin, a pika consumer, then ``list queues/consumers/exchanges`` and ``show overview``.
+The outputs must have the same shape (columns, flattened keys) and the same values wherever the
+value is not a port, a node name or a version.
+"""
+
+from collections.abc import Iterator
+
+import pytest
+from hutch_testing import rabbitmqadmin
+from hutch_testing.differences import HUTCH, RABBITMQ
+from hutch_testing.sidebyside import Target
+from hutch_testing.waiting import wait_for
+
+ERLANG_INTERNALS = {
+    "backing_queue_status",
+    "garbage_collection",
+    "reductions",
+    "reductions_details",
+}
+
+
+@pytest.fixture
+def sides(rabbitmq, hutch_broker_factory, tmp_path, request) -> Iterator[dict[str, Target]]:
+    config = tmp_path / "hutch.conf"
+    config.write_text("stamp_message_id = false\n")  # a Hutch extension; RabbitMQ stamps none
+    hutch_broker = hutch_broker_factory(extra_args=["--config", str(config)])
+    both = {
+        RABBITMQ: Target(RABBITMQ, rabbitmq, request.node.name),
+        HUTCH: Target(HUTCH, hutch_broker, request.node.name),
+    }
+    yield both
+    for side in both.values():
+        side.cleanup()
+
+
+@pytest.fixture
+def admins(rabbitmq, sides) -> dict[str, rabbitmqadmin.Admin]:
+    script = rabbitmqadmin.fetch(rabbitmq)
+    return {kind: rabbitmqadmin.Admin(script, side.broker) for kind, side in sides.items()}
+
+
+def _flat_keys(item: dict, prefix: str = "") -> set[str]:
+    """Keys as rabbitmqadmin flattens them into columns (``channel_details.name``)."""
+    keys = set()
+    for key, value in item.items():
+        if isinstance(value, dict) and value:
+            keys |= _flat_keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(prefix + key)
+    return keys
+
+
+def _unprefixed(rows: list[list[str]], side: Target) -> list[list[str]]:
+    """Rows with the side's private name prefix cut, so both brokers' rows compare equal."""
+    return [[cell.replace(side.prefix, "") for cell in row] for row in rows]
+
+
+def _mine(items: list[dict], side: Target) -> list[dict]:
+    return [item for item in items if item.get("name", "").startswith(side.prefix)]
+
+
+def _scenario(side: Target, admin: rabbitmqadmin.Admin) -> dict:
+    """The same steps on one broker; returns what rabbitmqadmin printed."""
+    q, idle = side.name("q"), side.name("idle")
+    out = {
+        "declare": admin.run("declare", "queue", f"name={q}", "durable=true"),
+        "publish": [
+            admin.run("publish", f"routing_key={q}", f"payload=m{index}") for index in range(3)
+        ],
+        "get": _unprefixed(
+            admin.tsv("get", f"queue={q}", "count=2", "ackmode=ack_requeue_true"), side
+        ),
+    }
+    admin.run("declare", "queue", f"name={idle}", "durable=false")
+    channel = side.channel(confirm=False)
+    channel.basic_qos(prefetch_count=7)
+    channel.basic_consume(
+        idle, lambda *_: None, consumer_tag=side.name("tag"), arguments={"x-priority": 3}
+    )
+    out["queues"] = wait_for(  # RabbitMQ's stats arrive about 5 s after the publishes
+        lambda: _mine(admin.json("list", "queues"), side),
+        lambda queues: [queue.get("messages") for queue in queues] == [0, 3],  # idle, q
+        timeout=20,
+        what="queue stats through rabbitmqadmin",
+    )
+    out["queue_columns"] = admin.tsv("list", "queues")[0]
+    out["consumers"] = wait_for(
+        lambda: [c for c in admin.json("list", "consumers") if c["queue"]["name"] == idle],
+        lambda found: len(found) == 1,
+        timeout=20,
+        what="the consumer through rabbitmqadmin",
+    )
+    out["consumer_columns"] = admin.tsv("list", "consumers")[0]
+    out["exchanges"] = _unprefixed(admin.tsv("list", "exchanges"), side)
+    qq = side.name("qq")
+    out["declare_quorum"] = admin.run("declare", "queue", f"name={qq}", "queue_type=quorum")
+    out["types"] = [
+        row
+        for row in _unprefixed(admin.tsv("list", "queues", "name", "type", "durable"), side)
+        if row[0] in ("name", "q", "idle", "qq")
+    ]
+    out["overview"] = admin.json("show", "overview")
+    out["overview_columns"] = admin.tsv("show", "overview")[0]
+    return out
+
+
+def test_rabbitmqadmin_sees_the_same_shapes_on_both_brokers(sides, admins):
+    seen = {kind: _scenario(sides[kind], admins[kind]) for kind in (RABBITMQ, HUTCH)}
+    reference, hutch = seen[RABBITMQ], seen[HUTCH]
+
+    assert hutch["declare"] == reference["declare"] == "queue declared\n"
+    assert hutch["publish"] == reference["publish"] == ["Message published\n"] * 3
+    assert hutch["get"] == reference["get"]  # header and rows: routing key, payload, counts
+    payload = hutch["get"][0].index("payload")
+    assert [row[payload] for row in hutch["get"][1:]] == ["m0", "m1"]
+
+    assert hutch["declare_quorum"] == reference["declare_quorum"] == "queue declared\n"
+    assert (
+        hutch["types"]
+        == reference["types"]
+        == [
+            ["name", "type", "durable"],
+            ["idle", "classic", "False"],
+            ["q", "classic", "True"],
+            ["qq", "quorum", "True"],
+        ]
+    )
+    assert hutch["queue_columns"] == reference["queue_columns"] == ["name", "messages"]
+    for theirs, ours in zip(reference["queues"], hutch["queues"], strict=True):
+        internals = {key for key in _flat_keys(theirs) if key.split(".")[0] in ERLANG_INTERNALS}
+        assert _flat_keys(ours) == _flat_keys(theirs) - internals
+        for key in ("messages_ready", "messages_unacknowledged", "consumers", "type", "state"):
+            assert ours[key] == theirs[key], key
+
+    [theirs], [ours] = reference["consumers"], hutch["consumers"]
+    assert _flat_keys(ours) == _flat_keys(theirs)
+    assert hutch["consumer_columns"] == reference["consumer_columns"]
+    hidden = {"channel_details", "queue"}  # names and ports, compared below
+    assert {k: v for k, v in ours.items() if k not in hidden} == {
+        k: v for k, v in theirs.items() if k not in hidden
+    } | {"consumer_tag": sides[HUTCH].name("tag")}
+    assert ours["queue"] == {"name": sides[HUTCH].name("idle"), "vhost": "/"}
+    assert ours["channel_details"]["number"] == theirs["channel_details"]["number"]
+
+    assert hutch["exchanges"][0] == reference["exchanges"][0] == ["name", "type"]
+    assert sorted(hutch["exchanges"][1:]) == sorted(reference["exchanges"][1:])
+
+    assert hutch["overview_columns"] == reference["overview_columns"]
+    assert _flat_keys(hutch["overview"][0]) == _flat_keys(reference["overview"][0])
+
+
+def test_api_consumers_per_vhost_and_missing_vhost(target):
+    """``/api/consumers/{vhost}`` lists that vhost's consumers; a missing vhost is a 404."""
+    channel = target.channel(confirm=False)
+    queue = target.name("q")
+    channel.queue_declare(queue, exclusive=True)
+    channel.basic_consume(queue, lambda *_: None, auto_ack=True, consumer_tag=target.name("c"))
+    found = wait_for(
+        lambda: [c for c in target.api.get("/consumers/%2F").body if c["queue"]["name"] == queue],
+        lambda consumers: len(consumers) == 1,
+        timeout=20,
+        what="the consumer in /api/consumers/%2F",
+    )
+    assert (found[0]["ack_required"], found[0]["exclusive"]) == (False, False)
+    assert found[0]["arguments"] == {}
+    assert found[0]["consumer_tag"] == target.name("c")
+    missing = target.api.get("/consumers/no-such-vhost")
+    assert (missing.status, missing.body) == (
+        404,
+        {"error": "Object Not Found", "reason": "Not Found"},
+    )
+
+
+def _monitoring_view(side: Target) -> dict:
+    """Traffic of every kind the overview counts, then what a monitoring scrape reads."""
+    channel = side.channel()
+    q = side.name("m")
+    channel.queue_declare(q)
+    for index in range(3):
+        channel.basic_publish("", q, f"m{index}".encode())
+    channel.basic_publish("", side.name("nowhere"), b"x", mandatory=False)
+    method, _, _ = channel.basic_get(q)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    channel.basic_get(q, auto_ack=True)
+    channel.basic_consume(q, lambda ch, m, p, b: ch.basic_ack(m.delivery_tag))
+    wait_for(
+        lambda: side.connection.process_data_events(0.05) or side.api.get("/overview").body,
+        lambda body: (
+            body.get("message_stats", {}).get("ack", 0) >= 2
+            and body.get("queue_totals", {}).get("messages") == 0
+        ),
+        timeout=30,
+        what="overview counters after the traffic",
+    )
+    return {
+        "overview": side.api.get("/overview").body,
+        "nodes": side.api.get("/nodes").body,
+        "queue": side.api.queue(q),
+    }
+
+
+def test_monitoring_fields_of_overview_nodes_and_queues(sides):
+    """Every key a scraper may read on 3.10.8 (flattened, as exporters walk them) is there."""
+    reference, hutch = (_monitoring_view(sides[kind]) for kind in (RABBITMQ, HUTCH))
+
+    def missing(kind: str, skip: tuple[str, ...] = ()) -> set[str]:
+        theirs = _flat_keys(reference[kind] if kind != "nodes" else reference[kind][0])
+        ours = _flat_keys(hutch[kind] if kind != "nodes" else hutch[kind][0])
+        return {key for key in theirs - ours if not key.startswith(skip)}
+
+    assert missing("overview") == set()
+    assert missing("queue", tuple(ERLANG_INTERNALS)) == set()
+    assert missing("nodes") == set(), " ".join(sorted(missing("nodes")))
+    for key in ("messages", "messages_ready", "messages_unacknowledged"):
+        assert hutch["overview"]["queue_totals"][key] == reference["overview"]["queue_totals"][key]
+    for key in ("publish", "ack", "deliver_get", "redeliver", "get", "deliver"):
+        assert hutch["queue"]["message_stats"][key] == reference["queue"]["message_stats"][key], key
+    # The shared reference node's overview also counts earlier tests, so Hutch's broker-wide
+    # counters are held to the reference queue's: all delivery traffic went through that queue.
+    split = ("deliver", "deliver_no_ack", "get", "get_no_ack", "deliver_get", "redeliver", "ack")
+    overview = hutch["overview"]["message_stats"]
+    assert {key: overview[key] for key in split} == {
+        key: reference["queue"]["message_stats"][key] for key in split
+    }
+    assert overview["publish"] == reference["queue"]["message_stats"]["publish"] + 1
+    assert overview["drop_unroutable"] == 1  # the publish to no queue
