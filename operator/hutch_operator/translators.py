@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from hutch_operator import errors
 from hutch_operator.models import bindings, exchanges, policies, queues
+from hutch_operator.models.common import same_json
 
 QUEUE_COLUMNS = (
     "name,durable,auto_delete,arguments,messages,messages_ready,messages_unacknowledged,"
@@ -101,13 +102,13 @@ def queue_differences(
     fixed = [
         key
         for key in sorted(set(desired) | set(actual))
-        if key not in LIMIT_KEYS and desired.get(key) != actual.get(key)
+        if key not in LIMIT_KEYS and not same_json(desired.get(key), actual.get(key))
     ]
     if listed.get("durable") != spec.durable:
         fixed.append("durable")
     if listed.get("auto_delete") != spec.auto_delete:
         fixed.append("auto_delete")
-    limits = [key for key in sorted(LIMIT_KEYS) if desired.get(key) != actual.get(key)]
+    limits = [key for key in sorted(LIMIT_KEYS) if not same_json(desired.get(key), actual.get(key))]
     return fixed, limits
 
 
@@ -148,7 +149,7 @@ def exchange_declare(spec: exchanges.ExchangeSpec, name: str) -> Request:
 def exchange_differences(spec: exchanges.ExchangeSpec, listed: dict[str, Any]) -> list[str]:
     desired = exchange_body(spec)
     listed = {**listed, "arguments": listed.get("arguments") or {}}
-    return [key for key, value in desired.items() if listed.get(key) != value]
+    return [key for key, value in desired.items() if not same_json(listed.get(key), value)]
 
 
 # --- bindings ----------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def binding_matches(spec: bindings.BindingSpec, listed: dict[str, Any]) -> bool:
         and listed.get("destination") == spec.destination
         and listed.get("destination_type") == spec.destination_type
         and listed.get("routing_key", "") == spec.routing_key
-        and (listed.get("arguments") or {}) == dict(spec.arguments)
+        and same_json(listed.get("arguments") or {}, dict(spec.arguments))
     )
 
 
@@ -208,4 +209,4 @@ def policy_differences(
     spec: policies.PolicySpec | policies.OperatorPolicySpec, listed: dict[str, Any]
 ) -> list[str]:
     desired = policy_body(spec)
-    return [key for key, value in desired.items() if listed.get(key) != value]
+    return [key for key, value in desired.items() if not same_json(listed.get(key), value)]

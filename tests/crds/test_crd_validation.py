@@ -128,3 +128,24 @@ def test_reserved_metadata_name_is_refused_without_spec_name(plane: Any, kind: s
     assert status == 422 and "amq. are reserved" in reply["message"], reply
     status, reply = _create(plane, ns, kind, {**REF, "name": "orders"}, "amq.orders")
     assert status == 201, reply
+
+
+def test_arguments_take_any_json_and_stay_immutable(plane: Any) -> None:
+    """Issue 16 defect 9: boolean, list, table and float arguments are kept as written, and
+    immutability compares types (``true`` is not ``1``)."""
+    ns = plane.create_namespace()
+    arguments = {"x-single-active-consumer": True, "x-list": ["a", 1, False],
+                 "x-table": {"k": "v"}, "x-float": 0.5, "x-int": 3}  # fmt: skip
+    status, queue = _create(plane, ns, "Queue", {**REF, "arguments": arguments}, "q")
+    assert status == 201, queue
+    assert queue["spec"]["arguments"] == arguments
+    assert type(queue["spec"]["arguments"]["x-single-active-consumer"]) is bool
+    status, binding = _create(
+        plane, ns, "Binding", {**REF, "source": "h", "destination": "q",
+                               "arguments": {"x-match": "any", "on": True}}, "b",
+    )  # fmt: skip
+    assert status == 201, binding
+    changed = {**arguments, "x-single-active-consumer": 1}
+    result = plane.kubectl("-n", ns, "patch", "queues.hutch.dev", "q", "--type=merge",
+                           "-p", json.dumps({"spec": {"arguments": changed}}), check=False)  # fmt: skip
+    assert result.returncode != 0 and "arguments is immutable" in result.stderr, result.stderr

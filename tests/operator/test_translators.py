@@ -114,6 +114,48 @@ def test_binding() -> None:
     assert translators.binding_delete(spec, "a.%2A").path == "/api/bindings/%2F/e/ev/e/dst/a.%252A"
 
 
+JSON_ARGUMENTS = {"x-flag": True, "x-list": [1, "a", False], "x-table": {"k": 2.5}, "x-n": 7}
+
+
+def test_arguments_keep_their_json_types() -> None:
+    """Issue 16 defect 9: boolean, list, table and float arguments reach the broker as written;
+    an integer stays an integer (not a float, not a string) and a string stays a string."""
+    spec = queue(arguments={**JSON_ARGUMENTS, "x-s": "7"})
+    body = translators.queue_declare(spec, "q", hutch=True).body
+    assert body["arguments"] == {**JSON_ARGUMENTS, "x-s": "7"}
+    kinds = {key: type(value) for key, value in body["arguments"].items()}
+    assert kinds == {"x-flag": bool, "x-list": list, "x-table": dict, "x-n": int, "x-s": str}
+    binding = bindings.BindingSpec.model_validate(
+        {**REF, "source": "h", "destination": "q", "arguments": {"x-match": "all", "on": True}}
+    )
+    assert translators.binding_create(binding).body["arguments"] == {"x-match": "all", "on": True}
+    with pytest.raises(ValueError, match="arguments"):
+        queue(arguments={"x-null": None})
+
+
+def test_a_boolean_argument_is_not_the_integer_one() -> None:
+    """``True == 1`` in Python; to the broker they are different arguments, so each comparison
+    the sweep makes must see the difference (drift or a mismatch, never "equal")."""
+    spec = queue(arguments={"x-flag": True})
+    listed = {"durable": True, "auto_delete": False, "arguments": {"x-flag": 1}}
+    assert translators.queue_differences(spec, listed, hutch=True) == (["x-flag"], [])
+    same = {**listed, "arguments": {"x-flag": True}}
+    assert translators.queue_differences(spec, same, hutch=True) == ([], [])
+    exchange = exchanges.ExchangeSpec.model_validate({**REF, "arguments": {"x-flag": True}})
+    body = translators.exchange_declare(exchange, "e").body
+    assert translators.exchange_differences(exchange, body) == []
+    assert translators.exchange_differences(exchange, {**body, "arguments": {"x-flag": 1}}) == [
+        "arguments"
+    ]
+    binding = bindings.BindingSpec.model_validate(
+        {**REF, "source": "h", "destination": "q", "arguments": {"x-flag": True}}
+    )
+    listed_binding = {"source": "h", "destination": "q", "destination_type": "queue",
+                      "routing_key": "", "arguments": {"x-flag": True}}  # fmt: skip
+    assert translators.binding_matches(binding, listed_binding)
+    assert not translators.binding_matches(binding, {**listed_binding, "arguments": {"x-flag": 1}})
+
+
 def test_policies() -> None:
     spec = policies.PolicySpec.model_validate(
         {**REF, "pattern": "^a", "definition": {"max-length": 5}, "priority": 2}

@@ -28,7 +28,9 @@ class BindingSpec(common.TopologySpec):
         "queue", json_schema_extra=common.immutable("destinationType")
     )
     routing_key: str = Field("", json_schema_extra=common.immutable("routingKey"))
-    arguments: dict[str, common.IntOrString] = common.arguments_field("Binding arguments.")
+    arguments: dict[str, common.ArgumentValue] = common.arguments_field(
+        "Binding arguments (any JSON value)."
+    )
 
 
 class BindingStatus(common.TopologyStatus):

@@ -6,6 +6,7 @@ them verbatim; immutability is enforced by the apiserver (422), never by a webho
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
@@ -19,6 +20,13 @@ IMMUTABLE_MESSAGE = "{field} is immutable; delete and re-create the object"
 
 #: A map value that may be a number or a string, as Kubernetes' IntOrString.
 IntOrString = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
+#: An AMQP argument's value as JSON: a string, number, boolean, list or table, as the management
+#: API takes it (and as RabbitMQ's topology operator does). The schema keeps it as written; the
+#: broker validates it, and a refused argument is the object's Ready reason.
+ArgumentValue = Annotated[
+    bool | int | float | str | list[Any] | dict[str, Any],
+    WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True}),
+]
 #: Free-form JSON the apiserver keeps as written (validated by the broker, not the schema).
 FreeForm = Annotated[
     dict[str, Any],
@@ -82,10 +90,37 @@ def immutable_optional(field: str) -> Any:
     return rule(expression, IMMUTABLE_MESSAGE.format(field=field), reason="FieldValueForbidden")
 
 
-def arguments_field(description: str) -> Any:
-    """An immutable ``x-`` argument map; ``default: {}`` so the immutability rule always runs."""
-    extra = {"default": {}, "maxProperties": 64, **immutable("arguments")}
-    return Field(default_factory=dict, description=description, json_schema_extra=extra)
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON, types included: Python's ``True == 1`` must not hide an argument that
+    is ``true`` on one side and ``1`` on the other (the broker treats them differently)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def cel_field(key: str) -> str:
+    """A property name as CEL reads it: the apiserver escapes ``_``, ``.``, ``-`` and ``/``."""
+    for char, escape in (("__", "__underscores__"), (".", "__dot__"), ("-", "__dash__"),
+                         ("/", "__slash__")):  # fmt: skip
+        key = key.replace(char, escape)
+    return key
+
+
+def arguments_field(description: str, known: tuple[str, ...] = ()) -> Any:
+    """An immutable ``x-`` argument map of JSON values; ``default: {}`` so the rule always runs.
+
+    CEL cannot type a map whose values may be anything (the CRD is refused with "failed to
+    convert to declType"), so the map is an object that keeps unknown fields: ``self ==
+    oldSelf`` still compares all of it, types included. ``known`` keys are declared as
+    properties (a number or a string) so that other rules can ask ``has()`` of them.
+    """
+
+    def schema(field: dict[str, Any]) -> None:
+        field.pop("additionalProperties", None)
+        field.update({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+        if known:
+            field["properties"] = {key: {"x-kubernetes-int-or-string": True} for key in known}
+        field.update({"default": {}, "maxProperties": 64, **immutable("arguments")})
+
+    return Field(default_factory=dict, description=description, json_schema_extra=schema)
 
 
 def nested(model: type[BaseModel], description: str, **extra: Any) -> Any:

@@ -31,8 +31,9 @@ class ExchangeSpec(common.TopologySpec):
     durable: bool = Field(True, json_schema_extra=common.immutable("durable"))
     auto_delete: bool = Field(False, json_schema_extra=common.immutable("autoDelete"))
     internal: bool = Field(False, json_schema_extra=common.immutable("internal"))
-    arguments: dict[str, common.IntOrString] = common.arguments_field(
-        "Exchange arguments, fixed at declaration; use an alternate-exchange Policy instead."
+    arguments: dict[str, common.ArgumentValue] = common.arguments_field(
+        "Exchange arguments (any JSON value), fixed at declaration; use an alternate-exchange "
+        "Policy instead."
     )
 
 

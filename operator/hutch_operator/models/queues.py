@@ -50,7 +50,7 @@ class QueueLimits(common.CrdModel):
 
 def _no_limit_in_arguments() -> Any:
     clauses = " || ".join(
-        f"(has(self.limits.{to_camel(field)}) && '{argument}' in self.arguments)"
+        f"(has(self.limits.{to_camel(field)}) && has(self.arguments.{common.cel_field(argument)}))"
         for field, argument in LIMIT_ARGUMENTS.items()
     )
     return common.rule(
@@ -94,8 +94,10 @@ class QueueSpec(common.TopologySpec):
         "Length, TTL and dead-letter limits. On Hutch brokers a change applies in place; "
         "elsewhere use a Policy or OperatorPolicy for limits that change.",
     )
-    arguments: dict[str, common.IntOrString] = common.arguments_field(
-        "Other x- queue arguments, fixed at declaration. Prefer limits, Policy or OperatorPolicy."
+    arguments: dict[str, common.ArgumentValue] = common.arguments_field(
+        "Other x- queue arguments (any JSON value), fixed at declaration. Prefer limits, Policy "
+        "or OperatorPolicy.",
+        known=tuple(LIMIT_ARGUMENTS.values()),
     )
     single_active_consumer: bool = Field(
         False,
