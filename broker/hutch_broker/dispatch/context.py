@@ -92,7 +92,6 @@ class Member(Publisher, Protocol):
     imports the module that defines them (dispatch's modules import one way only).
     """
 
-    id: int
     peer_host: str | None
     peer_port: int
     connected_at_ms: int
