@@ -14,20 +14,45 @@ confirm waits for every earlier one on the channel. A transaction's
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pamqp import commands
 
+from hutch_broker.dispatch.context import Context, Member
 from hutch_broker.model.messages import Entry
 from hutch_broker.model.queues import Consumer, Queue
+from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
 
-if TYPE_CHECKING:
-    from hutch_broker.dispatch.sessions import Session
+
+class ChannelOwner(Member, Protocol):
+    """What a channel, and the handlers of the methods on it, need of its connection.
+
+    The connection is a dispatch ``Session``; declaring what is used of it here keeps
+    ``channels``, ``publishing`` and ``methods`` below ``sessions``, which creates channels
+    and calls the handlers (dispatch's modules import one way only).
+    """
+
+    context: Context
+    writable: bool
+    publishes: int
+    pressure: list[Any]  # queues over the flow high-water mark after a publish
+    exclusive_queues: set[Any]
+
+    @property
+    def open_vhost(self) -> VirtualHost: ...
+
+    def capability(self, name: str) -> bool: ...
+
+    def check_permission(self, kind: str, resource_kind: str, name: str) -> None: ...
+
+    def check_topic(self, kind: str, exchange: Any, routing_key: str) -> None: ...
+
+    def remove_consumer(self, channel: Channel, consumer: Consumer, now_ms: int) -> bool: ...
 
 
 class Channel:
-    def __init__(self, session: Session, number: int) -> None:
+    def __init__(self, session: ChannelOwner, number: int) -> None:
         self.session = session
         self.number = number
         self.consumers: dict[str, Consumer] = {}
@@ -88,6 +113,23 @@ class Channel:
         if session.capability("consumer_cancel_notify"):
             session.proto.send_method(self.number, commands.Basic.Cancel(consumer_tag=consumer.tag))
             session.context.mark_dirty(session)
+
+    def deliver_reply(self, routing_key: str, raw_properties: bytes, body: bytes) -> None:
+        """Hand a reply straight to this channel's reply consumer (dispatch/replyto.py).
+
+        No-ack, so nothing to track. The delivery tag is the channel's next one, not
+        consumed: RabbitMQ 3.10.8 does the same (every reply on a channel that got nothing
+        else carries tag 1, observed side by side).
+        """
+        assert self.reply_consumer is not None  # noqa: S101 - the registry holds live ones only
+        session = self.session
+        tag = self.next_delivery_tag
+        session.proto.send_deliver(
+            self.number, self.reply_consumer[0], tag, False, "", routing_key, raw_properties, body
+        )
+        session.context.stats.delivers += 1
+        session.context.stats.deliveries["deliver_no_ack"] += 1  # reply consumers never ack
+        session.context.mark_dirty(session)
 
     # -- basic.get ----------------------------------------------------
 

@@ -13,16 +13,17 @@ import collections
 import itertools
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sized
+from typing import Protocol
 
 from hutch_broker.dispatch.commits import GroupCommit
-from hutch_broker.dispatch.flow import FlowControl
+from hutch_broker.dispatch.flow import FlowControl, Publisher
 from hutch_broker.dispatch.replyto import ReplyConsumers
+from hutch_broker.model import access
 from hutch_broker.model.broker import Broker
-
-if TYPE_CHECKING:
-    from hutch_broker.dispatch.sessions import Session
+from hutch_broker.model.vhosts import VirtualHost
+from hutch_broker.protocol import connection as proto_connection
+from hutch_broker.protocol import errors
 
 
 def wall_clock_ms() -> int:
@@ -59,6 +60,62 @@ class Stats:
         self.connections_closed = 0
 
 
+class Transport(Protocol):
+    """What a session needs from the socket under it (the server's ``AMQPConnection``)."""
+
+    def flush(self) -> None:
+        """Write what the protocol produced (called once per event-loop tick)."""
+
+    def pause_reading(self) -> None:
+        """Stop reading: the connection is blocked by an alarm or throttled."""
+
+    def resume_reading(self) -> None: ...
+
+
+class _NoTransport:
+    """In-memory sessions (tests, tools): output stays in ``proto.data_to_send()``."""
+
+    def flush(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+NO_TRANSPORT: Transport = _NoTransport()
+
+
+class Member(Publisher, Protocol):
+    """What the context, the server and the management API see of a dispatch ``Session``.
+
+    Declared here, below ``sessions``, so that the context holding the sessions never
+    imports the module that defines them (dispatch's modules import one way only).
+    """
+
+    peer_host: str | None
+    peer_port: int
+    connected_at_ms: int
+    user: access.User | None
+    vhost: VirtualHost | None
+    proto: proto_connection.Connection
+    transport: Transport
+    dirty: bool
+    blocked: bool
+
+    @property
+    def channels(self) -> Sized: ...
+
+    def belongs_to(self, *, vhost: str | None = None, user: str | None = None) -> bool: ...
+
+    def use_permission(self, permission: access.Permission) -> None: ...
+
+    def unblock(self) -> None: ...
+
+    def fail_connection(self, exc: errors.AMQPError) -> None: ...
+
+    def force_close(self, reason: str) -> None: ...
+
+
 class AlarmState(Protocol):
     """What dispatch needs to know about resource alarms (MEM-4)."""
 
@@ -81,8 +138,8 @@ class Context:
         self.broker = broker
         self.clock = clock
         self.request_flush = request_flush
-        self.sessions: dict[int, Session] = {}
-        self.dirty_sessions: list[Session] = []
+        self.sessions: dict[int, Member] = {}
+        self.dirty_sessions: list[Member] = []
         self.commits = GroupCommit(request_flush)
         self.stats = Stats()
         self.alarms: AlarmState = _NoAlarms()
@@ -99,13 +156,13 @@ class Context:
     def next_message_id(self) -> str:
         return f"hutch-{self._boot_id}-{next(self._message_ids)}"
 
-    def mark_dirty(self, session: Session) -> None:
+    def mark_dirty(self, session: Member) -> None:
         if not session.dirty:
             session.dirty = True
             self.dirty_sessions.append(session)
             self.request_flush()
 
-    def take_dirty(self) -> list[Session]:
+    def take_dirty(self) -> list[Member]:
         dirty = self.dirty_sessions
         self.dirty_sessions = []
         for session in dirty:

@@ -21,16 +21,26 @@ resource alarms may hold publishers indefinitely.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from hutch_broker.model.queues import Queue
-
-if TYPE_CHECKING:
-    from hutch_broker.dispatch.sessions import Session
 
 HIGH_WATER: Final = 4096
 LOW_WATER: Final = 1024
 STALL_MS: Final = 200
+
+
+class Publisher(Protocol):
+    """A connection flow control can hold back: a dispatch ``Session``.
+
+    Declared here so that flow control sits below the sessions it throttles.
+    """
+
+    @property
+    def closed(self) -> bool: ...
+
+    def release(self) -> None:
+        """Its queues caught up: read and process its input again."""
 
 
 @dataclass(slots=True)
@@ -57,7 +67,7 @@ class FlowControl:
     """The throttled publishers of one broker process."""
 
     def __init__(self) -> None:
-        self.waiting: dict[Session, list[Mark]] = {}
+        self.waiting: dict[Publisher, list[Mark]] = {}
         # Queues whose consumers stalled, with their delivery count at the time.
         self.stalled: dict[Queue, int] = {}
 
@@ -73,13 +83,13 @@ class FlowControl:
         del self.stalled[queue]  # it delivers again: the brake applies again
         return True
 
-    def throttle(self, session: Session, queues: list[Queue], now_ms: int) -> None:
+    def throttle(self, session: Publisher, queues: list[Queue], now_ms: int) -> None:
         if len(self.stalled) > 64:  # forget deleted queues (bounded memory)
             self.stalled = {queue: n for queue, n in self.stalled.items() if not queue.deleted}
         marks = [Mark(queue, queue.stats_deliver, now_ms) for queue in queues]
         self.waiting.setdefault(session, []).extend(marks)
 
-    def release_ready(self, now_ms: int) -> list[Session]:
+    def release_ready(self, now_ms: int) -> list[Publisher]:
         """Sessions whose every mark is released; they are forgotten here."""
         ready = []
         for session, marks in list(self.waiting.items()):

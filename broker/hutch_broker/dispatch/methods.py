@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pamqp import commands
 
 from hutch_broker.dispatch import publishing, replyto
-from hutch_broker.dispatch.channels import Channel
+from hutch_broker.dispatch.channels import Channel, ChannelOwner
 from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import arguments as arguments_mod
 from hutch_broker.model import quorum
@@ -24,27 +24,24 @@ from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
 from hutch_broker.protocol.strings import text as _text
 
-if TYPE_CHECKING:
-    from hutch_broker.dispatch.sessions import Session
-
-Handler = Callable[["Session", Channel, Any, int], None]
+Handler = Callable[[ChannelOwner, Channel, Any, int], None]
 
 publish = publishing.publish
 
 
-def handle(session: Session, channel: Channel | None, method: Any, now_ms: int) -> None:
+def handle(session: ChannelOwner, channel: Channel | None, method: Any, now_ms: int) -> None:
     handler = HANDLERS.get(type(method))
     if handler is None or channel is None:
         raise errors.not_implemented(f"method {type(method).__name__} is not supported")
     handler(session, channel, method, now_ms)
 
 
-def _reply(session: Session, channel: Channel, method: Any, nowait: bool = False) -> None:
+def _reply(session: ChannelOwner, channel: Channel, method: Any, nowait: bool = False) -> None:
     if not nowait:
         session.proto.send_method(channel.number, method)
 
 
-def _vhost(session: Session) -> VirtualHost:
+def _vhost(session: ChannelOwner) -> VirtualHost:
     return session.open_vhost
 
 
@@ -52,7 +49,7 @@ def _vhost(session: Session) -> VirtualHost:
 
 
 def exchange_declare(
-    session: Session, channel: Channel, m: commands.Exchange.Declare, now_ms: int
+    session: ChannelOwner, channel: Channel, m: commands.Exchange.Declare, now_ms: int
 ) -> None:
     vhost = _vhost(session)
     if m.exchange == "":
@@ -84,7 +81,7 @@ def exchange_declare(
 
 
 def exchange_delete(
-    session: Session, channel: Channel, m: commands.Exchange.Delete, now_ms: int
+    session: ChannelOwner, channel: Channel, m: commands.Exchange.Delete, now_ms: int
 ) -> None:
     if m.exchange == "":
         raise errors.default_exchange_refused()
@@ -98,7 +95,7 @@ def exchange_delete(
     _reply(session, channel, commands.Exchange.DeleteOk(), m.nowait)
 
 
-def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
+def _exchange_edge(session: ChannelOwner, m: Any) -> tuple[Any, Any]:
     vhost = _vhost(session)
     session.check_permission("write", "exchange", m.destination)
     if m.source == "" or m.destination == "":
@@ -110,7 +107,7 @@ def _exchange_edge(session: Session, m: Any) -> tuple[Any, Any]:
 
 
 def exchange_bind(
-    session: Session, channel: Channel, m: commands.Exchange.Bind, now_ms: int
+    session: ChannelOwner, channel: Channel, m: commands.Exchange.Bind, now_ms: int
 ) -> None:
     vhost, destination = _exchange_edge(session, m)
     vhost.bind(m.source, destination, m.routing_key, m.arguments or {})
@@ -118,7 +115,7 @@ def exchange_bind(
 
 
 def exchange_unbind(
-    session: Session, channel: Channel, m: commands.Exchange.Unbind, now_ms: int
+    session: ChannelOwner, channel: Channel, m: commands.Exchange.Unbind, now_ms: int
 ) -> None:
     vhost = _vhost(session)
     session.check_permission("write", "exchange", m.destination)
@@ -136,7 +133,7 @@ def exchange_unbind(
 # -- queue.* -------------------------------------------------------------
 
 
-def _queue(session: Session, name: str) -> Queue:
+def _queue(session: ChannelOwner, name: str) -> Queue:
     vhost = _vhost(session)
     queue: Queue = vhost.get_queue(name)
     vhost.check_exclusive(queue, session)
@@ -144,7 +141,7 @@ def _queue(session: Session, name: str) -> Queue:
 
 
 def queue_declare(
-    session: Session, channel: Channel, m: commands.Queue.Declare, now_ms: int
+    session: ChannelOwner, channel: Channel, m: commands.Queue.Declare, now_ms: int
 ) -> None:
     vhost = _vhost(session)
     if m.queue == replyto.PSEUDO_QUEUE or m.queue.startswith(replyto.PREFIX):
@@ -175,7 +172,7 @@ def queue_declare(
 
 
 def _check_dead_letter_permissions(
-    session: Session, vhost: str, queue: str, arguments: dict[str, Any]
+    session: ChannelOwner, vhost: str, queue: str, arguments: dict[str, Any]
 ) -> None:
     """CN-6: a new queue with a DLX needs read on itself and write on the DLX, as RabbitMQ's
     channel checks at declare (dead-lettering itself checks nothing, DLX-2)."""
@@ -186,7 +183,7 @@ def _check_dead_letter_permissions(
         session.check_permission("write", "exchange", _text(dlx))
 
 
-def _queue_edge(session: Session, m: Any) -> Queue:
+def _queue_edge(session: ChannelOwner, m: Any) -> Queue:
     """RabbitMQ's order: permissions, then the source exchange, then the queue."""
     session.check_permission("write", "queue", m.queue)
     if m.exchange == "":
@@ -197,13 +194,17 @@ def _queue_edge(session: Session, m: Any) -> Queue:
     return _queue(session, m.queue)
 
 
-def queue_bind(session: Session, channel: Channel, m: commands.Queue.Bind, now_ms: int) -> None:
+def queue_bind(
+    session: ChannelOwner, channel: Channel, m: commands.Queue.Bind, now_ms: int
+) -> None:
     queue = _queue_edge(session, m)
     _vhost(session).bind(m.exchange, queue, m.routing_key, m.arguments or {})
     _reply(session, channel, commands.Queue.BindOk(), m.nowait)
 
 
-def queue_unbind(session: Session, channel: Channel, m: commands.Queue.Unbind, now_ms: int) -> None:
+def queue_unbind(
+    session: ChannelOwner, channel: Channel, m: commands.Queue.Unbind, now_ms: int
+) -> None:
     vhost = _vhost(session)
     session.check_permission("write", "queue", m.queue)
     if m.exchange == "":
@@ -219,14 +220,18 @@ def queue_unbind(session: Session, channel: Channel, m: commands.Queue.Unbind, n
     _reply(session, channel, commands.Queue.UnbindOk())
 
 
-def queue_purge(session: Session, channel: Channel, m: commands.Queue.Purge, now_ms: int) -> None:
+def queue_purge(
+    session: ChannelOwner, channel: Channel, m: commands.Queue.Purge, now_ms: int
+) -> None:
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
     count = queue.purge()
     _reply(session, channel, commands.Queue.PurgeOk(count), m.nowait)
 
 
-def queue_delete(session: Session, channel: Channel, m: commands.Queue.Delete, now_ms: int) -> None:
+def queue_delete(
+    session: ChannelOwner, channel: Channel, m: commands.Queue.Delete, now_ms: int
+) -> None:
     vhost = _vhost(session)
     # Before the lookup, as RabbitMQ does: a refusal must not tell whether the queue exists.
     session.check_permission("configure", "queue", m.queue)
@@ -242,7 +247,7 @@ def queue_delete(session: Session, channel: Channel, m: commands.Queue.Delete, n
 # -- basic.* -------------------------------------------------------------
 
 
-def basic_qos(session: Session, channel: Channel, m: commands.Basic.Qos, now_ms: int) -> None:
+def basic_qos(session: ChannelOwner, channel: Channel, m: commands.Basic.Qos, now_ms: int) -> None:
     if m.prefetch_size:
         raise errors.not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
     if m.global_:
@@ -258,7 +263,7 @@ def _consumer_tag() -> str:
 
 
 def basic_consume(
-    session: Session, channel: Channel, m: commands.Basic.Consume, now_ms: int
+    session: ChannelOwner, channel: Channel, m: commands.Basic.Consume, now_ms: int
 ) -> None:
     if m.queue == replyto.PSEUDO_QUEUE:
         _consume_replies(session, channel, m)
@@ -291,7 +296,7 @@ def basic_consume(
     queue.drain(now_ms)
 
 
-def _consume_replies(session: Session, channel: Channel, m: commands.Basic.Consume) -> None:
+def _consume_replies(session: ChannelOwner, channel: Channel, m: commands.Basic.Consume) -> None:
     tag = m.consumer_tag or _consumer_tag()
     if tag in channel.consumers:
         raise errors.not_allowed(f"attempt to reuse consumer tag '{tag}'")
@@ -299,7 +304,9 @@ def _consume_replies(session: Session, channel: Channel, m: commands.Basic.Consu
     _reply(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
 
 
-def basic_cancel(session: Session, channel: Channel, m: commands.Basic.Cancel, now_ms: int) -> None:
+def basic_cancel(
+    session: ChannelOwner, channel: Channel, m: commands.Basic.Cancel, now_ms: int
+) -> None:
     reply_consumer = channel.reply_consumer
     if reply_consumer is not None and reply_consumer[0] == m.consumer_tag:
         session.context.replies.cancel(channel)
@@ -312,7 +319,7 @@ def basic_cancel(session: Session, channel: Channel, m: commands.Basic.Cancel, n
         consumer.queue.drain(now_ms)  # the next single active consumer takes over
 
 
-def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms: int) -> None:
+def basic_get(session: ChannelOwner, channel: Channel, m: commands.Basic.Get, now_ms: int) -> None:
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
     entry = queue.get(now_ms, no_ack=m.no_ack)
@@ -339,21 +346,25 @@ def basic_get(session: Session, channel: Channel, m: commands.Basic.Get, now_ms:
         stats.redelivers += 1
 
 
-def basic_ack(session: Session, channel: Channel, m: commands.Basic.Ack, now_ms: int) -> None:
+def basic_ack(session: ChannelOwner, channel: Channel, m: commands.Basic.Ack, now_ms: int) -> None:
     if channel.transactional:
         channel.tx_acks.append(("ack", m.delivery_tag, m.multiple, False))
         return
     channel.settle(m.delivery_tag, m.multiple, now_ms)
 
 
-def basic_reject(session: Session, channel: Channel, m: commands.Basic.Reject, now_ms: int) -> None:
+def basic_reject(
+    session: ChannelOwner, channel: Channel, m: commands.Basic.Reject, now_ms: int
+) -> None:
     if channel.transactional:
         channel.tx_acks.append(("reject", m.delivery_tag or 0, False, m.requeue))
         return
     channel.reject(m.delivery_tag or 0, False, m.requeue, now_ms)
 
 
-def basic_nack(session: Session, channel: Channel, m: commands.Basic.Nack, now_ms: int) -> None:
+def basic_nack(
+    session: ChannelOwner, channel: Channel, m: commands.Basic.Nack, now_ms: int
+) -> None:
     if channel.transactional:
         channel.tx_acks.append(("reject", m.delivery_tag, m.multiple, m.requeue))
         return
@@ -361,7 +372,7 @@ def basic_nack(session: Session, channel: Channel, m: commands.Basic.Nack, now_m
 
 
 def basic_recover(
-    session: Session,
+    session: ChannelOwner,
     channel: Channel,
     m: commands.Basic.Recover | commands.Basic.RecoverAsync,
     now_ms: int,
@@ -376,7 +387,9 @@ def basic_recover(
 # -- channel.flow, confirm.*, tx.* ---------------------------------------
 
 
-def channel_flow(session: Session, channel: Channel, m: commands.Channel.Flow, now_ms: int) -> None:
+def channel_flow(
+    session: ChannelOwner, channel: Channel, m: commands.Channel.Flow, now_ms: int
+) -> None:
     channel.flow_active = bool(m.active)
     _reply(session, channel, commands.Channel.FlowOk(m.active))
     if m.active:
@@ -384,7 +397,7 @@ def channel_flow(session: Session, channel: Channel, m: commands.Channel.Flow, n
 
 
 def confirm_select(
-    session: Session, channel: Channel, m: commands.Confirm.Select, now_ms: int
+    session: ChannelOwner, channel: Channel, m: commands.Confirm.Select, now_ms: int
 ) -> None:
     if channel.transactional:
         raise errors.precondition_failed("cannot switch from tx to confirm mode")
@@ -392,14 +405,14 @@ def confirm_select(
     _reply(session, channel, commands.Confirm.SelectOk(), m.nowait)
 
 
-def tx_select(session: Session, channel: Channel, m: commands.Tx.Select, now_ms: int) -> None:
+def tx_select(session: ChannelOwner, channel: Channel, m: commands.Tx.Select, now_ms: int) -> None:
     if channel.confirm_mode:
         raise errors.precondition_failed("cannot switch from confirm to tx mode")
     channel.transactional = True
     _reply(session, channel, commands.Tx.SelectOk())
 
 
-def tx_commit(session: Session, channel: Channel, m: commands.Tx.Commit, now_ms: int) -> None:
+def tx_commit(session: ChannelOwner, channel: Channel, m: commands.Tx.Commit, now_ms: int) -> None:
     if not channel.transactional:
         raise errors.precondition_failed("channel is not transactional")
     publishes, channel.tx_publishes = channel.tx_publishes, []
@@ -419,7 +432,9 @@ def tx_commit(session: Session, channel: Channel, m: commands.Tx.Commit, now_ms:
     channel.add_commit(generation)  # commit-ok once its persistent messages are on disk
 
 
-def tx_rollback(session: Session, channel: Channel, m: commands.Tx.Rollback, now_ms: int) -> None:
+def tx_rollback(
+    session: ChannelOwner, channel: Channel, m: commands.Tx.Rollback, now_ms: int
+) -> None:
     if not channel.transactional:
         raise errors.precondition_failed("channel is not transactional")
     channel.tx_publishes.clear()

@@ -9,23 +9,20 @@ which waits for the group commit when the publish wrote a durable record
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hutch_broker.dispatch import replyto
-from hutch_broker.dispatch.channels import Channel
+from hutch_broker.dispatch.channels import Channel, ChannelOwner
 from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Message
 from hutch_broker.protocol import errors, events
 
-if TYPE_CHECKING:
-    from hutch_broker.dispatch.sessions import Session
-
 NO_ROUTE = 312
 
 
-def publish(session: Session, channel: Channel, event: events.PublishReceived, now_ms: int) -> None:
+def publish(
+    session: ChannelOwner, channel: Channel, event: events.PublishReceived, now_ms: int
+) -> None:
     """basic.publish as assembled by the protocol (method + header + body)."""
     vhost = session.open_vhost
     exchange = vhost.exchanges.get(event.exchange)
@@ -52,7 +49,7 @@ def publish(session: Session, channel: Channel, event: events.PublishReceived, n
 
 
 def route_and_enqueue(
-    session: Session,
+    session: ChannelOwner,
     channel: Channel,
     event: events.PublishReceived,
     now_ms: int,
@@ -86,7 +83,7 @@ def route_and_enqueue(
     return generation, outcome.rejected
 
 
-def _unroutable(session: Session, channel: Channel, event: events.PublishReceived) -> None:
+def _unroutable(session: ChannelOwner, channel: Channel, event: events.PublishReceived) -> None:
     if event.mandatory:
         session.proto.send_return(
             channel.number,
@@ -102,7 +99,7 @@ def _unroutable(session: Session, channel: Channel, event: events.PublishReceive
         session.context.stats.drops_unroutable += 1
 
 
-def _direct_reply(session: Session, channel: Channel, event: events.PublishReceived) -> int:
+def _direct_reply(session: ChannelOwner, channel: Channel, event: events.PublishReceived) -> int:
     """A reply to ``amq.rabbitmq.reply-to.<token>``: straight to the requester, or unroutable."""
     context = session.context
     sent = replyto.send_reply(

@@ -16,29 +16,39 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pamqp import commands
 
 from hutch_broker.protocol import errors, rewrite
 
-if TYPE_CHECKING:
-    from hutch_broker.dispatch.channels import Channel
-
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
+
+
+class ReplyChannel(Protocol):
+    """What the registry needs of a requester's channel (a dispatch ``Channel``).
+
+    Declared here so that this module sits below the channels it links: the channel owns
+    its reply consumer and how a reply reaches its connection.
+    """
+
+    reply_consumer: tuple[str, str] | None  # (consumer tag, token)
+
+    def deliver_reply(self, routing_key: str, raw_properties: bytes, body: bytes) -> None:
+        """Hand a reply straight to the reply consumer (no-ack: nothing to track)."""
 
 
 class ReplyConsumers:
     """Tokens of the channels consuming from the pseudo-queue, broker-wide."""
 
     def __init__(self) -> None:
-        self._channels: dict[str, Channel] = {}
+        self._channels: dict[str, ReplyChannel] = {}
 
     def __len__(self) -> int:
         return len(self._channels)
 
-    def consume(self, channel: Channel, tag: str, *, no_ack: bool) -> None:
+    def consume(self, channel: ReplyChannel, tag: str, *, no_ack: bool) -> None:
         """basic.consume on the pseudo-queue: the channel's one reply consumer."""
         if not no_ack:
             raise errors.precondition_failed("reply consumer cannot acknowledge")
@@ -48,18 +58,18 @@ class ReplyConsumers:
         channel.reply_consumer = (tag, token)
         self._channels[token] = channel
 
-    def cancel(self, channel: Channel) -> None:
+    def cancel(self, channel: ReplyChannel) -> None:
         """basic.cancel of the reply consumer, or its channel closed."""
         if channel.reply_consumer is not None:
             self._channels.pop(channel.reply_consumer[1], None)
             channel.reply_consumer = None
 
-    def channel_for(self, name: str) -> Channel | None:
+    def channel_for(self, name: str) -> ReplyChannel | None:
         """The live channel an ``amq.rabbitmq.reply-to.<token>`` name points at, if any."""
         return self._channels.get(name[len(PREFIX) :]) if name.startswith(PREFIX) else None
 
 
-def stamp_reply_to(channel: Channel, raw_properties: bytes) -> bytes:
+def stamp_reply_to(channel: ReplyChannel, raw_properties: bytes) -> bytes:
     """A request with ``reply_to`` = the pseudo-queue gets the channel's reply address."""
     if not raw_properties[:1] or not raw_properties[0] & 0x02:  # reply_to flag (0x0200)
         return raw_properties
@@ -89,25 +99,8 @@ def send_reply(
         return False
     if message_ids is not None and not rewrite.has_message_id(raw_properties):
         raw_properties = rewrite.with_message_id(raw_properties, message_ids())
-    deliver(requester, routing_key, raw_properties, body)
+    requester.deliver_reply(routing_key, raw_properties, body)
     return True
-
-
-def deliver(channel: Channel, routing_key: str, raw_properties: bytes, body: bytes) -> None:
-    """Hand a reply straight to the requester's reply consumer (no-ack: nothing to track).
-
-    The delivery tag is the channel's next one, not consumed: RabbitMQ 3.10.8 does the same
-    (every reply on a channel that got nothing else carries tag 1, observed side by side).
-    """
-    assert channel.reply_consumer is not None  # noqa: S101 - the registry holds live ones only
-    session = channel.session
-    tag = channel.next_delivery_tag
-    session.proto.send_deliver(
-        channel.number, channel.reply_consumer[0], tag, False, "", routing_key, raw_properties, body
-    )
-    session.context.stats.delivers += 1
-    session.context.stats.deliveries["deliver_no_ack"] += 1  # reply consumers never ack
-    session.context.mark_dirty(session)
 
 
 def declare_ok(name: str, vhost: str, replies: ReplyConsumers) -> commands.Queue.DeclareOk:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from pamqp import commands
 
 from hutch_broker.dispatch import methods
 from hutch_broker.dispatch.channels import Channel
-from hutch_broker.dispatch.context import Context
+from hutch_broker.dispatch.context import NO_TRANSPORT, Context, Member, Transport
 from hutch_broker.model import access, limits
 from hutch_broker.model.queues import Consumer
 from hutch_broker.model.vhosts import VirtualHost
@@ -33,31 +33,6 @@ class _Publish:
 
 
 _PUBLISH = _Publish()
-
-
-class Transport(Protocol):
-    """What a session needs from the socket under it (the server's ``AMQPConnection``)."""
-
-    def flush(self) -> None:
-        """Write what the protocol produced (called once per event-loop tick)."""
-
-    def pause_reading(self) -> None:
-        """Stop reading: the connection is blocked by an alarm or throttled."""
-
-    def resume_reading(self) -> None: ...
-
-
-class _NoTransport:
-    """In-memory sessions (tests, tools): output stays in ``proto.data_to_send()``."""
-
-    def flush(self) -> None: ...
-
-    def pause_reading(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
-
-
-NO_TRANSPORT: Transport = _NoTransport()
 
 
 class Session:
@@ -442,5 +417,5 @@ def _attach_method(exc: errors.AMQPError, method: Any, channel: int) -> None:
         exc.channel = channel
 
 
-def _user_name(session: Session) -> str | None:
+def _user_name(session: Member) -> str | None:
     return session.user.name if session.user is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from hutch_broker.model.exchanges import Binding, Exchange
     from hutch_broker.model.policies import Policy
     from hutch_broker.model.queues import Queue
-    from hutch_broker.model.vhosts import VirtualHost
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,26 @@ class Change:
 
 class ChangeListener(Protocol):
     def __call__(self, change: Change | None = None, /) -> None: ...
+
+
+class VhostFields(Protocol):
+    """What the export holds of a ``VirtualHost``; a protocol, as the vhost reports its
+    changes through this module (the model's modules import without cycles)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def tags(self) -> Sequence[str]: ...
+
+    @property
+    def default_queue_type(self) -> str: ...
+
+    @property
+    def limits(self) -> Mapping[str, int]: ...
 
 
 def ignore(change: Change | None = None, /) -> None:
@@ -94,7 +114,7 @@ def binding_persisted(binding: Binding) -> bool:
 # -- items, one builder per section --------------------------------------------------------
 
 
-def vhost_item(vhost: VirtualHost) -> dict[str, Any]:
+def vhost_item(vhost: VhostFields) -> dict[str, Any]:
     item: dict[str, Any] = {"name": vhost.name}
     if vhost.description or vhost.tags:
         item["description"] = vhost.description
@@ -114,7 +134,7 @@ def user_item(user: access.User) -> dict[str, Any]:
     }
 
 
-def vhost_limits_item(vhost: VirtualHost) -> dict[str, Any]:
+def vhost_limits_item(vhost: VhostFields) -> dict[str, Any]:
     """Vhost limits travel as the vhost's runtime parameter ``vhost-limits``/``limits``."""
     return {
         "value": dict(vhost.limits),

@@ -23,13 +23,31 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from hutch_broker.model.queues import Consumer
+from typing import Any, Protocol, TypeVar
 
 
-class Consumers(dict["Consumer", None]):
+class _Room(Protocol):
+    """A consumer's channel (``queues.DeliveryTarget``), asked whether it can take more."""
+
+    def has_capacity(self, consumer: Any) -> bool: ...
+
+
+class Candidate(Protocol):
+    """What the choice reads of a consumer (a ``queues.Consumer``); a protocol, as the queue
+    holding the consumers imports this module (the model's modules import without cycles)."""
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def channel(self) -> _Room: ...
+
+
+# Generic, so the queue gets its own ``queues.Consumer`` back from ``next_with_room``.
+Consumer = TypeVar("Consumer", bound=Candidate)
+
+
+class Consumers(dict[Consumer, None]):
     """A queue's consumers, in registration order for listings, by priority for delivery.
 
     The registration order is the dict itself (consumers are its keys), so ``len``, truth and

@@ -1,19 +1,27 @@
-"""Dead-lettering (DLX-1..DLX-4): the rewritten message and the cycle rule.
+"""Dead-lettering (DLX-1..DLX-4): the rewritten message, the cycle rule, the republish.
 
-Pure functions: given a dying message, produce the message that goes to the
-dead-letter exchange (with ``x-death`` and the first/last-death headers, and
-without ``expiration``), the routing keys to use, and whether delivering it
-to a given queue would close a cycle.  The vhost does the routing.
+The rules are pure functions: given a dying message, produce the message that goes to the
+dead-letter exchange (with ``x-death`` and the first/last-death headers, and without
+``expiration``), the routing keys to use, and whether delivering it to a given queue would
+close a cycle.  ``republish`` applies them: it routes the new message through the vhost's
+graph (``routing``) and enqueues it; a queue's ``on_dead_letter`` hook lands there through
+its vhost.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
+from collections.abc import Callable
 from typing import Any
 
-from hutch_broker.model.messages import Message
+from hutch_broker.model import routing
+from hutch_broker.model.messages import Entry, Message
+from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import properties, rewrite
 from hutch_broker.protocol.strings import text as _text
+
+log = logging.getLogger(__name__)
 
 
 def existing_deaths(message: Message) -> list[dict[str, Any]]:
@@ -101,3 +109,39 @@ def is_cycle(message: Message, target_queue: str) -> bool:
     if target_queue not in queues:
         return False
     return all(_text(death.get("reason")) != "rejected" for death in deaths)
+
+
+def republish(
+    graph: routing.Graph, queue: Queue, entry: Entry, reason: str, *, clock: Callable[[], int]
+) -> None:
+    """Republish a message dying in ``queue`` to its DLX (DLX-1..DLX-4).
+
+    The clock is read only when there is a DLX to publish to: an overflowing queue without
+    one drops a message on every publish.
+    """
+    settings = queue.settings
+    name = settings.dead_letter_exchange
+    exchange = graph.exchanges.get(name) if name is not None else None
+    if name is None or exchange is None:
+        return  # a missing DLX drops the message silently (DLX-2)
+    now_ms = clock()
+    message, keys = dead_letter(
+        entry.message,
+        queue=queue.name,
+        reason=reason,
+        now_s=now_ms // 1000,
+        dead_letter_exchange=name,
+        dead_letter_routing_key=settings.dead_letter_routing_key,
+    )
+    for target in routing.route(graph, exchange, keys, message):
+        if is_cycle(message, target.name):
+            log.warning(
+                "dead-letter cycle: message from queue '%s' not delivered to '%s' in vhost '%s'",
+                queue.name,
+                target.name,
+                queue.vhost,
+            )
+            continue
+        target.publish(message, now_ms)
+        if target.consumers:
+            target.drain(now_ms)

@@ -1,20 +1,25 @@
-"""Policies and operator policies: validation and matching (POL-1..POL-4, POL-8).
+"""Policies and operator policies: validation, matching, application (POL-1..POL-4, POL-7, POL-8).
 
 Validation returns RabbitMQ's "Validation failed" details, written with
 Erlang-style values, because management clients and the Hutch operator show
 them to users verbatim.  Matching is pure: given the policies of a vhost and
 an entity, pick the one that applies.  Patterns are searched by ``patterns``,
 in time bounded by the pattern and name sizes, because a policymaker's regex
-is evaluated against every declared name.
+is evaluated against every declared name.  Application writes the match and
+the settings it makes effective onto a queue or exchange; the vhost applies
+them to a new entity and to all of its entities after a policy change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from hutch_broker.model import patterns
+from hutch_broker.model import settings as settings_mod
+from hutch_broker.model.exchanges import Exchange
+from hutch_broker.model.queues import Queue
 
 APPLY_TO: Final = ("all", "queues", "classic_queues", "quorum_queues", "streams", "exchanges")
 
@@ -221,3 +226,44 @@ def best_match(policies: Iterable[Policy], name: str, kind: str) -> Policy | Non
 def _neg(name: str) -> tuple[int, ...]:
     """Sort key that makes the lexicographically lowest name compare highest."""
     return (*(-ord(char) for char in name), 0)
+
+
+# -- application (POL-7) -------------------------------------------------------------------
+
+
+def apply_to_queue(
+    queue: Queue,
+    *,
+    policies: Iterable[Policy],
+    operator_policies: Iterable[Policy],
+    clock: Callable[[], int],
+) -> None:
+    """Give ``queue`` its policy, operator policy and the settings they make effective.
+
+    The clock is read after the settings applied, as the lease and the head expiry use it.
+    """
+    kind = queue_kind(queue.quorum)
+    queue.policy = best_match(policies, queue.name, kind)
+    queue.operator_policy = best_match(operator_policies, queue.name, kind)
+    old_expires = queue.settings.expires
+    queue.apply_settings(
+        settings_mod.effective(
+            queue.arguments,
+            queue.policy.definition if queue.policy else None,
+            queue.operator_policy.definition if queue.operator_policy else None,
+        )
+    )
+    now_ms = clock()
+    if queue.settings.expires != old_expires:
+        queue.last_used_ms = now_ms  # POL-7: a new expires restarts the lease
+    queue.expire_head(now_ms)
+
+
+def apply_to_exchange(exchange: Exchange, *, policies: Iterable[Policy]) -> None:
+    """Give ``exchange`` its policy's name and alternate exchange (operator policies have none)."""
+    if exchange.name == "":
+        return  # the default exchange never uses an AE (EX-2); amq.* ones may
+    policy = best_match(policies, exchange.name, "exchange")
+    exchange.policy_name = policy.name if policy else None
+    value = policy.definition.get("alternate-exchange") if policy else None
+    exchange.policy_alternate_exchange = value if isinstance(value, str) else None

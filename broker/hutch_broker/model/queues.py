@@ -119,7 +119,7 @@ class Queue:
         self.ready_bytes = 0
         self.unacked_count = 0
         self.unacked_bytes = 0
-        self.consumers = consumers_mod.Consumers(
+        self.consumers: consumers_mod.Consumers[Consumer] = consumers_mod.Consumers(
             single_active=self.arguments.get("x-single-active-consumer") is True
         )
         self.deleted = False

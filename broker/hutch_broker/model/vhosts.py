@@ -1,10 +1,12 @@
-"""A virtual host: its exchanges, queues, bindings, policies and routing graph.
+"""A virtual host: its exchanges, queues, bindings and policies, the graph they form.
 
 Everything here is synchronous and clock-free (time arrives as ``now_ms``).
 Methods raise ``protocol.errors`` with RabbitMQ's texts so that the AMQP
 dispatcher and the HTTP API report the same failure the same way.  The
-vhost owns the graph because routing (exchange-to-exchange bindings,
-alternate exchanges, dead-lettering) needs all of it at once.
+vhost owns the graph and every edit of it (declare, delete, bind, unbind,
+expiry); the rules that read it live beside their peers and get the vhost
+passed in: routing in ``routing``, the dead-letter republish in
+``deadletter``, policy application in ``policies``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
-from hutch_broker.model import changes, deadletter, limits, paging, quorum
+from hutch_broker.model import changes, deadletter, limits, paging, quorum, routing
 from hutch_broker.model import policies as policies_mod
-from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
 from hutch_broker.model.messages import Entry, Message
@@ -375,92 +376,19 @@ class VirtualHost:
             for binding in exchange.bindings.values()
         ]
 
-    # -- routing ------------------------------------------------------
+    # -- routing (model/routing.py) ------------------------------------
 
     def route(
         self, exchange: Exchange, routing_keys: Iterable[str], message: Message
     ) -> list[Queue]:
-        """Every queue the message reaches, once each (EX-4, EX-5, AE-2).
+        """Every queue the message reaches, once each (EX-4, EX-5, AE-2)."""
+        return routing.route(self, exchange, routing_keys, message)
 
-        Each exchange is visited once and matches all the routing keys (the key plus CC/BCC)
-        together, as RabbitMQ routes a delivery; only when none of them matched does its
-        alternate exchange get the message.
-        """
-        if exchange is self.default_exchange:
-            return self._route_default(routing_keys)
-        keys = routing_keys if isinstance(routing_keys, list) else list(routing_keys)
-        found: list[Queue] = []
-        seen: set[int] = set()
-        visited = {id(exchange)}
-        frontier = [exchange]
-        while frontier:
-            current = frontier.pop()
-            matched = False
-            for routing_key in keys:
-                for destination in current.match(routing_key, message.headers):
-                    matched = True
-                    if isinstance(destination, Exchange):
-                        if id(destination) not in visited:
-                            visited.add(id(destination))
-                            frontier.append(destination)
-                    elif id(destination) not in seen:
-                        seen.add(id(destination))
-                        found.append(destination)
-            if not matched:
-                alternate = self._alternate_of(current, visited)
-                if alternate is not None:
-                    visited.add(id(alternate))
-                    frontier.append(alternate)
-        return found
-
-    def _route_default(self, routing_keys: Iterable[str]) -> list[Queue]:
-        found: list[Queue] = []
-        for routing_key in routing_keys:
-            queue = self.queues.get(routing_key)
-            if queue is not None and queue not in found:
-                found.append(queue)
-        return found
-
-    def _alternate_of(self, exchange: Exchange, visited: set[int]) -> Exchange | None:
-        name = exchange.alternate_exchange
-        if name is None:
-            return None
-        alternate = self.exchanges.get(name)
-        if alternate is None or id(alternate) in visited:
-            return None
-        return alternate
-
-    # -- dead-lettering -----------------------------------------------
+    # -- dead-lettering (model/deadletter.py) ---------------------------
 
     def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
         """Republish a dying message to the queue's DLX (DLX-1..DLX-4)."""
-        settings = queue.settings
-        name = settings.dead_letter_exchange
-        exchange = self.exchanges.get(name) if name is not None else None
-        if name is None or exchange is None:
-            return  # a missing DLX drops the message silently (DLX-2)
-        now_ms = self.clock()
-        message, keys = deadletter.dead_letter(
-            entry.message,
-            queue=queue.name,
-            reason=reason,
-            now_s=now_ms // 1000,
-            dead_letter_exchange=name,
-            dead_letter_routing_key=settings.dead_letter_routing_key,
-        )
-        for target in self.route(exchange, keys, message):
-            if deadletter.is_cycle(message, target.name):
-                log.warning(
-                    "dead-letter cycle: message from queue '%s' not delivered to '%s' "
-                    "in vhost '%s'",
-                    queue.name,
-                    target.name,
-                    self.name,
-                )
-                continue
-            target.publish(message, now_ms)
-            if target.consumers:
-                target.drain(now_ms)
+        deadletter.republish(self, queue, entry, reason, clock=self.clock)
 
     # -- policies -----------------------------------------------------
 
@@ -488,23 +416,15 @@ class VirtualHost:
             self._apply_exchange_policy(exchange)
 
     def _apply_queue_policy(self, queue: Queue) -> None:
-        kind = policies_mod.queue_kind(queue.quorum)
-        queue.policy = policies_mod.best_match(self.policies.values(), queue.name, kind)
-        queue.operator_policy = policies_mod.best_match(
-            self.operator_policies.values(), queue.name, kind
+        policies_mod.apply_to_queue(
+            queue,
+            policies=self.policies.values(),
+            operator_policies=self.operator_policies.values(),
+            clock=self.clock,
         )
-        old_expires = queue.settings.expires
-        queue.apply_settings(
-            settings_mod.effective(
-                queue.arguments,
-                queue.policy.definition if queue.policy else None,
-                queue.operator_policy.definition if queue.operator_policy else None,
-            )
-        )
-        now_ms = self.clock()
-        if queue.settings.expires != old_expires:
-            queue.last_used_ms = now_ms  # POL-7: a new expires restarts the lease
-        queue.expire_head(now_ms)
+
+    def _apply_exchange_policy(self, exchange: Exchange) -> None:
+        policies_mod.apply_to_exchange(exchange, policies=self.policies.values())
 
     # -- timers -------------------------------------------------------
 
@@ -521,11 +441,3 @@ class VirtualHost:
             ):
                 log.info("queue '%s' in vhost '%s' expired", queue.name, self.name)
                 self.remove_queue(queue)
-
-    def _apply_exchange_policy(self, exchange: Exchange) -> None:
-        if exchange.name == "":
-            return  # the default exchange never uses an AE (EX-2); amq.* ones may
-        policy = policies_mod.best_match(self.policies.values(), exchange.name, "exchange")
-        exchange.policy_name = policy.name if policy else None
-        value = policy.definition.get("alternate-exchange") if policy else None
-        exchange.policy_alternate_exchange = value if isinstance(value, str) else None

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from hutch_broker.dispatch.context import Context
-from hutch_broker.dispatch.sessions import NO_TRANSPORT, Session
+from hutch_broker.dispatch.context import NO_TRANSPORT, Context
+from hutch_broker.dispatch.sessions import Session
 from hutch_broker.protocol import connection as proto_connection
 from hutch_broker.protocol import errors
 from hutch_broker.protocol.connection import ConnectionState
