@@ -4,7 +4,8 @@ Why: the broker's definitions change only through the management API (the operat
 tools, definitions uploads) or AMQP declares, and nothing recorded the HTTP side. An operator
 that rewrites objects it already wrote (after a restart, on every sweep) is invisible from its
 own metrics, which die with its Pod. This middleware logs every request that can change state
-(any method but GET, HEAD, OPTIONS) after its response, with the user and the status, and
+(any method but GET, HEAD, OPTIONS) after its response, with the user, the client's address
+(which of two operator Pods wrote, when one replaced the other) and the status, and
 counts them by method, route template and status class (bounded label values, unlike paths).
 ``GET /metrics`` exports the counter as ``hutch_management_writes_total``.
 
@@ -47,10 +48,11 @@ async def audit_middleware(request: web.Request, handler: Handler) -> web.Stream
     finally:
         user = request.get(USER)
         log.info(
-            "management %s %s -> %d (user %s)",
+            "management %s %s -> %d (user %s from %s)",
             request.method,
             request.raw_path,
             status,
             user.name if user is not None else "-",
+            request.remote or "-",
         )
         request.app[STATE].writes.record(request.method, route_template(request), status)

@@ -60,9 +60,9 @@ async def test_management_writes_are_counted_by_route_and_logged(api, caplog):
                 and ("method", "GET") in key[1]]  # fmt: skip
     lines = [r.getMessage() for r in caplog.records if r.name == "hutch_broker.admin.audit"]
     assert lines == [
-        "management PUT /api/queues/%2F/audited -> 201 (user guest)",
-        "management PUT /api/queues/%2F/audited -> 204 (user guest)",
-        "management PUT /api/queues/%2F/audited -> 400 (user guest)",
-        "management DELETE /api/queues/%2F/audited -> 204 (user guest)",
-        "management DELETE /api/no/such/route -> 404 (user guest)",
+        "management PUT /api/queues/%2F/audited -> 201 (user guest from 127.0.0.1)",
+        "management PUT /api/queues/%2F/audited -> 204 (user guest from 127.0.0.1)",
+        "management PUT /api/queues/%2F/audited -> 400 (user guest from 127.0.0.1)",
+        "management DELETE /api/queues/%2F/audited -> 204 (user guest from 127.0.0.1)",
+        "management DELETE /api/no/such/route -> 404 (user guest from 127.0.0.1)",
     ]
