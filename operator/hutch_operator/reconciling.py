@@ -351,11 +351,28 @@ def check_conflict(ctx: Context, target: references.Target, model: Any, name: st
     return True
 
 
+RECORDED_CAUSES = frozenset({"resume", "create"})
+
+
 async def declare(ctx: Context, *, cause: str, retry: int) -> None:
-    """on.create / on.update / on.resume."""
-    fast = cause == "resume" and ctx.status.get("observedGeneration") == ctx.generation
-    if fast and conditions.is_true(ctx.status.get("conditions"), READY):
-        return  # drift is the sweep's job: restarts cost no broker calls
+    """on.create / on.update / on.resume.
+
+    An object whose status already says Ready for this generation is not declared again on
+    resume or create, nor by a retry of any cause: drift is the sweep's job, so restarts cost
+    no broker calls. A create cause can carry such a status when an earlier operator process
+    declared the object and stopped before Kopf recorded the creation as handled: Kopf's delayed
+    retry (kept in the object's status) then fires in the next process. On the node, a replaced
+    operator Pod re-posted 22 Bindings its predecessor had declared on its way out. A retry
+    finds it when a sweep tick or a wake-up declared the object after the failed attempt. A
+    first update attempt (a spec change, or the nudge annotation) always declares.
+    """
+    recorded = ctx.status.get("observedGeneration") == ctx.generation
+    if (
+        (cause in RECORDED_CAUSES or retry > 0)
+        and recorded
+        and conditions.is_true(ctx.status.get("conditions"), READY)
+    ):
+        return
     with metrics.RECONCILE_SECONDS.labels(ctx.ops.kind.kind).time():
         await _declare_timed(ctx, retry)
 

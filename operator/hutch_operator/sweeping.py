@@ -38,11 +38,17 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
         reconciling.fail(ctx, error, retry, raise_=False)
         return
     settled = ctx.status.get("observedGeneration") == ctx.generation
+    if not settled:
+        # Kopf's create/update/resume handler has not finished a first attempt for this
+        # generation (every attempt, failed or not, records observedGeneration). It owns the
+        # object until then; a tick now would be a second write beside it (seen on the node: a
+        # timer's body that predates the handler's status patch re-declared the object).
+        return
     ready = conditions.find(ctx.status.get("conditions"), reconciling.READY) or {}
     # A mismatch is observed again, not re-declared: a declare would only be refused
     # (inequivalent) and turn the one BrokerMismatch Warning into a second, BrokerRejected.
     mismatch = settled and ready.get("reason") == errors.BrokerMismatchError.reason
-    if not (settled and ready.get("status") == "True") and not mismatch:
+    if ready.get("status") != "True" and not mismatch:
         await _redeclare(ctx, target, model, name, retry)
         return
     try:

@@ -14,7 +14,15 @@ from typing import Any
 
 import kopf
 import pytest
-from hutch_operator import abandoned, brokerclient, errors, reconciling, references, translators
+from hutch_operator import (
+    abandoned,
+    brokerclient,
+    errors,
+    reconciling,
+    references,
+    sweeping,
+    translators,
+)
 from hutch_operator.handlers import exchanges, queues
 
 NAMESPACE = "team-a"
@@ -253,6 +261,68 @@ async def test_resume_after_a_spec_change_declares_again(
     await reconciling.declare(resumed, cause="resume", retry=0)
     assert broker.requests == [("PUT", QUEUE_PATH)] * 2
     assert resumed.patch.status["observedGeneration"] == GENERATION
+
+
+async def test_a_create_retry_of_an_object_declared_by_an_earlier_process_costs_no_call(
+    broker: FakeBroker, events: Events
+) -> None:
+    """Kopf's delayed create retry, surviving in the annotations, fires in a new operator
+    process after the old one declared the object and recorded Ready on its way out."""
+    done = context()
+    await declare(done)
+    retried = context(status=dict(done.patch.status))
+    await reconciling.declare(retried, cause="create", retry=0)
+    assert broker.requests == [("PUT", QUEUE_PATH)]
+    assert not retried.patch
+
+
+async def test_a_retry_of_an_object_declared_since_its_failure_costs_no_call(
+    broker: FakeBroker, events: Events
+) -> None:
+    """An update attempt failed (Kopf will retry it); a sweep tick or a wake-up declared the
+    object meanwhile; the retry finds it Ready for this generation and leaves the broker be."""
+    done = context()
+    await declare(done)
+    retried = context(status=dict(done.patch.status))
+    await reconciling.declare(retried, cause="update", retry=1)
+    assert broker.requests == [("PUT", QUEUE_PATH)]
+
+
+async def test_an_update_of_a_ready_current_object_declares_again(
+    broker: FakeBroker, events: Events
+) -> None:
+    """The nudge annotation (a Broker back) changes no generation and must still declare."""
+    done = context()
+    await declare(done)
+    nudged = context(status=dict(done.patch.status))
+    await reconciling.declare(nudged, cause="update", retry=0)
+    assert broker.requests == [("PUT", QUEUE_PATH)] * 2
+
+
+async def test_a_sweep_tick_leaves_an_object_whose_handler_has_not_run_yet(
+    broker: FakeBroker, events: Events
+) -> None:
+    """A timer's body can predate the create (or update) handler's status patch; the tick must
+    not be a second declare beside the handler's."""
+    await sweeping.tick(context(), retry=0)  # never handled: no observedGeneration
+    stale = context(status={"observedGeneration": GENERATION - 1})
+    await sweeping.tick(stale, retry=0)  # a spec change the update handler has not finished
+    assert broker.requests == []
+
+
+async def test_a_sweep_tick_declares_again_after_a_failure_of_this_generation(
+    broker: FakeBroker, events: Events
+) -> None:
+    """A permanent failure (here a 400) is not retried by Kopf; the sweep is what retries it."""
+    broker.script[("PUT", QUEUE_PATH)] = 400
+    failed = context()
+    with pytest.raises(kopf.PermanentError):
+        await declare(failed)
+    broker.script.clear()
+    ticked = context(status=dict(failed.patch.status))
+    await sweeping.tick(ticked, retry=0)
+    assert broker.requests == [("PUT", QUEUE_PATH)] * 2
+    assert ready(ticked)["status"] == "True"
 
 
 # -- delete --------------------------------------------------------------------
