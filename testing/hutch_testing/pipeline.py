@@ -110,8 +110,10 @@ def publish(
     exchange: str,
     routing_key: str | None = None,
     include_tick: bool = True,
+    persistent: bool = False,
 ) -> Stream:
-    """Publishes with confirms; each duplicate right after its original, the tick last."""
+    """Publishes with confirms; each duplicate right after its original, the tick last;
+    ``persistent`` sets delivery mode 2 (the message survives a broker restart)."""
     params = pika.URLParameters(endpoint.amqp_url)
     connection = pika.BlockingConnection(params)
     try:
@@ -125,6 +127,7 @@ def publish(
                 message_id=event.message_id,
                 content_type="application/json",
                 expiration="0" if event.expires else None,
+                delivery_mode=2 if persistent else None,
             )
             try:
                 channel.basic_publish(
@@ -220,8 +223,10 @@ class JobRun:
         return sum(1 for p in commits.iterdir() if p.name.isdigit())
 
 
-def committed_files(output: Path) -> list[Path]:
-    """The Parquet files the file sink committed, from its ``_spark_metadata`` log."""
+def committed_files(output: Path, root: tuple[str, Path] | None = None) -> list[Path]:
+    """The Parquet files the file sink committed, from its ``_spark_metadata`` log. The log
+    holds the paths the job saw; ``root=(mount, here)`` maps a Pod's mount path to where the
+    same volume is on this machine."""
     log_dir = output / "_spark_metadata"
     if not log_dir.is_dir():
         return []
@@ -239,8 +244,11 @@ def committed_files(output: Path) -> list[Path]:
                 target.add(record["path"])
             else:
                 target[record["path"]] = None
-    paths = [p for p in added if p not in deleted]
-    return [Path(urllib.parse.urlparse(p).path) for p in paths]
+    paths = [Path(urllib.parse.urlparse(p).path) for p in added if p not in deleted]
+    if root is not None:
+        mount, here = root
+        paths = [here / p.relative_to(mount) for p in paths]
+    return paths
 
 
 @dataclass(frozen=True)
@@ -252,12 +260,13 @@ class WindowCount:
     users: int
 
 
-def read_results(output: Path) -> list[WindowCount]:
-    """Rows of the committed Parquet files, sorted by window and type."""
+def read_results(output: Path, root: tuple[str, Path] | None = None) -> list[WindowCount]:
+    """Rows of the committed Parquet files, sorted by window and type (``root``: as in
+    ``committed_files``)."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - comes with the spark extra
 
     rows: list[WindowCount] = []
-    for path in committed_files(output):
+    for path in committed_files(output, root):
         for row in pq.read_table(path).to_pylist():
             rows.append(
                 WindowCount(

@@ -9,7 +9,8 @@ context or an earlier stage, and the final stage is packed as a one-layer OCI im
 Everything is cached under ``~/.cache/hutch/`` keyed by content. What differs from Docker is in
 docs/real-node.md.
 
-CLI: ``python tests/k8s/images.py build [broker|operator|pause]`` prints each layout dir.
+CLI: ``python tests/k8s/images.py build [broker|operator|spark|pause]`` prints each layout dir;
+a cold Dockerfile build logs each step with its time (the Spark image's take minutes).
 
 PYTEST_DONT_REWRITE
 """
@@ -56,6 +57,9 @@ KEEP_IMAGES = 3  # per kind, least recently used removed first
 IMAGES = {
     "broker": ("docker/broker.Dockerfile", f"localhost/hutch/hutch-broker:{IMAGE_TAG}"),
     "operator": ("docker/operator.Dockerfile", f"localhost/hutch/hutch-operator:{IMAGE_TAG}"),
+    # Java 17, pyspark and pyarrow: ~1 GB, so only the Spark node tests import it (not every
+    # node start), and its recipe lives beside the job it runs.
+    "spark": ("spark/jobs/Dockerfile", f"localhost/hutch/hutch-spark:{IMAGE_TAG}"),
 }
 PAUSE_NAME = "localhost/hutch/pause:3.10"
 
@@ -272,17 +276,24 @@ def new_stage(args: str, workspace: Path, index: int) -> Stage:
 
 
 def build_stages(dockerfile: Path, context: Path, workspace: Path) -> Stage:
-    """Executes every stage in order; returns the last (the image)."""
+    """Executes every stage in order; returns the last (the image). Each step is logged with
+    its time, so a cold build (minutes for the Spark image) shows where it is."""
     stages: dict[str, Stage] = {}
     current: Stage | None = None
-    for keyword, args in instructions(dockerfile.read_text()):
+    steps = instructions(dockerfile.read_text())
+    for number, (keyword, args) in enumerate(steps, 1):
+        began = time.monotonic()
         if keyword == "FROM":
             current = new_stage(args, workspace, len(stages))
             stages[current.name] = current
-            continue
-        if current is None:
+        elif current is None:
             raise ValueError(f"{dockerfile}: {keyword} before FROM")
-        apply(current, keyword, args, stages, context)
+        else:
+            apply(current, keyword, args, stages, context)
+        log.info(
+            "%s step %d/%d %s %s: %.1fs",
+            dockerfile.name, number, len(steps), keyword, args[:60], time.monotonic() - began,
+        )  # fmt: skip
     if current is None:
         raise ValueError(f"{dockerfile}: no FROM")
     return current
@@ -512,7 +523,8 @@ def _tree_digest(path: Path) -> str:
 
 
 def build_dockerfile_image(kind: str) -> Path:
-    """hutch-broker or hutch-operator, built from its Dockerfile; returns the OCI layout dir."""
+    """hutch-broker, hutch-operator or hutch-spark, built from its Dockerfile (cached by
+    content); returns the OCI layout dir."""
     rel, name = IMAGES[kind]
     dockerfile = REPO_ROOT / rel
     final = cache_root() / "images" / f"{kind}-{context_key(dockerfile)}"
@@ -522,11 +534,14 @@ def build_dockerfile_image(kind: str) -> Path:
         workspace = stage_dir / "work"
         workspace.mkdir()
         last = build_stages(dockerfile, REPO_ROOT, workspace)
+        packing = time.monotonic()
         write_layout(
             stage_dir / "oci", last.rootfs, image_config(last), name, last.history, base_layer()
         )
         shutil.rmtree(workspace)
-        (stage_dir / "timing").write_text(f"build seconds={time.monotonic() - began:.0f}\n")
+        seconds = time.monotonic() - began
+        log.info("%s: packed in %.1fs; built in %.1fs", name, time.monotonic() - packing, seconds)
+        (stage_dir / "timing").write_text(f"build seconds={seconds:.0f}\n")
 
     layout = cached_dir(final, build) / "oci"
     final.touch()  # mtime = last use, for prune_images
@@ -615,7 +630,8 @@ def import_image(layout: Path, socket: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``images.py build [broker|operator|pause]...``: builds (or finds) and prints layouts."""
+    """``images.py build [broker|operator|spark|pause]...``: builds (or finds) and prints
+    layouts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["build"])
     parser.add_argument("kinds", nargs="*", default=["pause", "broker"])

@@ -107,9 +107,11 @@ def test_spark_version_is_pinned_to_the_pyspark_wheel() -> None:
     spec = render(*BASE)["SparkApplication"]["spec"]
     assert spec["sparkVersion"] == pyspark
     assert spec["image"].endswith(f"-spark{pyspark}")
-    base = re.search(r"ARG SPARK_IMAGE=apache/spark:(\S+)", DOCKERFILE.read_text())
-    assert base is not None
-    assert base[1].startswith(f"{pyspark}-")
+    # The image installs pyspark from the hutch wheel's `spark` extra: pyproject's pin.
+    assert '"$(echo /wheels/hutch-*.whl)[spark]"' in DOCKERFILE.read_text()
+    pinned = re.search(r'"pyspark==([^"]+)"', (REPO / "pyproject.toml").read_text())
+    assert pinned is not None
+    assert pinned[1] == pyspark
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["annotations"]["hutch.dev/spark-version"] == pyspark
 

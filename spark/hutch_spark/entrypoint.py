@@ -1,0 +1,154 @@
+"""The hutch-spark image's entrypoint: Spark on Kubernetes' `driver` and `executor` roles.
+
+Why: Spark's Kubernetes backend does not run a command of its own in the Pods it creates; it
+passes a role as the container's arguments and expects the image to turn it into a process.
+The official Spark images carry a shell script for that; the pyspark wheel (our image's Spark)
+carries none. This module is ours, with the translation as a pure function, so it is tested
+without a container (tests/spark/test_entrypoint.py):
+
+- ``driver <spark-submit args>`` (Spark passes ``--properties-file``, ``--class`` and the app)
+  runs ``spark-submit --deploy-mode client`` inside the Pod, bound to the Pod's address
+  (``SPARK_DRIVER_BIND_ADDRESS``, which Spark sets from the downward API);
+- ``executor`` starts ``KubernetesExecutorBackend`` on the JVM, from the environment Spark
+  gives executor Pods (driver URL, executor id, cores, memory, app id, Pod IP and name,
+  resource profile, and the ``SPARK_JAVA_OPT_<n>`` options in numeric order);
+- anything else is run as given (``python3 -c ...``, a shell), as Spark's own images do.
+
+The image runs it under tini, which reaps and forwards signals; this process replaces itself
+(``exec``) with the JVM or spark-submit.
+
+    python3 -m hutch_spark.entrypoint driver --properties-file ... --class ... local:///app.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+EXECUTOR_BACKEND = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+JAVA_OPT_PREFIX = "SPARK_JAVA_OPT_"
+# Environment Spark sets on executor Pods -> KubernetesExecutorBackend's flags.
+EXECUTOR_FLAGS = (
+    ("--driver-url", "SPARK_DRIVER_URL"),
+    ("--executor-id", "SPARK_EXECUTOR_ID"),
+    ("--cores", "SPARK_EXECUTOR_CORES"),
+    ("--app-id", "SPARK_APPLICATION_ID"),
+    ("--hostname", "SPARK_EXECUTOR_POD_IP"),
+    ("--resourceProfileId", "SPARK_RESOURCE_PROFILE_ID"),
+    ("--podName", "SPARK_EXECUTOR_POD_NAME"),
+)
+USAGE = "usage: entrypoint (driver <spark-submit args> | executor | <command> [args])"
+
+
+class EntrypointError(ValueError):
+    """The Pod lacks what its role needs (a Spark version mismatch, or not run by Spark)."""
+
+
+def spark_home(env: Mapping[str, str]) -> str:
+    """``SPARK_HOME`` if set, else the installed pyspark package (found without importing it:
+    the path differs between python:3.11-slim's site-packages and Debian's dist-packages)."""
+    if env.get("SPARK_HOME"):
+        return env["SPARK_HOME"]
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise EntrypointError("pyspark is not installed and SPARK_HOME is unset")
+    return str(Path(next(iter(spec.submodule_search_locations))))
+
+
+def java_options(env: Mapping[str, str]) -> list[str]:
+    """``SPARK_JAVA_OPT_0``, ``_1``, ... in numeric order (``_10`` after ``_9``)."""
+    numbered = []
+    for name, value in env.items():
+        suffix = name.removeprefix(JAVA_OPT_PREFIX)
+        if name.startswith(JAVA_OPT_PREFIX) and suffix.isdigit():
+            numbered.append((int(suffix), value))
+    return [value for _, value in sorted(numbered)]
+
+
+def classpath(env: Mapping[str, str], home: str) -> str:
+    """Spark's conf dir first (log4j2, the mounted spark.properties), then the user's
+    ``SPARK_CLASSPATH``, Spark's jars, and the extra and distribution classpaths."""
+    conf_dir = env.get("SPARK_CONF_DIR") or f"{home}/conf"
+    parts = [
+        conf_dir,
+        env.get("SPARK_CLASSPATH", ""),
+        f"{home}/jars/*",
+        env.get("SPARK_EXTRA_CLASSPATH", ""),
+        env.get("SPARK_DIST_CLASSPATH", ""),
+    ]
+    return ":".join(part for part in parts if part)
+
+
+def command(argv: Sequence[str], env: Mapping[str, str], home: str) -> list[str]:
+    """The process a role runs: a pure function of the container's args and environment."""
+    if not argv:
+        raise EntrypointError(USAGE)
+    role, rest = argv[0], list(argv[1:])
+    if role == "driver":
+        bind = env.get("SPARK_DRIVER_BIND_ADDRESS")
+        if not bind:
+            raise EntrypointError(
+                "driver: SPARK_DRIVER_BIND_ADDRESS is not set (not run by Spark?)"
+            )
+        return [
+            f"{home}/bin/spark-submit",
+            *("--conf", f"spark.driver.bindAddress={bind}"),
+            *("--deploy-mode", "client"),
+            *rest,
+        ]
+    if role == "executor":
+        missing = [var for _, var in EXECUTOR_FLAGS if not env.get(var)]
+        missing += [] if env.get("SPARK_EXECUTOR_MEMORY") else ["SPARK_EXECUTOR_MEMORY"]
+        if missing:
+            raise EntrypointError(f"executor: {', '.join(missing)} not set (not run by Spark?)")
+        java = f"{env['JAVA_HOME']}/bin/java" if env.get("JAVA_HOME") else "java"
+        memory = env["SPARK_EXECUTOR_MEMORY"]
+        flags = [item for flag, var in EXECUTOR_FLAGS for item in (flag, env[var])]
+        return [
+            java,
+            *java_options(env),
+            f"-Xms{memory}",
+            f"-Xmx{memory}",
+            *("-cp", classpath(env, home)),
+            EXECUTOR_BACKEND,
+            *flags,
+        ]
+    return [role, *rest]
+
+
+def ensure_user_name() -> None:
+    """Hadoop's login (inside Spark) needs a name for the uid. The image has one for 185; a Pod
+    run as another uid gets a passwd line when /etc/passwd is writable (as Spark's images do)."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        if os.access("/etc/passwd", os.W_OK):
+            with open("/etc/passwd", "a", encoding="utf-8") as passwd:
+                passwd.write(f"{uid}:x:{uid}:{gid}:anonymous uid:/tmp:/bin/false\n")
+        else:
+            sys.stderr.write(f"entrypoint: uid {uid} has no passwd entry; Hadoop may fail\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        home = spark_home(os.environ) if args[:1] in (["driver"], ["executor"]) else ""
+        cmd = command(args, os.environ, home)
+    except EntrypointError as exc:
+        sys.stderr.write(f"entrypoint: {exc}\n")
+        raise SystemExit(2) from None
+    if args[0] in ("driver", "executor"):
+        ensure_user_name()
+        os.environ["SPARK_HOME"] = home  # spark-submit, the JVM and Python workers agree on it
+        sys.stderr.write(f"entrypoint: {args[0]}: exec {cmd[0]}\n")
+    sys.stdout.flush()
+    os.execvp(cmd[0], cmd)  # noqa: S606 - the role's process replaces this one
+
+
+if __name__ == "__main__":
+    main()

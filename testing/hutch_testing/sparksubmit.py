@@ -1,0 +1,177 @@
+"""The windowed_counts job on Kubernetes through ``spark-submit --deploy-mode cluster``.
+
+Why: docs/spark.md promises a spark-submit command that runs the job as a driver Pod and
+executor Pods against an operator-managed Broker. This module is that command and the objects
+it needs (the driver's ServiceAccount and Role, the PVC, the Pod template), built by pure
+functions, so the node test (tests/k8s/test_spark_node.py) runs exactly what the docs show and
+the docs can be checked against it. Choices that matter, and why:
+
+- credentials come from the Broker's ``<broker>-default-user`` Secret through Spark's
+  ``secretKeyRef`` confs (the kubelet resolves them; they never appear in a conf or a plan),
+  the address is the Broker's Service by cluster DNS;
+- only the driver consumes (the source acks on the driver), so only the driver gets the AMQP
+  environment; executors get the PVC because the job's dedupe and window state and its
+  Parquet files are written by executors, next to the checkpoint the driver keeps;
+- the Pod template sets ``fsGroup`` so the image's non-root user (uid 185) can write the
+  volume; Spark has no conf for a Pod security context;
+- CPU *requests* are fractions (``spark.kubernetes.*.request.cores``) while each executor
+  still runs one task at a time (``spark.executor.cores=1``): the driver's and two executors'
+  whole cores would not fit beside the broker on a 2-core node;
+- executor Pods are kept after the job (``deleteOnTermination=false``) so what ran can be
+  shown; they go with the driver Pod, their owner.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+IMAGE = "localhost/hutch/hutch-spark:0.1.0"
+JOB_FILE = "local:///opt/hutch/jobs/windowed_counts.py"
+SERVICE_ACCOUNT = "hutch-spark"
+SPARK_UID = 185  # the image's user (spark/jobs/Dockerfile), as in Spark's own images
+MOUNT = "/data"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One run of windowed_counts as driver and executor Pods."""
+
+    api_server: str  # https://127.0.0.1:<port>
+    namespace: str
+    broker: str  # the Broker's name: its Service and its <name>-default-user Secret
+    queue: str
+    claim: str  # a PVC mounted at MOUNT on the driver and the executors
+    pod_template: Path  # written from pod_template() on the submitting machine
+    app_name: str = "windowed-counts"
+    image: str = IMAGE
+    executors: int = 2
+    executor_memory: str = "512m"
+    driver_memory: str = "1g"
+    request_cores: str = "200m"
+    max_messages_per_batch: int = 400
+    shuffle_partitions: int = 2
+    extra_confs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def driver_pod(self) -> str:
+        return f"{self.app_name}-driver"
+
+    @property
+    def amqp_uri(self) -> str:
+        vhost = urllib.parse.quote("/", safe="")
+        return f"amqp://{self.broker}.{self.namespace}.svc.cluster.local:5672/{vhost}"
+
+    @property
+    def checkpoint(self) -> str:
+        return f"{MOUNT}/checkpoint"
+
+    @property
+    def output(self) -> str:
+        return f"{MOUNT}/counts"
+
+
+def confs(sub: Submission) -> dict[str, str]:
+    """Every ``--conf`` of the submission, in the order the docs list them."""
+    secret = f"{sub.broker}-default-user"
+    values = {
+        "spark.kubernetes.namespace": sub.namespace,
+        "spark.kubernetes.container.image": sub.image,
+        "spark.kubernetes.container.image.pullPolicy": "IfNotPresent",
+        "spark.kubernetes.authenticate.driver.serviceAccountName": SERVICE_ACCOUNT,
+        "spark.kubernetes.driver.pod.name": sub.driver_pod,
+        "spark.kubernetes.executor.podNamePrefix": sub.app_name,
+        "spark.kubernetes.driver.podTemplateFile": str(sub.pod_template),
+        "spark.kubernetes.executor.podTemplateFile": str(sub.pod_template),
+        "spark.driver.memory": sub.driver_memory,
+        "spark.kubernetes.driver.request.cores": sub.request_cores,
+        "spark.executor.instances": str(sub.executors),
+        "spark.executor.cores": "1",
+        "spark.executor.memory": sub.executor_memory,
+        "spark.kubernetes.executor.request.cores": sub.request_cores,
+        "spark.kubernetes.executor.deleteOnTermination": "false",
+        "spark.kubernetes.driverEnv.HUTCH_AMQP_URI": sub.amqp_uri,
+        "spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_USERNAME": f"{secret}:username",
+        "spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_PASSWORD": f"{secret}:password",
+        "spark.sql.shuffle.partitions": str(sub.shuffle_partitions),
+        "spark.ui.enabled": "false",
+    }
+    for role in ("driver", "executor"):
+        prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.data"
+        values[f"{prefix}.options.claimName"] = sub.claim
+        values[f"{prefix}.mount.path"] = MOUNT
+    return {**values, **sub.extra_confs}
+
+
+def job_args(sub: Submission) -> list[str]:
+    """The job's own arguments: drain the queue (availableNow), then stop."""
+    return [
+        *("--queue", sub.queue),
+        *("--checkpoint", sub.checkpoint),
+        *("--output", sub.output),
+        *("--window", "1 minute"),
+        *("--max-messages-per-batch", str(sub.max_messages_per_batch)),
+        "--available-now",
+    ]
+
+
+def command(sub: Submission, spark_submit: str = "spark-submit") -> list[str]:
+    """``spark-submit --master k8s://... --deploy-mode cluster ... local:///...py <args>``."""
+    cmd = [spark_submit, "--master", f"k8s://{sub.api_server}", "--deploy-mode", "cluster"]
+    cmd += ["--name", sub.app_name]
+    for key, value in confs(sub).items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, JOB_FILE, *job_args(sub)]
+
+
+def pod_template() -> dict[str, Any]:
+    """Driver and executor Pods: the volume group-writable for the image's user."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {"securityContext": {"fsGroup": SPARK_UID}},
+    }
+
+
+def driver_rbac(namespace: str) -> list[dict[str, Any]]:
+    """What the driver needs to run executors: Pods, their headless Service, ConfigMaps and
+    PVCs in its namespace (Spark's documented minimum is ``edit``; this is narrower)."""
+    rules = [
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+            "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"],
+        }
+    ]
+    meta = {"name": SERVICE_ACCOUNT, "namespace": namespace}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+         "rules": rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": SERVICE_ACCOUNT},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                          "namespace": namespace}],
+        },
+    ]  # fmt: skip
+
+
+def claim(name: str, namespace: str, volume: str, size: str) -> dict[str, Any]:
+    """A PVC bound to one named PV (the node tier pre-makes local PVs; no provisioner)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "hutch-test",
+            "volumeName": volume,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
