@@ -1359,19 +1359,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "k8s: needs the local Kubernetes control plane")
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks plane users k8s and widens their timeout, as each is collected: ``-m "not k8s"``
+    deselects in pytest's own collection_modifyitems, which runs before the trylast one below
+    (marking there let every plane test through ``make unit``)."""
+    if _item_tier(item):
+        item.add_marker(pytest.mark.k8s)
+    if (
+        item.get_closest_marker("k8s")
+        and not item.get_closest_marker("timeout")
+        and item.config.pluginmanager.hasplugin("timeout")
+    ):
+        slow = _item_tier(item) == "node"
+        item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT if slow else K8S_TEST_TIMEOUT))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks plane users k8s, widens their timeout, runs workloads-tier tests last."""
-    for item in items:
-        if _item_tier(item):
-            item.add_marker(pytest.mark.k8s)
-        if (
-            item.get_closest_marker("k8s")
-            and not item.get_closest_marker("timeout")
-            and item.config.pluginmanager.hasplugin("timeout")
-        ):
-            slow = _item_tier(item) == "node"
-            item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT if slow else K8S_TEST_TIMEOUT))
+    """Runs workloads-tier tests after apiserver ones and node-tier tests last."""
     # Stable sort by tier: each plane is stopped before the next tier's starts.
     order = {None: 0, "apiserver": 0, "workloads": 1, "node": 2}
     items.sort(key=lambda it: order[_item_tier(it)])
