@@ -72,7 +72,8 @@ class BrokerPod:
         return self
 
     def wait_routed(self, timeout: float = ROUTE_TIMEOUT) -> None:
-        """Until the broker answers AMQP on the ClusterIP.
+        """Until the broker answers AMQP on the ClusterIP (AMQPS when the Broker serves TLS
+        only, as ``spec.tls.disableNonTLSListeners`` makes it).
 
         A Ready Pod is not yet a routed Service: the EndpointSlice controller must list the
         Pod as ready and kube-proxy must write its rule, and until then kube-proxy rejects the
@@ -81,8 +82,13 @@ class BrokerPod:
         comes.
         """
 
+        service = self.get(f"/api/v1/namespaces/{self.namespace}/services/{self.name}")
+        ports = {p.get("port") for p in service["spec"].get("ports", [])}
+
         def accepts() -> bool:
-            return probes.amqp_answers(self.host, 5672)
+            if 5672 in ports:
+                return probes.amqp_answers(self.host, 5672)
+            return probes.tls_answers(self.host, 5671)
 
         try:
             waiting.wait_for(accepts, timeout=timeout, interval=0.2, what="the ClusterIP")

@@ -12,6 +12,7 @@ import base64
 import http.client
 import json
 import socket
+import ssl
 from typing import Any
 
 AMQP_PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -30,6 +31,22 @@ def amqp_answers(host: str, port: int, timeout: float = 1.0) -> bool:
     except OSError:
         return False
     return first == bytes([_FRAME_METHOD])
+
+
+def tls_answers(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True when the port accepts a connection and completes a TLS handshake (the server's
+    certificate is not checked: this asks whether something serves TLS there, not whom)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as sock,
+            context.wrap_socket(sock, server_hostname=host),
+        ):
+            return True
+    except OSError:
+        return False
 
 
 def basic_auth(username: str, password: str) -> str:
