@@ -147,12 +147,16 @@ def install(
     *,
     status_period: float = 2.0,
     sync_period: float = 30.0,
+    overrides: dict[str, Any] | None = None,
 ) -> OperatorRelease:
-    """``helm install hutch charts/hutch-operator -n <ns> -f values.json``; waits for its Pod."""
+    """``helm install hutch charts/hutch-operator -n <ns> -f values.json``; waits for its Pod.
+
+    ``overrides`` replace top-level chart values (``resources``, for example)."""
     release = OperatorRelease(cluster, namespace, find_helm(cluster))
     work_dir.mkdir(parents=True, exist_ok=True)
     values_file = work_dir / "operator-values.json"
     chart_values = values(namespace, status_period=status_period, sync_period=sync_period)
+    chart_values.update(overrides or {})
     values_file.write_text(json.dumps(chart_values, indent=1))
     release.helm_run("install", release.name, str(CHART), "-f", str(values_file))
     release.wait_ready()

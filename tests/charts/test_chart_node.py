@@ -33,6 +33,20 @@ def exec_in(cluster: clusters.Cluster, namespace: str, pod: str, *command: str) 
     return cluster.kubectl("exec", "-n", namespace, pod, "--", *command, check=False)
 
 
+def _remove(cluster: clusters.Cluster, namespace: str, operator: releases.OperatorRelease) -> None:
+    """The order that strands nothing (charts/hutch-operator/README.md): the Hutch objects
+    while the operator runs, then the release. A release left behind keeps its cluster-wide
+    objects (the next install in this session is refused) and its operator Pod, which would
+    reconcile the later node tests' Brokers too."""
+    cluster.kubectl("delete", "hutch", "--all", "-n", namespace, "--wait", "--timeout=120s")
+    operator.uninstall()
+    clusters.wait_for(
+        lambda: not pods.list_pods(cluster, namespace, operator.selector),
+        "the operator Pod gone after helm uninstall",
+        timeout=120,
+    )
+
+
 def test_helm_install_runs_the_operator_as_a_real_pod_that_reconciles_a_broker(
     node: Any, make_local_pvs: Any, k8s_namespace: str, tmp_path: Path
 ) -> None:
@@ -44,18 +58,7 @@ def test_helm_install_runs_the_operator_as_a_real_pod_that_reconciles_a_broker(
     try:
         _check_operator_and_broker(node, cluster, k8s_namespace, operator)
     finally:
-        # The order that strands nothing (charts/hutch-operator/README.md): the Hutch objects
-        # while the operator runs, then the release. A release left behind keeps its
-        # cluster-wide objects (the next install in this session is refused) and its operator
-        # Pod, which would reconcile the later node tests' Brokers too.
-        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
-                        "--timeout=120s")  # fmt: skip
-        operator.uninstall()
-        clusters.wait_for(
-            lambda: not pods.list_pods(cluster, k8s_namespace, operator.selector),
-            "the operator Pod gone after helm uninstall",
-            timeout=120,
-        )
+        _remove(cluster, k8s_namespace, operator)
 
 
 def _check_operator_and_broker(
@@ -208,7 +211,13 @@ def test_a_replaced_operator_pod_converges_with_no_duplicate_broker_writes(
     node.apply_crds(REPO / "crds")
     localnode.provide_volumes(cluster, ["2Gi"])
     sweep = 3.0
-    operator = releases.install(cluster, k8s_namespace, tmp_path, sync_period=sweep)
+    # A quarter of a core, as a small production operator might get: the apply of 61 objects
+    # then outruns the operator, so the Pod is deleted mid-way (unthrottled, it had declared
+    # all 61 before the first poll saw one Ready).
+    resources = {"requests": {"cpu": "100m", "memory": "128Mi"},
+                 "limits": {"cpu": "250m", "memory": "256Mi"}}  # fmt: skip
+    operator = releases.install(cluster, k8s_namespace, tmp_path, sync_period=sweep,
+                                overrides={"resources": resources})  # fmt: skip
     try:
         cluster.apply(k8s_namespace, REPO / "examples" / "broker.yaml")
         pods.wait_ready(cluster, k8s_namespace, "hutch-server-0", timeout=180)
@@ -261,11 +270,4 @@ def test_a_replaced_operator_pod_converges_with_no_duplicate_broker_writes(
             len(writes),
         )
     finally:
-        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
-                        "--timeout=120s")  # fmt: skip
-        operator.uninstall()
-        clusters.wait_for(
-            lambda: not pods.list_pods(cluster, k8s_namespace, operator.selector),
-            "the operator Pod gone after helm uninstall",
-            timeout=120,
-        )
+        _remove(cluster, k8s_namespace, operator)
