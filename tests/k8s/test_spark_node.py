@@ -181,8 +181,12 @@ def _spark_submit(node: Any, sub: sparksubmit.Submission, log_path: Path) -> str
     """The host's spark-submit against the node tier's apiserver; it waits for the driver."""
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.submodule_search_locations, "pyspark is not installed"
+    # spark-submit passes the host's PYSPARK_PYTHON to a cluster-mode driver, which then
+    # looks for this venv's interpreter inside the image (tests/spark/conftest.py sets it for
+    # local-mode tests in the same process; a user's shell may too).
+    host_only = {"PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"}
     env = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if key not in host_only},
         "KUBECONFIG": str(node.kubeconfig),
         "SPARK_LOCAL_IP": "127.0.0.1",
         # The wheel's spark-submit looks for Spark with `python3` from PATH, not this venv's.
