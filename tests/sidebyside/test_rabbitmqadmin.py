@@ -93,7 +93,11 @@ def _scenario(side: Target, admin: rabbitmqadmin.Admin) -> dict:
     )
     out["queues"] = wait_for(  # RabbitMQ's stats arrive about 5 s after the publishes
         lambda: _mine(admin.json("list", "queues"), side),
-        lambda queues: [queue.get("messages") for queue in queues] == [0, 3],  # idle, q
+        # idle_since too: 3.10.8 adds it once each queue process has gone idle, a beat later
+        lambda queues: (
+            [queue.get("messages") for queue in queues] == [0, 3]  # idle, q
+            and all("idle_since" in queue for queue in queues)
+        ),
         timeout=20,
         what="queue stats through rabbitmqadmin",
     )
@@ -206,7 +210,8 @@ def _monitoring_view(side: Target) -> dict:
     )
     queue = wait_for(  # 3.10.8 emits a queue's message_stats apart from the overview's
         lambda: side.connection.process_data_events(0.05) or side.api.queue(q),
-        lambda body: body.get("message_stats", {}).get("ack", 0) >= 2,
+        # and its message counts: they come in yet another stats event
+        lambda body: body.get("message_stats", {}).get("ack", 0) >= 2 and "messages" in body,
         timeout=30,
         what="the queue's counters after the traffic",
     )
