@@ -47,7 +47,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PAUSE_IMAGE = "localhost/hutch/pause:3.10"
 FAKE_NODE_TAINT = {"key": "hutch.dev/fake-node", "value": "kwok", "effect": "NoSchedule"}
 LOCK_PATH = Path("/tmp/hutch-node.lock")  # one bridge per machine, so one node plane
-LOCK_WAIT_SECONDS = 300.0
+# How long a second plane waits for the node; developers sharing one machine raise it.
+LOCK_WAIT_SECONDS = float(os.environ.get("HUTCH_NODE_LOCK_WAIT", "300"))
 # kubelet sets these at start (container_manager_linux.setupKernelTunables); we put them back.
 KUBELET_SYSCTLS = (
     "vm/overcommit_memory",
