@@ -10,18 +10,25 @@ calls the same steps.
     python -m hutch_testing.quickstart [--keep] [--events N] [--kubeconfig PATH]
 
 By default it starts the local plane's ``node`` tier (a real kubelet, containerd and CNI
-bridge; docs/real-node.md) after building the images from ``docker/*.Dockerfile`` without
-Docker (cached). The operator runs as the chart's Pod, the Broker as its StatefulSet's Pod;
-publishers and the Spark job (still Spark's local mode on this host) reach the broker through
-``kubectl port-forward`` on loopback. With ``--kubeconfig`` the same runs on another cluster
-(kind, with the images loaded by ``kind load``). Every host process the chain starts is stopped
-by its PID at the end, also on Ctrl-C, SIGTERM or a failed step; ``--keep`` leaves it all
-running until Ctrl-C.
+bridge; docs/real-node.md) after building the images from ``docker/*.Dockerfile`` and
+``spark/jobs/Dockerfile`` without Docker (cached). The operator runs as the chart's Pod, the
+Broker as its StatefulSet's Pod; publishers on this host reach the broker through ``kubectl
+port-forward`` on loopback. The Spark job runs as docs/spark.md shows: spark-submit in cluster
+mode, a driver Pod and two executor Pods reading the queue through the Broker's Service, the
+output on a PV (``sparkpods``). The hutch-spark image (~1 GB) is imported into the node's
+containerd in the background while the operator and the Broker start.
+
+With ``--kubeconfig`` the same runs on another cluster (kind, with the images loaded by ``kind
+load``), except the Spark job, which runs in Spark's local mode on this host there: its output
+must be readable here, and only the local node's PVs are directories on this machine. Every
+host process the chain starts is stopped by its PID at the end, also on Ctrl-C, SIGTERM or a
+failed step; ``--keep`` leaves it all running until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import shutil
 import signal
@@ -41,6 +48,7 @@ from hutch_testing import (
     pipeline,
     processes,
     progress,
+    sparkpods,
     summaries,
 )
 
@@ -78,10 +86,11 @@ def run(keep: bool = False, **kwargs: Any) -> summaries.Summary:
         with contextlib.ExitStack() as stack:
             cluster = _cluster(report, options, work_dir, stack)
             _exit_on_signals()  # again: the plane's registry put its own handler first
+            spark_image = _import_spark_image(cluster, stack)
             line = chain.Chain(cluster, options.namespace, work_dir)
             stack.callback(line.stop)
             try:
-                summary = _drive(report, line, options)
+                summary = _drive(report, line, options, spark_image)
             except Exception:
                 if cluster.plane is not None:
                     cluster.plane.failed = True  # the plane copies its logs to test-artifacts/
@@ -134,7 +143,7 @@ def _cluster(
         if problem is not None:
             raise clusters.ClusterError(problem)
     with report.step(
-        "Container images from docker/*.Dockerfile (first run: ~2 min, no Docker)", "images"
+        "Container images from the Dockerfiles (first run: ~6 min, no Docker)", "images"
     ):
         seconds = imagebuild.build(report)
         built = [f"{name} {s:.0f}s" for name, s in seconds.items() if s >= 1]
@@ -149,7 +158,24 @@ def _cluster(
     return clusters.local_cluster(plane)
 
 
-def _drive(report: progress.Progress, line: chain.Chain, options: Options) -> summaries.Summary:
+def _import_spark_image(
+    cluster: clusters.Cluster, stack: contextlib.ExitStack
+) -> concurrent.futures.Future[str] | None:
+    """hutch-spark into the node's containerd (~30 s), beside the operator's and the Broker's
+    start; ``None`` on another cluster (its images are its own)."""
+    if cluster.plane is None:
+        return None
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark-image")
+    stack.callback(pool.shutdown, wait=True)  # never tear the plane down under an import
+    return pool.submit(cluster.plane.add_image, "spark")
+
+
+def _drive(
+    report: progress.Progress,
+    line: chain.Chain,
+    options: Options,
+    spark_image: concurrent.futures.Future[str] | None,
+) -> summaries.Summary:
     with report.step("Applying the CRDs and the namespace", "CRDs"):
         line.apply_crds()
         line.create_namespace()
@@ -177,23 +203,62 @@ def _drive(report: progress.Progress, line: chain.Chain, options: Options) -> su
             f"      {stream.published} confirmed ({stream.duplicates} re-sent duplicates, "
             f"{stream.expiring} with expiration 0, 1 watermark tick)"
         )
-    with report.step("Running the Spark job windowed_counts (trigger availableNow)", "Spark job"):
-        job = line.job("windowed-counts", EVENTS_QUEUE, max_messages_per_batch=1000)
-        child = line.start_job(job, available_now=True)
-        _wait_job(report, child, job, expected=stream.published - stream.expiring)
-    with report.step("Reading what the broker and the job report", "summary"):
-        summary = summaries.collect(line, stream, job)
-        summary.pods_ran = line.pod_facts()
+    expected = stream.published - stream.expiring
+    if spark_image is None:
+        with report.step("Running windowed_counts in Spark's local mode (this host)", "Spark job"):
+            job = line.job("windowed-counts", EVENTS_QUEUE, max_messages_per_batch=1000)
+            child = line.start_job(job, available_now=True)
+            _wait_job(report, child, line.management(), job, expected)
+        with report.step("Reading what the broker and the job report", "summary"):
+            results, output = pipeline.read_results(job.output), job.output
+            summary = summaries.collect(line, stream, EVENTS_QUEUE, results, output)
+            summary.pods_ran = line.pod_facts()
+    else:
+        with report.step(
+            "Running windowed_counts as a driver and 2 executor Pods (spark-submit)", "Spark job"
+        ):
+            pod_job = _submit(report, line, spark_image)
+            _wait_job(report, pod_job.child, line.management(), pod_job, expected)
+            problem = pod_job.failure()
+            if problem is not None:
+                raise clusters.ClusterError(problem)
+        with report.step("Reading what the broker and the job report", "summary"):
+            results, output = pod_job.results(), pod_job.output
+            summary = summaries.collect(line, stream, EVENTS_QUEUE, results, output)
+            summary.pods_ran = line.pod_facts() + pod_job.pod_facts()
     summary.steps = list(report.steps)
     return summary
 
 
+def _submit(
+    report: progress.Progress, line: chain.Chain, spark_image: concurrent.futures.Future[str]
+) -> sparkpods.PodJob:
+    """spark-submit once hutch-spark is in the node's containerd (imported in the background)."""
+    began = time.monotonic()
+    if not spark_image.done():
+        report.say("      waiting for hutch-spark's import into the node's containerd")
+    image = spark_image.result()
+    if time.monotonic() - began >= 1:
+        report.say(f"      imported after another {time.monotonic() - began:.0f}s")
+    plane = line.cluster.plane
+    job = sparkpods.submit(
+        plane, line.cluster, line.namespace, line.work_dir, broker=line.main.name,
+        queue=EVENTS_QUEUE, image=image, max_messages_per_batch=1000,
+    )  # fmt: skip
+    line.jobs.append(job.child)  # stopped with the chain, on Ctrl-C too
+    line.remember("spark-submit", job.child.pid)
+    return job
+
+
 def _wait_job(
-    report: progress.Progress, child: launchers.Child, job: pipeline.JobRun, expected: int
+    report: progress.Progress,
+    child: launchers.Child,
+    mgmt: management.Management,
+    job: pipeline.JobRun | sparkpods.PodJob,
+    expected: int,
 ) -> None:
     """Waits for the job, drawing a bar from the broker's ack count on the queue."""
-    mgmt = management.Management(job.endpoint)
-    began = time.monotonic()
+    began, said = time.monotonic(), ""
     while child.running:
         elapsed = time.monotonic() - began
         if elapsed > JOB_TIMEOUT:
@@ -201,7 +266,15 @@ def _wait_job(
             raise clusters.ClusterError(f"Spark job still running after {JOB_TIMEOUT}s")
         acked, batches = summaries.acked(mgmt, job.queue), job.committed_batches()
         if acked == 0 and batches == 0:
-            label = f"{elapsed:.0f}s: starting Spark (JVM, session, first batch)"
+            starting = (
+                job.starting()
+                if isinstance(job, sparkpods.PodJob)
+                else "starting Spark (JVM, session, first batch)"
+            )
+            label = f"{elapsed:.0f}s: {starting}"
+            if starting != said and not report.interactive:  # a log: each stage once
+                report.say(f"      {label}")
+                said = starting
         else:
             label = f"{elapsed:.0f}s: {acked}/{expected} acked, {batches} batches committed"
         report.update(acked / max(expected, 1) * 0.99, label)

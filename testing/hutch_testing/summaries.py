@@ -13,6 +13,7 @@ import importlib.util
 import shutil
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hutch_broker.model import settings
@@ -212,7 +213,14 @@ def _step_times(steps: list[progress.StepRecord]) -> list[str]:
     return [f"{step.label} {step.seconds:.0f}s" for step in steps if step.seconds >= 0.5]
 
 
-def collect(line: Chain, stream: pipeline.Stream, job: pipeline.JobRun) -> Summary:
+def collect(
+    line: Chain,
+    stream: pipeline.Stream,
+    queue: str,
+    results: list[pipeline.WindowCount],
+    parquet: Path,
+) -> Summary:
+    """What the broker, the operator and the job's committed output say after the run."""
     mgmt = line.management()
     listed = line.cluster.get(clusters.cr_path(line.namespace, "queues")) or {}
     names = sorted(
@@ -221,7 +229,7 @@ def collect(line: Chain, stream: pipeline.Stream, job: pipeline.JobRun) -> Summa
     nodes = mgmt.get("/nodes").body or [{}]
     broker = line.wait_broker("Ready", timeout=10)
     dead = mgmt.queue("orders-dead")
-    events = mgmt.queue(job.queue)
+    events = mgmt.queue(queue)
     return Summary(
         namespace=line.namespace,
         broker=line.main.name,
@@ -236,8 +244,8 @@ def collect(line: Chain, stream: pipeline.Stream, job: pipeline.JobRun) -> Summa
         consumed=int((events.get("message_stats") or {}).get("ack") or 0),
         dead_lettered=int(dead.get("messages") or 0),
         expected_events=stream.unique_counted,
-        results=pipeline.read_results(job.output),
-        parquet=str(job.output),
+        results=results,
+        parquet=str(parquet),
     )
 
 
