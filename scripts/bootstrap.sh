@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Create (or refresh) the project virtualenv in .venv and install Hutch with its dev,
-# operator and spark extras (pyspark is large: about 850 MB installed). Idempotent: a stamp
-# keyed by pyproject.toml's hash makes a second run instant.  Used by `make run`, `make test` and CI.
+# Create (or refresh) the project virtualenv in .venv and install Hutch with its dev, operator
+# and spark extras (pyspark is large: about 850 MB installed), then hutch-testing (the test and
+# quickstart tooling, testing/pyproject.toml). Idempotent: a stamp keyed by both pyproject
+# files' hash makes a second run instant.  Used by `make run`, `make test` and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.hutch-stamp"
-want="$(sha256sum pyproject.toml | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
+want="$(cat pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi
@@ -15,5 +16,7 @@ echo "==> bootstrap: creating $VENV and installing Hutch (dev, operator, spark e
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
 "$VENV/bin/pip" install --quiet -e '.[dev,operator,spark]'
+# The test and quickstart tooling: its own distribution, so it stays out of the wheel and images.
+"$VENV/bin/pip" install --quiet --no-deps -e testing
 echo "$want" > "$STAMP"
 echo "==> bootstrap: done ($("$VENV/bin/python" --version))"

@@ -1,0 +1,53 @@
+"""What the production wheel and images carry: the three Hutch packages, no test tooling.
+
+Why: hutch_testing (launchers, the plane's chain, side-by-side harnesses) shipped in the hutch
+wheel and so in the broker, operator and Spark images, and spark/jobs/ slipped in as a stray
+top-level ``jobs`` package. Users install that wheel; the images are what runs in their
+clusters. hutch_testing is now its own distribution (testing/pyproject.toml) and the Dockerfiles
+copy only what the wheel is built from.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from hutch_testing import clusters
+
+REPO = clusters.REPO_ROOT
+IGNORED = (".git", ".venv", "__pycache__", "*.egg-info", "build", "test-artifacts", ".*cache")
+DOCKERFILES = ["docker/broker.Dockerfile", "docker/operator.Dockerfile", "spark/jobs/Dockerfile"]
+
+
+@pytest.mark.timeout(180)  # pip fetches setuptools for the isolated build the first time
+def test_the_hutch_wheel_holds_the_three_packages_and_no_test_tooling(tmp_path: Path) -> None:
+    """Built from a copy of the whole tree (testing/ included), so setuptools' build/ stays out
+    of the checkout and a package found by accident would show."""
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*IGNORED))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path),
+         str(source)],
+        check=True, capture_output=True, timeout=170,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("hutch-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.startswith("hutch-")}
+    assert tops == {"hutch_broker", "hutch_operator", "hutch_spark"}
+    assert "hutch_spark/jobs/windowed_counts.py" in names  # the job's module is in it
+
+
+def test_no_image_copies_the_test_tooling() -> None:
+    for rel in DOCKERFILES:
+        copies = [
+            line.split()[1:-1]
+            for line in (REPO / rel).read_text().splitlines()
+            if line.startswith("COPY ") and "--from=" not in line
+        ]
+        sources = {source.rstrip("/") for words in copies for source in words}
+        assert "testing" not in sources, rel
+        assert "tests" not in sources, rel
