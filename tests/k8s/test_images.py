@@ -17,11 +17,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hutch_testing import waiting
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -251,7 +251,7 @@ def test_spark_image_runs_java_pyspark_and_our_entrypoint_as_uid_185(
         done = {s["name"]: s["state"].get("terminated") for s in statuses}
         return done if len(done) == 2 and all(done.values()) else None
 
-    done = wait_until(finished, 180)
+    done = waiting.wait_for(finished, timeout=180, interval=0.5, what="both containers to end")
     logs = {
         name: node.kubectl("logs", "-n", k8s_namespace, "spark-image", "-c", name).stdout
         for name in ("probe", "executor")
@@ -264,13 +264,3 @@ def test_spark_image_runs_java_pyspark_and_our_entrypoint_as_uid_185(
     assert version == "4.3.0"
     assert done["executor"]["exitCode"] == 2, logs
     assert "executor: SPARK_DRIVER_URL" in logs["executor"]
-
-
-def wait_until(check: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {check.__name__}")

@@ -126,6 +126,13 @@ async def declare(ctx: reconciling.Context, retry: int = 0) -> None:
 QUEUE_PATH = "/api/queues/%2F/orders"
 
 
+async def declared_status() -> dict[str, Any]:
+    """The status a first, successful declare recorded (Ready, this generation)."""
+    done = context()
+    await declare(done)
+    return dict(done.patch.status)
+
+
 # -- declare -------------------------------------------------------------------
 
 
@@ -243,9 +250,7 @@ async def test_invalid_spec_is_permanent_and_touches_no_broker(
 async def test_resume_of_a_ready_current_object_costs_no_broker_call(
     broker: FakeBroker, events: Events
 ) -> None:
-    done = context()
-    await declare(done)
-    resumed = context(status=dict(done.patch.status))
+    resumed = context(status=await declared_status())
     await reconciling.declare(resumed, cause="resume", retry=0)
     assert broker.requests == [("PUT", QUEUE_PATH)]  # only the first declare
     assert not resumed.patch
@@ -254,9 +259,7 @@ async def test_resume_of_a_ready_current_object_costs_no_broker_call(
 async def test_resume_after_a_spec_change_declares_again(
     broker: FakeBroker, events: Events
 ) -> None:
-    done = context()
-    await declare(done)
-    stale = {**done.patch.status, "observedGeneration": GENERATION - 1}
+    stale = {**await declared_status(), "observedGeneration": GENERATION - 1}
     resumed = context(status=stale)
     await reconciling.declare(resumed, cause="resume", retry=0)
     assert broker.requests == [("PUT", QUEUE_PATH)] * 2
@@ -268,9 +271,7 @@ async def test_a_create_retry_of_an_object_declared_by_an_earlier_process_costs_
 ) -> None:
     """Kopf's delayed create retry, surviving in the annotations, fires in a new operator
     process after the old one declared the object and recorded Ready on its way out."""
-    done = context()
-    await declare(done)
-    retried = context(status=dict(done.patch.status))
+    retried = context(status=await declared_status())
     await reconciling.declare(retried, cause="create", retry=0)
     assert broker.requests == [("PUT", QUEUE_PATH)]
     assert not retried.patch
@@ -281,9 +282,7 @@ async def test_a_retry_of_an_object_declared_since_its_failure_costs_no_call(
 ) -> None:
     """An update attempt failed (Kopf will retry it); a sweep tick or a wake-up declared the
     object meanwhile; the retry finds it Ready for this generation and leaves the broker be."""
-    done = context()
-    await declare(done)
-    retried = context(status=dict(done.patch.status))
+    retried = context(status=await declared_status())
     await reconciling.declare(retried, cause="update", retry=1)
     assert broker.requests == [("PUT", QUEUE_PATH)]
 
@@ -292,9 +291,7 @@ async def test_an_update_of_a_ready_current_object_declares_again(
     broker: FakeBroker, events: Events
 ) -> None:
     """The nudge annotation (a Broker back) changes no generation and must still declare."""
-    done = context()
-    await declare(done)
-    nudged = context(status=dict(done.patch.status))
+    nudged = context(status=await declared_status())
     await reconciling.declare(nudged, cause="update", retry=0)
     assert broker.requests == [("PUT", QUEUE_PATH)] * 2
 
