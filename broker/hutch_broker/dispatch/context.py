@@ -14,6 +14,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Sized
+from dataclasses import dataclass
 from typing import Protocol
 
 from hutch_broker.dispatch.commits import GroupCommit
@@ -85,6 +86,20 @@ class _NoTransport:
 NO_TRANSPORT: Transport = _NoTransport()
 
 
+@dataclass(frozen=True)
+class TLSInfo:
+    """What a TLS connection negotiated, in the forms RabbitMQ's management API reports them
+    (``tlsv1.3``, ``aes_256_gcm``, ``CN=app,O=team``); the server fills it from the socket."""
+
+    protocol: str
+    key_exchange: str
+    cipher: str
+    hash: str
+    peer_cert_subject: str | None = None
+    peer_cert_issuer: str | None = None
+    peer_cert_validity: str | None = None
+
+
 class Member(Publisher, Protocol):
     """What the context, the server and the management API see of a dispatch ``Session``.
 
@@ -99,6 +114,8 @@ class Member(Publisher, Protocol):
     vhost: VirtualHost | None
     proto: proto_connection.Connection
     transport: Transport
+    local_address: str | None
+    tls: TLSInfo | None
     dirty: bool
     blocked: bool
 

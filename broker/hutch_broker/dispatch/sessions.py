@@ -17,7 +17,7 @@ from pamqp import commands
 
 from hutch_broker.dispatch import methods
 from hutch_broker.dispatch.channels import Channel
-from hutch_broker.dispatch.context import NO_TRANSPORT, Context, Member, Transport
+from hutch_broker.dispatch.context import NO_TRANSPORT, Context, Member, TLSInfo, Transport
 from hutch_broker.model import access, limits
 from hutch_broker.model.queues import Consumer
 from hutch_broker.model.vhosts import VirtualHost
@@ -44,12 +44,16 @@ class Session:
         peer_host: str | None,
         peer_port: int = 0,
         transport: Transport | None = None,
+        local_address: str | None = None,
+        tls: TLSInfo | None = None,
     ) -> None:
         self.id = next(_ids)
         self.context = context
         self.proto = proto
         self.peer_host = peer_host
         self.peer_port = peer_port
+        self.local_address = local_address  # "host:port" of the listener it came in on
+        self.tls = tls
         self.user: access.User | None = None
         self.vhost: VirtualHost | None = None
         self.permission: access.Permission | None = None

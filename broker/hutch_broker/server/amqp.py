@@ -20,6 +20,7 @@ from hutch_broker.dispatch.sessions import Session
 from hutch_broker.protocol import connection as proto_connection
 from hutch_broker.protocol import errors
 from hutch_broker.protocol.connection import ConnectionState
+from hutch_broker.server import tlsinfo
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,13 @@ class AMQPConnection(asyncio.Protocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
         peer = transport.get_extra_info("peername") or ("", 0)
+        local = transport.get_extra_info("sockname") or ("", 0)
         proto = proto_connection.Connection(**self.protocol_options)
         self.session = Session(
-            self.context, proto, peer_host=peer[0], peer_port=peer[1], transport=self
-        )
+            self.context, proto, peer_host=peer[0], peer_port=peer[1], transport=self,
+            local_address=f"{local[0]}:{local[1]}",
+            tls=tlsinfo.describe(transport.get_extra_info("ssl_object")),
+        )  # fmt: skip
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()

@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 import pytest
+from hutch_broker.dispatch.context import TLSInfo
 from hutch_broker.model.queues import Consumer
 
 
@@ -31,7 +32,7 @@ class FakeChannel:
         self.consumers.pop(consumer.tag, None)
 
 
-def add_session(context, broker, *, user="guest", port=40000):
+def add_session(context, broker, *, user="guest", port=40000, local_address=None, tls=None):
     session = SimpleNamespace(
         peer_host="127.0.0.1",
         peer_port=port,
@@ -40,8 +41,13 @@ def add_session(context, broker, *, user="guest", port=40000):
         channels={},
         connected_at_ms=1,
         blocked=False,
-        proto=SimpleNamespace(client_properties={"product": b"pika", "capabilities": {}}),
-    )
+        proto=SimpleNamespace(
+            client_properties={"product": b"pika", "capabilities": {}},
+            channel_max=2047, frame_max=131072, heartbeat=60,
+        ),
+        local_address=local_address,
+        tls=tls,
+    )  # fmt: skip
     session.channels[1] = FakeChannel(session, 1)
     context.sessions[port] = session
     context.channel_count += 1
@@ -64,6 +70,32 @@ async def test_connections_and_channels(api, context, broker):
     overview = (await api.get("/api/overview")).body
     assert overview["object_totals"]["connections"] == 1
     assert overview["object_totals"]["channels"] == 1
+    assert connection["ssl"] is False  # and every TLS key there, null, as on 3.10.8
+    assert {key: connection[key] for key in TLS_KEYS if key != "ssl"} == dict.fromkeys(
+        set(TLS_KEYS) - {"ssl"}
+    )
+    assert (connection["channel_max"], connection["frame_max"], connection["timeout"]) == (
+        2047, 131072, 60,
+    )  # fmt: skip
+
+
+TLS_KEYS = (
+    "ssl", "ssl_protocol", "ssl_key_exchange", "ssl_cipher", "ssl_hash",
+    "peer_cert_subject", "peer_cert_issuer", "peer_cert_validity",
+)  # fmt: skip
+
+
+async def test_a_tls_connection_reports_its_listener_and_what_it_negotiated(api, context, broker):
+    tls = TLSInfo("tlsv1.3", "any", "aes_256_gcm", "aead", "CN=app,O=team", "CN=Hutch CA", "v")
+    add_session(context, broker, port=40001, local_address="10.0.0.5:5671", tls=tls)
+    (connection,) = (await api.get("/api/connections")).body
+    assert connection["name"] == "127.0.0.1:40001 -> 10.0.0.5:5671"
+    assert (connection["host"], connection["port"]) == ("10.0.0.5", 5671)
+    assert [connection[key] for key in TLS_KEYS] == [
+        True, "tlsv1.3", "any", "aes_256_gcm", "aead", "CN=app,O=team", "CN=Hutch CA", "v",
+    ]  # fmt: skip
+    (channel,) = (await api.get("/api/channels")).body
+    assert channel["name"] == "127.0.0.1:40001 -> 10.0.0.5:5671 (1)"
 
 
 async def test_users_see_only_their_connections(api, context, broker, user_api):

@@ -164,8 +164,9 @@ class FakeChannel:
 
 def test_api_7_consumer_details(vhost, broker):
     session = SimpleNamespace(
-        peer_host="127.0.0.1", peer_port=40000, user=broker.users["guest"], vhost=vhost
-    )
+        peer_host="127.0.0.1", peer_port=40000, user=broker.users["guest"], vhost=vhost,
+        local_address=None, tls=None,
+    )  # fmt: skip
     queue = vhost.queues["mgmt.q2"]
     queue.add_consumer(
         Consumer("ctag", queue, FakeChannel(session, 3), no_ack=False, exclusive=True, prefetch=7)
