@@ -80,9 +80,9 @@ def distinguished_name(rdns: Any) -> str | None:
     return ",".join(parts)
 
 
-def validity(not_before: str | None, not_after: str | None) -> str | None:
+def validity(not_before: object, not_after: object) -> str | None:
     """``2026-11-26T10:00:00Z - 2027-11-26T10:00:00Z`` from OpenSSL's ``notBefore``/``notAfter``."""
-    if not not_before or not not_after:
+    if not isinstance(not_before, str) or not isinstance(not_after, str):
         return None
 
     def iso(stamp: str) -> str:
@@ -91,10 +91,6 @@ def validity(not_before: str | None, not_after: str | None) -> str | None:
         return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     return f"{iso(not_before)} - {iso(not_after)}"
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def describe(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> TLSInfo | None:
@@ -113,5 +109,5 @@ def describe(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> TLSInfo | None
         hash=digest,
         peer_cert_subject=distinguished_name(peer.get("subject")),
         peer_cert_issuer=distinguished_name(peer.get("issuer")),
-        peer_cert_validity=validity(_text(peer.get("notBefore")), _text(peer.get("notAfter"))),
+        peer_cert_validity=validity(peer.get("notBefore"), peer.get("notAfter")),
     )
