@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 echo "==> pytest tests/"
-"$PY" -m pytest tests "$@"
+"$PY" -m pytest tests --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
   echo "==> pytest e2e/"
-  "$PY" -m pytest e2e -m e2e
+  "$PY" -m pytest e2e -m e2e --durations=10
 fi
