@@ -6,10 +6,11 @@
 # the Kubernetes binaries and the images (built once, cached), the local plane with a real node
 # (kubelet, containerd, kube-proxy), the CRDs, `helm install` of the operator, a Broker from
 # examples/ as a StatefulSet Pod, the examples' topology, JSON events published through a
-# port-forward, the Spark job (local mode, on this host), and a summary. It stops everything it
-# started at the end (also on Ctrl-C). Arguments pass through:
+# port-forward, the Spark job as a driver Pod and two executor Pods (spark-submit), and a
+# summary. It stops everything it started at the end (also on Ctrl-C). Arguments pass through:
 #   --keep          keep it all running and print how to connect (Ctrl-C stops it)
 #   --events N      how many JSON events to publish (default 3000)
+#   --spark-local   run the Spark job in local mode on this host (minutes faster on 2 cores)
 #   --kubeconfig F  use this cluster (kind, images loaded with `kind load`) instead
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -36,15 +36,17 @@ class Builder:
     since: float = 0.0
     error: BaseException | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    phases: list[str] = field(default_factory=lambda: list(PHASES))
 
     def run(self) -> None:
-        actions = {
+        every = {
             "base rootfs": self.images.base_rootfs,
             "pause": self.images.build_pause,
             "broker": lambda: self.images.build_dockerfile_image("broker"),
             "operator": lambda: self.images.build_dockerfile_image("operator"),
             "spark": lambda: self.images.build_dockerfile_image("spark"),
         }
+        actions = {name: every[name] for name in self.phases}
         try:
             for name, action in actions.items():
                 self.current, self.since = name, time.monotonic()
@@ -59,18 +61,19 @@ class Builder:
         finished = sum(PHASES[name] for name in self.done)
         if self.current is not None:
             finished += min(now - self.since, 0.95 * PHASES[self.current])
-        return finished / sum(PHASES.values())
+        return finished / sum(PHASES[name] for name in self.phases)
 
     def label(self) -> str:
         if self.current is None:
             return "images ready"
-        return f"{len(self.done) + 1}/{len(PHASES)}: {self.current}"
+        return f"{len(self.done) + 1}/{len(self.phases)}: {self.current}"
 
 
-def build(report: progress.Progress) -> dict[str, float]:
-    """Builds (or finds cached) pause, hutch-broker, hutch-operator and hutch-spark; seconds
-    per phase."""
-    builder = Builder(clusters.plane_module().images)
+def build(report: progress.Progress, *, spark: bool = True) -> dict[str, float]:
+    """Builds (or finds cached) pause, hutch-broker, hutch-operator and (``spark``) hutch-spark;
+    seconds per phase."""
+    phases = [name for name in PHASES if spark or name != "spark"]
+    builder = Builder(clusters.plane_module().images, phases=phases)
     worker = threading.Thread(target=builder.run, name="image-build", daemon=True)
     worker.start()
     while worker.is_alive():
