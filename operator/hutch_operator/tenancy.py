@@ -25,10 +25,10 @@ def vhost_path(name: str) -> str:
 
 
 def vhost_put(spec: vhosts.VhostSpec, name: str, *, hutch: bool) -> Request:
-    if hutch and spec.default_queue_type not in (None, "classic"):
+    if hutch and spec.default_queue_type not in (None, "classic", "quorum"):
         raise errors.SpecError(
-            f"hutch-broker has classic queues only: defaultQueueType {spec.default_queue_type} "
-            "cannot be used"
+            f"hutch-broker has classic and quorum queues: defaultQueueType "
+            f"{spec.default_queue_type} cannot be used"
         )
     body: dict[str, Any] = {"description": spec.description, "tags": list(spec.tags)}
     if spec.default_queue_type is not None:

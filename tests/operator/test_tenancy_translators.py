@@ -22,8 +22,10 @@ def test_vhost_put() -> None:
     assert request.body == {"description": "d", "tags": ["a"]}
     typed = tenancy.vhost_put(_vhost(defaultQueueType="quorum"), "v", hutch=False)
     assert typed.body == {"description": "", "tags": [], "default_queue_type": "quorum"}
-    with pytest.raises(errors.SpecError, match="classic queues only"):
-        tenancy.vhost_put(_vhost(defaultQueueType="quorum"), "v", hutch=True)
+    quorum = tenancy.vhost_put(_vhost(defaultQueueType="quorum"), "v", hutch=True)
+    assert quorum.body["default_queue_type"] == "quorum"
+    with pytest.raises(errors.SpecError, match="classic and quorum queues"):
+        tenancy.vhost_put(_vhost(defaultQueueType="stream"), "v", hutch=True)
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,7 @@ def queue_declare(
             auto_delete=m.auto_delete,
             arguments=m.arguments or {},
             now_ms=now_ms,
+            default_type=True,
         )
         if created and m.exclusive:
             session.exclusive_queues.add(queue)

@@ -80,20 +80,26 @@ class Broker:
         *,
         description: str = "",
         tags: list[str] | None = None,
-        default_queue_type: str = "classic",
+        default_queue_type: str | None = None,
         replace_metadata: bool = False,
     ) -> tuple[VirtualHost, bool]:
         """``replace_metadata``: description and tags become exactly these, as a management
-        PUT does on RabbitMQ 3.10.8 (a definitions import keeps what it does not name)."""
+        PUT does on RabbitMQ 3.10.8 (a definitions import keeps what it does not name). A
+        default queue type is changed only when named (None keeps it; classic for a new one)."""
         existing = self.vhosts.get(name)
         if existing is not None:
             existing.description = description or ("" if replace_metadata else existing.description)
             if tags is not None:
                 existing.tags = tags
+            if default_queue_type is not None:
+                existing.default_queue_type = default_queue_type
             self._definitions_changed(Change("vhosts", changes.vhost_item(existing)))
             return existing, False
         vhost = VirtualHost(
-            name, description=description, tags=tags or [], default_queue_type=default_queue_type
+            name,
+            description=description,
+            tags=tags or [],
+            default_queue_type=default_queue_type or "classic",
         )
         vhost.on_definitions_changed = self._definitions_changed
         vhost.on_queue_created = self._queue_created
@@ -421,8 +427,13 @@ def _import_vhost(broker: Broker, item: dict[str, Any]) -> None:
         str(item["name"]),
         description=str(item.get("description", "")),
         tags=_tags(item.get("tags")),
-        default_queue_type=str(item.get("default_queue_type", "classic")),
+        default_queue_type=_queue_type(item.get("default_queue_type")),
     )
+
+
+def _queue_type(value: Any) -> str | None:
+    """A definitions file's vhost ``default_queue_type``: 3.10.8 exports ``undefined``."""
+    return None if value in (None, "", "undefined") else str(value)
 
 
 def _import_user(broker: Broker, item: dict[str, Any]) -> None:

@@ -189,8 +189,13 @@ class VirtualHost:
         now_ms: int | None = None,
         source: str = "amqp",
         check_limits: bool = True,
+        default_type: bool = False,
     ) -> tuple[Queue, bool]:
         """Create or check a queue; returns (queue, created) (Q-1..Q-3).
+
+        ``default_type``: a client's declare (AMQP, HTTP PUT) without ``x-queue-type`` takes
+        the vhost's default queue type, as RabbitMQ 4.x does (``_typed``); definitions imports
+        and recovery keep what was written.
 
         The declare counts as a use (EXP-1): a queue with ``x-expires`` starts its lease now,
         the vhost's clock when no time is given (a definitions import), never at 0.
@@ -204,6 +209,11 @@ class VirtualHost:
         if generated:
             name = generated_queue_name()
         existing = self.queues.get(name)
+        if default_type:
+            arguments = self._typed(
+                arguments, existing, durable=durable, exclusive=exclusive_owner is not None,
+                auto_delete=auto_delete, generated=generated,
+            )  # fmt: skip
         if existing is not None:
             self.check_exclusive(existing, exclusive_owner)
             args_mod.check_flag("durable", "queue", name, self.name, durable, existing.durable)
@@ -254,6 +264,33 @@ class VirtualHost:
         self.on_queue_created(queue)
         self._queue_changed(queue)
         return queue, True
+
+    def _typed(
+        self,
+        arguments: dict[str, Any],
+        existing: Queue | None,
+        *,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        generated: bool,
+    ) -> dict[str, Any]:
+        """A declare's arguments with the vhost's default queue type where the client named none.
+
+        RabbitMQ 4.x: a new queue gets the default type when its properties suit it (quorum:
+        durable, shared, not auto-delete; here also client-named), otherwise stays classic.
+        A redeclare without a type is of the type the queue has, so changing the default never
+        makes an existing application's declare inequivalent.
+        """
+        if "x-queue-type" in arguments or self.default_queue_type in ("classic", "undefined"):
+            return arguments
+        if existing is not None:
+            kept = existing.arguments.get("x-queue-type")
+            return arguments if kept is None else {**arguments, "x-queue-type": kept}
+        suits = durable and not exclusive and not auto_delete and not generated
+        if self.default_queue_type == quorum.QUEUE_TYPE and suits:
+            return {**arguments, "x-queue-type": quorum.QUEUE_TYPE}
+        return arguments
 
     def update_queue_limits(self, name: str, limits: dict[str, Any]) -> Queue:
         """Replace a live queue's limit arguments, keeping its messages (Hutch extension).

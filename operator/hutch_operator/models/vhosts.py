@@ -71,8 +71,10 @@ class VhostSpec(common.ConnectionSpec):
     )
     default_queue_type: QueueType | None = Field(
         None,
-        description="Queue type for declarations that name none. hutch-broker has classic "
-        "queues only; RabbitMQ 3.10.8 accepts and ignores it (reports undefined).",
+        description="Queue type for declarations that name none. hutch-broker applies classic "
+        "and quorum as RabbitMQ 4.x does (quorum where the queue is durable, shared and "
+        "client-named, else classic); RabbitMQ 3.10.8 accepts and ignores it (reports "
+        "undefined).",
     )
     limits: VhostLimits = common.nested(VhostLimits, "Vhost limits, changed in place.")
     deletion_policy: common.DeletionPolicy = Field(

@@ -46,7 +46,7 @@ async def put_vhost(request: web.Request) -> web.Response:
     description = bodies.string(body, "description", "")
     # A PUT replaces the metadata, as RabbitMQ 3.10.8's does: absent keys become "" and [].
     tags = bodies.tags(body["tags"]) if "tags" in body else []
-    queue_type = bodies.string(body, "default_queue_type", "classic")
+    queue_type = bodies.string(body, "default_queue_type", "") or None  # absent: kept
     broker = support.state(request).broker
     name = support.path(request, "vhost")
     _, created = broker.add_vhost(

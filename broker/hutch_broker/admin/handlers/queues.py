@@ -78,6 +78,7 @@ async def put_queue(request: web.Request) -> web.Response:
         arguments=arguments,
         now_ms=admin.now_ms(),
         source="http",
+        default_type=True,
     )
     return support.created_or_updated(created)
 
