@@ -10,6 +10,7 @@ import signal
 
 import pika
 import pytest
+from hutch_broker.model import quorum
 from hutch_testing.clients import connect
 from hutch_testing.management import Management
 from hutch_testing.steps import get, publish
@@ -97,3 +98,48 @@ def _return_each(channel, queue: str, limit: int) -> list[tuple[bytes, int]]:
         channel.basic_nack(got[0].delivery_tag, requeue=True)
         channel.queue_declare(queue, passive=True)  # a round trip: the nack is processed
     return seen
+
+
+def test_a_publishers_delivery_count_headers_never_count_as_attempts(hutch_broker):
+    """A publisher sets x-delivery-count (and the store's own count header) on a message in a
+    quorum queue with a delivery limit of 2. Across a restart the message still gets its
+    three attempts; no consumer ever sees the store's header.
+
+    Before the store kept the count under a header of its own, the restart read the
+    publisher's 50 as 50 returns and dead-lettered the message at its first return.
+    """
+    channel = connect(hutch_broker).channel()
+    channel.confirm_delivery()
+    channel.queue_declare("dlq", durable=True)
+    arguments = {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": 2,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "dlq",
+    }
+    channel.queue_declare("forged", durable=True, arguments=arguments)
+    headers = {"x-delivery-count": 50, quorum.STORED_COUNT: 40, "app": "kept"}
+    publish(channel, "forged", "f", delivery_mode=PERSISTENT, headers=headers)
+    publish(channel, "forged", "g", delivery_mode=PERSISTENT, headers=headers)
+    _return_each(channel, "forged", 1)  # f returned once: its record re-written with count 1
+    publish(channel, "forged", "sync", delivery_mode=PERSISTENT)  # the return is committed
+
+    hutch_broker.kill(signal.SIGKILL)
+    hutch_broker.start()
+
+    after = connect(hutch_broker).channel()
+    seen = []
+    for _ in range(8):
+        got = get(after, "forged", auto_ack=False)
+        if got is None:
+            break
+        assert quorum.STORED_COUNT not in got[1].headers
+        if got[2] == b"sync":
+            after.basic_ack(got[0].delivery_tag)
+            continue
+        assert got[1].headers["app"] == "kept"
+        seen.append((got[2], got[1].headers["x-delivery-count"]))
+        after.basic_nack(got[0].delivery_tag, requeue=True)
+        after.queue_declare("forged", passive=True)
+    assert seen == [(b"g", 0), (b"f", 1), (b"g", 1), (b"f", 2), (b"g", 2)]
+    assert _drain(after, "dlq") == [b"f", b"g"]

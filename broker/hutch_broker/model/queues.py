@@ -145,6 +145,8 @@ class Queue:
     def publish(self, message: Message, now_ms: int) -> int:
         """Enqueue or deliver ``message`` (ML-8); returns a ``PUBLISH_*`` outcome."""
         self.stats_publish += 1
+        if self.quorum:
+            message = quorum.inbound(message)
         limits = self.settings
         expire_at = self._expiry_for(message, now_ms)
         entry = Entry(next(self._seq), message, expire_at=expire_at)
@@ -207,8 +209,9 @@ class Queue:
             return None
         return self.consumers.next_with_room()
 
-    def _persist(self, entry: Entry, now_ms: int) -> bool:
-        message = entry.message
+    def _persist(self, entry: Entry, now_ms: int, record: Message | None = None) -> bool:
+        """Writes the entry's message (or ``record``, what the store should keep of it)."""
+        message = entry.message if record is None else record
         if self.store is None or not (message.persistent or self.quorum):
             return False  # a quorum queue stores every message, as RabbitMQ's log does
         entry.store_id = self.store.append(
@@ -224,7 +227,7 @@ class Queue:
     def restore(self, entry: Entry) -> None:
         """Put back a message recovered from the store (at start-up, in order)."""
         if self.quorum:
-            entry.delivery_count = quorum.stored_delivery_count(entry.message)
+            entry.message, entry.delivery_count = quorum.restored(entry.message)
         entry.seq = next(self._seq)
         if entry.expire_at:
             self.may_expire = True
@@ -453,7 +456,7 @@ class Queue:
             return
         entry.message = quorum.with_delivery_count(entry.message, entry.delivery_count)
         entry.store_id = None
-        self._persist(entry, 0)
+        self._persist(entry, 0, quorum.stored_form(entry.message, entry.delivery_count))
         self.store.ack(old)
 
     def reject(self, entry: Entry) -> None:

@@ -16,8 +16,9 @@ so the queue model keeps one class and asks this module what differs (all observ
   has none); a return past ``x-delivery-limit`` (or the
   ``delivery-limit`` policy, the lesser wins; 20 when neither is set and none when negative,
   as in RabbitMQ 4.x) dead-letters it with reason ``delivery_limit``,
-  without that header. A stored message is re-written with its count on each return, so the
-  count survives a restart (``stored_delivery_count``).
+  without that header. A stored message is re-written with its count on each return, under a
+  header of its own that no publish can carry in (``STORED_COUNT``), so the count survives a
+  restart and a publisher's ``x-delivery-count`` never counts as attempts.
 
 Replication, leader election and the Raft log come with multi-replica Brokers, not here.
 """
@@ -35,6 +36,11 @@ from hutch_broker.protocol.strings import text
 QUEUE_TYPE: Final = "quorum"
 TYPE_MODULE: Final = "rabbit_quorum_queue"  # how RabbitMQ names the type in its error texts
 DELIVERY_COUNT: Final = "x-delivery-count"
+# The count as the store keeps it: only in records re-written on a return, stripped from every
+# publish (a publisher cannot forge it) and from a recovered message (never delivered). The
+# public x-delivery-count cannot serve: a publisher may set it, and 3.10.8 delivers a first
+# delivery with the publisher's headers untouched.
+STORED_COUNT: Final = "x-hutch-stored-delivery-count"
 DELIVERY_LIMIT_REASON: Final = "delivery_limit"
 DEFAULT_DELIVERY_LIMIT: Final = (
     20  # RabbitMQ 4.0+; 3.10.8 has no default (docs/broker-differences.md)
@@ -140,11 +146,31 @@ def with_delivery_count(message: Message, count: int) -> Message:
     return message.with_properties(raw)
 
 
-def stored_delivery_count(message: Message) -> int:
-    """The count a stored message was re-written with on its last return (0 if none)."""
-    tagged = rewrite.header_value(message.raw_properties, DELIVERY_COUNT)
-    value = None if tagged is None else rewrite.decode_value(tagged)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+def stored_form(message: Message, count: int) -> Message:
+    """The record written on a return: the message as delivered, plus the stored count."""
+    raw = rewrite.edit_headers(
+        message.raw_properties, set_values={STORED_COUNT: rewrite.encode_value(count)}
+    )
+    return message.with_properties(raw)
+
+
+def restored(message: Message) -> tuple[Message, int]:
+    """A recovered record: the message without the stored count, and that count (0 if none)."""
+    tagged = rewrite.header_value(message.raw_properties, STORED_COUNT)
+    if tagged is None:
+        return message, 0
+    value = rewrite.decode_value(tagged)
+    count = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    return inbound(message), count
+
+
+def inbound(message: Message) -> Message:
+    """A publish into a quorum queue: a stored-count header it carries is dropped."""
+    if rewrite.header_value(message.raw_properties, STORED_COUNT) is None:
+        return message
+    return message.with_properties(
+        rewrite.edit_headers(message.raw_properties, remove=(STORED_COUNT,))
+    )
 
 
 def without_delivery_count(message: Message) -> Message:
