@@ -176,6 +176,7 @@ def _run(
     # messages the job held unacked among them, none that had been acked), delivered each
     # again flagged redelivered, and each was acked once.
     stats = queue["message_stats"]
+    assert chaos.unacked_before > 0  # the restart hit while the job held messages unacked
     assert chaos.recovered > 0 and chaos.recovered + chaos.acked_before <= stream.published
     assert stats.get("redeliver", 0) > 0, stats
     assert stats.get("ack") == stats.get("redeliver") == chaos.recovered, (stats, chaos)
@@ -189,6 +190,7 @@ class _Chaos:
         self.replacement = ""
         self.recovered = 0  # messages the restarted broker read back from its PVC
         self.acked_before = 0  # acks the broker had counted just before its Pod was deleted
+        self.unacked_before = 0  # messages the job held unacked then (the restart re-queues them)
         self.lines: list[str] = []
 
 
@@ -228,7 +230,7 @@ def _disrupt(
     chaos.deleted_executor = victim
     note(f"deleted executor Pod {victim} after {committed()} committed batches, "
          f"{_acked(in_flight)} of {published} messages acked")  # fmt: skip
-    assert _acked(in_flight) < published - 3 * BATCH  # batches still to come
+    assert committed() <= -(-published // BATCH) - 4  # batches still to come
 
     def replacement() -> str:
         running()
@@ -246,8 +248,8 @@ def _disrupt(
     assert broker is not None
     before = _management(endpoint, f"/api/queues/%2F/{QUEUE}")
     assert before["message_stats"]["publish"] == published, before["message_stats"]
-    assert before["messages_unacknowledged"] > 0  # the job holds messages the restart re-queues
-    assert _acked(before) < published - 2 * BATCH  # batches still to come
+    assert committed() <= -(-published // BATCH) - 3  # batches still to come
+    chaos.unacked_before = int(before["messages_unacknowledged"])
     running()
     cluster.kubectl("delete", "pod", "-n", ns, "hutch-server-0", "--wait=false")
     chaos.acked_before = _acked(_management(endpoint, f"/api/queues/%2F/{QUEUE}", missing=True))
@@ -286,8 +288,8 @@ def _recovered(cluster: clusters.Cluster, ns: str) -> int:
     """From the broker's log: ``recovered N messages in queue 'events' in vhost '/'``."""
     text = cluster.kubectl("logs", "-n", ns, "hutch-server-0").stdout
     found = re.findall(rf"recovered (\d+) messages in queue '{QUEUE}'", text)
-    assert len(found) == 1, text[-3000:]
-    return int(found[0])
+    assert len(found) <= 1, text[-3000:]
+    return int(found[0]) if found else 0  # no line: nothing recovered (asserted after counts)
 
 
 def _timeline(driver: dict[str, Any], executors: list[dict[str, Any]], pv_dir: Path) -> str:
