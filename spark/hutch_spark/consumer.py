@@ -291,6 +291,26 @@ class QueueConsumer:
         self._raise_if_failed()
         return self._consuming.is_set()
 
+    @property
+    def give_up_after_s(self) -> float:
+        """How long the consumer retries before it fails for good."""
+        return self._give_up_after_s
+
+    def wait_for_epoch(self, timeout_s: float) -> int | None:
+        """The epoch of the channel once it consumes (None after `timeout_s`); raises if the
+        consumer failed for good. While a reconnect is under way this waits for the new one."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._cond:
+                epoch = self._live_epoch
+            if epoch is not None and self._consuming.is_set():
+                return epoch
+            self._raise_if_failed()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._consuming.wait(min(remaining, 0.05))
+
     def take(self, *, max_messages: int, max_bytes: int, timeout_s: float) -> list[Delivery]:
         """Up to max_messages/max_bytes buffered deliveries (at least one if any arrive)."""
         deadline = time.monotonic() + timeout_s

@@ -19,6 +19,7 @@ broker and arrive again. With `durableBatches=true` it replays identically (batc
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 import urllib.parse
@@ -47,7 +48,7 @@ from pyspark.sql.types import StructType
 from hutch_spark import batchreads, connections, offsets, options, records, sink
 from hutch_spark.batchlog import BatchLog
 from hutch_spark.consumer import QueueConsumer
-from hutch_spark.errors import HutchOptionError
+from hutch_spark.errors import HutchConnectionError, HutchOptionError
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,9 @@ class _QueueStream:
         self._ledger = offsets.AckLedger()
         self._planned: dict[tuple[int, int], pa.RecordBatch] = {}
         self.batch_log = _batch_log(settings, queue)
+        # availableNow: messages still to take, measured on channel epoch `_budget_epoch`.
         self.available_now_budget: int | None = None
+        self._budget_epoch: int | None = None
 
     def ensure_consumer(self) -> QueueConsumer:
         if self.consumer is None:
@@ -144,10 +147,46 @@ class _QueueStream:
         self._planned[(start_seq, end_seq)] = batch
         return end_seq
 
+    def measure_available_now(self, timeout_s: float) -> int:
+        """availableNow's budget: ready plus buffered messages, on the channel it was measured
+        on. Waits for a channel while the consumer reconnects; fails if it gives up."""
+        consumer = self.ensure_consumer()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            epoch = consumer.wait_for_epoch(max(deadline - time.monotonic(), 0.0))
+            if epoch is None:
+                raise HutchConnectionError(
+                    f"hutch: could not consume from queue {self.queue!r} within "
+                    f"{timeout_s:.0f} s to measure it for availableNow"
+                )
+            try:
+                depth = consumer.queue_depth(timeout_s=max(deadline - time.monotonic(), 1.0))
+            except (HutchConnectionError, concurrent.futures.TimeoutError):
+                if time.monotonic() >= deadline:
+                    raise
+                continue  # the channel closed under the declare: measure on the next one
+            if consumer.live_epoch == epoch:
+                self.available_now_budget = depth
+                self._budget_epoch = epoch
+                return depth
+
     def take(self, start_seq: int, limits: tuple[int, int], timeout_s: float) -> int:
         """Plans up to `limits` (rows, bytes) buffered messages after `start_seq`; the new end."""
         max_rows, max_bytes = limits
         if self.available_now_budget is not None:
+            consumer = self.ensure_consumer()
+            if consumer.live_epoch != self._budget_epoch:
+                # The channel the budget was measured on is gone: the broker re-queued what we
+                # held unacked, so the old count would stop the drain short (and an empty
+                # buffer while reconnecting would end the query). Measure again on the new one.
+                depth = self.measure_available_now(consumer.give_up_after_s + 60.0)
+                log.info(
+                    "hutch: queue %r consumed again on channel epoch %s; availableNow will "
+                    "drain its %d messages",
+                    self.queue,
+                    self._budget_epoch,
+                    depth,
+                )
             max_rows = min(max_rows, self.available_now_budget)
         if max_rows <= 0:
             return start_seq
@@ -264,12 +303,8 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
         # Drain what is there now (ready + buffered), nothing published later.
         for stream in self._streams.values():
-            stream.available_now_budget = stream.ensure_consumer().queue_depth(timeout_s=60.0)
-            log.info(
-                "hutch: availableNow will drain %d messages of queue %r",
-                stream.available_now_budget,
-                stream.queue,
-            )
+            depth = stream.measure_available_now(timeout_s=60.0)
+            log.info("hutch: availableNow will drain %d messages of queue %r", depth, stream.queue)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         starts, ends = self._seqs(start), self._seqs(end)

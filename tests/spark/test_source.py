@@ -209,3 +209,36 @@ def test_broker_restart_mid_stream_reconnects_and_loses_nothing(
     seen = [m for _, rows in batches for m in rows]
     assert restarted
     assert len(seen) - len(set(seen)) <= 2 * BATCH
+
+
+@pytest.mark.parametrize("broker", ["hutch"], indirect=True)  # restart() is hutch-broker's
+def test_available_now_drains_the_whole_queue_across_a_broker_restart(
+    spark: Any, broker: Any, amqp: Any, tmp_path: Path, waiter: Any
+) -> None:
+    # availableNow ends the query at the first batch that finds nothing. Before the fix, the
+    # planning after a restart found an empty buffer while the consumer was still reconnecting
+    # (the query ended with most of the queue left), and the budget measured at the start
+    # had already been spent on messages the restart re-queued.
+    queue = amqp.queue()
+    ids = amqp.publish(queue, 300)
+    amqp.close()
+    batches: list[tuple[int, list[str]]] = []
+
+    def write(frame: Any, batch_id: int) -> None:
+        batches.append((batch_id, [row.message_id for row in frame.select("message_id").collect()]))
+        if batch_id == 1:
+            broker.restart()
+
+    frame = hutch_stream(spark, amqp, queue, maxMessagesPerBatch=50)
+    query = start(frame, write, tmp_path / "ck", availableNow=True)
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    seen = [m for _, rows in batches for m in rows]
+    assert set(seen) == set(ids)
+    assert len(seen) - len(set(seen)) <= 2 * 50  # the batch in flight (and one acked just before)
+    listed = waiter(
+        "our consumer gone",
+        lambda: (q := amqp.management(f"/api/queues/%2F/{queue}"))["consumers"] == 0 and q,
+        15,
+    )
+    assert (listed["messages_ready"], listed["messages_unacknowledged"]) == (0, 0)
