@@ -93,6 +93,10 @@ def test_sparkapplication_wires_broker_secret_and_checkpoint() -> None:
     assert driver_pod["terminationGracePeriodSeconds"] == 60
     assert driver_pod["securityContext"] == {"fsGroup": 185}
     assert spec["executor"]["template"]["spec"]["securityContext"] == {"fsGroup": 185}
+    # Named as the operator's podTemplateContainerName: Spark 4.3 fails on a template without.
+    assert driver_pod["containers"] == [{"name": "spark-kubernetes-driver"}]
+    executor_pod = spec["executor"]["template"]["spec"]
+    assert executor_pod["containers"] == [{"name": "spark-kubernetes-executor"}]
 
 
 def test_exchange_sink_gives_executors_the_credentials() -> None:
