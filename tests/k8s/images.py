@@ -9,7 +9,13 @@ context or an earlier stage, and the final stage is packed as a one-layer OCI im
 Everything is cached under ``~/.cache/hutch/`` keyed by content. What differs from Docker is in
 docs/real-node.md.
 
-CLI: ``python tests/k8s/images.py build [broker|operator|spark|pause]`` prints each layout dir;
+A ``FROM`` may also name one of our own images (``localhost/hutch/hutch-spark:0.1.0``): it is
+built first, and the new image is its layers plus one of what the Dockerfile changed. A
+``COPY --from=NAME`` may take a named build context (``docker build --build-context NAME=DIR``),
+for things built outside Dockerfiles (the Spark Operator's Go binary, NAMED_CONTEXTS).
+
+CLI: ``python tests/k8s/images.py build [broker|operator|spark|spark-operator|pause]`` prints
+each layout dir;
 a cold Dockerfile build logs each step with its time (the Spark image's take minutes).
 
 PYTEST_DONT_REWRITE
@@ -60,8 +66,30 @@ IMAGES = {
     # Java 17, pyspark and pyarrow: ~1 GB, so only the Spark node tests import it (not every
     # node start), and its recipe lives beside the job it runs.
     "spark": ("spark/jobs/Dockerfile", f"localhost/hutch/hutch-spark:{IMAGE_TAG}"),
+    # The Kubeflow Spark Operator's controller over hutch-spark: it runs spark-submit, so it needs
+    # the very Spark the jobs run (`FROM` our own image, below).
+    "spark-operator": (
+        "docker/spark-operator.Dockerfile",
+        f"localhost/hutch/hutch-spark-operator:{IMAGE_TAG}",
+    ),
 }
+SPARK_OPERATOR_SCRIPT = Path(__file__).with_name("build-spark-operator.sh")
 PAUSE_NAME = "localhost/hutch/pause:3.10"
+
+
+def spark_operator_bin() -> Path:
+    """The controller binary's dir, built from the Go module proxy (cached per version)."""
+    done = subprocess.run(
+        ["bash", str(SPARK_OPERATOR_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
+    )
+    return Path(done.stdout.strip().splitlines()[-1]) / "bin"
+
+
+# Named build contexts, as `docker build --build-context NAME=DIR` gives them to
+# `COPY --from=NAME`: things the Dockerfile takes that are built outside it.
+NAMED_CONTEXTS: dict[str, dict[str, Any]] = {
+    "spark-operator": {"spark-operator-bin": spark_operator_bin},
+}
 
 
 def cache_root() -> Path:
@@ -159,6 +187,7 @@ class Stage:
     exposed: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
     history: list[str] = field(default_factory=list)
+    parent: ParentImage | None = None  # FROM one of our own images: its layers and rootfs
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -226,19 +255,38 @@ def _ignored(_directory: str, names: list[str]) -> set[str]:
     return {n for n in names if n in SKIP_NAMES or n.endswith(".egg-info")}
 
 
-def do_copy(stage: Stage, args: str, stages: dict[str, Stage], context: Path) -> None:
-    """COPY [--from=stage] src... dest, relative to WORKDIR."""
+def do_copy(
+    stage: Stage,
+    args: str,
+    stages: dict[str, Stage],
+    context: Path,
+    named: dict[str, Path] | None = None,
+) -> None:
+    """COPY [--from=stage|named context] src... dest, relative to WORKDIR."""
     words = args.split()
     origin = context
     if words[0].startswith("--from="):
-        origin = stages[words.pop(0).split("=", 1)[1]].rootfs
+        source = words.pop(0).split("=", 1)[1]
+        if source in stages:
+            origin = stages[source].rootfs
+        elif named and source in named:
+            origin = named[source]
+        else:
+            raise ValueError(f"COPY --from={source}: no such stage or named build context")
     *srcs, dest = words
     dest_path = dest if dest.startswith("/") else f"{stage.workdir.rstrip('/')}/{dest}"
     target = stage.rootfs / dest_path.lstrip("/")
     copy_into([origin / s.lstrip("/") for s in srcs], target, dest_path.endswith("/"))
 
 
-def apply(stage: Stage, keyword: str, args: str, stages: dict[str, Stage], context: Path) -> None:
+def apply(
+    stage: Stage,
+    keyword: str,
+    args: str,
+    stages: dict[str, Stage],
+    context: Path,
+    named: dict[str, Path] | None = None,
+) -> None:
     """One instruction of a stage; unknown keywords fail loudly rather than build a wrong image."""
     stage.history.append(f"{keyword} {args}")
     if keyword == "WORKDIR":
@@ -247,7 +295,7 @@ def apply(stage: Stage, keyword: str, args: str, stages: dict[str, Stage], conte
     elif keyword == "ENV":
         stage.env.update(dict(pair.split("=", 1) for pair in shlex.split(args)))
     elif keyword == "COPY":
-        do_copy(stage, args, stages, context)
+        do_copy(stage, args, stages, context, named)
     elif keyword == "RUN":
         run_in_chroot(stage, args)
     elif keyword == "USER":
@@ -264,18 +312,55 @@ def apply(stage: Stage, keyword: str, args: str, stages: dict[str, Stage], conte
         raise ValueError(f"unsupported Dockerfile instruction {keyword}")
 
 
+def own_kind(reference: str) -> str | None:
+    """The kind of IMAGES a FROM names (``localhost/hutch/hutch-spark:0.1.0``), if any."""
+    return next((kind for kind, (_, name) in IMAGES.items() if name == reference), None)
+
+
 def new_stage(args: str, workspace: Path, index: int) -> Stage:
-    """FROM <base> [AS name]: a fresh copy of the base rootfs."""
+    """FROM <base> [AS name]: a fresh copy of the base rootfs, or of one of our own images
+    (built first if not cached), with that image's config, as Docker starts a stage."""
     words = args.split()
-    if words[0] not in BASE_IMAGES:
-        raise ValueError(f"FROM {words[0]}: only {sorted(BASE_IMAGES)} map to our base rootfs")
-    rootfs = workspace / f"stage-{index}"
-    subprocess.run(["cp", "-a", str(base_rootfs() / "rootfs"), str(rootfs)], check=True)
     name = words[2] if len(words) == 3 and words[1].upper() == "AS" else str(index)
-    return Stage(name=name, rootfs=rootfs, log=workspace.parent / "build.log")
+    rootfs = workspace / f"stage-{index}"
+    build_log = workspace.parent / "build.log"
+    kind = own_kind(words[0])
+    if kind is not None:
+        parent = parent_image(build_dockerfile_image(kind), workspace / f"parent-{index}")
+        subprocess.run(["cp", "-a", str(parent.rootfs), str(rootfs)], check=True)
+        return stage_from_config(name, rootfs, build_log, parent)
+    if words[0] not in BASE_IMAGES:
+        raise ValueError(
+            f"FROM {words[0]}: only {sorted(BASE_IMAGES)} (our base rootfs) and our own images "
+            f"{sorted(n for _, n in IMAGES.values())} are known"
+        )
+    subprocess.run(["cp", "-a", str(base_rootfs() / "rootfs"), str(rootfs)], check=True)
+    return Stage(name=name, rootfs=rootfs, log=build_log)
 
 
-def build_stages(dockerfile: Path, context: Path, workspace: Path) -> Stage:
+def stage_from_config(name: str, rootfs: Path, build_log: Path, parent: ParentImage) -> Stage:
+    """A stage that inherits its base image's Env, User, WorkingDir, Entrypoint and Cmd."""
+    config = parent.config
+    env = dict(item.split("=", 1) for item in config.get("Env", []))
+    return Stage(
+        name=name,
+        rootfs=rootfs,
+        log=build_log,
+        workdir=config.get("WorkingDir") or "/",
+        env=env or dict(DEFAULT_ENV),
+        user=config.get("User", ""),
+        entrypoint=list(config.get("Entrypoint") or []),
+        cmd=list(config.get("Cmd") or []),
+        exposed=sorted(config.get("ExposedPorts", {})),
+        volumes=sorted(config.get("Volumes", {})),
+        history=list(parent.history),
+        parent=parent,
+    )
+
+
+def build_stages(
+    dockerfile: Path, context: Path, workspace: Path, named: dict[str, Path] | None = None
+) -> Stage:
     """Executes every stage in order; returns the last (the image). Each step is logged with
     its time, so a cold build (minutes for the Spark image) shows where it is."""
     stages: dict[str, Stage] = {}
@@ -289,7 +374,7 @@ def build_stages(dockerfile: Path, context: Path, workspace: Path) -> Stage:
         elif current is None:
             raise ValueError(f"{dockerfile}: {keyword} before FROM")
         else:
-            apply(current, keyword, args, stages, context)
+            apply(current, keyword, args, stages, context, named)
         log.info(
             "%s step %d/%d %s %s: %.1fs",
             dockerfile.name, number, len(steps), keyword, args[:60], time.monotonic() - began,
@@ -356,6 +441,54 @@ def base_layer() -> BaseLayer:
                 staging.rename(tar)
                 digest_file.write_text(digest)
     return BaseLayer(base / "rootfs", tar, digest_file.read_text().strip())
+
+
+@dataclass(frozen=True)
+class ParentImage:
+    """One of our own images as the base of another (``FROM localhost/hutch/...``): its layers,
+    reused by digest (containerd stores them once), and its rootfs, unpacked from them, which
+    the new layer is the difference to."""
+
+    rootfs: Path
+    layers: tuple[tuple[Path, str], ...]  # (blob, sha256 hex), lowest first
+    config: dict[str, Any]
+    history: tuple[str, ...]
+
+
+def parent_image(layout: Path, rootfs: Path) -> ParentImage:
+    """Unpacks an OCI layout's layers in order into ``rootfs``, applying whiteouts."""
+    blobs = layout / "blobs/sha256"
+    (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
+    manifest = json.loads((blobs / entry["digest"].split(":")[1]).read_text())
+    image = json.loads((blobs / manifest["config"]["digest"].split(":")[1]).read_text())
+    layers = tuple(
+        (blobs / layer["digest"].split(":")[1], layer["digest"].split(":")[1])
+        for layer in manifest["layers"]
+    )
+    rootfs.mkdir(parents=True)
+    for blob, _ in layers:
+        unpack_layer(blob, rootfs)
+    history = tuple(h.get("created_by", "") for h in image.get("history", []))
+    return ParentImage(rootfs, layers, image.get("config", {}), history)
+
+
+def unpack_layer(blob: Path, rootfs: Path) -> None:
+    """One uncompressed layer over ``rootfs``: whiteouts delete what is below, the rest is
+    extracted with numeric owners, modes and times (as containerd's snapshotter applies it)."""
+    with tarfile.open(blob) as tar:
+        whiteouts = [m.name for m in tar if Path(m.name).name.startswith(WHITEOUT)]
+    for name in whiteouts:
+        path = Path(name)
+        target = rootfs / path.parent / path.name[len(WHITEOUT) :]
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            target.unlink()
+    subprocess.run(
+        ["tar", "--numeric-owner", "--xattrs", "--same-permissions", "-C", str(rootfs),
+         f"--exclude={WHITEOUT}*", "-xf", str(blob)],
+        check=True,
+    )  # fmt: skip
 
 
 def _changed(path: Path, below: Path) -> bool:
@@ -433,18 +566,20 @@ def write_layout(
     config: dict[str, Any],
     name: str,
     history: list[str],
-    base: BaseLayer | None = None,
+    base: BaseLayer | ParentImage | None = None,
 ) -> None:
     """An OCI image layout importable by ``ctr images import``: one layer holding ``rootfs``,
-    or, over a ``base``, the shared base layer plus one layer of what the build changed."""
+    or, over a ``base``, the shared base layer(s) plus one layer of what the build changed."""
     (layout / "blobs/sha256").mkdir(parents=True)
     staging = layout / "blobs/sha256/layer.tmp"
     if base is None:
         pack_rootfs(rootfs, staging)
         layers = [_add_layer(layout, staging)]
     else:
+        below = base.layers if isinstance(base, ParentImage) else ((base.tar, base.digest),)
         pack_changes(base.rootfs, rootfs, staging)
-        layers = [_add_layer(layout, base.tar, base.digest), _add_layer(layout, staging)]
+        layers = [_add_layer(layout, tar, digest) for tar, digest in below]
+        layers.append(_add_layer(layout, staging))
     image_config = {
         "architecture": "amd64",
         "os": "linux",
@@ -497,16 +632,27 @@ def image_config(stage: Stage) -> dict[str, Any]:
 # --- the images -----------------------------------------------------------------------------------
 
 
-def context_key(dockerfile: Path) -> str:
-    """Content key: the Dockerfile, every COPY source's files, the base and this builder."""
+def context_key(dockerfile: Path, named: dict[str, Path] | None = None) -> str:
+    """Content key: the Dockerfile, every COPY source's files (named contexts' too), the base
+    (our own base image's key, when FROM names one) and this builder."""
     h = hashlib.sha256(dockerfile.read_bytes())
     h.update(base_rootfs().name.encode())
     h.update(Path(__file__).read_bytes())  # the interpreter is part of the recipe
     for keyword, args in instructions(dockerfile.read_text()):
-        if keyword != "COPY" or args.startswith("--from="):
+        kind = own_kind(args.split()[0]) if keyword == "FROM" else None
+        if kind is not None:
+            h.update(build_dockerfile_image(kind).parent.name.encode())
+        if keyword != "COPY":
             continue
-        for src in args.split()[:-1]:
-            h.update(_tree_digest(REPO_ROOT / src).encode())
+        words = args.split()
+        root = REPO_ROOT
+        if words[0].startswith("--from="):
+            source = words.pop(0).split("=", 1)[1]
+            if not named or source not in named:
+                continue  # an earlier stage: its inputs are keyed already
+            root = named[source]
+        for src in words[:-1]:
+            h.update(_tree_digest(root / src).encode())
     return h.hexdigest()[:16]
 
 
@@ -523,21 +669,21 @@ def _tree_digest(path: Path) -> str:
 
 
 def build_dockerfile_image(kind: str) -> Path:
-    """hutch-broker, hutch-operator or hutch-spark, built from its Dockerfile (cached by
-    content); returns the OCI layout dir."""
+    """hutch-broker, hutch-operator, hutch-spark or hutch-spark-operator, built from its
+    Dockerfile (cached by content); returns the OCI layout dir."""
     rel, name = IMAGES[kind]
     dockerfile = REPO_ROOT / rel
-    final = cache_root() / "images" / f"{kind}-{context_key(dockerfile)}"
+    named = {key: make() for key, make in NAMED_CONTEXTS.get(kind, {}).items()}
+    final = cache_root() / "images" / f"{kind}-{context_key(dockerfile, named)}"
 
     def build(stage_dir: Path) -> None:
         began = time.monotonic()
         workspace = stage_dir / "work"
         workspace.mkdir()
-        last = build_stages(dockerfile, REPO_ROOT, workspace)
+        last = build_stages(dockerfile, REPO_ROOT, workspace, named)
         packing = time.monotonic()
-        write_layout(
-            stage_dir / "oci", last.rootfs, image_config(last), name, last.history, base_layer()
-        )
+        base = last.parent or base_layer()
+        write_layout(stage_dir / "oci", last.rootfs, image_config(last), name, last.history, base)
         shutil.rmtree(workspace)
         seconds = time.monotonic() - began
         log.info("%s: packed in %.1fs; built in %.1fs", name, time.monotonic() - packing, seconds)
@@ -552,7 +698,11 @@ def build_dockerfile_image(kind: str) -> Path:
 def prune_images(kind: str, keep: int = KEEP_IMAGES) -> None:
     """Every source change makes a new ~280 MB image; the least recently used beyond ``keep``
     go (several worktrees on one machine each keep theirs among the newest)."""
-    dirs = [d for d in (cache_root() / "images").glob(f"{kind}-*") if (d / ".complete").is_file()]
+    dirs = [
+        d
+        for d in (cache_root() / "images").glob(f"{kind}-*")
+        if (d / ".complete").is_file() and len(d.name) == len(kind) + 17  # not spark-operator-*
+    ]
     for stale in sorted(dirs, key=lambda d: d.stat().st_mtime, reverse=True)[keep:]:
         shutil.rmtree(stale, ignore_errors=True)
 
@@ -630,7 +780,7 @@ def import_image(layout: Path, socket: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``images.py build [broker|operator|spark|pause]...``: builds (or finds) and prints
+    """``images.py build [broker|operator|spark|spark-operator|pause]...``: builds (or finds) and prints
     layouts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["build"])

@@ -11,7 +11,7 @@ Three faces, one concept:
   directory, PKI, kubeconfig and ports; every process it starts is stopped by its own PID. The
   ``node`` tier adds one real node (containerd + kubelet, ``realnode.py``, docs/real-node.md).
 - a pytest plugin (fixtures ``apiserver``, ``workloads``, ``node``, ``k8s_namespace``,
-  ``make_pvs``, ``make_local_pvs``, ``spark_image``),
+  ``make_pvs``, ``make_local_pvs``, ``spark_image``, ``spark_operator``),
   registered by ``tests/conftest.py`` and reusable by ``e2e/``;
 - a CLI: ``python tests/k8s/plane.py up [--tier workloads]`` / ``down``.
 
@@ -1497,6 +1497,25 @@ def spark_image(node: Plane) -> str:
     name = node.add_image("spark")
     REGISTRY.node_seconds.update(node.node_seconds)
     return name
+
+
+@dataclass(frozen=True)
+class SparkOperatorBuild:
+    """The Kubeflow Spark Operator as the node runs it: our image of its controller (imported)
+    and its own Helm chart, from the released module (tests/k8s/build-spark-operator.sh)."""
+
+    image: str
+    chart: Path
+
+
+@pytest.fixture(scope="session")
+def spark_operator(node: Plane, spark_image: str) -> SparkOperatorBuild:
+    """hutch-spark-operator (docker/spark-operator.Dockerfile, FROM hutch-spark) in the node's
+    containerd, and the operator's chart: the controller is built from the Go module proxy on
+    first use (minutes cold, then cached), so only the Spark Operator tests pay for it."""
+    name = node.add_image("spark-operator")
+    REGISTRY.node_seconds.update(node.node_seconds)
+    return SparkOperatorBuild(image=name, chart=images.spark_operator_bin().parent / "chart")
 
 
 @pytest.fixture

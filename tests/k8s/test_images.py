@@ -194,6 +194,71 @@ def test_a_layout_over_a_base_lists_the_shared_base_layer_first(tmp_path: Path):
     assert base_tar.is_file()  # the cached base tar is shared, never moved
 
 
+def test_copy_from_a_named_build_context(tmp_path: Path):
+    """``COPY --from=NAME`` takes a ``--build-context NAME=DIR``; an unknown name fails."""
+    named = tmp_path / "bin"
+    named.mkdir()
+    (named / "tool").write_text("#!/bin/true\n")
+    stage = images.Stage(name="s", rootfs=tmp_path / "rootfs", log=tmp_path / "log")
+    images.apply(stage, "COPY", "--from=tools tool /usr/bin/tool", {}, tmp_path, {"tools": named})
+    assert (tmp_path / "rootfs" / "usr" / "bin" / "tool").read_text() == "#!/bin/true\n"
+    with pytest.raises(ValueError, match="no such stage or named build context"):
+        images.apply(stage, "COPY", "--from=other tool /x", {}, tmp_path, {"tools": named})
+
+
+def test_an_image_from_our_own_image_reuses_its_layers_and_config(tmp_path: Path):
+    """FROM localhost/hutch/...: the parent's layers (whiteouts applied) are the new rootfs,
+    its config the stage's start, and the new layout lists its layers, then ours."""
+    base = tmp_path / "base"
+    (base / "etc").mkdir(parents=True)
+    (base / "etc" / "gone").write_text("deleted by the parent\n")
+    (base / "etc" / "kept").write_text("kept\n")
+    base_tar = tmp_path / "base.tar"
+    images.pack_rootfs(base, base_tar)
+    digest = hashlib.sha256(base_tar.read_bytes()).hexdigest()
+    upper = tmp_path / "parent-rootfs"
+    subprocess.run(["cp", "-a", str(base), str(upper)], check=True)
+    (upper / "etc" / "gone").unlink()
+    (upper / "opt").mkdir()
+    (upper / "opt" / "spark").write_text("spark\n")
+    parent_layout = tmp_path / "parent-oci"
+    config = {"Env": ["SPARK_HOME=/opt/spark"], "User": "185:185", "WorkingDir": "/opt",
+              "Entrypoint": ["/usr/bin/tini"]}  # fmt: skip
+    images.write_layout(parent_layout, upper, config, "localhost/hutch/p:1", ["RUN x"],
+                        images.BaseLayer(base, base_tar, digest))  # fmt: skip
+
+    parent = images.parent_image(parent_layout, tmp_path / "unpacked")
+    assert (parent.rootfs / "etc" / "kept").read_text() == "kept\n"
+    assert not (parent.rootfs / "etc" / "gone").exists()  # the whiteout applied
+    assert (parent.rootfs / "opt" / "spark").read_text() == "spark\n"
+    stage = images.stage_from_config("0", tmp_path / "child", tmp_path / "log", parent)
+    assert (stage.user, stage.workdir, stage.entrypoint) == ("185:185", "/opt", ["/usr/bin/tini"])
+    assert stage.env == {"SPARK_HOME": "/opt/spark"}
+
+    subprocess.run(["cp", "-a", str(parent.rootfs), str(stage.rootfs)], check=True)
+    (stage.rootfs / "usr").mkdir()
+    (stage.rootfs / "usr" / "operator").write_text("bin\n")
+    child = tmp_path / "child-oci"
+    images.write_layout(child, stage.rootfs, {}, "localhost/hutch/c:1", ["COPY"], parent)
+    (entry,) = json.loads((child / "index.json").read_text())["manifests"]
+    manifest = json.loads((child / "blobs" / "sha256" / entry["digest"][7:]).read_text())
+    assert [layer["digest"][7:] for layer in manifest["layers"][:2]] == [
+        d for _, d in parent.layers
+    ]
+    with tarfile.open(child / "blobs" / "sha256" / manifest["layers"][2]["digest"][7:]) as tar:
+        assert tar.getnames() == ["./usr", "./usr/operator"]
+
+
+def test_spark_operator_dockerfile_builds_on_hutch_spark():
+    parsed = images.instructions((REPO / "docker" / "spark-operator.Dockerfile").read_text())
+    (base,) = [args for keyword, args in parsed if keyword == "FROM"]
+    assert images.own_kind(base) == "spark"  # the jobs' Spark is the controller's spark-submit
+    assert "COPY" in dict(parsed) and "--from=spark-operator-bin" in dict(parsed)["COPY"]
+    assert set(images.NAMED_CONTEXTS["spark-operator"]) == {"spark-operator-bin"}
+    spark = images.instructions((REPO / "spark" / "jobs" / "Dockerfile").read_text())
+    assert ("ENV", "SPARK_HOME=/opt/spark") in spark  # the operator runs $SPARK_HOME/bin/...
+
+
 # -- hutch-spark (spark/jobs/Dockerfile), built and run on the real node ------------------------
 
 

@@ -87,6 +87,16 @@ def test_sparkapplication_wires_broker_secret_and_checkpoint() -> None:
     assert not any("secretKeyRef" in key and "executor" in key for key in conf)  # parquet sink
     assert spec["restartPolicy"]["type"] == "Always"
     assert spec["driver"]["serviceAccount"] == "spark-operator-spark"
+    # Pod settings through the pod templates Spark applies, not webhook-only operator fields.
+    assert "terminationGracePeriodSeconds" not in spec["driver"]
+    driver_pod = spec["driver"]["template"]["spec"]
+    assert driver_pod["terminationGracePeriodSeconds"] == 60
+    assert driver_pod["securityContext"] == {"fsGroup": 185}
+    assert spec["executor"]["template"]["spec"]["securityContext"] == {"fsGroup": 185}
+    # Named as the operator's podTemplateContainerName: Spark 4.3 fails on a template without.
+    assert driver_pod["containers"] == [{"name": "spark-kubernetes-driver"}]
+    executor_pod = spec["executor"]["template"]["spec"]
+    assert executor_pod["containers"] == [{"name": "spark-kubernetes-executor"}]
 
 
 def test_exchange_sink_gives_executors_the_credentials() -> None:
@@ -106,7 +116,9 @@ def test_spark_version_is_pinned_to_the_pyspark_wheel() -> None:
     pyspark = importlib.metadata.version("pyspark") if _has("pyspark") else "4.3.0"
     spec = render(*BASE)["SparkApplication"]["spec"]
     assert spec["sparkVersion"] == pyspark
-    assert spec["image"].endswith(f"-spark{pyspark}")
+    # The default image is the one the node tier builds and runs (tests/k8s/images.py); its
+    # Spark is the wheel's (the Dockerfile's pip install, below).
+    assert spec["image"] == "localhost/hutch/hutch-spark:0.1.0"
     # The image installs pyspark from the hutch wheel's `spark` extra: pyproject's pin.
     assert '"$(echo /wheels/hutch-*.whl)[spark]"' in DOCKERFILE.read_text()
     pinned = re.search(r'"pyspark==([^"]+)"', (REPO / "pyproject.toml").read_text())

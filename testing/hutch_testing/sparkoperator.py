@@ -1,0 +1,123 @@
+"""windowed_counts through the Kubeflow Spark Operator: its chart, ours, and the values both take.
+
+Why: charts/hutch-spark renders a SparkApplication, which only a Spark Operator turns into
+Pods. The node test (tests/k8s/test_spark_operator_node.py) installs the operator with its own
+Helm chart (charts/spark-operator-chart of the released Go module, beside the controller that
+tests/k8s/build-spark-operator.sh builds) and our image, then ``helm install``s
+charts/hutch-spark with the values below. docs/spark.md shows these same values, and a test
+checks it does. Choices that matter, and why:
+
+- the operator's mutating webhook is off: the chart needs none (native Spark confs and pod
+  templates), and a webhook would need serving certificates and an apiserver that reaches it;
+- the operator watches the job namespace only, and creates the driver's ServiceAccount
+  ``spark-operator-spark`` there (the chart's default ``serviceAccount``);
+- the job ends (``--available-now``) and ``restartPolicy: OnFailure`` resubmits it from its
+  checkpoint after a failure, as a batch-like drain should;
+- Spark 4.3's spark-submit creates a NetworkPolicy per application (its driver builder's
+  ``NetworkPolicyFeatureStep``, unconditional), which the operator's v2.3.0 chart does not let
+  its controller do: ``controller_rbac`` grants it in the job namespace, as an administrator
+  must (without it the submission fails 403 and the application ends FAILED);
+- CPU *requests* are fractions (``coreRequest``) while each executor runs one task at a time,
+  as in hutch_testing.sparksubmit: a 2-core node also runs the broker and both operators.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPERATOR_RELEASE = "spark-operator"
+OPERATOR_IMAGE = "localhost/hutch/hutch-spark-operator:0.1.0"
+JOB_RELEASE = "windowed-counts"
+MOUNT = "/var/lib/hutch-spark"  # charts/hutch-spark's checkpoint.mountPath default
+
+# SparkApplication states in the order a run that ends well goes through them
+# (sparkoperator.k8s.io/v1beta2 ApplicationStateType).
+HAPPY_PATH = ("SUBMITTED", "RUNNING", "COMPLETED")
+
+
+def operator_values(job_namespace: str, image: str = OPERATOR_IMAGE) -> dict[str, Any]:
+    """Values for the Spark Operator's own chart; everything else is its default."""
+    registry, _, rest = image.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    return {
+        "image": {
+            "registry": registry,
+            "repository": repository,
+            "tag": tag,
+            "pullPolicy": "IfNotPresent",
+        },
+        "webhook": {"enable": False},
+        "spark": {"jobNamespaces": [job_namespace]},
+        "controller": {"uiService": {"enable": False}},
+        "prometheus": {"metrics": {"enable": False}},
+    }
+
+
+def controller_rbac(job_namespace: str, operator_namespace: str) -> list[dict[str, Any]]:
+    """A Role and RoleBinding letting the operator's controller manage the NetworkPolicy that
+    Spark 4.3's spark-submit applies (server-side apply: create, get and patch)."""
+    name = f"{OPERATOR_RELEASE}-controller-networkpolicies"
+    meta = {"name": name, "namespace": job_namespace}
+    rules = [
+        {
+            "apiGroups": ["networking.k8s.io"],
+            "resources": ["networkpolicies"],
+            "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"],
+        }
+    ]
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+         "rules": rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": f"{OPERATOR_RELEASE}-controller",
+                          "namespace": operator_namespace}],
+        },
+    ]  # fmt: skip
+
+
+def job_values(
+    broker: str, queue: str, claim: str, *, executors: int = 2, max_messages_per_batch: int = 400
+) -> dict[str, Any]:
+    """Values for charts/hutch-spark: drain ``queue`` once, resubmitted on failure."""
+    return {
+        "broker": {"name": broker},
+        "queue": queue,
+        "checkpoint": {"existingClaim": claim},
+        "job": {
+            "window": "1 minute",
+            "maxMessagesPerBatch": max_messages_per_batch,
+            "extraArguments": ["--available-now"],
+        },
+        "driver": {"coreRequest": "200m"},
+        "executor": {"instances": executors, "coreRequest": "200m", "memory": "512m"},
+        "restartPolicy": {"type": "OnFailure", "onFailureRetries": 3, "onFailureRetryInterval": 5},
+        "sparkConf": {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.kubernetes.executor.deleteOnTermination": "false",
+        },
+    }
+
+
+def state(app: dict[str, Any] | None) -> str:
+    """A SparkApplication's ``status.applicationState.state`` ("" before the first)."""
+    return str(((app or {}).get("status") or {}).get("applicationState", {}).get("state", ""))
+
+
+def collapse(states: list[str]) -> list[str]:
+    """Observed states without repeats or the initial empty one: the transitions."""
+    seen: list[str] = []
+    for item in states:
+        if item and (not seen or seen[-1] != item):
+            seen.append(item)
+    return seen
+
+
+def in_order(seen: list[str], wanted: tuple[str, ...]) -> bool:
+    """Whether ``wanted`` occurs in ``seen`` as a subsequence (others may come between)."""
+    remaining = iter(seen)
+    return all(any(item == want for item in remaining) for want in wanted)

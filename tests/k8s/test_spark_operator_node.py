@@ -1,0 +1,261 @@
+"""charts/hutch-spark through a real Kubeflow Spark Operator on the node tier, its driver
+deleted half way.
+
+Why: the chart rendered a SparkApplication that no Spark Operator had ever read. Here the
+operator's controller (built from its released Go module, tests/k8s/build-spark-operator.sh)
+runs as a Pod of our image hutch-spark-operator (docker/spark-operator.Dockerfile, FROM
+hutch-spark, so its spark-submit is the jobs' Spark), installed with the operator's own Helm
+chart, webhook off. ``helm install`` of charts/hutch-spark then hands it windowed_counts against
+an operator-managed Broker, and the issue's failure case happens in the same run (one Spark
+job, since each costs minutes of CI): once a micro-batch has committed, the driver Pod is
+deleted; the Spark Operator resubmits it (``restartPolicy: OnFailure``), and the new driver
+resumes from the checkpoint on the PVC.
+
+Asserted: the SparkApplication went SUBMITTED -> RUNNING -> (failure, resubmission) ->
+SUBMITTED -> RUNNING -> COMPLETED; the last driver and >= 2 executors ran on hutch-node with
+``containerd://`` IDs; the per-window counts read back from the PV are exactly the unique
+events (none lost, none twice, duplicates dropped); the queue is empty with nothing unacked,
+one ack per published message, and the broker redelivered what the deleted driver held.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+import yaml  # type: ignore[import-untyped]
+from hutch_testing import (
+    clusters,
+    launchers,
+    localnode,
+    management,
+    pipeline,
+    pods,
+    probes,
+    releases,
+    sparkoperator,
+    sparksubmit,
+    waiting,
+)
+
+REPO = clusters.REPO_ROOT
+EVENTS = 1200  # plus 48 duplicates and the closing tick
+QUEUE = "events"
+CLAIM = "spark-data"
+RUN_TIMEOUT = 900  # seconds from helm install to COMPLETED, the resubmission included
+CONTROLLER_SELECTOR = (
+    f"app.kubernetes.io/instance={sparkoperator.OPERATOR_RELEASE},"
+    "app.kubernetes.io/component=controller"
+)
+APP_PATH = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/{ns}/sparkapplications/{name}"
+
+
+@pytest.mark.k8s  # explicit: the plugin marks plane users after `-m` selection (make unit)
+@pytest.mark.spark
+@pytest.mark.timeout(1800)  # cold: the controller's Go build and two image builds
+def test_spark_operator_runs_the_chart_and_resubmits_a_deleted_driver(
+    node: Any, spark_operator: Any, k8s_namespace: str, tmp_path: Path
+) -> None:
+    cluster = clusters.local_cluster(node)
+    node.apply_crds(REPO / "crds")
+    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
+    (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's: checkpoint, state, output
+    operator = releases.install(cluster, k8s_namespace, tmp_path)
+    helm = Helm(operator)
+    try:
+        _run(node, cluster, helm, spark_operator, k8s_namespace, volume, tmp_path)
+    except BaseException:
+        pods.save_logs(cluster, k8s_namespace, tmp_path / "pod-logs")
+        sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
+        raise
+    finally:
+        helm.run("uninstall", sparkoperator.JOB_RELEASE, "--wait", "--timeout=120s", check=False)
+        helm.run("uninstall", sparkoperator.OPERATOR_RELEASE, "--wait", "--timeout=120s",
+                 check=False)  # fmt: skip
+        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
+                        "--timeout=120s", check=False)  # fmt: skip
+        operator.uninstall()
+
+
+class Helm:
+    """The plane's helm in the test namespace (the hutch operator release's own runner)."""
+
+    def __init__(self, release: releases.OperatorRelease) -> None:
+        self.release = release
+
+    def run(self, *args: str, check: bool = True) -> str:
+        try:
+            return self.release.helm_run(*args).stdout
+        except clusters.ClusterError:
+            if check:
+                raise
+            return ""
+
+    def install(self, name: str, chart: Path, values: dict[str, Any], work: Path) -> None:
+        values_file = work / f"{name}-values.json"
+        values_file.write_text(json.dumps(values, indent=1))
+        self.run("install", name, str(chart), "-f", str(values_file))
+
+
+def _run(
+    node: Any, cluster: clusters.Cluster, helm: Helm, build: Any, ns: str, volume: str, work: Path
+) -> None:
+    endpoint = _broker(cluster, ns)
+    stream = pipeline.make_stream(EVENTS, prefix="op", expire_every=0)
+    _declare(endpoint)
+    pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
+    assert stream.published == EVENTS + stream.duplicates + 1 and stream.nacked == 0
+
+    helm.install(
+        sparkoperator.OPERATOR_RELEASE, build.chart,
+        sparkoperator.operator_values(ns, build.image), work,
+    )  # fmt: skip
+    controller = clusters.wait_for(
+        lambda: _ready_pod(cluster, ns, CONTROLLER_SELECTOR),
+        "the Spark Operator's controller Pod Ready",
+        timeout=180,
+        interval=0.5,
+    )
+    assert controller["spec"]["containers"][0]["image"] == build.image
+    cluster.apply(ns, clusters.manifest(*sparkoperator.controller_rbac(ns, ns)))
+    cluster.apply(ns, clusters.manifest(sparksubmit.claim(CLAIM, ns, volume, "1Gi")))
+
+    began = time.monotonic()
+    helm.install(
+        sparkoperator.JOB_RELEASE, REPO / "charts" / "hutch-spark",
+        sparkoperator.job_values("hutch", QUEUE, CLAIM), work,
+    )  # fmt: skip
+    pv_dir = node.node_layout.volumes_dir / volume
+    run = _watch(cluster, ns, pv_dir)
+    seconds = time.monotonic() - began
+    sys.stderr.write(
+        f"helm install to COMPLETED: {seconds:.0f}s; states {run.states}; driver deleted "
+        f"{run.deleted_at:.0f}s in, after {run.batches_before} committed batches\n"
+    )
+    app = run.app
+    assert sparkoperator.state(app) == "COMPLETED", (run.states, app.get("status"))
+    # The happy path, then the deleted driver's failure and a second submission that completes.
+    assert sparkoperator.in_order(run.states, ("SUBMITTED", "RUNNING")), run.states
+    after = run.states[run.states.index("RUNNING") + 1 :]
+    assert set(after) & {"FAILING", "PENDING_RERUN", "FAILED_SUBMISSION"}, run.states
+    assert sparkoperator.in_order(after, ("SUBMITTED", "RUNNING", "COMPLETED")), run.states
+    assert app["status"]["executionAttempts"] >= 2, app["status"]  # submissionAttempts resets
+
+    driver_name = app["status"]["driverInfo"]["podName"]
+    driver = pods.get_pod(cluster, ns, driver_name)
+    assert driver is not None
+    assert driver["metadata"]["uid"] != run.deleted_uid  # a new Pod, not the deleted one
+    selector = driver["metadata"]["labels"]["spark-app-selector"]
+    executors = pods.list_pods(cluster, ns, f"spark-role=executor,spark-app-selector={selector}")
+    ran = [pods.facts(pod) for pod in [driver, *executors]]
+    sys.stderr.write("".join(f"  {facts.line()}\n" for facts in ran))
+    assert driver["status"]["phase"] == "Succeeded", driver["status"]
+    assert driver["spec"]["securityContext"].get("fsGroup") == sparksubmit.SPARK_UID  # template
+    assert len(executors) >= 2
+    for facts in ran:
+        assert facts.node == "hutch-node", facts
+        assert facts.containers and all(c.startswith("containerd://") for _, c in facts.containers)
+
+    rows = pipeline.read_results(pv_dir / "output", root=(sparkoperator.MOUNT, pv_dir))
+    assert rows, f"no committed Parquet files under {pv_dir / 'output'}"
+    assert pipeline.counted(rows) == stream.expected_counts()  # exactly once after dedupe
+    assert sum(r.events for r in rows) == EVENTS
+    assert Counter((r.window_start, r.type) for r in rows).most_common(1)[0][1] == 1
+
+    queue = management.Management(endpoint).queue(QUEUE)
+    assert (queue["messages"], queue["messages_unacknowledged"], queue["consumers"]) == (0, 0, 0)
+    stats = queue["message_stats"]
+    assert stats["publish"] == stats["ack"] == stream.published, stats
+    assert stats.get("redeliver", 0) > 0, stats  # the deleted driver's unacked batch came back
+
+
+class Run:
+    """What the test saw of the SparkApplication while it ran."""
+
+    def __init__(self) -> None:
+        self.states: list[str] = []
+        self.app: dict[str, Any] = {}
+        self.deleted_uid = ""
+        self.deleted_at = 0.0
+        self.batches_before = 0
+
+
+def _watch(cluster: clusters.Cluster, ns: str, pv_dir: Path) -> Run:
+    """Polls the app's state until it ends; deletes the driver Pod once a batch committed."""
+    path = APP_PATH.format(ns=ns, name=sparkoperator.JOB_RELEASE)
+    run, seen = Run(), []
+    began = time.monotonic()
+    while time.monotonic() - began < RUN_TIMEOUT:
+        app = cluster.get(path) or {}
+        seen.append(sparkoperator.state(app))
+        run.app, run.states = app, sparkoperator.collapse(seen)
+        if seen[-1] in ("COMPLETED", "FAILED"):
+            return run
+        batches = _committed_batches(pv_dir)
+        if not run.deleted_uid and seen[-1] == "RUNNING" and batches >= 1:
+            driver = pods.get_pod(cluster, ns, app["status"]["driverInfo"]["podName"])
+            assert driver is not None
+            run.deleted_uid = driver["metadata"]["uid"]
+            run.deleted_at, run.batches_before = time.monotonic() - began, batches
+            cluster.kubectl("delete", "pod", "-n", ns, driver["metadata"]["name"], "--wait=false")
+        time.sleep(0.5)
+    raise AssertionError(f"not finished after {RUN_TIMEOUT}s: {run.states}")
+
+
+def _committed_batches(pv_dir: Path) -> int:
+    commits = pv_dir / "checkpoint" / "commits"
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else 0
+
+
+def _ready_pod(cluster: clusters.Cluster, ns: str, selector: str) -> dict[str, Any] | None:
+    ready = [p for p in pods.list_pods(cluster, ns, selector) if pods.is_ready(p)]
+    return ready[0] if ready else None
+
+
+def _broker(cluster: clusters.Cluster, ns: str) -> launchers.Endpoint:
+    """examples/broker.yaml's Broker ``hutch``, reached on its ClusterIP with its Secret."""
+    cluster.apply(ns, REPO / "examples" / "broker.yaml")
+    pods.wait_ready(cluster, ns, "hutch-server-0", timeout=180)
+    service = cluster.get(f"/api/v1/namespaces/{ns}/services/hutch")
+    assert service is not None
+    host = service["spec"]["clusterIP"]
+    creds = clusters.wait_for(
+        lambda: clusters.secret_data(cluster, ns, "hutch-default-user"),
+        "the default-user Secret",
+        timeout=60,
+    )
+    waiting.wait_for(lambda: probes.amqp_answers(host, 5672), timeout=60, interval=0.2,
+                     what="AMQP on the broker's ClusterIP")  # fmt: skip
+    return launchers.Endpoint(
+        amqp_port=5672, http_port=15672, username=creds["username"],
+        password=creds["password"], host=host,
+    )  # fmt: skip
+
+
+def _declare(endpoint: launchers.Endpoint) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(endpoint.amqp_url))
+    try:
+        connection.channel().queue_declare(QUEUE, durable=True)
+    finally:
+        connection.close()
+
+
+def test_docs_show_the_values_this_test_installs() -> None:
+    """docs/spark.md's two values files are ``operator_values`` and ``job_values`` above."""
+    text = (REPO / "docs" / "spark.md").read_text()
+    section = text.split("### The chart `charts/hutch-spark`", 1)[1].split("\n### ", 1)[0]
+    blocks = [chunk.split("```", 1)[0] for chunk in section.split("```yaml\n")[1:]]
+    operator_block, job_block = (yaml.safe_load(block) for block in blocks)
+    assert operator_block == sparkoperator.operator_values("<ns>")
+    assert job_block == sparkoperator.job_values("hutch", QUEUE, CLAIM)
+    role, binding = sparkoperator.controller_rbac("<ns>", "<ns>")
+    verbs = ",".join(role["rules"][0]["verbs"])
+    assert f"create role {role['metadata']['name']} -n <ns> \\\n  --verb={verbs} " in section
+    account = binding["subjects"][0]
+    assert f"--serviceaccount=<ns>:{account['name']}\n" in section
