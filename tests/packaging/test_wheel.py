@@ -20,7 +20,12 @@ from hutch_testing import clusters
 
 REPO = clusters.REPO_ROOT
 IGNORED = (".git", ".venv", "__pycache__", "*.egg-info", "build", "test-artifacts", ".*cache")
-DOCKERFILES = ["docker/broker.Dockerfile", "docker/operator.Dockerfile", "spark/jobs/Dockerfile"]
+DOCKERFILES = [
+    "docker/broker.Dockerfile",
+    "docker/operator.Dockerfile",
+    "docker/spark-operator.Dockerfile",
+    "spark/jobs/Dockerfile",
+]
 
 
 @pytest.mark.timeout(180)  # pip fetches setuptools for the isolated build the first time
