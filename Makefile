@@ -32,10 +32,11 @@ unit: bootstrap
 rabbitmq:
 	@bash scripts/install-rabbitmq.sh
 
-## Control-plane binaries (Go module proxy) and the node tier's Debian packages (docs/real-node.md).
+## Control-plane binaries and the Spark Operator controller (Go module proxy), and the node tier's Debian packages (docs/real-node.md).
 k8s-bins:
 	@bash scripts/install-node-deps.sh
 	@bash tests/k8s/build-binaries.sh
+	@bash tests/k8s/build-spark-operator.sh >/dev/null
 
 ## The node tier's images (pause, hutch-broker, hutch-operator) from docker/*.Dockerfile, without Docker; cached.
 images: bootstrap k8s-bins
