@@ -23,9 +23,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hutch_testing import clusters, launchers, pipeline, pods, sparksubmit
+import pika
+
+from hutch_testing import clusters, launchers, pipeline, pods, probes, sparksubmit, waiting
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")  # the pyspark wheel's
+EXAMPLE_BROKER = clusters.REPO_ROOT / "examples" / "broker.yaml"
+
+
+def example_broker(cluster: clusters.Cluster, namespace: str) -> launchers.Endpoint:
+    """examples/broker.yaml's Broker ``hutch`` as a Pod, reached from this host on its
+    ClusterIP (the node's bridge) with its default-user Secret: the Spark node tests' broker."""
+    cluster.apply(namespace, EXAMPLE_BROKER)
+    pods.wait_ready(cluster, namespace, "hutch-server-0", timeout=180)
+    service = cluster.get(f"/api/v1/namespaces/{namespace}/services/hutch")
+    if service is None:
+        raise clusters.ClusterError(f"Broker hutch in {namespace} has no Service 'hutch'")
+    host = service["spec"]["clusterIP"]
+    creds = clusters.wait_for(
+        lambda: clusters.secret_data(cluster, namespace, "hutch-default-user"),
+        "the default-user Secret",
+        timeout=60,
+    )
+    waiting.wait_for(lambda: probes.amqp_answers(host, 5672), timeout=60, interval=0.2,
+                     what="AMQP on the broker's ClusterIP")  # fmt: skip
+    return launchers.Endpoint(
+        amqp_port=5672, http_port=15672, username=creds["username"],
+        password=creds["password"], host=host,
+    )  # fmt: skip
+
+
+def declare_durable(endpoint: launchers.Endpoint, queue: str) -> None:
+    """The job's queue, declared as an application would before publishing to it."""
+    connection = pika.BlockingConnection(pika.URLParameters(endpoint.amqp_url))
+    try:
+        connection.channel().queue_declare(queue, durable=True)
+    finally:
+        connection.close()
 
 
 def environment(kubeconfig: Path) -> dict[str, str]:

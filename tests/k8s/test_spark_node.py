@@ -46,7 +46,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 from hutch_testing import (
     clusters,
@@ -56,6 +55,7 @@ from hutch_testing import (
     pods,
     probes,
     releases,
+    sparkpods,
     sparksubmit,
     waiting,
 )
@@ -98,25 +98,9 @@ def test_windowed_counts_pods_count_exactly_once_through_executor_and_broker_pod
 def _run(
     node: Any, cluster: clusters.Cluster, ns: str, image: str, volume: str, work: Path
 ) -> None:
-    cluster.apply(ns, REPO / "examples" / "broker.yaml")
-    pods.wait_ready(cluster, ns, "hutch-server-0", timeout=180)
-    service = cluster.get(f"/api/v1/namespaces/{ns}/services/hutch")
-    assert service is not None
-    host = service["spec"]["clusterIP"]
-    creds = clusters.wait_for(
-        lambda: clusters.secret_data(cluster, ns, "hutch-default-user"),
-        "the default-user Secret",
-        timeout=60,
-    )
-    waiting.wait_for(lambda: probes.amqp_answers(host, 5672), timeout=60, interval=0.2,
-                     what="AMQP on the broker's ClusterIP")  # fmt: skip
-    endpoint = launchers.Endpoint(
-        amqp_port=5672, http_port=15672, username=creds["username"],
-        password=creds["password"], host=host,
-    )  # fmt: skip
-
+    endpoint = sparkpods.example_broker(cluster, ns)
     stream = pipeline.make_stream(EVENTS, prefix="k8s", expire_every=0)
-    _declare(endpoint)
+    sparkpods.declare_durable(endpoint, QUEUE)
     pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
     assert stream.published == EVENTS + stream.duplicates + 1 and stream.nacked == 0
 
@@ -313,15 +297,6 @@ def _timeline(driver: dict[str, Any], executors: list[dict[str, Any]], pv_dir: P
         offset = (span(pod)[0] - start).total_seconds()
         lines.append(f"  {pod['metadata']['name']} started {offset:.0f}s after the driver\n")
     return "".join(lines)
-
-
-def _declare(endpoint: launchers.Endpoint) -> None:
-    params = pika.URLParameters(endpoint.amqp_url)
-    connection = pika.BlockingConnection(params)
-    try:
-        connection.channel().queue_declare(QUEUE, durable=True)
-    finally:
-        connection.close()
 
 
 def _start_spark_submit(

@@ -27,21 +27,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_testing import (
     clusters,
-    launchers,
     localnode,
     management,
     pipeline,
     pods,
-    probes,
     releases,
     sparkoperator,
+    sparkpods,
     sparksubmit,
-    waiting,
 )
 
 REPO = clusters.REPO_ROOT
@@ -106,9 +103,9 @@ class Helm:
 def _run(
     node: Any, cluster: clusters.Cluster, helm: Helm, build: Any, ns: str, volume: str, work: Path
 ) -> None:
-    endpoint = _broker(cluster, ns)
+    endpoint = sparkpods.example_broker(cluster, ns)
     stream = pipeline.make_stream(EVENTS, prefix="op", expire_every=0)
-    _declare(endpoint)
+    sparkpods.declare_durable(endpoint, QUEUE)
     pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
     assert stream.published == EVENTS + stream.duplicates + 1 and stream.nacked == 0
 
@@ -216,34 +213,6 @@ def _committed_batches(pv_dir: Path) -> int:
 def _ready_pod(cluster: clusters.Cluster, ns: str, selector: str) -> dict[str, Any] | None:
     ready = [p for p in pods.list_pods(cluster, ns, selector) if pods.is_ready(p)]
     return ready[0] if ready else None
-
-
-def _broker(cluster: clusters.Cluster, ns: str) -> launchers.Endpoint:
-    """examples/broker.yaml's Broker ``hutch``, reached on its ClusterIP with its Secret."""
-    cluster.apply(ns, REPO / "examples" / "broker.yaml")
-    pods.wait_ready(cluster, ns, "hutch-server-0", timeout=180)
-    service = cluster.get(f"/api/v1/namespaces/{ns}/services/hutch")
-    assert service is not None
-    host = service["spec"]["clusterIP"]
-    creds = clusters.wait_for(
-        lambda: clusters.secret_data(cluster, ns, "hutch-default-user"),
-        "the default-user Secret",
-        timeout=60,
-    )
-    waiting.wait_for(lambda: probes.amqp_answers(host, 5672), timeout=60, interval=0.2,
-                     what="AMQP on the broker's ClusterIP")  # fmt: skip
-    return launchers.Endpoint(
-        amqp_port=5672, http_port=15672, username=creds["username"],
-        password=creds["password"], host=host,
-    )  # fmt: skip
-
-
-def _declare(endpoint: launchers.Endpoint) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(endpoint.amqp_url))
-    try:
-        connection.channel().queue_declare(QUEUE, durable=True)
-    finally:
-        connection.close()
 
 
 def test_docs_show_the_values_this_test_installs() -> None:
