@@ -60,14 +60,7 @@ def test_the_delivery_count_survives_a_restart(hutch_broker, stop):
     """
     channel = connect(hutch_broker).channel()
     channel.confirm_delivery()
-    channel.queue_declare("dlq", durable=True)
-    arguments = {
-        "x-queue-type": "quorum",
-        "x-delivery-limit": 2,
-        "x-dead-letter-exchange": "",
-        "x-dead-letter-routing-key": "dlq",
-    }
-    channel.queue_declare("poison", durable=True, arguments=arguments)
+    _declare_limited(channel, "poison")
     for body in ("p", "q"):
         publish(channel, "poison", body, delivery_mode=TRANSIENT)
     _return_each(channel, "poison", 2)  # p, then q: each returned once, back in that order
@@ -85,6 +78,18 @@ def test_the_delivery_count_survives_a_restart(hutch_broker, stop):
 
     assert seen == [(b"p", 1), (b"q", 1), (b"p", 2), (b"q", 2)]
     assert dead == [b"p", b"q"]
+
+
+def _declare_limited(channel, queue: str) -> None:
+    """A quorum queue with a delivery limit of 2 that dead-letters into ``dlq``."""
+    channel.queue_declare("dlq", durable=True)
+    arguments = {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": 2,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "dlq",
+    }
+    channel.queue_declare(queue, durable=True, arguments=arguments)
 
 
 def _return_each(channel, queue: str, limit: int) -> list[tuple[bytes, int]]:
@@ -110,14 +115,7 @@ def test_a_publishers_delivery_count_headers_never_count_as_attempts(hutch_broke
     """
     channel = connect(hutch_broker).channel()
     channel.confirm_delivery()
-    channel.queue_declare("dlq", durable=True)
-    arguments = {
-        "x-queue-type": "quorum",
-        "x-delivery-limit": 2,
-        "x-dead-letter-exchange": "",
-        "x-dead-letter-routing-key": "dlq",
-    }
-    channel.queue_declare("forged", durable=True, arguments=arguments)
+    _declare_limited(channel, "forged")
     headers = {"x-delivery-count": 50, quorum.STORED_COUNT: 40, "app": "kept"}
     publish(channel, "forged", "f", delivery_mode=PERSISTENT, headers=headers)
     publish(channel, "forged", "g", delivery_mode=PERSISTENT, headers=headers)
