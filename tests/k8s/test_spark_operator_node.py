@@ -39,6 +39,7 @@ from hutch_testing import (
     sparkoperator,
     sparkpods,
     sparksubmit,
+    waiting,
 )
 
 REPO = clusters.REPO_ROOT
@@ -145,7 +146,12 @@ def _run(
     assert app["status"]["executionAttempts"] >= 2, app["status"]  # submissionAttempts resets
 
     driver_name = app["status"]["driverInfo"]["podName"]
-    driver = pods.get_pod(cluster, ns, driver_name)
+    # COMPLETED follows the driver container's exit; the Pod's phase can trail it by seconds.
+    driver = waiting.wait_for(
+        lambda: pods.get_pod(cluster, ns, driver_name),
+        lambda pod: pod is None or pod["status"].get("phase") in ("Succeeded", "Failed"),
+        timeout=60, interval=0.5, what="the driver Pod's final phase",
+    )  # fmt: skip
     assert driver is not None
     assert driver["metadata"]["uid"] != run.deleted_uid  # a new Pod, not the deleted one
     selector = driver["metadata"]["labels"]["spark-app-selector"]

@@ -57,6 +57,7 @@ def test_higher_priority_first_while_it_has_room_then_lower(target):
 
     assert consumers.wait(4) == [("high", "a"), ("high", "b"), ("default", "c"), ("default", "d")]
     high.basic_ack(0, multiple=True)
+    high.basic_qos(prefetch_count=2)  # a round trip on that channel: the ack is processed
     publish(ch, q, "e")
     assert consumers.wait(5)[-1] == ("high", "e")
 

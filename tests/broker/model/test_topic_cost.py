@@ -7,6 +7,7 @@ random tables hold the bounded matcher to a plain recursive reference on small s
 
 import random
 import time
+from typing import Any
 
 import pytest
 from hutch_broker.model import topics
@@ -43,6 +44,17 @@ ONE_CHAR_WORDS = ".".join("abcdefghij"[index % 10] for index in range(200))
 EMPTY_WORDS = "." * 200  # 201 empty words
 
 
+def fastest(route: Any, runs: int = 3) -> tuple[Any, float]:
+    """The result and the fastest of ``runs`` timings: a blow-up shows in every run, while a
+    scheduler pause on a shared CI core (0.32 s once) shows in one."""
+    timings = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        got = route()
+        timings.append(time.perf_counter() - started)
+    return got, min(timings)
+
+
 @pytest.mark.parametrize(
     ("binding_key", "routing_key", "matches"),
     [
@@ -65,9 +77,7 @@ def test_adversarial_bindings_route_in_bounded_time(binding_key, routing_key, ma
     queue, _ = vhost.declare_queue("q")
     vhost.bind("t", queue, binding_key)
 
-    started = time.perf_counter()
-    got = routed(vhost, exchange, routing_key)
-    elapsed = time.perf_counter() - started
+    got, elapsed = fastest(lambda: routed(vhost, exchange, routing_key))
 
     assert elapsed < BOUND_SECONDS
     assert got == (["q"] if matches else [])
@@ -81,9 +91,7 @@ def test_many_adversarial_bindings_on_one_exchange_stay_bounded():
         vhost.bind("t", queue, ".".join(["#"] * (index % 9 + 1) + [f"w{index}"]))
     key = ".".join(["a"] * 80 + ["w7"])
 
-    started = time.perf_counter()
-    got = routed(vhost, exchange, key)
-    elapsed = time.perf_counter() - started
+    got, elapsed = fastest(lambda: routed(vhost, exchange, key))
 
     assert elapsed < BOUND_SECONDS
     assert got == ["q7"]
