@@ -81,9 +81,12 @@ class ResourceMonitor:
     @property
     def paging_wanted(self) -> bool:
         """Page bodies out above half the watermark (RabbitMQ's paging ratio)."""
+        return self._over_paging_threshold(self.mem_used)
+
+    def _over_paging_threshold(self, used: int) -> bool:
         if self.watermark.disabled:
             return False
-        return self.mem_used > memory.paging_threshold(self.watermark, self.total_memory)
+        return used > memory.paging_threshold(self.watermark, self.total_memory)
 
     def alarms(self) -> list[str]:
         found = []
@@ -97,7 +100,14 @@ class ResourceMonitor:
 
     def sample(self) -> None:
         was_blocked = self.publishing_blocked
-        self.mem_used = _read_rss_anon()
+        used = _read_rss_anon()
+        if self._over_paging_threshold(used):
+            # Freed heap pages (a drained queue, paged-out bodies) stay in RSS until malloc
+            # returns them. Trim before deciding, so the alarm clears on the first sample after
+            # the drain instead of the one after it.
+            _release_freed_memory()
+            used = _read_rss_anon()
+        self.mem_used = used
         self.disk_free = _disk_free(self.data_dir)
         memory_alarm = memory.is_alarmed(self.watermark, self.mem_used, self.total_memory)
         disk_alarm = self.disk_free < self.disk_free_limit
@@ -116,10 +126,7 @@ class ResourceMonitor:
                 self.disk_free_limit,
             )
         self.memory_alarm, self.disk_alarm = memory_alarm, disk_alarm
-        paging = self.paging_wanted
-        self.on_paging(paging)
-        if paging:
-            _release_freed_memory()  # paged-out bodies only lower RSS once malloc gives pages back
+        self.on_paging(self.paging_wanted)
         if was_blocked and not self.publishing_blocked:
             self.on_clear()
 
