@@ -8,6 +8,7 @@ fail fast with a clear message. "Nothing left unacked" is checked after our cons
 """
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,34 @@ def hutch_stream(spark: Any, amqp: Any, queue: str, **options: object) -> Any:
     return reader.load()
 
 
-def collect_into(batches: list[tuple[int, list[str]]], fail_at: int | None = None) -> Any:
-    """A foreachBatch function that records (batch id, message ids), optionally then fails."""
+def collect_into(
+    batches: list[tuple[int, list[str]]],
+    fail_at: int | None = None,
+    then: Callable[[int], None] | None = None,
+) -> Any:
+    """A foreachBatch function that records (batch id, message ids), then calls `then` with
+    the batch id, optionally then fails."""
 
     def write(frame: Any, batch_id: int) -> None:
         batches.append((batch_id, [row.message_id for row in frame.select("message_id").collect()]))
+        if then is not None:
+            then(batch_id)
         if batch_id == fail_at:
             raise RuntimeError(f"sink failed on batch {batch_id}")
 
     return write
+
+
+def restart_once_after(broker: Any, at: int, restarts: list[int]) -> Callable[[int], None]:
+    """A `then` for collect_into: restarts `broker` once, after batch `at` was collected, and
+    records it in `restarts` (a test asserts the restart really happened)."""
+
+    def restart(batch_id: int) -> None:
+        if batch_id == at and not restarts:
+            restarts.append(batch_id)
+            broker.restart()
+
+    return restart
 
 
 def start(frame: Any, sink: Any, checkpoint: Path, **trigger: Any) -> Any:
@@ -189,14 +209,8 @@ def test_broker_restart_mid_stream_reconnects_and_loses_nothing(
     ids = amqp.publish(queue, 300)
     amqp.close()
     batches: list[tuple[int, list[str]]] = []
-    restarted: list[bool] = []
-
-    def write(frame: Any, batch_id: int) -> None:
-        batches.append((batch_id, [row.message_id for row in frame.select("message_id").collect()]))
-        if batch_id == 1 and not restarted:
-            restarted.append(True)
-            broker.restart()
-
+    restarts: list[int] = []
+    write = collect_into(batches, then=restart_once_after(broker, 1, restarts))
     query = start(
         hutch_stream(spark, amqp, queue, maxMessagesPerBatch=BATCH), write, tmp_path / "ck"
     )
@@ -207,7 +221,7 @@ def test_broker_restart_mid_stream_reconnects_and_loses_nothing(
     finally:
         query.stop()
     seen = [m for _, rows in batches for m in rows]
-    assert restarted
+    assert restarts == [1]
     assert len(seen) - len(set(seen)) <= 2 * BATCH
 
 
@@ -223,16 +237,13 @@ def test_available_now_drains_the_whole_queue_across_a_broker_restart(
     ids = amqp.publish(queue, 300)
     amqp.close()
     batches: list[tuple[int, list[str]]] = []
-
-    def write(frame: Any, batch_id: int) -> None:
-        batches.append((batch_id, [row.message_id for row in frame.select("message_id").collect()]))
-        if batch_id == 1:
-            broker.restart()
-
+    restarts: list[int] = []
+    write = collect_into(batches, then=restart_once_after(broker, 1, restarts))
     frame = hutch_stream(spark, amqp, queue, maxMessagesPerBatch=50)
     query = start(frame, write, tmp_path / "ck", availableNow=True)
     assert query.awaitTermination(120)
     assert query.exception() is None
+    assert restarts == [1]
     seen = [m for _, rows in batches for m in rows]
     assert set(seen) == set(ids)
     assert len(seen) - len(set(seen)) <= 2 * 50  # the batch in flight (and one acked just before)
