@@ -73,6 +73,7 @@ def pick_inputs(args: argparse.Namespace) -> dict[str, Path | None]:
         or newest("2*.json", complete_broker_run)
         or newest("2*.json", lambda d: "runs" in d),
         "spark": args.spark or newest("spark-*.json", lambda d: "hutch" in d),
+        "spark_node": args.spark_node or newest("spark-node-*.json", lambda d: "summary" in d),
         "operator": args.operator or newest("operator-*.json", lambda d: "queues" in d),
     }
 
@@ -441,6 +442,39 @@ def spark_section(doc: dict[str, Any] | None, out: Path, headline: list[str]) ->
     return lines
 
 
+def spark_node_section(doc: dict[str, Any] | None) -> list[str]:
+    """The same phases with the driver in a Pod on the real node (bench/spark_node_bench.py)."""
+    title = "### The same with the driver in a Pod on the real node (bench/spark_node_bench.py)"
+    if doc is None:
+        return [title, "", "No bench/spark_node_bench.py results found.", ""]
+    stats = doc["summary"]
+    row = [
+        "Hutch, driver Pod",
+        _spread(stats["plain_rate"]),
+        _spread(stats["source_rate"]),
+        _spread(stats["source_over_plain"], digits=2),
+        _spread(stats["latency_p50_ms"]),
+        _spread(stats["latency_p95_ms"]),
+    ]
+    lines = [title, ""]
+    lines += table(
+        ["broker", "plain pika consumer msg/s", "Spark source msg/s", "source/plain",
+         "latency p50 ms", "latency p95 ms"],
+        [row],
+    )  # fmt: skip
+    pods = "; ".join(doc.get("pods", [])) or "not recorded"
+    lines += [
+        "",
+        f"The driver (and the plain consumer and publisher) in Pod `spark-bench-driver`, two "
+        f"executor Pods, the Broker Pod of examples/broker.yaml reached through its Service; "
+        f"{doc.get('messages', '?')} messages per throughput run, median (range) of "
+        f"{doc.get('repeat', '?')} rounds after a discarded warm-up in the same Spark session. "
+        f"Machine: {doc.get('machine_load', 'load not recorded')}. Pods: {pods}.",
+        "",
+    ]
+    return lines
+
+
 OPERATOR_FIGURES = {
     "queues": "Queue CRs created at once",
     "create_seconds": "seconds to create them (16 POSTs in flight)",
@@ -494,6 +528,7 @@ def render(inputs: dict[str, Path | None], out: Path) -> tuple[str, list[str]]:
     headline: list[str] = []
     body = broker_section(docs["broker"], out, headline)
     body += spark_section(docs["spark"], out, headline)
+    body += spark_node_section(docs["spark_node"])
     body += operator_section(docs["operator"], out, headline)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = [
@@ -528,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--broker", type=Path, help="bench/run.py JSON (default: newest complete)")
     parser.add_argument("--spark", type=Path, help="bench/spark_bench.py JSON (default: newest)")
+    parser.add_argument(
+        "--spark-node", type=Path, help="bench/spark_node_bench.py JSON (default: newest)"
+    )
     parser.add_argument("--operator", type=Path, help="operator_bench.py JSON (default: newest)")
     parser.add_argument("--out", type=Path, default=OUT, help="output directory (docs/bench)")
     args = parser.parse_args(argv)
