@@ -127,7 +127,7 @@ def stop_recorded(run_dir: Path) -> None:
 
 
 def owner_alive(run_dir: Path) -> PidRecord | None:
-    """The run's owning process (pytest or ``plane.py up``), if it is still alive."""
+    """The run's owning process (pytest or the CLI's ``up``), if it is still alive."""
     for record in read_pids(run_dir):
         if record.role == "owner" and process_matches(record.pid, record.exe):
             return record
