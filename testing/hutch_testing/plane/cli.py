@@ -64,7 +64,11 @@ def cmd_down() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``up [--tier apiserver|workloads|node]`` or ``down``; the exit status of either."""
-    parser = argparse.ArgumentParser(prog="python -m hutch_testing.plane", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m hutch_testing.plane",
+        description="A local Kubernetes control plane for manual work (make plane), under "
+        ".hutch-dev/; `up` runs until Ctrl-C, SIGTERM or `down`.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a plane under .hutch-dev/ until interrupted")
     up.add_argument("--tier", choices=binaries.TIERS, default="apiserver")
