@@ -40,11 +40,11 @@ k8s-bins:
 
 ## The node tier's images (pause, hutch-broker, hutch-operator) from docker/*.Dockerfile, without Docker; cached.
 images: bootstrap k8s-bins
-	$(PY) tests/k8s/images.py build pause broker operator
+	$(PY) -m hutch_testing.plane.images build pause broker operator
 
 ## A local control plane for manual work (Ctrl-C stops it).
 plane: bootstrap k8s-bins
-	$(PY) tests/k8s/plane.py up --tier workloads
+	$(PY) -m hutch_testing.plane up --tier workloads
 
 ## The chain under pytest on the local real node; E2E_KUBECONFIG=path runs it on kind or any cluster.
 e2e: bootstrap k8s-bins

@@ -2,7 +2,7 @@
 
 Why a script and not a test: it measures (seconds to all Ready, CRs/s, Kubernetes and broker
 calls per CR, operator peak RSS, restart settle time) rather than asserting, and takes minutes.
-Everything is local: the apiserver tier of tests/k8s/plane.py, one hutch-broker on loopback, and
+Everything is local: the apiserver tier of hutch_testing.plane, one hutch-broker on loopback, and
 the operator as a child process (``python -m hutch_operator``) so its RSS and restart are real.
 
     python bench/operator_bench.py [--queues 1000] [--workers 16] [--json out.json]
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import importlib.util
 import json
 import os
 import re
@@ -37,16 +36,7 @@ sys.path.insert(0, str(REPO / "testing"))
 
 from hutch_testing import admission  # noqa: E402
 from hutch_testing.brokers import HutchBroker  # noqa: E402
-
-
-def load_plane() -> Any:
-    spec = importlib.util.spec_from_file_location("hutch_k8s_plane", REPO / "tests/k8s/plane.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hutch_k8s_plane"] = module
-    spec.loader.exec_module(module)
-    return module
+from hutch_testing.plane import planes  # noqa: E402
 
 
 def free_port() -> int:
@@ -210,8 +200,7 @@ def wait_log_count(path: Path, needle: str, count: int, timeout: float) -> float
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    plane_mod = load_plane()
-    plane = plane_mod.new_plane("apiserver")
+    plane = planes.new_plane("apiserver")
     plane.start()
     broker = HutchBroker().start()
     operator = None

@@ -6,18 +6,17 @@ StatefulSet's Pod), the examples' topology, then per-test objects. One plane, on
 release and two Brokers serve the whole run (``hutch`` from the examples, ``hutch-small`` for
 the watermark test), so the suite pays the start-up once.
 
-Where: the local plane's ``node`` tier by default (tests/k8s/plane.py, loaded by path as
-tests/conftest.py does: a real kubelet and containerd; docs/real-node.md); ``--kubeconfig
-PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any cluster instead (kind, with the images loaded by
-``kind load docker-image``). Either way the brokers are reached through ``kubectl
-port-forward`` on loopback. Under ``HUTCH_K8S_REQUIRED=1`` (CI) a node that cannot start, or
-Spark that cannot run, fails the run; locally those tests skip with the reason.
+Where: the local plane's ``node`` tier by default (hutch_testing.plane: a real kubelet and
+containerd; docs/real-node.md); ``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any
+cluster instead (kind, with the images loaded by ``kind load docker-image``). Either way the
+brokers are reached through ``kubectl port-forward`` on loopback. Under
+``HUTCH_K8S_REQUIRED=1`` (CI) a node that cannot start, or Spark that cannot run, fails the run;
+locally those tests skip with the reason.
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import os
 import secrets
 import shutil
@@ -28,16 +27,8 @@ from pathlib import Path
 import pytest
 from hutch_testing import chain, clusters, summaries
 
-_PLANE = Path(__file__).resolve().parents[1] / "tests" / "k8s" / "plane.py"
-if "hutch_k8s_plane" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location("hutch_k8s_plane", _PLANE)
-    assert _spec is not None
-    assert _spec.loader is not None
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules["hutch_k8s_plane"] = _module
-    _spec.loader.exec_module(_module)
-
-pytest_plugins = ["hutch_k8s_plane"]
+# Also hutch-testing's pytest11 entry point, under this same name: pytest registers it once.
+pytest_plugins = ["hutch_testing.plane.pytest_plugin"]
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

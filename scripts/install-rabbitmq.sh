@@ -8,13 +8,21 @@
 # has none, and stop any node the package managed to start anyway.
 #
 # Idempotent and non-interactive: run as root, from CI or by hand. `apt-get update` runs only when the
-# package lists do not know rabbitmq-server yet.
+# package lists do not know rabbitmq-server yet. Without root (`make test` as a developer) it only
+# checks: an installed 3.10.8 is all the tests need; a missing one is a warning, since the
+# side-by-side tests then skip, except where they may not skip (CI, HUTCH_REFERENCE_REQUIRED=1,
+# the rule of testing/hutch_testing/pytest_plugin.py), where it fails.
 set -euo pipefail
 
 readonly WANTED_VERSION="3.10.8"
 readonly POLICY_RC=/usr/sbin/policy-rc.d
 
 log() { echo "install-rabbitmq: $*" >&2; }
+
+reference_required() {
+    case "${CI:-}" in "" | 0 | false | no) ;; *) return 0 ;; esac
+    [[ "${HUTCH_REFERENCE_REQUIRED:-}" == 1 ]]
+}
 
 installed_version() {
     dpkg-query -W -f='${Status} ${Version}\n' rabbitmq-server 2>/dev/null |
@@ -64,8 +72,14 @@ main() {
             log "rabbitmq-server $(installed_version) already installed"
             exit 0
         fi
-        log "rabbitmq-server ${WANTED_VERSION} is not installed and installing it needs root"
-        exit 1
+        if reference_required; then
+            log "rabbitmq-server ${WANTED_VERSION} is not installed, installing it needs root," \
+                "and the side-by-side tests may not skip here (CI / HUTCH_REFERENCE_REQUIRED=1)"
+            exit 1
+        fi
+        log "rabbitmq-server ${WANTED_VERSION} is not installed and installing it needs root:" \
+            "the side-by-side tests will skip (as root: bash scripts/install-rabbitmq.sh)"
+        exit 0
     fi
     if ! version_ok; then
         ensure_package_lists

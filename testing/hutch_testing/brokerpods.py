@@ -7,7 +7,7 @@ namespace, which ignores a SIGKILL sent from inside), and the kubelet's record o
 (``restartCount``, ``lastState``). Clients reach the broker through its Service's ClusterIP,
 which routes from the host through kube-proxy and so follows the Pod when it is replaced.
 
-``plane`` is the node tier's ``Plane`` (tests/k8s/plane.py): ``api``, ``node_layout``.
+``plane`` is the node tier's ``Plane`` (hutch_testing.plane.planes): ``api``, ``node_layout``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ host, newest first.
 Everything runs as on a user's cluster: the operator is ``helm install`` of
 charts/hutch-operator (``releases``), each Broker's broker is the Pod of the StatefulSet the
 operator made, and the operator reaches it through its Service name. The cluster is the local
-plane's ``node`` tier (a real kubelet and containerd, tests/k8s/realnode.py) or any kubeconfig
-(kind). Publishers, consumers and the Spark job on this host reach a broker through
+plane's ``node`` tier (a real kubelet and containerd, hutch_testing.plane.realnode) or any
+kubeconfig (kind). Publishers, consumers and the Spark job on this host reach a broker through
 ``kubectl port-forward svc/<broker>`` on loopback ports, the same way on both (why not a
 NodePort: docs/real-node.md, "Outside access").
 """

@@ -1,17 +1,15 @@
 """The Kubernetes side of the chain: the local control plane or any kubeconfig, and CR helpers.
 
 Why: the quickstart and the e2e suite drive the same chain against either the local plane
-(tests/k8s/plane.py: real upstream binaries, kwok Nodes, fake Pod IPs) or an external cluster
+(hutch_testing.plane: real upstream binaries, kwok Nodes, fake Pod IPs) or an external cluster
 such as kind, where brokers are real Pods. Both are a ``Cluster`` here: a kubeconfig, kubectl
 and a raw GET, plus ``local`` telling the chain whether brokers must run as local processes
-(test-cluster.md §4.1). The plane module is loaded by path under the name the conftest files
-use, ``hutch_k8s_plane``, so a pytest run and this module share one registry of planes.
+(test-cluster.md §4.1). A pytest run and the quickstart share the plane's one ``REGISTRY``.
 """
 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import queue
 import shutil
@@ -21,15 +19,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from hutch_testing import progress
+from hutch_testing.plane import binaries
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PLANE_FILE = REPO_ROOT / "tests" / "k8s" / "plane.py"
-BUILD_SCRIPT = REPO_ROOT / "tests" / "k8s" / "build-binaries.sh"
-PLANE_MODULE = "hutch_k8s_plane"
+REPO_ROOT = binaries.REPO_ROOT
 GROUP_PATH = "/apis/hutch.dev/v1alpha1"
 STORAGE_CLASS = "hutch-test"
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
@@ -39,27 +34,12 @@ class ClusterError(RuntimeError):
     """A Kubernetes step of the chain failed; the message says which and shows the object."""
 
 
-def plane_module() -> ModuleType:
-    """tests/k8s/plane.py, imported once under the name tests/ and e2e/ conftests use."""
-    module = sys.modules.get(PLANE_MODULE)
-    if module is not None:
-        return module
-    spec = importlib.util.spec_from_file_location(PLANE_MODULE, PLANE_FILE)
-    if spec is None or spec.loader is None:
-        raise ClusterError(f"cannot load {PLANE_FILE}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[PLANE_MODULE] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def binaries_problem() -> str | None:
     """Why the local plane cannot start right now (binaries or kubectl missing), or None."""
-    plane = plane_module()
     try:
-        plane.check_binaries(plane.find_bin_dir(), "workloads")
-        plane.find_kubectl()
-    except plane.BinariesMissingError as exc:
+        binaries.check_binaries(binaries.find_bin_dir(), "workloads")
+        binaries.find_kubectl()
+    except binaries.BinariesMissingError as exc:
         return str(exc)
     return None
 
@@ -76,7 +56,7 @@ def build_binaries(report: progress.Progress, log_path: Path) -> None:
     lines: queue.Queue[str | None] = queue.Queue()
     with log_path.open("w") as log:
         proc = subprocess.Popen(  # noqa: S603 - the repository's own build script
-            ["bash", str(BUILD_SCRIPT)],  # noqa: S607 - bash from PATH, as make runs it
+            ["bash", str(binaries.BUILD_SCRIPT)],  # noqa: S607 - bash from PATH, as make runs it
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -122,7 +102,7 @@ def _next_line(lines: queue.Queue[str | None]) -> str | None:
 
 @dataclass
 class Cluster:
-    """A kubeconfig the chain drives; ``local`` = the plane of tests/k8s (fake Pod addresses)."""
+    """A kubeconfig the chain drives; ``local`` = hutch_testing.plane's (fake Pod addresses)."""
 
     kubeconfig: Path
     kubectl_path: Path

@@ -1,7 +1,7 @@
 """The node's images for the quickstart, built ahead of the plane so the wait has a bar.
 
 Why: on a fresh machine the node tier first debootstraps a base rootfs and then executes
-``docker/*.Dockerfile`` (tests/k8s/images.py): about two minutes in which the plane's start
+``docker/*.Dockerfile`` (hutch_testing.plane.images): about two minutes in which the plane's start
 would print nothing. Built here first, in the same order and into the same cache the plane
 uses, each phase advances a bar by its measured cold time; when everything is cached the
 phases take under a second and the plane only imports the images.
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hutch_testing import clusters, progress
+from hutch_testing.plane import images
 
 # Measured cold seconds per phase on 2 cores (docs/real-node.md): the bar's weights.
 PHASES: dict[str, float] = {
@@ -30,7 +31,7 @@ PHASES: dict[str, float] = {
 class Builder:
     """Runs the phases in a thread; the caller polls ``fraction()`` and ``label()``."""
 
-    images: Any  # tests/k8s/images.py, as the plane module loaded it
+    images: Any  # hutch_testing.plane.images, or a stand-in that records the calls
     done: list[str] = field(default_factory=list)
     current: str | None = None
     since: float = 0.0
@@ -73,7 +74,7 @@ def build(report: progress.Progress, *, spark: bool = True) -> dict[str, float]:
     """Builds (or finds cached) pause, hutch-broker, hutch-operator and (``spark``) hutch-spark;
     seconds per phase."""
     phases = [name for name in PHASES if spark or name != "spark"]
-    builder = Builder(clusters.plane_module().images, phases=phases)
+    builder = Builder(images, phases=phases)
     worker = threading.Thread(target=builder.run, name="image-build", daemon=True)
     worker.start()
     while worker.is_alive():

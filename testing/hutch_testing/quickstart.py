@@ -51,6 +51,7 @@ from hutch_testing import (
     sparkpods,
     summaries,
 )
+from hutch_testing.plane import binaries, planes
 
 EVENTS_EXCHANGE = "orders"  # examples/topology.yaml: topic exchange, "eu.#" -> orders-eu
 EVENTS_QUEUE = "orders-eu"
@@ -138,9 +139,7 @@ def _cluster(
             clusters.build_binaries(report, work_dir / "logs" / "build-binaries.log")
         else:
             report.say("      cached")
-        problem = node_binaries_problem() or clusters.plane_module().node_problem(
-            clusters.plane_module().find_bin_dir()
-        )
+        problem = node_binaries_problem() or binaries.node_problem(binaries.find_bin_dir())
         if problem is not None:
             raise clusters.ClusterError(problem)
     with report.step(
@@ -152,9 +151,8 @@ def _cluster(
     with report.step(
         "Starting the local plane with a real node (kubelet, containerd, kube-proxy)", "plane"
     ):
-        plane_mod = clusters.plane_module()
-        plane = plane_mod.REGISTRY.acquire(TIER)
-        stack.callback(plane_mod.REGISTRY.release, TIER)
+        plane = planes.REGISTRY.acquire(TIER)
+        stack.callback(planes.REGISTRY.release, TIER)
         report.say(f"      up in {plane.start_seconds:.1f}s; KUBECONFIG={plane.kubeconfig}")
     return clusters.local_cluster(plane)
 
@@ -309,10 +307,9 @@ def _pod_line(line: chain.Chain) -> str:
 
 def node_binaries_problem() -> str | None:
     """Why the node tier's binaries are not all there (kubelet, kube-proxy, ...), or None."""
-    plane = clusters.plane_module()
     try:
-        plane.check_binaries(plane.find_bin_dir(), TIER)
-    except plane.BinariesMissingError as exc:
+        binaries.check_binaries(binaries.find_bin_dir(), TIER)
+    except binaries.BinariesMissingError as exc:
         return str(exc)
     return None
 

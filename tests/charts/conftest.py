@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import hutch_k8s_plane as plane
 import pytest
 import yaml
+from hutch_testing.plane import binaries
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"
@@ -19,9 +19,9 @@ KUBE_VERSION = "1.36.4"  # a go-installed helm defaults to v1.20 capabilities
 @pytest.fixture(scope="session")
 def helm() -> Path:
     try:
-        path = plane.find_bin_dir() / "helm"
-    except plane.BinariesMissingError as exc:
-        if plane.k8s_required():
+        path = binaries.find_bin_dir() / "helm"
+    except binaries.BinariesMissingError as exc:
+        if binaries.k8s_required():
             pytest.fail(f"helm is required here: {exc}")
         pytest.skip(f"helm missing: {exc}")
     if not path.is_file():

@@ -8,7 +8,8 @@
 #
 # Usage: bash tests/k8s/build-binaries.sh      -> prints the bin-dir parent on stdout (last line)
 # A second run finds `.complete` and returns at once. Progress goes to stderr.
-# tests/k8s/plane.py reads the *_VERSION pins below: keep them as plain NAME=value lines.
+# hutch_testing.plane.binaries (testing/) reads the *_VERSION pins below: keep them as plain
+# NAME=value lines.
 set -euo pipefail
 
 K8S_VERSION=v1.36.4
@@ -225,7 +226,7 @@ smoke_coredns() {
     fi
 }
 
-# write_versions_env DIR: facts plane.py needs at run time (kwok stages live in the module cache).
+# write_versions_env DIR: facts the plane needs at run time (kwok stages live in the module cache).
 write_versions_env() {
     cat >"$1/versions.env" <<EOF
 K8S_VERSION=$K8S_VERSION

@@ -13,17 +13,16 @@ import json
 import logging
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hutch_testing.plane import realnode
 
 pytestmark = pytest.mark.k8s
 log = logging.getLogger("hutch.k8s.dns")
 
-realnode = sys.modules["hutch_k8s_plane"].realnode
 
 IMAGE = "localhost/hutch/hutch-broker:0.1.0"
 LABELS = {"app": "dns-broker"}

@@ -1,4 +1,4 @@
-"""The Dockerfile interpreter behind the node tier's images (tests/k8s/images.py).
+"""The Dockerfile interpreter behind the node tier's images (hutch_testing.plane.images).
 
 Why: the node tier's claim is "one recipe": the images tested on the real node are built by
 reading docker/*.Dockerfile and spark/jobs/Dockerfile. Most tests here pin, without root, the
@@ -11,34 +11,18 @@ never silently build a different image). The hutch-spark image is also run on th
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hutch_testing import waiting
+from hutch_testing.plane import images
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _images() -> Any:
-    """images.py by path, under the name plane.py gives it (one module object either way)."""
-    name = "hutch_k8s_images"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("images.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-images = _images()
 
 
 def test_broker_dockerfile_parses_into_the_instructions_we_execute():

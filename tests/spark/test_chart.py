@@ -10,12 +10,12 @@ passes a real structural schema with strict field validation.
 import importlib.metadata
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
+from hutch_testing.plane import binaries
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-spark"
@@ -25,11 +25,10 @@ KUBE_VERSION = "1.36.4"
 
 
 def helm() -> str:
-    plane = sys.modules["hutch_k8s_plane"]
     try:
-        return str(plane.find_bin_dir() / "helm")
-    except Exception as error:  # noqa: BLE001 - the plugin's own skip/fail policy applies
-        if plane.k8s_required():
+        return str(binaries.find_bin_dir() / "helm")
+    except binaries.BinariesMissingError as error:
+        if binaries.k8s_required():
             pytest.fail(f"helm is required here: {error}")
         pytest.skip(f"helm unavailable: {error}")
 
@@ -116,7 +115,7 @@ def test_spark_version_is_pinned_to_the_pyspark_wheel() -> None:
     pyspark = importlib.metadata.version("pyspark") if _has("pyspark") else "4.3.0"
     spec = render(*BASE)["SparkApplication"]["spec"]
     assert spec["sparkVersion"] == pyspark
-    # The default image is the one the node tier builds and runs (tests/k8s/images.py); its
+    # The default image is the one the node tier builds and runs (hutch_testing.plane.images); its
     # Spark is the wheel's (the Dockerfile's pip install, below).
     assert spec["image"] == "localhost/hutch/hutch-spark:0.1.0"
     # The image installs pyspark from the hutch wheel's `spark` extra: pyproject's pin.

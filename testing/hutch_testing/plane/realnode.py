@@ -6,8 +6,6 @@ Why: kwok Pods run nothing, so Hutch's image, probes, cgroup limits and volumes 
 containerd and kubelet, and a teardown that leaves no process, mount, cgroup, bridge or rule
 behind. Everything it creates is recorded in ``$RUN/node.json`` first, so a stale run (owner
 killed) is cleaned up by the same code (``cleanup``). Operator notes: docs/real-node.md.
-
-PYTEST_DONT_REWRITE
 """
 
 from __future__ import annotations
@@ -46,7 +44,8 @@ SHIM_SOCKET_DIR = Path("/run/containerd/s")  # containerd 1.6 puts shim sockets 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PAUSE_IMAGE = "localhost/hutch/pause:3.10"
 FAKE_NODE_TAINT = {"key": "hutch.dev/fake-node", "value": "kwok", "effect": "NoSchedule"}
-LOCK_PATH = Path("/tmp/hutch-node.lock")  # one bridge per machine, so one node plane
+# One bridge per machine, so one node plane: every checkout and user takes this same lock.
+LOCK_PATH = Path("/tmp/hutch-node.lock")  # noqa: S108
 # How long a second plane waits for the node; developers sharing one machine raise it.
 LOCK_WAIT_SECONDS = float(os.environ.get("HUTCH_NODE_LOCK_WAIT", "300"))
 # kubelet sets these at start (container_manager_linux.setupKernelTunables); we put them back.
@@ -686,7 +685,7 @@ def our_shims(socket: str) -> list[tuple[int, Path]]:
 
 def _cgroup_dirs(name: str) -> list[Path]:
     """Every cgroup under our root, deepest first (the order rmdir needs)."""
-    dirs = []
+    dirs: list[Path] = []
     for hierarchy in cgroup_hierarchies(unified=True):
         top = hierarchy / name
         if top.is_dir():
@@ -699,7 +698,7 @@ def kill_cgroup_tasks(name: str) -> None:
     """SIGKILLs every process in our cgroup subtree (containers and pause) until it is empty."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        pids = set()
+        pids: set[int] = set()
         for path in _cgroup_dirs(name):
             with contextlib.suppress(OSError):
                 pids.update(int(p) for p in (path / "cgroup.procs").read_text().split())

@@ -14,11 +14,9 @@ built first, and the new image is its layers plus one of what the Dockerfile cha
 ``COPY --from=NAME`` may take a named build context (``docker build --build-context NAME=DIR``),
 for things built outside Dockerfiles (the Spark Operator's Go binary, NAMED_CONTEXTS).
 
-CLI: ``python tests/k8s/images.py build [broker|operator|spark|spark-operator|pause]`` prints
-each layout dir;
-a cold Dockerfile build logs each step with its time (the Spark image's take minutes).
-
-PYTEST_DONT_REWRITE
+CLI (``make images``): ``python -m hutch_testing.plane.images build
+[broker|operator|spark|spark-operator|pause]`` prints each layout dir; a cold Dockerfile build
+logs each step with its time (the Spark image's take minutes).
 """
 
 from __future__ import annotations
@@ -43,10 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hutch_testing.plane import binaries
+
 log = logging.getLogger("hutch.k8s.images")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PAUSE_SOURCE = Path(__file__).with_name("pause") / "pause.go"
+REPO_ROOT = binaries.REPO_ROOT  # the build context of every Dockerfile
+PAUSE_SOURCE = binaries.K8S_SCRIPTS / "pause" / "pause.go"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 # python3-pip and python-is-python3 stand in for what python:3.11-slim has: pip and `python`.
@@ -73,7 +73,7 @@ IMAGES = {
         f"localhost/hutch/hutch-spark-operator:{IMAGE_TAG}",
     ),
 }
-SPARK_OPERATOR_SCRIPT = Path(__file__).with_name("build-spark-operator.sh")
+SPARK_OPERATOR_SCRIPT = binaries.K8S_SCRIPTS / "build-spark-operator.sh"
 PAUSE_NAME = "localhost/hutch/pause:3.10"
 
 
@@ -90,11 +90,6 @@ def spark_operator_bin() -> Path:
 NAMED_CONTEXTS: dict[str, dict[str, Any]] = {
     "spark-operator": {"spark-operator-bin": spark_operator_bin},
 }
-
-
-def cache_root() -> Path:
-    """The same root as the plane's binaries (HUTCH_CACHE)."""
-    return Path(os.environ.get("HUTCH_CACHE", "~/.cache/hutch")).expanduser()
 
 
 def digest_of(*parts: str | bytes) -> str:
@@ -140,7 +135,7 @@ def cached_dir(final: Path, build: Any) -> Path:
 def base_rootfs() -> Path:
     """A debootstrapped bookworm minbase with python3 and pip (cold ~1 min, then cached)."""
     key = digest_of(SUITE, "minbase", ",".join(BASE_PACKAGES), MIRROR)
-    final = cache_root() / "rootfs" / f"{SUITE}-minbase-python3-{key}"
+    final = binaries.cache_root() / "rootfs" / f"{SUITE}-minbase-python3-{key}"
     return cached_dir(final, _debootstrap)
 
 
@@ -590,7 +585,7 @@ def write_layout(
     config_desc = _blob(
         layout, json.dumps(image_config).encode(), "application/vnd.oci.image.config.v1+json"
     )
-    manifest = {
+    manifest: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": config_desc,
@@ -674,7 +669,7 @@ def build_dockerfile_image(kind: str) -> Path:
     rel, name = IMAGES[kind]
     dockerfile = REPO_ROOT / rel
     named = {key: make() for key, make in NAMED_CONTEXTS.get(kind, {}).items()}
-    final = cache_root() / "images" / f"{kind}-{context_key(dockerfile, named)}"
+    final = binaries.cache_root() / "images" / f"{kind}-{context_key(dockerfile, named)}"
 
     def build(stage_dir: Path) -> None:
         began = time.monotonic()
@@ -700,7 +695,7 @@ def prune_images(kind: str, keep: int = KEEP_IMAGES) -> None:
     go (several worktrees on one machine each keep theirs among the newest)."""
     dirs = [
         d
-        for d in (cache_root() / "images").glob(f"{kind}-*")
+        for d in (binaries.cache_root() / "images").glob(f"{kind}-*")
         if (d / ".complete").is_file() and len(d.name) == len(kind) + 17  # not spark-operator-*
     ]
     for stale in sorted(dirs, key=lambda d: d.stat().st_mtime, reverse=True)[keep:]:
@@ -713,7 +708,9 @@ def build_pause() -> Path:
     version = subprocess.run(
         [go, "env", "GOVERSION"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    final = cache_root() / "images" / f"pause-{digest_of(PAUSE_SOURCE.read_bytes(), version)}"
+    final = (
+        binaries.cache_root() / "images" / f"pause-{digest_of(PAUSE_SOURCE.read_bytes(), version)}"
+    )
 
     def build(stage_dir: Path) -> None:
         rootfs = stage_dir / "rootfs"
@@ -723,7 +720,7 @@ def build_pause() -> Path:
             "CGO_ENABLED": "0",
             "GOTOOLCHAIN": "local",
             "GOFLAGS": "-buildvcs=false",
-            "GOCACHE": str(cache_root() / "go" / "build"),
+            "GOCACHE": str(binaries.cache_root() / "go" / "build"),
             "GO111MODULE": "off",
         }
         subprocess.run(
@@ -780,9 +777,11 @@ def import_image(layout: Path, socket: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``images.py build [broker|operator|spark|spark-operator|pause]...``: builds (or finds) and prints
+    """``build [broker|operator|spark|spark-operator|pause]...``: builds (or finds) and prints
     layouts."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m hutch_testing.plane.images", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("command", choices=["build"])
     parser.add_argument("kinds", nargs="*", default=["pause", "broker"])
     args = parser.parse_args(argv)
