@@ -39,9 +39,11 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 try:
     from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
+    from hutch_testing.plane import planes
 except ImportError:  # a plain checkout: the testing package is not installed
     sys.path.insert(0, str(REPO / "testing"))
     from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
+    from hutch_testing.plane import planes
 
 NAMESPACE = "spark-bench"
 JOB_FILES = ("spark_node_job.py", "spark_phases.py", "rounds.py")
@@ -66,9 +68,8 @@ def job_command(sub: sparksubmit.Submission, args: argparse.Namespace) -> list[s
 
 def run_on_node(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Plane, operator, Broker Pod, then the job; returns the job's results.json."""
-    plane_module = clusters.plane_module()
     print("starting the local plane's node tier", flush=True)
-    plane = plane_module.REGISTRY.acquire("node")
+    plane = planes.REGISTRY.acquire("node")
     try:
         cluster = clusters.local_cluster(plane)
         plane.apply_crds(REPO / "crds")
@@ -88,7 +89,7 @@ def run_on_node(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         finally:
             operator.uninstall()
     finally:
-        plane_module.REGISTRY.release("node")
+        planes.REGISTRY.release("node")
 
 
 def _submit(
