@@ -11,6 +11,8 @@ checks it does. Choices that matter, and why:
   templates), and a webhook would need serving certificates and an apiserver that reaches it;
 - the operator watches the job namespace only, and creates the driver's ServiceAccount
   ``spark-operator-spark`` there (the chart's default ``serviceAccount``);
+- the job runs as a User of its own (examples/spark-user.yaml), the chart's required
+  ``broker.credentialsSecret``, never as the Broker's administrator;
 - the job ends (``--available-now``) and ``restartPolicy: OnFailure`` resubmits it from its
   checkpoint after a failure, as a batch-like drain should;
 - Spark 4.3's spark-submit creates a NetworkPolicy per application (its driver builder's
@@ -80,11 +82,18 @@ def controller_rbac(job_namespace: str, operator_namespace: str) -> list[dict[st
 
 
 def job_values(
-    broker: str, queue: str, claim: str, *, executors: int = 2, max_messages_per_batch: int = 400
+    broker: str,
+    queue: str,
+    claim: str,
+    credentials_secret: str,
+    *,
+    executors: int = 2,
+    max_messages_per_batch: int = 400,
 ) -> dict[str, Any]:
-    """Values for charts/hutch-spark: drain ``queue`` once, resubmitted on failure."""
+    """Values for charts/hutch-spark: drain ``queue`` once as the User whose Secret is
+    ``credentials_secret``, resubmitted on failure."""
     return {
-        "broker": {"name": broker},
+        "broker": {"name": broker, "credentialsSecret": credentials_secret},
         "queue": queue,
         "checkpoint": {"existingClaim": claim},
         "job": {

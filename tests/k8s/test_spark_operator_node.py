@@ -6,7 +6,8 @@ operator's controller (built from its released Go module, tests/k8s/build-spark-
 runs as a Pod of our image hutch-spark-operator (docker/spark-operator.Dockerfile, FROM
 hutch-spark, so its spark-submit is the jobs' Spark), installed with the operator's own Helm
 chart, webhook off. ``helm install`` of charts/hutch-spark then hands it windowed_counts against
-an operator-managed Broker, and the issue's failure case happens in the same run (one Spark
+an operator-managed Broker, as the User of examples/spark-user.yaml (its Secret is the chart's
+``broker.credentialsSecret``; its Permission reads the queue and nothing else), and the issue's failure case happens in the same run (one Spark
 job, since each costs minutes of CI): once a micro-batch has committed, the driver Pod is
 deleted; the Spark Operator resubmits it (``restartPolicy: OnFailure``), and the new driver
 resumes from the checkpoint on the PVC.
@@ -44,7 +45,7 @@ from hutch_testing import (
 
 REPO = clusters.REPO_ROOT
 EVENTS = 1200  # plus 48 duplicates and the closing tick
-QUEUE = "events"
+QUEUE = sparkpods.JOB_QUEUE  # the one examples/spark-user.yaml's Permission lets the job read
 CLAIM = "spark-data"
 RUN_TIMEOUT = 900  # seconds from helm install to COMPLETED, the resubmission included
 CONTROLLER_SELECTOR = (
@@ -109,6 +110,7 @@ def _run(
     sparkpods.declare_durable(endpoint, QUEUE)
     pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
     assert stream.published == EVENTS + stream.duplicates + 1 and stream.nacked == 0
+    secret = sparkpods.job_user(cluster, ns)
 
     helm.install(
         sparkoperator.OPERATOR_RELEASE, build.chart,
@@ -127,7 +129,7 @@ def _run(
     began = time.monotonic()
     helm.install(
         sparkoperator.JOB_RELEASE, REPO / "charts" / "hutch-spark",
-        sparkoperator.job_values("hutch", QUEUE, CLAIM), work,
+        sparkoperator.job_values("hutch", QUEUE, CLAIM, secret), work,
     )  # fmt: skip
     pv_dir = node.node_layout.volumes_dir / volume
     run = _watch(cluster, ns, pv_dir)
@@ -176,6 +178,21 @@ def _run(
     stats = queue["message_stats"]
     assert stats["publish"] == stats["ack"] == stream.published, stats
     assert stats.get("redeliver", 0) > 0, stats  # the deleted driver's unacked batch came back
+    _assert_consumed_as_the_job_user(cluster, ns, driver_name)
+
+
+def _assert_consumed_as_the_job_user(cluster: clusters.Cluster, ns: str, driver: str) -> None:
+    """The driver read the User's Secret, not the administrator's (the conf names it)."""
+    pod = pods.get_pod(cluster, ns, driver)
+    assert pod is not None
+    refs = {
+        env["name"]: env["valueFrom"]["secretKeyRef"]["name"]
+        for container in pod["spec"]["containers"]
+        for env in container.get("env", [])
+        if env.get("valueFrom", {}).get("secretKeyRef")
+    }
+    secret = f"{sparkpods.JOB_USER}-user-credentials"
+    assert refs.get("HUTCH_AMQP_USERNAME") == refs.get("HUTCH_AMQP_PASSWORD") == secret, refs
 
 
 class Run:
@@ -228,7 +245,9 @@ def test_docs_show_the_values_this_test_installs() -> None:
     blocks = [chunk.split("```", 1)[0] for chunk in section.split("```yaml\n")[1:]]
     operator_block, job_block = (yaml.safe_load(block) for block in blocks)
     assert operator_block == sparkoperator.operator_values("<ns>")
-    assert job_block == sparkoperator.job_values("hutch", QUEUE, CLAIM)
+    assert job_block == sparkoperator.job_values(
+        "hutch", QUEUE, CLAIM, f"{sparkpods.JOB_USER}-user-credentials"
+    )
     role, binding = sparkoperator.controller_rbac("<ns>", "<ns>")
     verbs = ",".join(role["rules"][0]["verbs"])
     assert f"create role {role['metadata']['name']} -n <ns> \\\n  --verb={verbs} " in section
