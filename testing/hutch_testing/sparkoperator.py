@@ -25,7 +25,11 @@ checks it does. Choices that matter, and why:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+from hutch_testing import clusters, pods, releases
 
 OPERATOR_RELEASE = "spark-operator"
 OPERATOR_IMAGE = "localhost/hutch/hutch-spark-operator:0.1.0"
@@ -35,6 +39,10 @@ MOUNT = "/var/lib/hutch-spark"  # charts/hutch-spark's checkpoint.mountPath defa
 # SparkApplication states in the order a run that ends well goes through them
 # (sparkoperator.k8s.io/v1beta2 ApplicationStateType).
 HAPPY_PATH = ("SUBMITTED", "RUNNING", "COMPLETED")
+CONTROLLER_SELECTOR = (
+    f"app.kubernetes.io/instance={OPERATOR_RELEASE},app.kubernetes.io/component=controller"
+)
+APP_PATH = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/{ns}/sparkapplications/{name}"
 
 
 def operator_values(job_namespace: str, image: str = OPERATOR_IMAGE) -> dict[str, Any]:
@@ -130,3 +138,49 @@ def in_order(seen: list[str], wanted: tuple[str, ...]) -> bool:
     """Whether ``wanted`` occurs in ``seen`` as a subsequence (others may come between)."""
     remaining = iter(seen)
     return all(any(item == want for item in remaining) for want in wanted)
+
+
+class Helm:
+    """The plane's helm in the test namespace (the hutch operator release's own runner)."""
+
+    def __init__(self, release: releases.OperatorRelease) -> None:
+        self.release = release
+
+    def run(self, *args: str, check: bool = True) -> str:
+        try:
+            return self.release.helm_run(*args).stdout
+        except clusters.ClusterError:
+            if check:
+                raise
+            return ""
+
+    def install(self, name: str, chart: Path, values: dict[str, Any], work: Path) -> None:
+        values_file = work / f"{name}-values.json"
+        values_file.write_text(json.dumps(values, indent=1))
+        self.run("install", name, str(chart), "-f", str(values_file))
+
+    def uninstall_both(self) -> None:
+        """The job's release, then the Spark Operator's (failures ignored: a clean-up)."""
+        for name in (JOB_RELEASE, OPERATOR_RELEASE):
+            self.run("uninstall", name, "--wait", "--timeout=120s", check=False)
+
+
+def install_operator(
+    cluster: clusters.Cluster, helm: Helm, namespace: str, chart: Path, image: str, work: Path
+) -> dict[str, Any]:
+    """The Spark Operator's chart watching ``namespace``, its controller Pod Ready, and the
+    NetworkPolicy Role its controller lacks; returns the controller Pod."""
+    helm.install(OPERATOR_RELEASE, chart, operator_values(namespace, image), work)
+    controller: dict[str, Any] = clusters.wait_for(
+        lambda: _ready_pod(cluster, namespace, CONTROLLER_SELECTOR),
+        "the Spark Operator's controller Pod Ready",
+        timeout=180,
+        interval=0.5,
+    )
+    cluster.apply(namespace, clusters.manifest(*controller_rbac(namespace, namespace)))
+    return controller
+
+
+def _ready_pod(cluster: clusters.Cluster, ns: str, selector: str) -> dict[str, Any] | None:
+    ready = [p for p in pods.list_pods(cluster, ns, selector) if pods.is_ready(p)]
+    return ready[0] if ready else None

@@ -35,11 +35,14 @@ JOB_USER = "spark-windowed-counts"  # its User and Permission objects
 JOB_QUEUE = "orders-eu"  # what its Permission lets it read (examples/topology.yaml's queue)
 
 
-def example_broker(cluster: clusters.Cluster, namespace: str) -> launchers.Endpoint:
-    """examples/broker.yaml's Broker ``hutch`` as a Pod, reached from this host on its
-    ClusterIP (the node's bridge) with its default-user Secret: the Spark node tests' broker.
-    The tests publish and inspect as that administrator; the job itself runs as ``job_user``."""
-    cluster.apply(namespace, EXAMPLE_BROKER)
+def example_broker(
+    cluster: clusters.Cluster, namespace: str, manifest: str | Path = EXAMPLE_BROKER
+) -> launchers.Endpoint:
+    """examples/broker.yaml's Broker ``hutch`` (or ``manifest``, a variant of it) as a Pod,
+    reached from this host on its ClusterIP (the node's bridge) with its default-user Secret:
+    the Spark node tests' broker. The tests publish and inspect as that administrator over its
+    plain listeners; the job itself runs as ``job_user``."""
+    cluster.apply(namespace, manifest)
     pods.wait_ready(cluster, namespace, "hutch-server-0", timeout=180)
     service = cluster.get(f"/api/v1/namespaces/{namespace}/services/hutch")
     if service is None:

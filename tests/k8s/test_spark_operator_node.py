@@ -21,7 +21,6 @@ one ack per published message, and the broker redelivered what the deleted drive
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -48,11 +47,6 @@ EVENTS = 1200  # plus 48 duplicates and the closing tick
 QUEUE = sparkpods.JOB_QUEUE  # the one examples/spark-user.yaml's Permission lets the job read
 CLAIM = "spark-data"
 RUN_TIMEOUT = 900  # seconds from helm install to COMPLETED, the resubmission included
-CONTROLLER_SELECTOR = (
-    f"app.kubernetes.io/instance={sparkoperator.OPERATOR_RELEASE},"
-    "app.kubernetes.io/component=controller"
-)
-APP_PATH = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/{ns}/sparkapplications/{name}"
 
 
 @pytest.mark.k8s  # explicit: the plugin marks plane users after `-m` selection (make unit)
@@ -66,7 +60,7 @@ def test_spark_operator_runs_the_chart_and_resubmits_a_deleted_driver(
     localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
     (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's: checkpoint, state, output
     operator = releases.install(cluster, k8s_namespace, tmp_path)
-    helm = Helm(operator)
+    helm = sparkoperator.Helm(operator)
     try:
         _run(node, cluster, helm, spark_operator, k8s_namespace, volume, tmp_path)
     except BaseException:
@@ -74,36 +68,20 @@ def test_spark_operator_runs_the_chart_and_resubmits_a_deleted_driver(
         sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
         raise
     finally:
-        helm.run("uninstall", sparkoperator.JOB_RELEASE, "--wait", "--timeout=120s", check=False)
-        helm.run("uninstall", sparkoperator.OPERATOR_RELEASE, "--wait", "--timeout=120s",
-                 check=False)  # fmt: skip
+        helm.uninstall_both()
         cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
                         "--timeout=120s", check=False)  # fmt: skip
         operator.uninstall()
 
 
-class Helm:
-    """The plane's helm in the test namespace (the hutch operator release's own runner)."""
-
-    def __init__(self, release: releases.OperatorRelease) -> None:
-        self.release = release
-
-    def run(self, *args: str, check: bool = True) -> str:
-        try:
-            return self.release.helm_run(*args).stdout
-        except clusters.ClusterError:
-            if check:
-                raise
-            return ""
-
-    def install(self, name: str, chart: Path, values: dict[str, Any], work: Path) -> None:
-        values_file = work / f"{name}-values.json"
-        values_file.write_text(json.dumps(values, indent=1))
-        self.run("install", name, str(chart), "-f", str(values_file))
-
-
 def _run(
-    node: Any, cluster: clusters.Cluster, helm: Helm, build: Any, ns: str, volume: str, work: Path
+    node: Any,
+    cluster: clusters.Cluster,
+    helm: sparkoperator.Helm,
+    build: Any,
+    ns: str,
+    volume: str,
+    work: Path,
 ) -> None:
     endpoint = sparkpods.example_broker(cluster, ns)
     stream = pipeline.make_stream(EVENTS, prefix="op", expire_every=0)
@@ -112,18 +90,8 @@ def _run(
     assert stream.published == EVENTS + stream.duplicates + 1 and stream.nacked == 0
     secret = sparkpods.job_user(cluster, ns)
 
-    helm.install(
-        sparkoperator.OPERATOR_RELEASE, build.chart,
-        sparkoperator.operator_values(ns, build.image), work,
-    )  # fmt: skip
-    controller = clusters.wait_for(
-        lambda: _ready_pod(cluster, ns, CONTROLLER_SELECTOR),
-        "the Spark Operator's controller Pod Ready",
-        timeout=180,
-        interval=0.5,
-    )
+    controller = sparkoperator.install_operator(cluster, helm, ns, build.chart, build.image, work)
     assert controller["spec"]["containers"][0]["image"] == build.image
-    cluster.apply(ns, clusters.manifest(*sparkoperator.controller_rbac(ns, ns)))
     cluster.apply(ns, clusters.manifest(sparksubmit.claim(CLAIM, ns, volume, "1Gi")))
 
     began = time.monotonic()
@@ -208,7 +176,7 @@ class Run:
 
 def _watch(cluster: clusters.Cluster, ns: str, pv_dir: Path) -> Run:
     """Polls the app's state until it ends; deletes the driver Pod once a batch committed."""
-    path = APP_PATH.format(ns=ns, name=sparkoperator.JOB_RELEASE)
+    path = sparkoperator.APP_PATH.format(ns=ns, name=sparkoperator.JOB_RELEASE)
     run, seen = Run(), []
     began = time.monotonic()
     while time.monotonic() - began < RUN_TIMEOUT:
@@ -231,11 +199,6 @@ def _watch(cluster: clusters.Cluster, ns: str, pv_dir: Path) -> Run:
 def _committed_batches(pv_dir: Path) -> int:
     commits = pv_dir / "checkpoint" / "commits"
     return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else 0
-
-
-def _ready_pod(cluster: clusters.Cluster, ns: str, selector: str) -> dict[str, Any] | None:
-    ready = [p for p in pods.list_pods(cluster, ns, selector) if pods.is_ready(p)]
-    return ready[0] if ready else None
 
 
 def test_docs_show_the_values_this_test_installs() -> None:
