@@ -25,11 +25,15 @@ checks it does. Choices that matter, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hutch_testing import clusters, pods, releases
+from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
 
 OPERATOR_RELEASE = "spark-operator"
 OPERATOR_IMAGE = "localhost/hutch/hutch-spark-operator:0.1.0"
@@ -179,6 +183,53 @@ def install_operator(
     )
     cluster.apply(namespace, clusters.manifest(*controller_rbac(namespace, namespace)))
     return controller
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """What ``on_node`` set up for one chart run on the node tier."""
+
+    cluster: clusters.Cluster
+    helm: Helm
+    volume: str  # a 1Gi local PV for the job's claim (checkpoint, state, output)
+
+
+@contextlib.contextmanager
+def on_node(node: Any, namespace: str, work: Path) -> Iterator[NodeRun]:
+    """The node tier ready for a chart run: the CRDs, the Broker's volume, the job's PV and
+    the hutch operator released in ``namespace``. A failure saves the namespace's Pod logs;
+    the end removes both Spark releases, the Hutch objects (while the operator still runs to
+    release their finalizers) and then the operator."""
+    cluster = clusters.local_cluster(node)
+    node.apply_crds(clusters.REPO_ROOT / "crds")
+    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
+    (volume,) = node.make_local_pvs(1, size="1Gi")
+    operator = releases.install(cluster, namespace, work)
+    helm = Helm(operator)
+    try:
+        yield NodeRun(cluster, helm, volume)
+    except BaseException:
+        pods.save_logs(cluster, namespace, work / "pod-logs")
+        sys.stderr.write(f"pod logs: {work / 'pod-logs'}\n")
+        raise
+    finally:
+        helm.uninstall_both()
+        cluster.kubectl("delete", "hutch", "--all", "-n", namespace, "--wait",
+                        "--timeout=120s", check=False)  # fmt: skip
+        operator.uninstall()
+
+
+def prepare_job(
+    run: NodeRun, namespace: str, chart: Path, image: str, claim: str, work: Path
+) -> tuple[str, dict[str, Any]]:
+    """The job's User (examples/spark-user.yaml), the Spark Operator, and ``claim`` on the run's
+    PV; returns the User's Secret name and the operator's controller Pod."""
+    secret = sparkpods.job_user(run.cluster, namespace)
+    controller = install_operator(run.cluster, run.helm, namespace, chart, image, work)
+    run.cluster.apply(
+        namespace, clusters.manifest(sparksubmit.claim(claim, namespace, run.volume, "1Gi"))
+    )
+    return secret, controller
 
 
 def _ready_pod(cluster: clusters.Cluster, ns: str, selector: str) -> dict[str, Any] | None:

@@ -31,11 +31,9 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_testing import (
     clusters,
-    localnode,
     management,
     pipeline,
     pods,
-    releases,
     sparkoperator,
     sparkpods,
     sparksubmit,
@@ -55,64 +53,39 @@ RUN_TIMEOUT = 900  # seconds from helm install to COMPLETED, the resubmission in
 def test_spark_operator_runs_the_chart_and_resubmits_a_deleted_driver(
     node: Any, spark_operator: Any, k8s_namespace: str, tmp_path: Path
 ) -> None:
-    cluster = clusters.local_cluster(node)
-    node.apply_crds(REPO / "crds")
-    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-    (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's: checkpoint, state, output
-    operator = releases.install(cluster, k8s_namespace, tmp_path)
-    helm = sparkoperator.Helm(operator)
-    try:
-        _run(node, cluster, helm, spark_operator, k8s_namespace, volume, tmp_path)
-    except BaseException:
-        pods.save_logs(cluster, k8s_namespace, tmp_path / "pod-logs")
-        sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
-        raise
-    finally:
-        helm.uninstall_both()
-        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
-                        "--timeout=120s", check=False)  # fmt: skip
-        operator.uninstall()
+    with sparkoperator.on_node(node, k8s_namespace, tmp_path) as run:
+        _run(node, run, spark_operator, k8s_namespace, tmp_path)
 
 
-def _run(
-    node: Any,
-    cluster: clusters.Cluster,
-    helm: sparkoperator.Helm,
-    build: Any,
-    ns: str,
-    volume: str,
-    work: Path,
-) -> None:
+def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path) -> None:
+    cluster, helm = run.cluster, run.helm
     endpoint = sparkpods.example_broker(cluster, ns)
     stream = pipeline.make_stream(EVENTS, prefix="op", expire_every=0)
     sparkpods.declare_durable(endpoint, QUEUE)
     pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
     assert stream.published == EVENTS + stream.duplicates + 1 and stream.nacked == 0
-    secret = sparkpods.job_user(cluster, ns)
-
-    controller = sparkoperator.install_operator(cluster, helm, ns, build.chart, build.image, work)
+    secret, controller = sparkoperator.prepare_job(run, ns, build.chart, build.image, CLAIM, work)
     assert controller["spec"]["containers"][0]["image"] == build.image
-    cluster.apply(ns, clusters.manifest(sparksubmit.claim(CLAIM, ns, volume, "1Gi")))
 
     began = time.monotonic()
     helm.install(
         sparkoperator.JOB_RELEASE, REPO / "charts" / "hutch-spark",
         sparkoperator.job_values("hutch", QUEUE, CLAIM, secret), work,
     )  # fmt: skip
-    pv_dir = node.node_layout.volumes_dir / volume
-    run = _watch(cluster, ns, pv_dir)
+    pv_dir = node.node_layout.volumes_dir / run.volume
+    watched = _watch(cluster, ns, pv_dir)
     seconds = time.monotonic() - began
     sys.stderr.write(
-        f"helm install to COMPLETED: {seconds:.0f}s; states {run.states}; driver deleted "
-        f"{run.deleted_at:.0f}s in, after {run.batches_before} committed batches\n"
+        f"helm install to COMPLETED: {seconds:.0f}s; states {watched.states}; driver deleted "
+        f"{watched.deleted_at:.0f}s in, after {watched.batches_before} committed batches\n"
     )
-    app = run.app
-    assert sparkoperator.state(app) == "COMPLETED", (run.states, app.get("status"))
+    app = watched.app
+    assert sparkoperator.state(app) == "COMPLETED", (watched.states, app.get("status"))
     # The happy path, then the deleted driver's failure and a second submission that completes.
-    assert sparkoperator.in_order(run.states, ("SUBMITTED", "RUNNING")), run.states
-    after = run.states[run.states.index("RUNNING") + 1 :]
-    assert set(after) & {"FAILING", "PENDING_RERUN", "FAILED_SUBMISSION"}, run.states
-    assert sparkoperator.in_order(after, ("SUBMITTED", "RUNNING", "COMPLETED")), run.states
+    assert sparkoperator.in_order(watched.states, ("SUBMITTED", "RUNNING")), watched.states
+    after = watched.states[watched.states.index("RUNNING") + 1 :]
+    assert set(after) & {"FAILING", "PENDING_RERUN", "FAILED_SUBMISSION"}, watched.states
+    assert sparkoperator.in_order(after, ("SUBMITTED", "RUNNING", "COMPLETED")), watched.states
     assert app["status"]["executionAttempts"] >= 2, app["status"]  # submissionAttempts resets
 
     driver_name = app["status"]["driverInfo"]["podName"]
@@ -123,7 +96,7 @@ def _run(
         timeout=60, interval=0.5, what="the driver Pod's final phase",
     )  # fmt: skip
     assert driver is not None
-    assert driver["metadata"]["uid"] != run.deleted_uid  # a new Pod, not the deleted one
+    assert driver["metadata"]["uid"] != watched.deleted_uid  # a new Pod, not the deleted one
     selector = driver["metadata"]["labels"]["spark-app-selector"]
     executors = pods.list_pods(cluster, ns, f"spark-role=executor,spark-app-selector={selector}")
     ran = [pods.facts(pod) for pod in [driver, *executors]]

@@ -29,14 +29,11 @@ import yaml  # type: ignore[import-untyped]
 from hutch_testing import (
     certs,
     clusters,
-    localnode,
     management,
     pipeline,
     pods,
-    releases,
     sparkoperator,
     sparkpods,
-    sparksubmit,
 )
 
 REPO = clusters.REPO_ROOT
@@ -52,23 +49,8 @@ RUN_TIMEOUT = 600  # seconds from helm install to the end
 def test_the_chart_reads_a_tls_broker_verified_by_the_mounted_ca(
     node: Any, spark_operator: Any, k8s_namespace: str, tmp_path: Path
 ) -> None:
-    cluster = clusters.local_cluster(node)
-    node.apply_crds(REPO / "crds")
-    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-    (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's
-    operator = releases.install(cluster, k8s_namespace, tmp_path)
-    helm = sparkoperator.Helm(operator)
-    try:
-        _run(node, cluster, helm, spark_operator, k8s_namespace, volume, tmp_path)
-    except BaseException:
-        pods.save_logs(cluster, k8s_namespace, tmp_path / "pod-logs")
-        sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
-        raise
-    finally:
-        helm.uninstall_both()
-        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
-                        "--timeout=120s", check=False)  # fmt: skip
-        operator.uninstall()
+    with sparkoperator.on_node(node, k8s_namespace, tmp_path) as run:
+        _run(node, run, spark_operator, k8s_namespace, tmp_path)
 
 
 def tls_broker(namespace: str) -> str:
@@ -89,15 +71,8 @@ def tls_secret(leaf: certs.Leaf) -> dict[str, Any]:
     }
 
 
-def _run(
-    node: Any,
-    cluster: clusters.Cluster,
-    helm: sparkoperator.Helm,
-    build: Any,
-    ns: str,
-    volume: str,
-    work: Path,
-) -> None:
+def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path) -> None:
+    cluster, helm = run.cluster, run.helm
     host = f"hutch.{ns}.svc"
     authority = certs.Authority()
     leaf = authority.issue(host, hosts=(host, f"{host}.cluster.local"))
@@ -107,10 +82,7 @@ def _run(
     sparkpods.declare_durable(endpoint, QUEUE)
     pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
     assert stream.nacked == 0
-    secret = sparkpods.job_user(cluster, ns)
-
-    sparkoperator.install_operator(cluster, helm, ns, build.chart, build.image, work)
-    cluster.apply(ns, clusters.manifest(sparksubmit.claim(CLAIM, ns, volume, "1Gi")))
+    secret, _ = sparkoperator.prepare_job(run, ns, build.chart, build.image, CLAIM, work)
     values = sparkoperator.job_values(
         "hutch", QUEUE, CLAIM, secret, executors=1, max_messages_per_batch=100
     )
@@ -143,7 +115,7 @@ def _run(
     assert tls_connections, "the job's connection was never listed"
     assert all(ssl for _, ssl, _ in tls_connections), tls_connections
 
-    pv_dir = node.node_layout.volumes_dir / volume
+    pv_dir = node.node_layout.volumes_dir / run.volume
     rows = pipeline.read_results(pv_dir / "output", root=(sparkoperator.MOUNT, pv_dir))
     assert pipeline.counted(rows) == stream.expected_counts()
     queue = mgmt.queue(QUEUE)
