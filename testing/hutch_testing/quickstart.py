@@ -14,8 +14,9 @@ bridge; docs/real-node.md) after building the images from ``docker/*.Dockerfile`
 ``spark/jobs/Dockerfile`` without Docker (cached). The operator runs as the chart's Pod, the
 Broker as its StatefulSet's Pod; publishers on this host reach the broker through ``kubectl
 port-forward`` on loopback. The Spark job runs as docs/spark.md shows: spark-submit in cluster
-mode, a driver Pod and two executor Pods reading the queue through the Broker's Service, the
-output on a PV (``sparkpods``). The hutch-spark image (~1 GB) is imported into the node's
+mode, a driver Pod and two executor Pods reading the queue through the Broker's Service as the
+job's own User (examples/spark-user.yaml, not the administrator), the output on a PV
+(``sparkpods``). The hutch-spark image (~1 GB) is imported into the node's
 containerd in the background while the operator and the Broker start.
 
 With ``--kubeconfig`` the same runs on another cluster (kind, with the images loaded by ``kind
@@ -54,7 +55,7 @@ from hutch_testing import (
 from hutch_testing.plane import binaries, planes
 
 EVENTS_EXCHANGE = "orders"  # examples/topology.yaml: topic exchange, "eu.#" -> orders-eu
-EVENTS_QUEUE = "orders-eu"
+EVENTS_QUEUE = sparkpods.JOB_QUEUE  # orders-eu: what examples/spark-user.yaml lets the job read
 
 
 # --- the whole run ------------------------------------------------------------------------------
@@ -214,7 +215,9 @@ def _drive(
             summary.pods_ran = line.pod_facts()
     else:
         with report.step(
-            "Running windowed_counts as a driver and 2 executor Pods (spark-submit)", "Spark job"
+            f"Running windowed_counts as a driver and 2 executor Pods (spark-submit), as User "
+            f"{sparkpods.JOB_USER}",
+            "Spark job",
         ):
             pod_job = _submit(report, line, spark_image)
             _wait_job(report, pod_job.child, line.management(), pod_job, expected)

@@ -11,6 +11,8 @@ checks it does. Choices that matter, and why:
   templates), and a webhook would need serving certificates and an apiserver that reaches it;
 - the operator watches the job namespace only, and creates the driver's ServiceAccount
   ``spark-operator-spark`` there (the chart's default ``serviceAccount``);
+- the job runs as a User of its own (examples/spark-user.yaml), the chart's required
+  ``broker.credentialsSecret``, never as the Broker's administrator;
 - the job ends (``--available-now``) and ``restartPolicy: OnFailure`` resubmits it from its
   checkpoint after a failure, as a batch-like drain should;
 - Spark 4.3's spark-submit creates a NetworkPolicy per application (its driver builder's
@@ -23,7 +25,15 @@ checks it does. Choices that matter, and why:
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
 
 OPERATOR_RELEASE = "spark-operator"
 OPERATOR_IMAGE = "localhost/hutch/hutch-spark-operator:0.1.0"
@@ -33,6 +43,10 @@ MOUNT = "/var/lib/hutch-spark"  # charts/hutch-spark's checkpoint.mountPath defa
 # SparkApplication states in the order a run that ends well goes through them
 # (sparkoperator.k8s.io/v1beta2 ApplicationStateType).
 HAPPY_PATH = ("SUBMITTED", "RUNNING", "COMPLETED")
+CONTROLLER_SELECTOR = (
+    f"app.kubernetes.io/instance={OPERATOR_RELEASE},app.kubernetes.io/component=controller"
+)
+APP_PATH = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/{ns}/sparkapplications/{name}"
 
 
 def operator_values(job_namespace: str, image: str = OPERATOR_IMAGE) -> dict[str, Any]:
@@ -80,11 +94,18 @@ def controller_rbac(job_namespace: str, operator_namespace: str) -> list[dict[st
 
 
 def job_values(
-    broker: str, queue: str, claim: str, *, executors: int = 2, max_messages_per_batch: int = 400
+    broker: str,
+    queue: str,
+    claim: str,
+    credentials_secret: str,
+    *,
+    executors: int = 2,
+    max_messages_per_batch: int = 400,
 ) -> dict[str, Any]:
-    """Values for charts/hutch-spark: drain ``queue`` once, resubmitted on failure."""
+    """Values for charts/hutch-spark: drain ``queue`` once as the User whose Secret is
+    ``credentials_secret``, resubmitted on failure."""
     return {
-        "broker": {"name": broker},
+        "broker": {"name": broker, "credentialsSecret": credentials_secret},
         "queue": queue,
         "checkpoint": {"existingClaim": claim},
         "job": {
@@ -121,3 +142,96 @@ def in_order(seen: list[str], wanted: tuple[str, ...]) -> bool:
     """Whether ``wanted`` occurs in ``seen`` as a subsequence (others may come between)."""
     remaining = iter(seen)
     return all(any(item == want for item in remaining) for want in wanted)
+
+
+class Helm:
+    """The plane's helm in the test namespace (the hutch operator release's own runner)."""
+
+    def __init__(self, release: releases.OperatorRelease) -> None:
+        self.release = release
+
+    def run(self, *args: str, check: bool = True) -> str:
+        try:
+            return self.release.helm_run(*args).stdout
+        except clusters.ClusterError:
+            if check:
+                raise
+            return ""
+
+    def install(self, name: str, chart: Path, values: dict[str, Any], work: Path) -> None:
+        values_file = work / f"{name}-values.json"
+        values_file.write_text(json.dumps(values, indent=1))
+        self.run("install", name, str(chart), "-f", str(values_file))
+
+    def uninstall_both(self) -> None:
+        """The job's release, then the Spark Operator's (failures ignored: a clean-up)."""
+        for name in (JOB_RELEASE, OPERATOR_RELEASE):
+            self.run("uninstall", name, "--wait", "--timeout=120s", check=False)
+
+
+def install_operator(
+    cluster: clusters.Cluster, helm: Helm, namespace: str, chart: Path, image: str, work: Path
+) -> dict[str, Any]:
+    """The Spark Operator's chart watching ``namespace``, its controller Pod Ready, and the
+    NetworkPolicy Role its controller lacks; returns the controller Pod."""
+    helm.install(OPERATOR_RELEASE, chart, operator_values(namespace, image), work)
+    controller: dict[str, Any] = clusters.wait_for(
+        lambda: _ready_pod(cluster, namespace, CONTROLLER_SELECTOR),
+        "the Spark Operator's controller Pod Ready",
+        timeout=180,
+        interval=0.5,
+    )
+    cluster.apply(namespace, clusters.manifest(*controller_rbac(namespace, namespace)))
+    return controller
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """What ``on_node`` set up for one chart run on the node tier."""
+
+    cluster: clusters.Cluster
+    helm: Helm
+    volume: str  # a 1Gi local PV for the job's claim (checkpoint, state, output)
+
+
+@contextlib.contextmanager
+def on_node(node: Any, namespace: str, work: Path) -> Iterator[NodeRun]:
+    """The node tier ready for a chart run: the CRDs, the Broker's volume, the job's PV and
+    the hutch operator released in ``namespace``. A failure saves the namespace's Pod logs;
+    the end removes both Spark releases, the Hutch objects (while the operator still runs to
+    release their finalizers) and then the operator."""
+    cluster = clusters.local_cluster(node)
+    node.apply_crds(clusters.REPO_ROOT / "crds")
+    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
+    (volume,) = node.make_local_pvs(1, size="1Gi")
+    operator = releases.install(cluster, namespace, work)
+    helm = Helm(operator)
+    try:
+        yield NodeRun(cluster, helm, volume)
+    except BaseException:
+        pods.save_logs(cluster, namespace, work / "pod-logs")
+        sys.stderr.write(f"pod logs: {work / 'pod-logs'}\n")
+        raise
+    finally:
+        helm.uninstall_both()
+        cluster.kubectl("delete", "hutch", "--all", "-n", namespace, "--wait",
+                        "--timeout=120s", check=False)  # fmt: skip
+        operator.uninstall()
+
+
+def prepare_job(
+    run: NodeRun, namespace: str, chart: Path, image: str, claim: str, work: Path
+) -> tuple[str, dict[str, Any]]:
+    """The job's User (examples/spark-user.yaml), the Spark Operator, and ``claim`` on the run's
+    PV; returns the User's Secret name and the operator's controller Pod."""
+    secret = sparkpods.job_user(run.cluster, namespace)
+    controller = install_operator(run.cluster, run.helm, namespace, chart, image, work)
+    run.cluster.apply(
+        namespace, clusters.manifest(sparksubmit.claim(claim, namespace, run.volume, "1Gi"))
+    )
+    return secret, controller
+
+
+def _ready_pod(cluster: clusters.Cluster, ns: str, selector: str) -> dict[str, Any] | None:
+    ready = [p for p in pods.list_pods(cluster, ns, selector) if pods.is_ready(p)]
+    return ready[0] if ready else None

@@ -4,7 +4,8 @@ Why: ``make run`` promised the Spark step "on Kubernetes" but ran Spark's local 
 host. This module runs the job the way docs/spark.md tells a user to, with the very command
 ``sparksubmit.command`` builds: the host's spark-submit (the pyspark wheel's) in cluster mode
 against the plane's apiserver, the driver and executors as Pods of the hutch-spark image on the
-real node, the Broker reached by its Service name with the default-user Secret's credentials,
+real node, the Broker reached by its Service name as the job's own User (examples/spark-user.yaml:
+read on its queue and nothing else, so a Permission mistake fails the job, not only the docs),
 and the checkpoint, state and Parquet output on a local PV whose directory this host can read.
 spark-submit waits for the driver Pod to finish, so it runs as a ``launchers.Child``: the caller
 draws progress from the broker's ack count while it runs.
@@ -29,12 +30,19 @@ from hutch_testing import clusters, launchers, pipeline, pods, probes, sparksubm
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")  # the pyspark wheel's
 EXAMPLE_BROKER = clusters.REPO_ROOT / "examples" / "broker.yaml"
+EXAMPLE_USER = clusters.REPO_ROOT / "examples" / "spark-user.yaml"
+JOB_USER = "spark-windowed-counts"  # its User and Permission objects
+JOB_QUEUE = "orders-eu"  # what its Permission lets it read (examples/topology.yaml's queue)
 
 
-def example_broker(cluster: clusters.Cluster, namespace: str) -> launchers.Endpoint:
-    """examples/broker.yaml's Broker ``hutch`` as a Pod, reached from this host on its
-    ClusterIP (the node's bridge) with its default-user Secret: the Spark node tests' broker."""
-    cluster.apply(namespace, EXAMPLE_BROKER)
+def example_broker(
+    cluster: clusters.Cluster, namespace: str, manifest: str | Path = EXAMPLE_BROKER
+) -> launchers.Endpoint:
+    """examples/broker.yaml's Broker ``hutch`` (or ``manifest``, a variant of it) as a Pod,
+    reached from this host on its ClusterIP (the node's bridge) with its default-user Secret:
+    the Spark node tests' broker. The tests publish and inspect as that administrator over its
+    plain listeners; the job itself runs as ``job_user``."""
+    cluster.apply(namespace, manifest)
     pods.wait_ready(cluster, namespace, "hutch-server-0", timeout=180)
     service = cluster.get(f"/api/v1/namespaces/{namespace}/services/hutch")
     if service is None:
@@ -51,6 +59,21 @@ def example_broker(cluster: clusters.Cluster, namespace: str) -> launchers.Endpo
         amqp_port=5672, http_port=15672, username=creds["username"],
         password=creds["password"], host=host,
     )  # fmt: skip
+
+
+def job_user(cluster: clusters.Cluster, namespace: str, *, timeout: float = 90) -> str:
+    """examples/spark-user.yaml applied as it is: once its Permission is Ready, the name of the
+    User's Secret, which the job's Pods read through secretKeyRef (its data stays there)."""
+    cluster.apply(namespace, EXAMPLE_USER)
+    clusters.wait_condition(cluster, namespace, "users", JOB_USER, "Ready", timeout=timeout)
+    clusters.wait_condition(cluster, namespace, "permissions", JOB_USER, "Ready", timeout=timeout)
+    secret = f"{JOB_USER}-user-credentials"
+    clusters.wait_for(
+        lambda: cluster.get(f"/api/v1/namespaces/{namespace}/secrets/{secret}"),
+        f"the User's Secret {secret}",
+        timeout=timeout,
+    )
+    return secret
 
 
 def declare_durable(endpoint: launchers.Endpoint, queue: str) -> None:
@@ -145,16 +168,18 @@ class PodJob:
 def submit(
     plane: Any, cluster: clusters.Cluster, namespace: str, work_dir: Path, **options: Any
 ) -> PodJob:
-    """Starts windowed_counts on the node: a 1Gi local PV and its claim, the driver's
-    ServiceAccount and Role, the Pod template, then spark-submit. ``options`` go to
-    ``sparksubmit.Submission`` (broker, queue, image, max_messages_per_batch, ...)."""
+    """Starts windowed_counts on the node as the example's User: that User and its Permission,
+    a 1Gi local PV and its claim, the driver's ServiceAccount and Role, the Pod template, then
+    spark-submit. ``options`` go to ``sparksubmit.Submission`` (broker, queue, image,
+    max_messages_per_batch, ...)."""
+    secret = job_user(cluster, namespace)
     (volume,) = plane.make_local_pvs(1, size="1Gi")
     template = work_dir / "spark-pod-template.json"
     template.parent.mkdir(parents=True, exist_ok=True)
     template.write_text(json.dumps(sparksubmit.pod_template()))
     sub = sparksubmit.Submission(
         api_server=plane.server, namespace=namespace, claim="spark-data", pod_template=template,
-        **options,
+        credentials_secret=secret, **options,
     )  # fmt: skip
     pvc = sparksubmit.claim(sub.claim, namespace, volume, "1Gi")
     cluster.apply(namespace, clusters.manifest(*sparksubmit.driver_rbac(namespace), pvc))

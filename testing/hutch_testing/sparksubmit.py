@@ -6,9 +6,10 @@ it needs (the driver's ServiceAccount and Role, the PVC, the Pod template), buil
 functions, so the node test (tests/k8s/test_spark_node.py) runs exactly what the docs show and
 the docs can be checked against it. Choices that matter, and why:
 
-- credentials come from the Broker's ``<broker>-default-user`` Secret through Spark's
-  ``secretKeyRef`` confs (the kubelet resolves them; they never appear in a conf or a plan),
-  the address is the Broker's Service by cluster DNS;
+- credentials are the job's own User's (examples/spark-user.yaml: read on its queue, nothing
+  else), from that User's Secret ``<user>-user-credentials`` through Spark's ``secretKeyRef``
+  confs (the kubelet resolves them; they never appear in a conf or a plan), never the Broker's
+  administrator Secret; the address is the Broker's Service by cluster DNS;
 - only the driver consumes (the source acks on the driver), so only the driver gets the AMQP
   environment; executors get the PVC because the job's dedupe and window state and its
   Parquet files are written by executors, next to the checkpoint the driver keeps;
@@ -41,8 +42,9 @@ class Submission:
 
     api_server: str  # https://127.0.0.1:<port>
     namespace: str
-    broker: str  # the Broker's name: its Service and its <name>-default-user Secret
+    broker: str  # the Broker's name: its Service
     queue: str
+    credentials_secret: str  # the job's User's Secret, <user>-user-credentials
     claim: str  # a PVC mounted at MOUNT on the driver and the executors
     pod_template: Path  # written from pod_template() on the submitting machine
     app_name: str = "windowed-counts"
@@ -75,7 +77,7 @@ class Submission:
 
 def confs(sub: Submission) -> dict[str, str]:
     """Every ``--conf`` of the submission, in the order the docs list them."""
-    secret = f"{sub.broker}-default-user"
+    secret = sub.credentials_secret
     values = {
         "spark.kubernetes.namespace": sub.namespace,
         "spark.kubernetes.container.image": sub.image,

@@ -8,7 +8,9 @@ failure cases (issue 13, "Failure and recovery, on pods") had run only as host p
 submits the job to the node tier's apiserver; the driver Pod and two executor Pods run the
 hutch-spark image (spark/jobs/Dockerfile, built by hutch_testing.plane.images) in containerd on
 ``hutch-node``; the driver consumes the operator-managed Broker's queue through its Service's
-cluster DNS name with the credentials of the Broker's default-user Secret (``secretKeyRef``),
+cluster DNS name as the job's own User of examples/spark-user.yaml (its Secret through
+``secretKeyRef``; its Permission reads that queue and nothing else, so a Permission mistake
+in the example fails this test),
 and the checkpoint, the state and the Parquet output live on a PVC (a local PV the kubelet
 mounts into all three Pods). The command is ``hutch_testing.sparksubmit.command``, the one
 docs/spark.md shows, with smaller micro-batches so the job is mid-stream long enough.
@@ -63,7 +65,7 @@ from hutch_testing import (
 REPO = clusters.REPO_ROOT
 EVENTS = 1800  # plus 72 duplicates and the closing tick
 BATCH = 150  # messages per micro-batch: 13 batches, so the disruptions land mid-stream
-QUEUE = "events"
+QUEUE = sparkpods.JOB_QUEUE  # the one examples/spark-user.yaml's Permission lets the job read
 SUBMIT_TIMEOUT = 720
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 # docs/spark.md, "Broker restarts: the reconnect bound": once the broker answers again the
@@ -109,6 +111,7 @@ def _run(
     sub = sparksubmit.Submission(
         api_server=node.server, namespace=ns, broker="hutch", queue=QUEUE, claim="spark-data",
         pod_template=template, image=image, max_messages_per_batch=BATCH,
+        credentials_secret=sparkpods.job_user(cluster, ns),
     )  # fmt: skip
     cluster.apply(ns, clusters.manifest(*sparksubmit.driver_rbac(ns)))
     cluster.apply(ns, clusters.manifest(sparksubmit.claim(sub.claim, ns, volume, "1Gi")))
@@ -345,5 +348,6 @@ def test_docs_show_the_spark_submit_command_this_test_runs() -> None:
     sub = sparksubmit.Submission(
         api_server="https://127.0.0.1:<port>", namespace="apps", broker="hutch", queue=QUEUE,
         claim="spark-data", pod_template=Path("spark-pod-template.json"),
+        credentials_secret=f"{sparkpods.JOB_USER}-user-credentials",
     )  # fmt: skip
     assert words == sparksubmit.command(sub)

@@ -6,7 +6,8 @@ operator's controller (built from its released Go module, tests/k8s/build-spark-
 runs as a Pod of our image hutch-spark-operator (docker/spark-operator.Dockerfile, FROM
 hutch-spark, so its spark-submit is the jobs' Spark), installed with the operator's own Helm
 chart, webhook off. ``helm install`` of charts/hutch-spark then hands it windowed_counts against
-an operator-managed Broker, and the issue's failure case happens in the same run (one Spark
+an operator-managed Broker, as the User of examples/spark-user.yaml (its Secret is the chart's
+``broker.credentialsSecret``; its Permission reads the queue and nothing else), and the issue's failure case happens in the same run (one Spark
 job, since each costs minutes of CI): once a micro-batch has committed, the driver Pod is
 deleted; the Spark Operator resubmits it (``restartPolicy: OnFailure``), and the new driver
 resumes from the checkpoint on the PVC.
@@ -20,7 +21,6 @@ one ack per published message, and the broker redelivered what the deleted drive
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -31,11 +31,9 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_testing import (
     clusters,
-    localnode,
     management,
     pipeline,
     pods,
-    releases,
     sparkoperator,
     sparkpods,
     sparksubmit,
@@ -44,14 +42,9 @@ from hutch_testing import (
 
 REPO = clusters.REPO_ROOT
 EVENTS = 1200  # plus 48 duplicates and the closing tick
-QUEUE = "events"
+QUEUE = sparkpods.JOB_QUEUE  # the one examples/spark-user.yaml's Permission lets the job read
 CLAIM = "spark-data"
 RUN_TIMEOUT = 900  # seconds from helm install to COMPLETED, the resubmission included
-CONTROLLER_SELECTOR = (
-    f"app.kubernetes.io/instance={sparkoperator.OPERATOR_RELEASE},"
-    "app.kubernetes.io/component=controller"
-)
-APP_PATH = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/{ns}/sparkapplications/{name}"
 
 
 @pytest.mark.k8s  # explicit: the plugin marks plane users after `-m` selection (make unit)
@@ -60,89 +53,39 @@ APP_PATH = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/{ns}/sparkapplications
 def test_spark_operator_runs_the_chart_and_resubmits_a_deleted_driver(
     node: Any, spark_operator: Any, k8s_namespace: str, tmp_path: Path
 ) -> None:
-    cluster = clusters.local_cluster(node)
-    node.apply_crds(REPO / "crds")
-    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-    (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's: checkpoint, state, output
-    operator = releases.install(cluster, k8s_namespace, tmp_path)
-    helm = Helm(operator)
-    try:
-        _run(node, cluster, helm, spark_operator, k8s_namespace, volume, tmp_path)
-    except BaseException:
-        pods.save_logs(cluster, k8s_namespace, tmp_path / "pod-logs")
-        sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
-        raise
-    finally:
-        helm.run("uninstall", sparkoperator.JOB_RELEASE, "--wait", "--timeout=120s", check=False)
-        helm.run("uninstall", sparkoperator.OPERATOR_RELEASE, "--wait", "--timeout=120s",
-                 check=False)  # fmt: skip
-        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
-                        "--timeout=120s", check=False)  # fmt: skip
-        operator.uninstall()
+    with sparkoperator.on_node(node, k8s_namespace, tmp_path) as run:
+        _run(node, run, spark_operator, k8s_namespace, tmp_path)
 
 
-class Helm:
-    """The plane's helm in the test namespace (the hutch operator release's own runner)."""
-
-    def __init__(self, release: releases.OperatorRelease) -> None:
-        self.release = release
-
-    def run(self, *args: str, check: bool = True) -> str:
-        try:
-            return self.release.helm_run(*args).stdout
-        except clusters.ClusterError:
-            if check:
-                raise
-            return ""
-
-    def install(self, name: str, chart: Path, values: dict[str, Any], work: Path) -> None:
-        values_file = work / f"{name}-values.json"
-        values_file.write_text(json.dumps(values, indent=1))
-        self.run("install", name, str(chart), "-f", str(values_file))
-
-
-def _run(
-    node: Any, cluster: clusters.Cluster, helm: Helm, build: Any, ns: str, volume: str, work: Path
-) -> None:
+def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path) -> None:
+    cluster, helm = run.cluster, run.helm
     endpoint = sparkpods.example_broker(cluster, ns)
     stream = pipeline.make_stream(EVENTS, prefix="op", expire_every=0)
     sparkpods.declare_durable(endpoint, QUEUE)
     pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
     assert stream.published == EVENTS + stream.duplicates + 1 and stream.nacked == 0
-
-    helm.install(
-        sparkoperator.OPERATOR_RELEASE, build.chart,
-        sparkoperator.operator_values(ns, build.image), work,
-    )  # fmt: skip
-    controller = clusters.wait_for(
-        lambda: _ready_pod(cluster, ns, CONTROLLER_SELECTOR),
-        "the Spark Operator's controller Pod Ready",
-        timeout=180,
-        interval=0.5,
-    )
+    secret, controller = sparkoperator.prepare_job(run, ns, build.chart, build.image, CLAIM, work)
     assert controller["spec"]["containers"][0]["image"] == build.image
-    cluster.apply(ns, clusters.manifest(*sparkoperator.controller_rbac(ns, ns)))
-    cluster.apply(ns, clusters.manifest(sparksubmit.claim(CLAIM, ns, volume, "1Gi")))
 
     began = time.monotonic()
     helm.install(
         sparkoperator.JOB_RELEASE, REPO / "charts" / "hutch-spark",
-        sparkoperator.job_values("hutch", QUEUE, CLAIM), work,
+        sparkoperator.job_values("hutch", QUEUE, CLAIM, secret), work,
     )  # fmt: skip
-    pv_dir = node.node_layout.volumes_dir / volume
-    run = _watch(cluster, ns, pv_dir)
+    pv_dir = node.node_layout.volumes_dir / run.volume
+    watched = _watch(cluster, ns, pv_dir)
     seconds = time.monotonic() - began
     sys.stderr.write(
-        f"helm install to COMPLETED: {seconds:.0f}s; states {run.states}; driver deleted "
-        f"{run.deleted_at:.0f}s in, after {run.batches_before} committed batches\n"
+        f"helm install to COMPLETED: {seconds:.0f}s; states {watched.states}; driver deleted "
+        f"{watched.deleted_at:.0f}s in, after {watched.batches_before} committed batches\n"
     )
-    app = run.app
-    assert sparkoperator.state(app) == "COMPLETED", (run.states, app.get("status"))
+    app = watched.app
+    assert sparkoperator.state(app) == "COMPLETED", (watched.states, app.get("status"))
     # The happy path, then the deleted driver's failure and a second submission that completes.
-    assert sparkoperator.in_order(run.states, ("SUBMITTED", "RUNNING")), run.states
-    after = run.states[run.states.index("RUNNING") + 1 :]
-    assert set(after) & {"FAILING", "PENDING_RERUN", "FAILED_SUBMISSION"}, run.states
-    assert sparkoperator.in_order(after, ("SUBMITTED", "RUNNING", "COMPLETED")), run.states
+    assert sparkoperator.in_order(watched.states, ("SUBMITTED", "RUNNING")), watched.states
+    after = watched.states[watched.states.index("RUNNING") + 1 :]
+    assert set(after) & {"FAILING", "PENDING_RERUN", "FAILED_SUBMISSION"}, watched.states
+    assert sparkoperator.in_order(after, ("SUBMITTED", "RUNNING", "COMPLETED")), watched.states
     assert app["status"]["executionAttempts"] >= 2, app["status"]  # submissionAttempts resets
 
     driver_name = app["status"]["driverInfo"]["podName"]
@@ -153,7 +96,7 @@ def _run(
         timeout=60, interval=0.5, what="the driver Pod's final phase",
     )  # fmt: skip
     assert driver is not None
-    assert driver["metadata"]["uid"] != run.deleted_uid  # a new Pod, not the deleted one
+    assert driver["metadata"]["uid"] != watched.deleted_uid  # a new Pod, not the deleted one
     selector = driver["metadata"]["labels"]["spark-app-selector"]
     executors = pods.list_pods(cluster, ns, f"spark-role=executor,spark-app-selector={selector}")
     ran = [pods.facts(pod) for pod in [driver, *executors]]
@@ -176,6 +119,21 @@ def _run(
     stats = queue["message_stats"]
     assert stats["publish"] == stats["ack"] == stream.published, stats
     assert stats.get("redeliver", 0) > 0, stats  # the deleted driver's unacked batch came back
+    _assert_consumed_as_the_job_user(cluster, ns, driver_name)
+
+
+def _assert_consumed_as_the_job_user(cluster: clusters.Cluster, ns: str, driver: str) -> None:
+    """The driver read the User's Secret, not the administrator's (the conf names it)."""
+    pod = pods.get_pod(cluster, ns, driver)
+    assert pod is not None
+    refs = {
+        env["name"]: env["valueFrom"]["secretKeyRef"]["name"]
+        for container in pod["spec"]["containers"]
+        for env in container.get("env", [])
+        if env.get("valueFrom", {}).get("secretKeyRef")
+    }
+    secret = f"{sparkpods.JOB_USER}-user-credentials"
+    assert refs.get("HUTCH_AMQP_USERNAME") == refs.get("HUTCH_AMQP_PASSWORD") == secret, refs
 
 
 class Run:
@@ -191,7 +149,7 @@ class Run:
 
 def _watch(cluster: clusters.Cluster, ns: str, pv_dir: Path) -> Run:
     """Polls the app's state until it ends; deletes the driver Pod once a batch committed."""
-    path = APP_PATH.format(ns=ns, name=sparkoperator.JOB_RELEASE)
+    path = sparkoperator.APP_PATH.format(ns=ns, name=sparkoperator.JOB_RELEASE)
     run, seen = Run(), []
     began = time.monotonic()
     while time.monotonic() - began < RUN_TIMEOUT:
@@ -216,11 +174,6 @@ def _committed_batches(pv_dir: Path) -> int:
     return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else 0
 
 
-def _ready_pod(cluster: clusters.Cluster, ns: str, selector: str) -> dict[str, Any] | None:
-    ready = [p for p in pods.list_pods(cluster, ns, selector) if pods.is_ready(p)]
-    return ready[0] if ready else None
-
-
 def test_docs_show_the_values_this_test_installs() -> None:
     """docs/spark.md's two values files are ``operator_values`` and ``job_values`` above."""
     text = (REPO / "docs" / "spark.md").read_text()
@@ -228,7 +181,9 @@ def test_docs_show_the_values_this_test_installs() -> None:
     blocks = [chunk.split("```", 1)[0] for chunk in section.split("```yaml\n")[1:]]
     operator_block, job_block = (yaml.safe_load(block) for block in blocks)
     assert operator_block == sparkoperator.operator_values("<ns>")
-    assert job_block == sparkoperator.job_values("hutch", QUEUE, CLAIM)
+    assert job_block == sparkoperator.job_values(
+        "hutch", QUEUE, CLAIM, f"{sparkpods.JOB_USER}-user-credentials"
+    )
     role, binding = sparkoperator.controller_rbac("<ns>", "<ns>")
     verbs = ",".join(role["rules"][0]["verbs"])
     assert f"create role {role['metadata']['name']} -n <ns> \\\n  --verb={verbs} " in section

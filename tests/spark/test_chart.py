@@ -1,13 +1,17 @@
 """charts/hutch-spark: rendered with helm, checked field by field, validated by a real apiserver.
 
-The SparkApplication must take the broker's Service address and its credentials Secret through
-native Spark confs (secretKeyRef, not the operator's webhook-dependent driver.env), keep the
-checkpoint on a PVC, and pin the image, `sparkVersion` and the pyspark wheel to one release.
+The SparkApplication must take the broker's Service address and the job's own User Secret
+(required: never the administrator's by default) through native Spark confs (secretKeyRef, not
+the operator's webhook-dependent driver.env), keep the checkpoint on a PVC, and pin the image,
+`sparkVersion` and the pyspark wheel to one release. With ``broker.tls`` it connects with
+amqps:// and mounts only the CA key of a Secret through the pod templates (Spark's own secret
+conf would mount the broker's tls.key too), pointing the source and sink at it.
 The apiserver test applies a reduced v1beta2 CRD (tests/spark/crds/) so the rendered object
 passes a real structural schema with strict field validation.
 """
 
 import importlib.metadata
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -53,7 +57,9 @@ def render(*sets: str, namespace: str = "apps", check: bool = True) -> Any:
     return {doc["kind"]: doc for doc in yaml.safe_load_all(result.stdout) if doc}
 
 
-BASE = ("broker.name=orders-broker", "queue=orders")
+USER_SECRET = "spark-windowed-counts-user-credentials"  # examples/spark-user.yaml's User
+BASE = ("broker.name=orders-broker", "queue=orders", f"broker.credentialsSecret={USER_SECRET}")
+TLS = ("broker.tls.enabled=true", "broker.tls.caSecret=orders-broker-tls")
 
 
 def test_sparkapplication_wires_broker_secret_and_checkpoint() -> None:
@@ -68,12 +74,13 @@ def test_sparkapplication_wires_broker_secret_and_checkpoint() -> None:
     )
     assert (
         conf["spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_USERNAME"]
-        == "orders-broker-default-user:username"
+        == f"{USER_SECRET}:username"
     )
     assert (
         conf["spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_PASSWORD"]
-        == "orders-broker-default-user:password"
+        == f"{USER_SECRET}:password"
     )
+    assert not any("CA_FILE" in key for key in conf)  # no TLS unless asked
     for role in ("driver", "executor"):  # a stateful query writes state from executors too
         prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.checkpoint"
         assert conf[f"{prefix}.options.claimName"] == "orders-checkpoint"
@@ -105,7 +112,7 @@ def test_exchange_sink_gives_executors_the_credentials() -> None:
     conf = spec["sparkConf"]
     assert (
         conf["spark.kubernetes.executor.secretKeyRef.HUTCH_AMQP_PASSWORD"]
-        == "orders-broker-default-user:password"
+        == f"{USER_SECRET}:password"
     )
     assert conf["spark.executorEnv.HUTCH_AMQP_URI"].endswith(":5672/prod%2Feu")
     assert "--output" not in spec["arguments"]
@@ -127,12 +134,95 @@ def test_spark_version_is_pinned_to_the_pyspark_wheel() -> None:
     assert chart["annotations"]["hutch.dev/spark-version"] == pyspark
 
 
-def test_missing_values_and_cross_namespace_secrets_fail_clearly() -> None:
-    assert "broker.name is required" in render("queue=q", check=False).stderr
-    assert "queue is required" in render("broker.name=b", check=False).stderr
-    crossed = render(*BASE, "broker.namespace=brokers", check=False)
-    assert crossed.returncode != 0
-    assert "copy orders-broker-default-user into apps" in crossed.stderr
+def test_missing_values_fail_clearly() -> None:
+    user = f"broker.credentialsSecret={USER_SECRET}"
+    assert "broker.name is required" in render("queue=q", user, check=False).stderr
+    assert "queue is required" in render("broker.name=b", user, check=False).stderr
+    # No silent fallback to the Broker's administrator: the job's own User Secret is required.
+    anonymous = render("broker.name=orders-broker", "queue=orders", check=False)
+    assert anonymous.returncode != 0
+    assert "broker.credentialsSecret is required" in anonymous.stderr
+    assert "<user>-user-credentials" in anonymous.stderr
+    assert 'read queue "orders" on vhost "/"' in anonymous.stderr
+    assert "default-user" not in render(*BASE, check=True)["SparkApplication"]["spec"]["sparkConf"]
+    # ... but naming it on purpose works.
+    admin = render(*BASE, "broker.credentialsSecret=orders-broker-default-user")
+    conf = admin["SparkApplication"]["spec"]["sparkConf"]
+    assert conf["spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_PASSWORD"] == (
+        "orders-broker-default-user:password"
+    )
+    # A Broker in another namespace: the User (and its Secret) live in the release namespace.
+    crossed = render(*BASE, "broker.namespace=messaging")["SparkApplication"]["spec"]
+    assert crossed["sparkConf"]["spark.kubernetes.driverEnv.HUTCH_AMQP_URI"] == (
+        "amqp://orders-broker.messaging.svc.cluster.local:5672/%2F"
+    )
+
+
+def test_tls_connects_with_amqps_and_mounts_only_the_ca_on_the_driver() -> None:
+    spec = render(*BASE, *TLS, "broker.namespace=messaging", "broker.vhost=team-a")[
+        "SparkApplication"
+    ]["spec"]
+    conf = spec["sparkConf"]
+    # The Service name the operator verifies the broker's certificate against (<b>.<ns>.svc).
+    assert conf["spark.kubernetes.driverEnv.HUTCH_AMQP_URI"] == (
+        "amqps://orders-broker.messaging.svc:5671/team-a"
+    )
+    assert conf["spark.kubernetes.driverEnv.HUTCH_AMQP_CA_FILE"] == "/etc/hutch-ca/ca.crt"
+    driver_pod = spec["driver"]["template"]["spec"]
+    assert driver_pod["volumes"] == [
+        {
+            "name": "hutch-ca",
+            "secret": {
+                "secretName": "orders-broker-tls",
+                "items": [{"key": "ca.crt", "path": "ca.crt"}],  # never tls.key
+            },
+        }
+    ]
+    assert driver_pod["containers"] == [
+        {
+            "name": "spark-kubernetes-driver",
+            "volumeMounts": [{"name": "hutch-ca", "mountPath": "/etc/hutch-ca", "readOnly": True}],
+        }
+    ]
+    assert driver_pod["securityContext"] == {"fsGroup": 185}
+    # Not through Spark's secret conf (every key) nor the webhook-only operator fields.
+    assert not any(".secrets." in key for key in conf)
+    assert "volumes" not in spec and "volumeMounts" not in spec["driver"]
+    # Parquet sink: executors never connect, so they get neither the CA nor the address.
+    executor_pod = spec["executor"]["template"]["spec"]
+    assert "volumes" not in executor_pod
+    assert executor_pod["containers"] == [{"name": "spark-kubernetes-executor"}]
+    assert not any(key.startswith("spark.executorEnv.") for key in conf)
+
+
+def test_tls_with_the_exchange_sink_gives_executors_the_ca_too() -> None:
+    spec = render(
+        *BASE, *TLS, "job.sink=exchange", "job.exchange=results",
+        "broker.tls.caSecret=hutch-ca", "broker.tls.caKey=root.pem",
+        "broker.tls.mountPath=/etc/broker-ca/",
+    )["SparkApplication"]["spec"]  # fmt: skip
+    conf = spec["sparkConf"]
+    assert conf["spark.executorEnv.HUTCH_AMQP_URI"] == "amqps://orders-broker.apps.svc:5671/%2F"
+    for key in (
+        "spark.executorEnv.HUTCH_AMQP_CA_FILE",
+        "spark.kubernetes.driverEnv.HUTCH_AMQP_CA_FILE",
+    ):
+        assert conf[key] == "/etc/broker-ca/root.pem"
+    for role, container in (("driver", "spark-kubernetes-driver"),
+                            ("executor", "spark-kubernetes-executor")):  # fmt: skip
+        pod = spec[role]["template"]["spec"]
+        assert pod["volumes"][0]["secret"] == {
+            "secretName": "hutch-ca", "items": [{"key": "root.pem", "path": "root.pem"}],
+        }  # fmt: skip
+        (mounted,) = pod["containers"]
+        assert mounted["name"] == container
+        assert mounted["volumeMounts"][0]["mountPath"] == "/etc/broker-ca/"
+
+
+def test_tls_without_a_ca_secret_fails_clearly() -> None:
+    missing = render(*BASE, "broker.tls.enabled=true", check=False)
+    assert missing.returncode != 0
+    assert "broker.tls.caSecret is required with broker.tls.enabled" in missing.stderr
 
 
 @pytest.mark.k8s
@@ -169,7 +259,7 @@ def test_rendered_manifests_pass_a_real_apiserver(apiserver: Any, k8s_namespace:
     ).stdout
     assert yaml.safe_load(stored)["spec"]["sparkConf"][
         "spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_PASSWORD"
-    ] == ("orders-broker-default-user:password")
+    ] == (f"{USER_SECRET}:password")
     # The schema is really enforced: an unknown field and a bad enum value are refused.
     for broken, complaint in (
         (rendered.replace("memoryOverhead:", "memoryOverheads:"), "memoryOverheads"),
@@ -188,6 +278,31 @@ def test_rendered_manifests_pass_a_real_apiserver(apiserver: Any, k8s_namespace:
         )
         assert refused.returncode != 0
         assert complaint in refused.stderr
+
+
+@pytest.mark.k8s
+def test_tls_pod_templates_are_pods_a_real_apiserver_accepts(
+    apiserver: Any, k8s_namespace: str
+) -> None:
+    """The CRD keeps pod templates unchecked (preserve-unknown-fields), and Spark merges them
+    into its Pods: so each template, given the image Spark would add, must be a valid Pod."""
+    spec = render(*BASE, *TLS, "job.sink=exchange", namespace=k8s_namespace)["SparkApplication"][
+        "spec"
+    ]
+    for role in ("driver", "executor"):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"template-{role}"},
+               "spec": spec[role]["template"]["spec"]}  # fmt: skip
+        pod["spec"]["containers"][0]["image"] = "localhost/hutch/hutch-spark:0.1.0"
+        for broken in (False, True):
+            if broken:  # a mount of a volume the template does not declare
+                pod["spec"]["containers"][0]["volumeMounts"][0]["name"] = "hutch-cert"
+            result = apiserver.kubectl(
+                "create", "--dry-run=server", "--validate=strict", "-n", k8s_namespace,
+                "-f", "-", stdin=json.dumps(pod), check=False,
+            )  # fmt: skip
+            assert (result.returncode != 0) == broken, result.stderr
+            if broken:
+                assert "hutch-cert" in result.stderr
 
 
 def _has(module: str) -> bool:
