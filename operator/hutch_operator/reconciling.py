@@ -210,6 +210,20 @@ def index_waiting(ops: KindOps, body: kopf.Body) -> dict[tuple[str, str], tuple[
     return {broker: (ops.kind.plural, namespace, str(body.metadata.name))}
 
 
+def wakes(stored: Any, observed: Any) -> bool:
+    """Whether a Broker's status pass wakes the objects waiting for it: only when both its
+    *stored* Available condition and this pass's observation (the status patch's conditions,
+    or the stored ones when unchanged) are True.
+
+    Why both: the woken objects resolve through the broker_facts index, which sees the stored
+    status, and would fail again with BrokerNotReady before it says True. The stored status lags
+    the broker by up to one period, though: an object nudged at a broker that has just died
+    fails with BrokerUnavailable, Kopf backs off (5 s, then 10 s, ...) and ignores every later
+    nudge while it sleeps, so it would miss the broker's return by that long.
+    """
+    return conditions.is_true(stored, "Available") and conditions.is_true(observed, "Available")
+
+
 async def nudge(plural: str, namespace: str, name: str) -> None:
     """Annotates an object so its declare handler runs now (design §5.6); gone is fine."""
     path = kube.object_path(common.API_VERSION, plural, namespace, name)

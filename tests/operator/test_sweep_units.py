@@ -56,3 +56,17 @@ def test_abandoned_list_adds_replaces_and_drops_by_cr() -> None:
     assert abandoned.merged([first], [other], set()) == [first, other]
     assert abandoned.merged([first, other], [again], set()) == [other, again]
     assert abandoned.merged([first, other], [], {("Queue", "team", "orders")}) == [other]
+
+
+def _available(status: str) -> list[dict[str, str]]:
+    return [{"type": "Available", "status": status, "reason": "AlivenessOk"}]
+
+
+def test_a_broker_wakes_its_waiting_objects_only_when_stored_and_observed_available() -> None:
+    """Defect 8's wake-up: the stored Available lets the woken objects resolve; this pass's own
+    observation keeps a stale True from nudging objects at a broker that has just died (their
+    BrokerUnavailable would make Kopf back off past the broker's return)."""
+    assert reconciling.wakes(_available("True"), _available("True"))
+    assert not reconciling.wakes(_available("True"), _available("False"))  # just died
+    assert not reconciling.wakes(_available("False"), _available("True"))  # index not there yet
+    assert not reconciling.wakes(None, None)

@@ -53,10 +53,8 @@ async def apply(body: kopf.Body, patch: kopf.Patch, retry: int, **_: Any) -> Non
 @kopf.timer(*RESOURCE, id="refresh", interval=config.broker_status_period(), initial_delay=1)
 async def refresh(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     await instances.refresh(body, patch)
-    # Act on the *stored* Available (not this pass's observation, whose status patch is only
-    # written after this handler): the woken objects resolve through the broker_facts index,
-    # which sees the stored status, and would otherwise fail again with BrokerNotReady.
-    if not conditions.is_true(body.status.get("conditions"), "Available"):
+    stored = body.status.get("conditions")
+    if not reconciling.wakes(stored, patch.status.get("conditions", stored)):
         return
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
     waiting = [item for index in registration.WAITING_INDEXES
