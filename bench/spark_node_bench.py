@@ -49,6 +49,9 @@ NAMESPACE = "spark-bench"
 JOB_FILES = ("spark_node_job.py", "spark_phases.py", "rounds.py")
 JOB_DIR = "bench"  # on the volume, mounted at sparksubmit.MOUNT in the Pods
 TIMEOUT_S = 3600
+# The Broker's administrator, not examples/spark-user.yaml's read-only User: the job declares,
+# fills and deletes its own queues (bench-*), which that User may not.
+ADMIN_SECRET = "hutch-default-user"  # noqa: S105 - a Secret's name, no password
 
 
 def job_command(sub: sparksubmit.Submission, args: argparse.Namespace) -> list[str]:
@@ -106,7 +109,8 @@ def _submit(
     template.write_text(json.dumps(sparksubmit.pod_template()))
     sub = sparksubmit.Submission(
         api_server=plane.server, namespace=NAMESPACE, broker="hutch", queue="unused",
-        claim="spark-data", pod_template=template, image=image, app_name="spark-bench",
+        credentials_secret=ADMIN_SECRET, claim="spark-data", pod_template=template, image=image,
+        app_name="spark-bench",
     )  # fmt: skip
     cluster.apply(NAMESPACE, clusters.manifest(*sparksubmit.driver_rbac(NAMESPACE)))
     cluster.apply(NAMESPACE, clusters.manifest(sparksubmit.claim(sub.claim, NAMESPACE, volume,

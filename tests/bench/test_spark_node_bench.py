@@ -29,6 +29,7 @@ def submission() -> sparksubmit.Submission:
         namespace="spark-bench",
         broker="hutch",
         queue="unused",
+        credentials_secret=spark_node_bench.ADMIN_SECRET,
         claim="spark-data",
         pod_template=Path("/tmp/template.json"),
         app_name="spark-bench",
