@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import rounds
-from spark_phases import report_lines, summary
+from spark_phases import add_arguments, report_lines, summary
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
@@ -150,11 +150,7 @@ def _submit(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--latency-seconds", type=float, default=20.0)
-    parser.add_argument("--latency-rate", type=int, default=500)
-    parser.add_argument("--output", type=Path)
+    add_arguments(parser)
     args = parser.parse_args()
     load_before = rounds.load()
     with tempfile.TemporaryDirectory(prefix="hutch-spark-node-bench-") as scratch:

@@ -17,12 +17,11 @@ import json
 import os
 import time
 import urllib.parse
-from pathlib import Path
 from typing import Any
 
 import hutch_spark
 from pyspark.sql import SparkSession
-from spark_phases import BODY, measure_phases
+from spark_phases import BODY, add_arguments, measure_phases
 
 
 def broker_url() -> str:
@@ -36,11 +35,7 @@ def broker_url() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--latency-seconds", type=float, default=20.0)
-    parser.add_argument("--latency-rate", type=int, default=500)
-    parser.add_argument("--output", type=Path, required=True)
+    add_arguments(parser, output_required=True)
     args = parser.parse_args()
     work = args.output.parent / "work"
     work.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ Phases (one broker URL; each on a queue of its own):
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import multiprocessing
 import os
@@ -34,6 +35,16 @@ import pika
 import rounds
 
 BODY = b"x" * 200
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, output_required: bool = False) -> None:
+    """The phases' flags, shared by spark_bench.py, spark_node_bench.py and the job it submits
+    (spark_node_job.py), so the three agree on names and defaults."""
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--latency-rate", type=int, default=500)
+    parser.add_argument("--output", type=Path, required=output_required)
 
 
 def prefill(url: str, queue: str, count: int) -> None:
