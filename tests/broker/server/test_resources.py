@@ -46,9 +46,9 @@ def process(monkeypatch: pytest.MonkeyPatch) -> FakeProcess:
     return fake
 
 
-def monitor(events: list[str]) -> resources.ResourceMonitor:
+def monitor(events: list[str], watermark: int = LIMIT) -> resources.ResourceMonitor:
     return resources.ResourceMonitor(
-        watermark=memory.Watermark(relative=None, absolute=LIMIT),
+        watermark=memory.Watermark(relative=None, absolute=watermark),
         total_memory=4 * LIMIT,
         data_dir=Path("/nonexistent"),
         disk_free_limit=100,
@@ -115,13 +115,7 @@ def test_disk_alarm_blocks_and_clears(process: FakeProcess) -> None:
 
 def test_a_zero_watermark_never_alarms_or_pages(process: FakeProcess) -> None:
     events: list[str] = []
-    monitor_ = resources.ResourceMonitor(
-        watermark=memory.Watermark(relative=None, absolute=0),
-        total_memory=4 * LIMIT,
-        data_dir=Path("/nonexistent"),
-        disk_free_limit=100,
-        on_paging=lambda active: events.append(f"paging={active}"),
-    )
+    monitor_ = monitor(events, watermark=0)
     process.live = 10**9
     monitor_.sample()
     assert not monitor_.memory_alarm
