@@ -21,7 +21,7 @@ FINALIZER = "hutch.dev/finalizer"
 POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 TEMPLATE = "templates/finalizer-policy.yaml"
 
-Api = Callable[..., tuple[int, dict[str, Any]]]
+Api = Callable[[str, str, Any], tuple[int, dict[str, Any]]]  # Plane.api: method, path, JSON body
 
 
 def render_finalizer_policy(helm: Path, watch_namespaces: Sequence[str] = ()) -> str:

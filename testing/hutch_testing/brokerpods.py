@@ -20,11 +20,14 @@ import subprocess
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pika
 
 from hutch_testing import probes, waiting
+
+if TYPE_CHECKING:  # typing only: the plane package is heavy to import
+    from hutch_testing.plane.planes import Plane
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 ADDRESSES = "HUTCH_BROKER_ADDRESSES"
@@ -36,7 +39,7 @@ ROUTE_TIMEOUT = 60.0
 class BrokerPod:
     """Broker ``name`` in ``namespace`` and its Pod ``<name>-server-0``."""
 
-    plane: Any
+    plane: Plane
     namespace: str
     name: str
     host: str = ""  # the Service's ClusterIP
@@ -161,7 +164,7 @@ class BrokerPod:
 
     def cgroup(self, controller: str = "memory") -> Path:
         """The broker container's own cgroup (the running container of ``self.pod``)."""
-        container_id = self.pod["status"]["containerStatuses"][0]["containerID"]
+        container_id: str = self.pod["status"]["containerStatuses"][0]["containerID"]
         return self.pod_cgroup(controller) / container_id.split("://", 1)[1]
 
     def kill_broker(self) -> list[int]:

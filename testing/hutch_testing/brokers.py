@@ -15,11 +15,26 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Unpack
 
 from hutch_testing import processes
 
 # broker/ of this source tree: lets the child import hutch_broker when the repo is not installed.
 _SOURCE_BROKER_DIR = Path(__file__).resolve().parents[2] / "broker"
+
+
+class HutchLaunchOptions(processes.LaunchOptions, total=False):
+    """``HutchBroker``'s keyword arguments but ``work_dir``: what ``hutch_broker_factory`` takes."""
+
+    data_dir: Path | None
+    extra_args: list[str] | None
+    python: str
+
+
+class HutchBrokerOptions(HutchLaunchOptions, total=False):
+    """All of ``HutchBroker``'s keyword arguments."""
+
+    work_dir: Path | None
 
 
 class HutchBroker(processes.BrokerProcess):
@@ -33,10 +48,10 @@ class HutchBroker(processes.BrokerProcess):
         data_dir: Path | None = None,
         extra_args: list[str] | None = None,
         python: str = sys.executable,
-        start_timeout: float = 20.0,
-        **kwargs: object,
+        **kwargs: Unpack[processes.ProcessOptions],
     ) -> None:
-        super().__init__(start_timeout=start_timeout, **kwargs)  # type: ignore[arg-type]
+        kwargs.setdefault("start_timeout", 20.0)  # HutchBroker's default; BrokerProcess's is 60 s
+        super().__init__(**kwargs)
         self.data_dir = data_dir or self.work_dir / "data"
         self.extra_args = list(extra_args or [])
         self.python = python

@@ -21,7 +21,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from hutch_testing import clusters, launchers, localnode, management, pipeline, pods, releases
 
@@ -186,7 +186,7 @@ class Chain:
     def management(self, name: str | None = None) -> management.Management:
         return management.Management(self.brokers[name or self.broker_names[0]].endpoint)
 
-    def job(self, name: str, queue: str, **kwargs: Any) -> pipeline.JobRun:
+    def job(self, name: str, queue: str, **kwargs: Unpack[pipeline.JobOptions]) -> pipeline.JobRun:
         return pipeline.JobRun(queue, self.work_dir / "jobs" / name, self.endpoint, **kwargs)
 
     def start_job(self, run: pipeline.JobRun, *, available_now: bool) -> launchers.Child:

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 
+class AmqpReachable(Protocol):
+    """A broker on 127.0.0.1 (a launcher, the chain's Endpoint, a test's stand-in)."""
+
+    @property
+    def amqp_port(self) -> int: ...
+
+
+class ConnectOptions(TypedDict, total=False):
+    """``connect``'s keyword arguments that wrappers (sidebyside.Target) pass through."""
+
+    user: str
+    password: str
+    vhost: str
+    heartbeat: int | None
+    client_properties: dict[str, Any]  # pika's, sent in connection.start-ok
+
+
 def connect(
-    broker: Any,
+    broker: AmqpReachable,
     *,
     user: str = "guest",
     password: str = "guest",  # noqa: S107 - RabbitMQ's default, loopback only
     vhost: str = "/",
     heartbeat: int | None = None,
-    **kwargs: Any,
+    **kwargs: object,  # more pika.ConnectionParameters
 ) -> BlockingConnection:
     """A blocking pika connection to ``broker`` (anything with ``amqp_port``)."""
     params = pika.ConnectionParameters(

@@ -17,12 +17,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from hutch_testing import progress
 from hutch_testing.plane import binaries
+
+if TYPE_CHECKING:  # typing only: the plane package is heavy to import
+    from hutch_testing.plane.planes import Plane
+
+T = TypeVar("T")
 
 REPO_ROOT = binaries.REPO_ROOT
 GROUP_PATH = "/apis/hutch.dev/v1alpha1"
@@ -107,7 +113,7 @@ class Cluster:
     kubeconfig: Path
     kubectl_path: Path
     local: bool
-    plane: Any = None  # the Plane when local
+    plane: Plane | None = None  # the Plane when local
 
     def kubectl(
         self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
@@ -153,7 +159,7 @@ class Cluster:
         )
 
 
-def local_cluster(plane: Any) -> Cluster:
+def local_cluster(plane: Plane) -> Cluster:
     """A started Plane of the workloads tier as a Cluster."""
     return Cluster(plane.kubeconfig, plane.kubectl_path, local=True, plane=plane)
 
@@ -180,6 +186,8 @@ def prepare_local_storage(cluster: Cluster, sizes: list[str]) -> None:
     patch = json.dumps({"metadata": {"annotations": {DEFAULT_CLASS_ANNOTATION: "true"}}})
     cluster.kubectl("patch", "storageclass", STORAGE_CLASS, "--type=merge", "-p", patch)
     for size in sizes:
+        if plane is None:  # where a None plane failed before, with an AttributeError
+            raise ClusterError("prepare_local_storage: the local plane only")
         plane.make_pvs(1, size=size)
 
 
@@ -203,10 +211,19 @@ def is_true(obj: dict[str, Any] | None, type_: str) -> bool:
     return cond is not None and cond.get("status") == "True"
 
 
-def wait_for(probe: Any, what: str, *, timeout: float, interval: float = 0.25) -> Any:
-    """Polls ``probe`` until it returns something truthy; ClusterError after ``timeout``."""
+def wait_for(
+    probe: Callable[[], T | Literal[False] | None],
+    what: str,
+    *,
+    timeout: float,
+    interval: float = 0.25,
+) -> T:
+    """Polls ``probe`` until it returns something truthy; ClusterError after ``timeout``.
+
+    ``probe`` says "not yet" with None or False (``ready and obj`` style); ``T`` is its value.
+    """
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: T | Literal[False] | None = None
     while time.monotonic() < deadline:
         last = probe()
         if last:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from hutch_testing import clusters, progress
 from hutch_testing.plane import images
@@ -27,11 +28,21 @@ PHASES: dict[str, float] = {
 }
 
 
+class ImageBuilds(Protocol):
+    """The builds a Builder runs: hutch_testing.plane.images (a module) or a test's stand-in."""
+
+    def base_rootfs(self) -> object: ...
+
+    def build_pause(self) -> object: ...
+
+    def build_dockerfile_image(self, kind: str) -> object: ...
+
+
 @dataclass
 class Builder:
     """Runs the phases in a thread; the caller polls ``fraction()`` and ``label()``."""
 
-    images: Any  # hutch_testing.plane.images, or a stand-in that records the calls
+    images: ImageBuilds  # hutch_testing.plane.images, or a stand-in that records the calls
     done: list[str] = field(default_factory=list)
     current: str | None = None
     since: float = 0.0
@@ -40,7 +51,7 @@ class Builder:
     phases: list[str] = field(default_factory=lambda: list(PHASES))
 
     def run(self) -> None:
-        every = {
+        every: dict[str, Callable[[], object]] = {
             "base rootfs": self.images.base_rootfs,
             "pause": self.images.build_pause,
             "broker": lambda: self.images.build_dockerfile_image("broker"),

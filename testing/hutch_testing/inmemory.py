@@ -33,7 +33,7 @@ def handshake_frames(vhost: str = "/", *, channels: int = 16) -> bytes:
 
 def decode_frames(data: bytes) -> list[object]:
     """The methods (and content frames) in ``data``, in order."""
-    found = []
+    found: list[object] = []
     while data:
         consumed, _, value = frame.unmarshal(data)
         found.append(value)

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypedDict, Unpack
 
 from hutch_testing import probes
 
@@ -27,6 +27,25 @@ class Response:
         return 200 <= self.status < 300
 
 
+class HttpReachable(Protocol):
+    """A broker's management API: its URL and the credentials to use there."""
+
+    @property
+    def http_url(self) -> str: ...
+
+    @property
+    def credentials(self) -> tuple[str, str]: ...
+
+
+class PolicyOptions(TypedDict, total=False):
+    """``put_policy``'s keyword arguments, as ``set_policy`` passes them on."""
+
+    priority: int
+    apply_to: str
+    vhost: str
+    operator: bool
+
+
 def quote(name: str) -> str:
     """A path segment as the management API expects it (`/` is `%2F`)."""
     return urllib.parse.quote(name, safe="")
@@ -36,7 +55,7 @@ class Management:
     """Requests with basic auth to ``broker.http_url`` (anything with ``http_url`` and
     ``credentials``)."""
 
-    def __init__(self, broker: Any, *, timeout: float = 10.0) -> None:
+    def __init__(self, broker: HttpReachable, *, timeout: float = 10.0) -> None:
         self.base = broker.http_url
         self.auth = probes.basic_auth(*broker.credentials)
         self.timeout = timeout
@@ -104,7 +123,11 @@ class Management:
         return self.put(f"/{kind}/{quote(vhost)}/{quote(name)}", body)
 
     def set_policy(
-        self, name: str, pattern: str, definition: dict[str, Any], **kwargs: Any
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        **kwargs: Unpack[PolicyOptions],
     ) -> None:
         """``put_policy`` that must succeed (201 or 204)."""
         response = self.put_policy(name, pattern, definition, **kwargs)

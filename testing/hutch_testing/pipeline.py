@@ -21,7 +21,7 @@ import urllib.parse
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pika
 
@@ -151,6 +151,13 @@ def publish_tick(endpoint: launchers.Endpoint, stream: Stream, *, exchange: str)
 
 
 # --- the Spark job ------------------------------------------------------------------------------
+
+
+class JobOptions(TypedDict, total=False):
+    """``JobRun``'s optional fields, as ``chain.Chain.job`` passes them on."""
+
+    max_messages_per_batch: int
+    extra_args: list[str]
 
 
 @dataclass

@@ -25,7 +25,7 @@ import time
 import weakref
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any, Self, TypedDict
 
 from hutch_testing import ports, probes
 
@@ -60,6 +60,21 @@ class Addressed:
     @property
     def credentials(self) -> tuple[str, str]:
         return self.username, self.password
+
+
+class LaunchOptions(TypedDict, total=False):
+    """``BrokerProcess``'s keyword arguments but ``work_dir``, which a fixture may choose."""
+
+    username: str
+    password: str
+    start_timeout: float
+    stop_timeout: float
+
+
+class ProcessOptions(LaunchOptions, total=False):
+    """All of ``BrokerProcess``'s keyword arguments: subclasses pass them through unchanged."""
+
+    work_dir: Path | None
 
 
 class BrokerProcess(Addressed):

@@ -14,8 +14,9 @@ Register with `pytest_plugins = ["hutch_testing.pytest_plugin"]` in tests/confte
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol, Unpack
 
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
@@ -23,7 +24,12 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from hutch_testing import brokers, clients, processes
 from hutch_testing import rabbitmq as reference
 
-HutchBrokerFactory = Callable[..., brokers.HutchBroker]
+
+class HutchBrokerFactory(Protocol):
+    """``hutch_broker_factory``: starts a HutchBroker with these keyword arguments."""
+
+    def __call__(self, **kwargs: Unpack[brokers.HutchLaunchOptions]) -> brokers.HutchBroker: ...
+
 
 _FALSE_VALUES = ("", "0", "false", "no")
 
@@ -73,10 +79,10 @@ def hutch_broker_factory(tmp_path: Path) -> Iterator[HutchBrokerFactory]:
     """Start hutch-brokers (keyword arguments go to `HutchBroker`); all stop after the test."""
     started: list[brokers.HutchBroker] = []
 
-    def start(**kwargs: object) -> brokers.HutchBroker:
+    def start(**kwargs: Unpack[brokers.HutchLaunchOptions]) -> brokers.HutchBroker:
         index = len(started)
         kwargs.setdefault("data_dir", tmp_path / f"hutch-{index}" / "data")
-        broker = brokers.HutchBroker(work_dir=tmp_path / f"hutch-{index}", **kwargs)  # type: ignore[arg-type]
+        broker = brokers.HutchBroker(work_dir=tmp_path / f"hutch-{index}", **kwargs)
         started.append(broker)
         return broker.start()
 

@@ -36,8 +36,10 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from hutch_testing import (
@@ -317,10 +319,10 @@ def node_binaries_problem() -> str | None:
     return None
 
 
-def _exit_on_signals() -> dict[int, Any]:
+def _exit_on_signals() -> dict[int, Callable[[int, FrameType | None], object] | int | None]:
     """SIGTERM/SIGHUP unwind like Ctrl-C, so every ``finally`` stops its processes in order."""
 
-    def handler(signum: int, _frame: Any) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Unpack
 
 from hutch_testing import ports, processes
 
@@ -37,8 +38,8 @@ class RabbitMQ(processes.BrokerProcess):
     kind = "rabbitmq"
     graceful_stop = False  # a clean shutdown costs ~5 s and its data is deleted right after
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Unpack[processes.ProcessOptions]) -> None:
+        super().__init__(**kwargs)
         self.dist_port = ports.free_port()
         self.node_name = f"hutch-ref-{os.getpid()}-{secrets.token_hex(3)}@localhost"
         self.home_dir = self.work_dir / "home"

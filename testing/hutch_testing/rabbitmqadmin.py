@@ -14,14 +14,14 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from hutch_testing import probes
+from hutch_testing import management, probes
 
 CACHE = Path.home() / ".cache" / "hutch" / "rabbitmqadmin-3.10.8"
 
 
-def fetch(reference: Any) -> Path:
+def fetch(reference: management.HttpReachable) -> Path:
     """The cached script, fetched from ``reference`` (a running RabbitMQ) the first time."""
     if not CACHE.exists():
         request = urllib.request.Request(  # noqa: S310 - loopback URL of the reference node
@@ -37,10 +37,23 @@ def fetch(reference: Any) -> Path:
     return CACHE
 
 
+class AdminTarget(Protocol):
+    """What ``rabbitmqadmin`` is pointed at: a management API's host, port and credentials."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def http_port(self) -> int: ...
+
+    @property
+    def credentials(self) -> tuple[str, str]: ...
+
+
 class Admin:
     """``rabbitmqadmin`` pointed at one broker (host, port and credentials given)."""
 
-    def __init__(self, script: Path, broker: Any) -> None:
+    def __init__(self, script: Path, broker: AdminTarget) -> None:
         username, password = broker.credentials
         self.command = [
             sys.executable,

@@ -11,20 +11,33 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar, Unpack
 
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import AMQPError
 
 from hutch_testing import differences
-from hutch_testing.clients import connect
+from hutch_testing.clients import ConnectOptions, connect
 from hutch_testing.management import Management, quote
 
 T = TypeVar("T")
 
 
+class SideBroker(Protocol):
+    """A broker a Target drives: over AMQP on loopback and over its management API."""
+
+    @property
+    def amqp_port(self) -> int: ...
+
+    @property
+    def http_url(self) -> str: ...
+
+    @property
+    def credentials(self) -> tuple[str, str]: ...
+
+
 class Target:
-    def __init__(self, kind: str, broker: Any, test_name: str) -> None:
+    def __init__(self, kind: str, broker: SideBroker, test_name: str) -> None:
         self.kind = kind
         self.broker = broker
         self.api = Management(broker)
@@ -46,7 +59,7 @@ class Target:
 
     # -- AMQP --------------------------------------------------------------------------------
 
-    def connect(self, **kwargs: Any) -> BlockingConnection:
+    def connect(self, **kwargs: Unpack[ConnectOptions]) -> BlockingConnection:
         connection = connect(self.broker, **kwargs)
         self._connections.append(connection)
         return connection

@@ -31,9 +31,12 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
+
+if TYPE_CHECKING:  # typing only: the plane package is heavy to import
+    from hutch_testing.plane.planes import Plane
 
 OPERATOR_RELEASE = "spark-operator"
 OPERATOR_IMAGE = "localhost/hutch/hutch-spark-operator:0.1.0"
@@ -195,7 +198,7 @@ class NodeRun:
 
 
 @contextlib.contextmanager
-def on_node(node: Any, namespace: str, work: Path) -> Iterator[NodeRun]:
+def on_node(node: Plane, namespace: str, work: Path) -> Iterator[NodeRun]:
     """The node tier ready for a chart run: the CRDs, the Broker's volume, the job's PV and
     the hutch operator released in ``namespace``. A failure saves the namespace's Pod logs;
     the end removes both Spark releases, the Hutch objects (while the operator still runs to

@@ -7,8 +7,7 @@ lives here once, and both brokers are driven by exactly the same code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
@@ -29,7 +28,7 @@ def publish(
     *,
     exchange: str = "",
     mandatory: bool = False,
-    **properties: Any,
+    **properties: object,  # pika.BasicProperties fields
 ) -> str:
     """basic.publish; on a confirm channel returns ACK, NACK or RETURNED (returned, then acked).
 
@@ -48,9 +47,19 @@ def publish(
 
 
 def publish_all(
-    channel: BlockingChannel, routing_key: str, bodies: Any, **kwargs: Any
+    channel: BlockingChannel,
+    routing_key: str,
+    bodies: Iterable[bytes | str],
+    *,
+    exchange: str = "",
+    mandatory: bool = False,
+    **properties: object,
 ) -> list[str]:
-    return [publish(channel, routing_key, body, **kwargs) for body in bodies]
+    """``publish`` of each body with the same arguments."""
+    return [
+        publish(channel, routing_key, body, exchange=exchange, mandatory=mandatory, **properties)
+        for body in bodies
+    ]
 
 
 def confirm_channel(connection: BlockingConnection) -> BlockingChannel:
@@ -59,7 +68,7 @@ def confirm_channel(connection: BlockingConnection) -> BlockingChannel:
     return channel
 
 
-def closed_by_broker(action: Callable[[], Any]) -> tuple[int, str]:
+def closed_by_broker(action: Callable[[], object]) -> tuple[int, str]:
     """Run ``action``, which must make the broker close the channel or connection: (code, text)."""
     try:
         action()
@@ -68,7 +77,9 @@ def closed_by_broker(action: Callable[[], Any]) -> tuple[int, str]:
     raise AssertionError("the broker did not close the channel")
 
 
-def get(channel: BlockingChannel, queue: str, *, auto_ack: bool = True) -> Any:
+def get(
+    channel: BlockingChannel, queue: str, *, auto_ack: bool = True
+) -> tuple[pika.spec.Basic.GetOk, pika.BasicProperties, bytes] | None:
     """basic.get: (method, properties, body) or None when the queue is empty."""
     method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
     return None if method is None else (method, properties, body)

@@ -13,10 +13,12 @@ import socket
 import ssl
 import tempfile
 from pathlib import Path
+from typing import Unpack
 
 from hutch_testing import ports, probes
-from hutch_testing.brokers import HutchBroker
+from hutch_testing.brokers import HutchBroker, HutchBrokerOptions
 from hutch_testing.certs import Leaf
+from hutch_testing.processes import ProcessOptions
 from hutch_testing.rabbitmq import RabbitMQ
 
 PLAIN_FLAGS = ("--amqp-port", "--http-port")
@@ -52,7 +54,9 @@ class TLSRabbitMQ(RabbitMQ):
 
     kind = "rabbitmq-tls"
 
-    def __init__(self, *, leaf: Leaf, config_lines: tuple[str, ...] = (), **kwargs: object) -> None:
+    def __init__(
+        self, *, leaf: Leaf, config_lines: tuple[str, ...] = (), **kwargs: Unpack[ProcessOptions]
+    ) -> None:
         super().__init__(**kwargs)
         self.leaf = leaf
         self.config_lines = config_lines
@@ -78,9 +82,9 @@ class TLSHutchBroker(HutchBroker):
         leaf: Leaf,
         plain: bool = True,
         config_lines: tuple[str, ...] = (),
-        **kwargs: object,
+        **kwargs: Unpack[HutchBrokerOptions],
     ) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)
         self.leaf = leaf
         self.plain = plain
         self.config_lines = config_lines

@@ -9,11 +9,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 10.0
+
+
+@overload
+def wait_for(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...  # the default predicate, bool, never accepts None
+
+
+@overload
+def wait_for(
+    probe: Callable[[], T],
+    predicate: Callable[[T], bool],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
 
 
 def wait_for(

@@ -11,6 +11,7 @@ header, and `typed_headers` decodes a content header's headers table keeping eac
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -38,6 +39,8 @@ _FIXED = {
 }
 
 Typed = tuple[str, Any]  # (type tag, value); tables and arrays hold Typed values
+# pika.frame.decode_frame: (bytes consumed, the frame or None); pika's frames are untyped.
+DecodeFrame = Callable[[bytes], tuple[int, Any]]
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,12 @@ class FrameRecorder:
 
     def __init__(self) -> None:
         self.frames: list[Received] = []
-        self._original: Any = None
+        self._original: DecodeFrame | None = None
 
     def __enter__(self) -> FrameRecorder:
         self._original = original = pika.frame.decode_frame
 
-        def recording(data_in: bytes) -> Any:
+        def recording(data_in: bytes) -> tuple[int, Any]:
             consumed, frame = original(data_in)
             if frame is not None and consumed >= 8:
                 self._record(data_in[:consumed], frame)
