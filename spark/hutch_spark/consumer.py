@@ -12,10 +12,10 @@ Rules (design: spark.md §2.1):
   re-queues them) and acks for the old epoch are never sent: a tag from another channel gets
   406 PRECONDITION_FAILED and closes the channel.
 - Reconnects back off 1, 2, 4 ... 30 s. After `give_up_after_s` of failures, on an
-  authentication failure, a missing queue (404), an access refusal (403, for example an
-  exclusive consumer elsewhere) or a broker `basic.cancel` (queue deleted), the consumer stops
-  and the next call raises HutchConnectionError naming the queue; failures.py words a failed
-  connect.
+  authentication failure, a missing queue (404), an access refusal (403: no read permission,
+  or an exclusive consumer elsewhere), another connection's exclusive queue (405) or a broker
+  `basic.cancel` (queue deleted), the consumer stops and the next call raises
+  HutchConnectionError naming the queue; failures.py words each case, and a failed connect.
 - Throughput: pika's per-frame dispatch was the source's bottleneck, so `_FastConnection` reads
   64 KiB at a time and, once consuming, decodes basic.deliver and its content frames on our
   channel itself (a delivery whose frames are all buffered in one call, its properties with
@@ -529,13 +529,9 @@ class QueueConsumer:
             self._lose_epoch()
         code = getattr(reason, "reply_code", None)
         text = getattr(reason, "reply_text", str(reason))
-        if code == 404:
-            self._fail(f"hutch: queue {self.queue!r} does not exist (404 NOT_FOUND: {text})")
-        elif code == 403:
-            self._fail(
-                f"hutch: the broker refused to let us consume queue {self.queue!r} "
-                f"(403 ACCESS_REFUSED: {text}); with exclusive=true, another consumer may hold it"
-            )
+        refusal = failures.consume_refusal(code, text, queue=self.queue, exclusive=self._exclusive)
+        if refusal is not None:
+            self._fail(refusal)
         else:
             self._last_error = f"channel closed: {code} {text}"
         self._close_in_loop()

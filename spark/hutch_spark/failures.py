@@ -4,7 +4,16 @@ Why a module of its own: pika reports a failed connect as wrappers, an
 ``AMQPConnectionWorkflowFailed`` around an ``AMQPConnectorTransportSetupError`` around the
 ``ssl.SSLCertVerificationError``, whose text is empty or names only the wrapper, and Spark shows
 that inside its own exception. The streaming consumer, the batch reader and the sink all connect;
-each hands its error to `connect_failure`, so a wrong CA reads the same everywhere.
+each hands its error to `connect_failure`, so a wrong CA reads the same everywhere. A channel
+closed by the broker is explained by `consume_refusal`, from the reply codes and texts that
+hutch-broker and RabbitMQ 3.10.8 both send (observed, tests/spark/test_connect_errors.py):
+
+- 403 "queue 'q' in vhost '/' in exclusive use": an exclusive consumer holds the queue, or our
+  exclusive consume met a queue that has consumers;
+- 403 "access to queue 'q' in vhost '/' refused for user 'u'": no read permission, whether the
+  consume was exclusive or not;
+- 405 RESOURCE_LOCKED "cannot obtain exclusive access to locked queue ...": an exclusive queue
+  of another connection.
 """
 
 from __future__ import annotations
@@ -18,6 +27,10 @@ import pika.exceptions
 from pika.adapters.utils import connection_workflow
 
 _NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+_PERMISSION = re.compile(
+    r"access to queue '(?P<queue>.*)' in vhost '(?P<vhost>.*)' refused for user '(?P<user>.*)'"
+)
+_EXCLUSIVE_USE = ("in exclusive use", "exclusive access")
 _LOGIN_ERRORS = (
     pika.exceptions.ProbableAuthenticationError,
     pika.exceptions.AuthenticationError,
@@ -114,3 +127,33 @@ def _ssl_text(cause: ssl.SSLError) -> str:
     text = re.sub(r"^\[SSL: [A-Z_]+\] ", "", text)
     text = re.sub(r" \(_ssl\.c:\d+\)$", "", text)
     return f"{text} ({cause.reason})" if cause.reason else text
+
+
+def consume_refusal(code: int | None, text: str, *, queue: str, exclusive: bool) -> str | None:
+    """Why the broker closed our channel for good, or None when retrying may help."""
+    if code == 404:
+        return f"hutch: queue {queue!r} does not exist (404 NOT_FOUND: {text})"
+    if code == 405:
+        return (
+            f"hutch: queue {queue!r} is an exclusive queue of another connection, which no "
+            f"other connection may consume (405 RESOURCE_LOCKED: {text})"
+        )
+    if code != 403:
+        return None
+    refused = f"(403 ACCESS_REFUSED: {text})"
+    permission = _PERMISSION.search(text)
+    if permission is not None:
+        return (
+            f"hutch: user {permission['user']!r} lacks read permission on queue {queue!r} in "
+            f"vhost {permission['vhost']!r} {refused}; grant it with a Permission object whose "
+            "spec.read matches the queue (docs/operator.md, Tenancy)"
+        )
+    if any(marker in text for marker in _EXCLUSIVE_USE):
+        holder = (
+            "we asked for exclusive=true and the queue has another consumer"
+            if exclusive
+            else "another consumer holds it with exclusive=true"
+        )
+        return f"hutch: queue {queue!r} is in exclusive use: {holder} {refused}"
+    hint = "; with exclusive=true, another consumer may hold it" if exclusive else ""
+    return f"hutch: the broker refused to let us consume queue {queue!r} {refused}{hint}"

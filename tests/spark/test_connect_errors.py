@@ -3,12 +3,17 @@ on real sockets against hutch-broker and RabbitMQ 3.10.8 (no SparkSession: the c
 connect, as Spark's driver and executors call them; test_tls.py shows the text through Spark).
 
 A CA that did not issue the broker's certificate, TLS to a plain port and a refused connection
-must name the broker's host:port and the cause (pika's own error says neither).
+must name the broker's host:port and the cause (pika's own error says neither); a 403 on
+basic.consume must tell missing read permission from a queue in exclusive use, and 405 names
+another connection's exclusive queue. The reply texts these rely on were observed on both
+brokers (failures.py) and are asserted here, so a broker that changes them fails this file.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +24,7 @@ from hutch_spark import batchreads, connections, options
 from hutch_spark.consumer import QueueConsumer
 from hutch_spark.errors import HutchConnectionError
 from hutch_spark.publishing import ConfirmedPublisher, Outbound
-from hutch_testing import certs, ports
+from hutch_testing import certs, management, ports
 from hutch_testing.tlsbrokers import TLSHutchBroker, TLSRabbitMQ
 
 pytestmark = pytest.mark.spark
@@ -124,3 +129,54 @@ def test_a_refused_connection_names_the_address() -> None:
     assert said in consumer_error(uri, "orders")
     assert said in batch_read_error(uri, "orders")
     assert said in sink_error(uri)
+
+
+# --- refusals of basic.consume --------------------------------------------------------------
+
+
+@pytest.fixture
+def reader_without_read(broker: Any) -> Iterator[str]:
+    """The URI of a new user with configure and write on everything but no read."""
+    api = management.Management(broker)
+    name = f"no-read-{secrets.token_hex(3)}"
+    password = secrets.token_urlsafe(12)
+    assert api.put(f"/users/{name}", {"password": password, "tags": ""}).ok
+    assert api.put(f"/permissions/%2F/{name}", {"configure": ".*", "write": ".*", "read": ""}).ok
+    yield f"amqp://{name}:{urllib.parse.quote(password)}@{broker.host}:{broker.amqp_port}/%2F"
+    api.delete(f"/users/{name}")
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_no_read_permission_says_so_and_not_exclusive_use(
+    amqp: Any, reader_without_read: str, exclusive: bool
+) -> None:
+    queue = amqp.queue()
+    user = urllib.parse.urlsplit(reader_without_read).username
+    error = consumer_error(reader_without_read, queue, exclusive=exclusive)
+    assert error == (
+        f"hutch: user '{user}' lacks read permission on queue '{queue}' in vhost '/' (403 "
+        f"ACCESS_REFUSED: ACCESS_REFUSED - access to queue '{queue}' in vhost '/' refused for "
+        f"user '{user}'); grant it with a Permission object whose spec.read matches the queue "
+        "(docs/operator.md, Tenancy)"
+    )
+
+
+def test_an_exclusive_consumer_elsewhere_is_named(amqp: Any) -> None:
+    queue = amqp.queue()
+    amqp.channel.basic_consume(queue, lambda *_: None, exclusive=True)
+    assert consumer_error(amqp.url, queue) == (
+        f"hutch: queue '{queue}' is in exclusive use: another consumer holds it with "
+        f"exclusive=true (403 ACCESS_REFUSED: ACCESS_REFUSED - queue '{queue}' in vhost '/' in "
+        "exclusive use)"
+    )
+
+
+def test_an_exclusive_queue_of_another_connection_is_final(amqp: Any) -> None:
+    queue = f"spark-locked-{secrets.token_hex(4)}"
+    amqp.channel.queue_declare(queue, exclusive=True)
+    error = consumer_error(amqp.url, queue)
+    assert error.startswith(
+        f"hutch: queue '{queue}' is an exclusive queue of another connection, which no other "
+        "connection may consume (405 RESOURCE_LOCKED: RESOURCE_LOCKED - cannot obtain exclusive "
+        f"access to locked queue '{queue}' in vhost '/'."
+    ), error

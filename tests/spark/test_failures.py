@@ -132,3 +132,57 @@ def test_the_endpoint_of_connection_parameters_keeps_the_ca_file(tmp_path):
     assert connections.endpoint(params) == Endpoint("broker", 5671, tls=True, ca_file=str(ca_file))
     params = connections.parameters("amqp://broker/%2F", connection_name="t")
     assert connections.endpoint(params) == Endpoint("broker", 5672)
+
+
+# Reply texts as hutch-broker and RabbitMQ 3.10.8 send them (test_connect_errors.py).
+NO_READ = "ACCESS_REFUSED - access to queue 'orders' in vhost '/' refused for user 'spark'"
+IN_USE = "ACCESS_REFUSED - queue 'orders' in vhost '/' in exclusive use"
+LOCKED = (
+    "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'orders' in vhost '/'. It "
+    "could be originally declared on another connection or the exclusive property value does "
+    "not match that of the original declaration."
+)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_no_read_permission_points_to_the_permission_object_never_to_exclusivity(exclusive):
+    message = failures.consume_refusal(403, NO_READ, queue="orders", exclusive=exclusive)
+    assert message == (
+        "hutch: user 'spark' lacks read permission on queue 'orders' in vhost '/' (403 "
+        f"ACCESS_REFUSED: {NO_READ}); grant it with a Permission object whose spec.read "
+        "matches the queue (docs/operator.md, Tenancy)"
+    )
+
+
+def test_exclusive_use_says_who_holds_the_queue():
+    assert failures.consume_refusal(403, IN_USE, queue="orders", exclusive=False) == (
+        "hutch: queue 'orders' is in exclusive use: another consumer holds it with "
+        f"exclusive=true (403 ACCESS_REFUSED: {IN_USE})"
+    )
+    assert failures.consume_refusal(403, IN_USE, queue="orders", exclusive=True) == (
+        "hutch: queue 'orders' is in exclusive use: we asked for exclusive=true and the queue "
+        f"has another consumer (403 ACCESS_REFUSED: {IN_USE})"
+    )
+
+
+def test_another_403_gets_the_exclusive_hint_only_when_we_asked_for_exclusive():
+    other = "ACCESS_REFUSED - something else"
+    plain = failures.consume_refusal(403, other, queue="orders", exclusive=False)
+    assert plain == (
+        "hutch: the broker refused to let us consume queue 'orders' "
+        "(403 ACCESS_REFUSED: ACCESS_REFUSED - something else)"
+    )
+    exclusive = failures.consume_refusal(403, other, queue="orders", exclusive=True)
+    assert exclusive == f"{plain}; with exclusive=true, another consumer may hold it"
+
+
+def test_404_and_405_are_final_other_closes_are_retried():
+    assert failures.consume_refusal(404, "NOT_FOUND - no queue", queue="q", exclusive=False) == (
+        "hutch: queue 'q' does not exist (404 NOT_FOUND: NOT_FOUND - no queue)"
+    )
+    assert failures.consume_refusal(405, LOCKED, queue="orders", exclusive=False) == (
+        "hutch: queue 'orders' is an exclusive queue of another connection, which no other "
+        f"connection may consume (405 RESOURCE_LOCKED: {LOCKED})"
+    )
+    assert failures.consume_refusal(320, "CONNECTION_FORCED", queue="q", exclusive=False) is None
+    assert failures.consume_refusal(None, "closed", queue="q", exclusive=False) is None
