@@ -15,9 +15,11 @@ import time
 from collections.abc import Iterator
 
 import pika
+import pika.exceptions
 import pyarrow as pa
 
-from hutch_spark import connections, records
+from hutch_spark import connections, failures, records
+from hutch_spark.errors import HutchConnectionError
 from hutch_spark.options import SourceOptions
 
 
@@ -26,7 +28,10 @@ def read_queue(settings: SourceOptions, queue: str) -> Iterator[pa.RecordBatch]:
     params = connections.parameters(
         settings.uri, connection_name=f"hutch-spark batch read {queue}", ca_file=settings.ca_file
     )
-    connection = pika.BlockingConnection(params)
+    try:
+        connection = pika.BlockingConnection(params)
+    except (pika.exceptions.AMQPError, OSError) as error:  # TLS and DNS errors come unwrapped
+        raise _cannot_connect(error, params, queue) from error
     try:
         channel = connection.channel()
         # Unacked messages count against prefetch, so peek needs room for all of them.
@@ -59,3 +64,10 @@ def read_queue(settings: SourceOptions, queue: str) -> Iterator[pa.RecordBatch]:
     finally:
         if connection.is_open:
             connection.close()
+
+
+def _cannot_connect(
+    error: BaseException, params: pika.ConnectionParameters, queue: str
+) -> HutchConnectionError:
+    description = failures.connect_failure(error, connections.endpoint(params))
+    return HutchConnectionError(f"hutch: cannot read queue {queue!r}: {description}")

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import pika
 
+from hutch_spark.failures import Endpoint
+
 USERNAME_ENV = "HUTCH_AMQP_USERNAME"
 PASSWORD_ENV = "HUTCH_AMQP_PASSWORD"  # noqa: S105 - the name of a variable, not a secret
 
@@ -37,7 +39,7 @@ def parameters(
     params = pika.URLParameters(uri)
     if params.ssl_options is not None:
         context = ssl.create_default_context(cafile=ca_file)
-        params.ssl_options = pika.SSLOptions(context, server_hostname=params.host)
+        params.ssl_options = _TLSOptions(context, params.host, ca_file)
     if urlsplit(uri).username is None and USERNAME_ENV in environment:
         params.credentials = pika.PlainCredentials(
             environment[USERNAME_ENV], environment.get(PASSWORD_ENV, "")
@@ -47,3 +49,25 @@ def parameters(
     params.connection_attempts = 1
     params.client_properties = {"connection_name": connection_name, "product": "hutch-spark"}
     return params
+
+
+class _TLSOptions(pika.SSLOptions):  # type: ignore[misc]  # pika: Any to mypy
+    """pika's TLS options plus the CA file's path: an SSLContext does not keep it, and a
+    failed verification should name it (failures.py)."""
+
+    __slots__ = ("ca_file",)
+
+    def __init__(self, context: ssl.SSLContext, server_hostname: str, ca_file: str | None) -> None:
+        super().__init__(context, server_hostname=server_hostname)
+        self.ca_file = ca_file
+
+
+def endpoint(params: pika.ConnectionParameters) -> Endpoint:
+    """Where `params` connect, and with which trust, for error messages."""
+    tls = params.ssl_options
+    return Endpoint(
+        host=params.host,
+        port=params.port,
+        tls=tls is not None,
+        ca_file=getattr(tls, "ca_file", None),
+    )

@@ -12,9 +12,10 @@ Rules (design: spark.md §2.1):
   re-queues them) and acks for the old epoch are never sent: a tag from another channel gets
   406 PRECONDITION_FAILED and closes the channel.
 - Reconnects back off 1, 2, 4 ... 30 s. After `give_up_after_s` of failures, on an
-  authentication failure, a missing queue (404), an access refusal (403, for example an
-  exclusive consumer elsewhere) or a broker `basic.cancel` (queue deleted), the consumer stops
-  and the next call raises HutchConnectionError naming the queue.
+  authentication failure, a missing queue (404), an access refusal (403: no read permission,
+  or an exclusive consumer elsewhere), another connection's exclusive queue (405) or a broker
+  `basic.cancel` (queue deleted), the consumer stops and the next call raises
+  HutchConnectionError naming the queue; failures.py words each case, and a failed connect.
 - Throughput: pika's per-frame dispatch was the source's bottleneck, so `_FastConnection` reads
   64 KiB at a time and, once consuming, decodes basic.deliver and its content frames on our
   channel itself (a delivery whose frames are all buffered in one call, its properties with
@@ -39,18 +40,11 @@ import pika.frame
 import pika.spec
 from pika.adapters.select_connection import SelectConnection
 
-from hutch_spark import properties
+from hutch_spark import connections, failures, properties
 from hutch_spark.errors import HutchConnectionError
 from hutch_spark.records import Delivery
 
 log = logging.getLogger(__name__)
-
-_FATAL_OPEN_ERRORS = (
-    pika.exceptions.ProbableAuthenticationError,
-    pika.exceptions.AuthenticationError,
-    pika.exceptions.ProbableAccessDeniedError,
-)
-
 
 _FRAME_HEADER = struct.Struct(">BHL")  # type, channel, size; then the payload and 0xCE
 _DELIVER_HEAD = struct.Struct(">IB")  # method id, consumer-tag length
@@ -241,6 +235,7 @@ class QueueConsumer:
     ) -> None:
         self.queue = queue
         self._parameters = parameters
+        self._endpoint = connections.endpoint(parameters)
         self._prefetch = prefetch
         self._exclusive = exclusive
         self._arguments = consumer_arguments or {}
@@ -290,6 +285,11 @@ class QueueConsumer:
             self._consuming.wait(min(remaining, 0.05))
         self._raise_if_failed()
         return self._consuming.is_set()
+
+    @property
+    def last_error(self) -> str:
+        """Why the last attempt to consume failed (a connect failure or a channel close)."""
+        return self._last_error
 
     @property
     def give_up_after_s(self) -> float:
@@ -422,7 +422,7 @@ class QueueConsumer:
                 on_close_callback=self._on_closed,
             )
         except Exception as error:  # noqa: BLE001 - any failure to connect is retried
-            self._last_error = f"{type(error).__name__}: {error}"
+            self._last_error = failures.connect_failure(error, self._endpoint)
             return
         with self._cond:
             self._connection = connection
@@ -441,9 +441,9 @@ class QueueConsumer:
         connection.channel(on_open_callback=self._on_channel_open)
 
     def _on_open_error(self, connection: SelectConnection, error: BaseException) -> None:
-        self._last_error = f"{type(error).__name__}: {error}"
-        if isinstance(error, _FATAL_OPEN_ERRORS):
-            self._fail(f"hutch: the broker refused the login for queue {self.queue!r}: {error}")
+        self._last_error = failures.connect_failure(error, self._endpoint)
+        if failures.is_login_refusal(error):
+            self._fail(f"hutch: cannot consume from queue {self.queue!r}: {self._last_error}")
         connection.ioloop.stop()
 
     def _on_closed(self, connection: SelectConnection, reason: BaseException) -> None:
@@ -529,13 +529,9 @@ class QueueConsumer:
             self._lose_epoch()
         code = getattr(reason, "reply_code", None)
         text = getattr(reason, "reply_text", str(reason))
-        if code == 404:
-            self._fail(f"hutch: queue {self.queue!r} does not exist (404 NOT_FOUND: {text})")
-        elif code == 403:
-            self._fail(
-                f"hutch: the broker refused to let us consume queue {self.queue!r} "
-                f"(403 ACCESS_REFUSED: {text}); with exclusive=true, another consumer may hold it"
-            )
+        refusal = failures.consume_refusal(code, text, queue=self.queue, exclusive=self._exclusive)
+        if refusal is not None:
+            self._fail(refusal)
         else:
             self._last_error = f"channel closed: {code} {text}"
         self._close_in_loop()

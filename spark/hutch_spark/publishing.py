@@ -22,6 +22,7 @@ import pika.exceptions
 from pika.adapters.select_connection import SelectConnection
 from pika.spec import Basic
 
+from hutch_spark import connections, failures
 from hutch_spark.errors import HutchConnectionError, HutchPublishError
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,8 @@ class ConfirmedPublisher:
         connection.channel(on_open_callback=self._on_channel_open)
 
     def _on_open_error(self, connection: SelectConnection, error: BaseException) -> None:
-        self._error = HutchConnectionError(f"hutch sink: cannot connect: {error}")
+        description = failures.connect_failure(error, connections.endpoint(self._parameters))
+        self._error = HutchConnectionError(f"hutch sink: {description}")
         connection.ioloop.stop()
 
     def _on_closed(self, connection: SelectConnection, reason: BaseException) -> None:

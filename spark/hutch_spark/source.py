@@ -157,7 +157,8 @@ class _QueueStream:
             if epoch is None:
                 raise HutchConnectionError(
                     f"hutch: could not consume from queue {self.queue!r} within "
-                    f"{timeout_s:.0f} s to measure it for availableNow"
+                    f"{timeout_s:.0f} s to measure it for availableNow; last error: "
+                    f"{consumer.last_error}"
                 )
             try:
                 depth = consumer.queue_depth(timeout_s=max(deadline - time.monotonic(), 1.0))

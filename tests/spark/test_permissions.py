@@ -124,6 +124,10 @@ def test_without_the_read_the_job_fails_with_the_brokers_reason(
     error = str(query.exception())
     assert "403 ACCESS_REFUSED" in error, error
     assert f"access to queue '{events}' in vhost '/' refused for user '{job_user.name}'" in error
+    # ...and says what to do about it, without blaming an exclusive consumer.
+    assert f"user '{job_user.name}' lacks read permission on queue '{events}'" in error, error
+    assert "grant it with a Permission object" in error
+    assert "exclusive" not in error
     assert amqp.ready(events) == 30  # nothing was taken
 
 

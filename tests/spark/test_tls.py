@@ -2,9 +2,10 @@
 
 The broker serves TLS only (no 5672), so every message below crossed a verified TLS connection
 that trusted the ``caFile`` option's CA; a CA that did not sign the broker's certificate fails
-the read with OpenSSL's reason.
+the read and the stream naming the broker, the CA file and OpenSSL's reason.
 """
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,41 @@ def test_a_ca_that_did_not_sign_the_broker_fails_the_read(spark: Any, tls: TLSBr
         spark.read.format("hutch").option("uri", tls.uri).option("caFile", str(stranger))
         .option("queue", "spark.tls.refused")
     )  # fmt: skip
-    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED") as raised:
         reader.load().collect()
+    assert unverified(tls, stranger) in str(raised.value)
+
+
+def test_a_ca_that_did_not_sign_the_broker_fails_the_stream_saying_so(
+    spark: Any, tls: TLSBroker, tmp_path
+):
+    # The streaming consumer retries a failed connect, so availableNow gives up measuring the
+    # queue after 60 s; the query's error must still carry the TLS reason, not only the queue.
+    tls.channel().queue_declare("spark.tls.stream-refused", durable=True)
+    stranger = tmp_path / "stranger.crt"
+    stranger.write_bytes(certs.Authority("Not the issuer").pem)
+    stream = (
+        spark.readStream.format("hutch").option("uri", tls.uri).option("caFile", str(stranger))
+        .option("queue", "spark.tls.stream-refused").load()
+    )  # fmt: skip
+    query = (
+        stream.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    with contextlib.suppress(Exception):  # the failure is read from query.exception()
+        query.awaitTermination(150)
+    assert not query.isActive, "the query neither finished nor failed in 150 s"
+    error = str(query.exception())
+    assert "could not consume from queue 'spark.tls.stream-refused' within 60 s" in error, error
+    assert unverified(tls, stranger) in error, error
+
+
+def unverified(tls: TLSBroker, ca_file: Path) -> str:
+    """The start of failures.py's message for a broker certificate `ca_file` did not issue."""
+    return (
+        f"the TLS certificate of the broker at localhost:{tls.broker.amqps_port} was not "
+        f"verified by the CA file '{ca_file}' (certificate verify failed: "
+    )
 
 
 def test_ca_file_needs_an_amqps_uri():
