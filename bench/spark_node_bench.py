@@ -77,13 +77,16 @@ def run_on_node(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         cluster = clusters.local_cluster(plane)
         plane.apply_crds(REPO / "crds")
         localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-        (volume,) = plane.make_local_pvs(1, size="2Gi")  # the job's files, checkpoints, results
         cluster.create_namespace(NAMESPACE)
         print("helm install of the operator; hutch-spark into containerd", flush=True)
         operator = releases.install(cluster, NAMESPACE, work)
         try:
             image = plane.add_image("spark")
             sparkpods.example_broker(cluster, NAMESPACE)
+            # The job's PV only now that the Broker's claim is bound: made earlier, it was a
+            # second Available 2Gi PV, and the Broker's claim could bind to it instead, leaving
+            # the job's claim (which names it) Pending for ever.
+            (volume,) = plane.make_local_pvs(1, size="2Gi")  # job files, checkpoints, results
             return _submit(plane, cluster, image, volume, args, work)
         except BaseException:
             pods.save_logs(cluster, NAMESPACE, work / "pod-logs")
