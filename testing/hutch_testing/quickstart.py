@@ -352,11 +352,17 @@ def _clients(line: chain.Chain, job: sparkpods.PodJob, seen: set[tuple[str, bool
     if tls is None:
         return []
     listed = ", ".join(f"{user} ssl={ssl}" for user, ssl in sorted(seen)) or "none"
+    driver = job.driver() or {}
+    containers = driver.get("spec", {}).get("containers") or [{}]
+    env = {e["name"]: e.get("value") for e in containers[0].get("env") or []}
+    mounts = [m["mountPath"] for m in containers[0].get("volumeMounts") or []]
     return [
         tls.describe(),
         f"  publisher and checks here: {_redacted(line.endpoint.amqp_url)}, "
         f"{line.endpoint.http_url}",
-        f"  Spark driver Pod: {job.submission.amqp_uri} with HUTCH_AMQP_CA_FILE={tls.ca_file}",
+        f"  Spark driver Pod (its spec): HUTCH_AMQP_URI={env.get('HUTCH_AMQP_URI')}, "
+        f"HUTCH_AMQP_CA_FILE={env.get('HUTCH_AMQP_CA_FILE')}, "
+        f"{clienttls.CA_MOUNT} {'mounted' if clienttls.CA_MOUNT in mounts else 'NOT mounted'}",
         f"  connections the broker listed during the job: {listed}",
     ]
 

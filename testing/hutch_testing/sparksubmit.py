@@ -143,12 +143,13 @@ def command(sub: Submission, spark_submit: str = "spark-submit") -> list[str]:
 def pod_template(ca_secret: str | None = None) -> dict[str, Any]:
     """Driver and executor Pods: the volume group-writable for the image's user; with
     ``ca_secret``, its ``ca.crt`` alone mounted read-only (Spark keeps the template's volumes
-    and its first container's mounts)."""
+    and its first container's mounts). That container has no name: Spark keeps a template's
+    name, and the containers must stay ``spark-kubernetes-driver``/``-executor``."""
     spec: dict[str, Any] = {"securityContext": {"fsGroup": SPARK_UID}}
     if ca_secret is not None:
         volume, mount = clienttls.ca_volume(ca_secret)
         spec["volumes"] = [volume]
-        spec["containers"] = [{"name": "spark", "volumeMounts": [mount]}]
+        spec["containers"] = [{"volumeMounts": [mount]}]
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
 
 
