@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
 
-from hutch_testing import clusters, launchers, localnode, management, pipeline, pods, releases
+from hutch_testing import (
+    clienttls,
+    clusters,
+    launchers,
+    localnode,
+    management,
+    pipeline,
+    pods,
+    releases,
+)
 
 EXAMPLES = clusters.REPO_ROOT / "examples"
 CRDS = clusters.REPO_ROOT / "crds"
@@ -41,6 +50,7 @@ class BrokerHandle:
     rendered: launchers.Rendered | None = None
     port_forward: launchers.Child | None = None
     pod_uid: str | None = None
+    tls: clienttls.BrokerTLS | None = None  # from its spec.tls: how clients here connect
 
     @property
     def pod_name(self) -> str:
@@ -110,12 +120,27 @@ class Chain:
     def create_broker(
         self, manifest: Path | str = EXAMPLES / "broker.yaml", name: str | None = None
     ) -> launchers.Rendered:
-        """Applies a Broker; returns the config and user the operator rendered for it."""
+        """Applies a Broker; returns the config and user the operator rendered for it.
+
+        The Broker as applied decides how the clients here connect: with ``spec.tls``, AMQPS
+        and HTTPS trusting its CA Secret's ``ca.crt`` (``clienttls``); else plain, as ever.
+        """
         handle = self.brokers[name or self.broker_names[0]]
         self.cluster.apply(self.namespace, manifest)
         handle.rendered = launchers.read_rendered(self.cluster, self.namespace, handle.name)
         handle.endpoint.username = handle.rendered.username
         handle.endpoint.password = handle.rendered.password
+        broker = self.cluster.get(clusters.cr_path(self.namespace, "brokers", handle.name))
+        handle.tls = clienttls.broker_tls(broker or {})
+        if handle.tls is not None:
+            ca = clusters.secret_data(self.cluster, self.namespace, handle.tls.ca_secret) or {}
+            if clienttls.CA_KEY not in ca:
+                raise clusters.ClusterError(
+                    f"Broker {handle.name} has spec.tls but Secret {handle.tls.ca_secret} has "
+                    f"no {clienttls.CA_KEY} for its clients to trust"
+                )
+            handle.endpoint.ca_pem = ca[clienttls.CA_KEY]
+            handle.endpoint.server_name = handle.tls.server_name
         return handle.rendered
 
     def start_broker(self, name: str | None = None, *, timeout: float = POD_TIMEOUT) -> None:

@@ -14,13 +14,14 @@ import atexit
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from hutch_testing import clusters, ports, probes, processes
+from hutch_testing import clienttls, clusters, ports, probes, processes
 
 GRACE_SECONDS = 10.0
 _RUNNING: weakref.WeakSet[Child] = weakref.WeakSet()
@@ -113,6 +114,22 @@ class Endpoint(processes.Addressed):
     username: str = "guest"
     password: str = "guest"  # noqa: S105 - replaced by the Secret's password once known
     host: str = ports.LOOPBACK
+    ca_pem: str | None = None  # a TLS Broker: AMQPS and HTTPS, trusting only this CA
+    server_name: str | None = None  # the name AMQPS verifies (its Service), else ``host``
+
+    @property
+    def amqp_url(self) -> str:
+        scheme = "amqps" if self.ca_pem else "amqp"
+        return f"{scheme}://{self.username}:{self.password}@{self.host}:{self.amqp_port}/%2F"
+
+    @property
+    def http_url(self) -> str:
+        return f"{'https' if self.ca_pem else 'http'}://{self.host}:{self.http_port}"
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client context verifying chain and host name against ``ca_pem`` (None: plain)."""
+        return ssl.create_default_context(cadata=self.ca_pem) if self.ca_pem else None
 
     @classmethod
     def allocate(cls) -> Endpoint:
@@ -159,7 +176,10 @@ def start_port_forward(
     log_path: Path,
     timeout: float = 60,
 ) -> Child:
-    """``kubectl port-forward svc/<name>`` on loopback; ready when AMQP answers through it."""
+    """``kubectl port-forward svc/<name>`` on loopback; ready when AMQP answers through it
+    (AMQPS to the TLS ports, verified, when ``endpoint`` has a CA)."""
+    context = endpoint.ssl_context
+    amqp, http = clienttls.service_ports(tls=context is not None)
     command = [
         str(cluster.kubectl_path),
         f"--kubeconfig={cluster.kubeconfig}",
@@ -168,16 +188,23 @@ def start_port_forward(
         namespace,
         f"svc/{name}",
         "--address=127.0.0.1",
-        f"{endpoint.amqp_port}:5672",
-        f"{endpoint.http_port}:15672",
+        f"{endpoint.amqp_port}:{amqp}",
+        f"{endpoint.http_port}:{http}",
     ]
     child = spawn(f"port-forward-{name}", command, log_path, dict(os.environ))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.running:
             raise clusters.ClusterError(f"port-forward exited:\n{child.log_tail()}")
-        if probes.amqp_answers(endpoint.host, endpoint.amqp_port):
+        if _answers(endpoint, context):
             return child
         time.sleep(0.3)
     child.stop()
     raise clusters.ClusterError(f"port-forward to svc/{name} not answering:\n{child.log_tail()}")
+
+
+def _answers(endpoint: Endpoint, context: ssl.SSLContext | None) -> bool:
+    if context is None:
+        return probes.amqp_answers(endpoint.host, endpoint.amqp_port)
+    server_name = endpoint.server_name or endpoint.host
+    return probes.amqps_answers(endpoint.host, endpoint.amqp_port, context, server_name)

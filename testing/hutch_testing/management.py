@@ -53,12 +53,13 @@ def quote(name: str) -> str:
 
 class Management:
     """Requests with basic auth to ``broker.http_url`` (anything with ``http_url`` and
-    ``credentials``)."""
+    ``credentials``; over HTTPS with its ``ssl_context`` when it has one)."""
 
     def __init__(self, broker: HttpReachable, *, timeout: float = 10.0) -> None:
         self.base = broker.http_url
         self.auth = probes.basic_auth(*broker.credentials)
         self.timeout = timeout
+        self.context = getattr(broker, "ssl_context", None)
 
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
@@ -73,7 +74,9 @@ class Management:
             },
         )  # fmt: skip
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as reply:  # noqa: S310
+            with urllib.request.urlopen(  # noqa: S310
+                request, timeout=self.timeout, context=self.context
+            ) as reply:
                 return Response(reply.status, _decode(reply.read()))
         except urllib.error.HTTPError as error:
             return Response(error.code, _decode(error.read()))

@@ -114,8 +114,7 @@ def publish(
 ) -> Stream:
     """Publishes with confirms; each duplicate right after its original, the tick last;
     ``persistent`` sets delivery mode 2 (the message survives a broker restart)."""
-    params = pika.URLParameters(endpoint.amqp_url)
-    connection = pika.BlockingConnection(params)
+    connection = pika.BlockingConnection(parameters(endpoint))
     try:
         channel = connection.channel()
         channel.confirm_delivery()
@@ -142,6 +141,15 @@ def publish(
     finally:
         connection.close()
     return stream
+
+
+def parameters(endpoint: launchers.Endpoint) -> pika.URLParameters:
+    """pika's parameters for ``endpoint``: with its CA, AMQPS verifying its server name."""
+    params = pika.URLParameters(endpoint.amqp_url)
+    context = endpoint.ssl_context
+    if context is not None:
+        params.ssl_options = pika.SSLOptions(context, endpoint.server_name or endpoint.host)
+    return params
 
 
 def publish_tick(endpoint: launchers.Endpoint, stream: Stream, *, exchange: str) -> None:

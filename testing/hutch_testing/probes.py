@@ -33,6 +33,22 @@ def amqp_answers(host: str, port: int, timeout: float = 1.0) -> bool:
     return first == bytes([_FRAME_METHOD])
 
 
+def amqps_answers(
+    host: str, port: int, context: ssl.SSLContext, server_name: str, timeout: float = 2.0
+) -> bool:
+    """``amqp_answers`` over TLS: the handshake verified by ``context`` for ``server_name``."""
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=server_name) as sock,
+        ):
+            sock.sendall(AMQP_PROTOCOL_HEADER)
+            first = sock.recv(1)
+    except OSError:
+        return False
+    return first == bytes([_FRAME_METHOD])
+
+
 def tls_answers(host: str, port: int, timeout: float = 2.0) -> bool:
     """True when the port accepts a connection and completes a TLS handshake (the server's
     certificate is not checked: this asks whether something serves TLS there, not whom)."""

@@ -7,7 +7,7 @@ it. So the chain's steps are the methods of ``chain.Chain``; ``run()`` here stri
 together with a progress reporter and returns a ``summaries.Summary``; ``e2e/conftest.py``
 calls the same steps.
 
-    python -m hutch_testing.quickstart [--keep] [--events N] [--kubeconfig PATH]
+    python -m hutch_testing.quickstart [--keep] [--events N] [--kubeconfig PATH] [--tls]
 
 By default it starts the local plane's ``node`` tier (a real kubelet, containerd and CNI
 bridge; docs/real-node.md) after building the images from ``docker/*.Dockerfile`` and
@@ -24,11 +24,18 @@ load``), except the Spark job, which runs in Spark's local mode on this host the
 must be readable here, and only the local node's PVs are directories on this machine. Every
 host process the chain starts is stopped by its PID at the end, also on Ctrl-C, SIGTERM or a
 failed step; ``--keep`` leaves it all running until Ctrl-C.
+
+``--tls`` applies examples/broker-tls.yaml instead: a CA and a server certificate made here for
+the Broker's Service names go into the Secrets it names, and the Broker serves AMQPS and HTTPS
+only. The clients follow the applied Broker's ``spec.tls`` (``clienttls``), not the flag: the
+publisher and checks here connect with amqps/https verifying that CA, the Spark Pods get its
+``ca.crt`` mounted and an amqps:// address, and the summary says which connections were TLS.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
 import shutil
@@ -43,7 +50,9 @@ from types import FrameType
 from typing import Any
 
 from hutch_testing import (
+    certs,
     chain,
+    clienttls,
     clusters,
     imagebuild,
     launchers,
@@ -58,6 +67,9 @@ from hutch_testing.plane import binaries, planes
 
 EVENTS_EXCHANGE = "orders"  # examples/topology.yaml: topic exchange, "eu.#" -> orders-eu
 EVENTS_QUEUE = sparkpods.JOB_QUEUE  # orders-eu: what examples/spark-user.yaml lets the job read
+TLS_BROKER = chain.EXAMPLES / "broker-tls.yaml"
+TLS_SECRET = "hutch-tls"  # noqa: S105 - a Secret name: broker-tls.yaml spec.tls.secretName
+CA_SECRET = "hutch-ca"  # noqa: S105 - its caSecretName: ca.crt only, what clients trust
 
 
 # --- the whole run ------------------------------------------------------------------------------
@@ -71,6 +83,7 @@ class Options:
     namespace: str = "quickstart"
     work_dir: Path | None = None
     spark_pods: bool = True  # False: Spark's local mode on this host (always so on --kubeconfig)
+    tls: bool = False  # examples/broker-tls.yaml with a CA and certificate made here
 
 
 STEP_COUNT = 12
@@ -184,14 +197,21 @@ def _drive(
     with report.step("Installing the operator: helm install charts/hutch-operator", "operator"):
         line.start_operator()
         report.say(f"      {_pod_line(line)}")
-    with report.step("Creating the Broker from examples/broker.yaml", "Broker"):
-        rendered = line.create_broker()
+    manifest = TLS_BROKER if options.tls else chain.EXAMPLES / "broker.yaml"
+    with report.step(f"Creating the Broker from examples/{manifest.name}", "Broker"):
+        if options.tls:
+            _apply_tls_secrets(line)
+            report.say(f"      Secrets {TLS_SECRET} and {CA_SECRET}: a CA and a certificate for "
+                       f"{', '.join(_server_hosts(line))}")  # fmt: skip
+        rendered = line.create_broker(manifest)
         report.say("      rendered hutch-broker.conf:")
         for text in rendered.config.splitlines():
             report.say(f"        {text}")
     with report.step("Waiting for the broker Pod; port-forward to loopback", "broker Pod"):
         line.start_broker()
         report.say(f"      {line.endpoint.http_url} (AMQP port {line.endpoint.amqp_port})")
+        if line.main.tls is not None:
+            report.say(f"      {line.main.tls.describe()}")
     with report.step(
         "Applying Exchanges, Queues, Bindings, a Policy and an OperatorPolicy", "topology"
     ):
@@ -222,7 +242,7 @@ def _drive(
             "Spark job",
         ):
             pod_job = _submit(report, line, spark_image)
-            _wait_job(report, pod_job.child, line.management(), pod_job, expected)
+            seen = _wait_job(report, pod_job.child, line.management(), pod_job, expected)
             problem = pod_job.failure()
             if problem is not None:
                 raise clusters.ClusterError(problem)
@@ -230,6 +250,7 @@ def _drive(
             results, output = pod_job.results(), pod_job.output
             summary = summaries.collect(line, stream, EVENTS_QUEUE, results, output)
             summary.pods_ran = line.pod_facts() + pod_job.pod_facts()
+            summary.clients = _clients(line, pod_job, seen)
     summary.steps = list(report.steps)
     return summary
 
@@ -248,6 +269,7 @@ def _submit(
     job = sparkpods.submit(
         plane, line.cluster, line.namespace, line.work_dir, broker=line.main.name,
         queue=EVENTS_QUEUE, image=image, max_messages_per_batch=1000,
+        ca_secret=line.main.tls.ca_secret if line.main.tls is not None else None,
     )  # fmt: skip
     line.jobs.append(job.child)  # stopped with the chain, on Ctrl-C too
     line.remember("spark-submit", job.child.pid)
@@ -260,10 +282,14 @@ def _wait_job(
     mgmt: management.Management,
     job: pipeline.JobRun | sparkpods.PodJob,
     expected: int,
-) -> None:
-    """Waits for the job, drawing a bar from the broker's ack count on the queue."""
+) -> set[tuple[str, bool]]:
+    """Waits for the job, drawing a bar from the broker's ack count on the queue; returns the
+    (user, ssl) of the connections the broker listed meanwhile (only for a TLS endpoint)."""
     began, said = time.monotonic(), ""
+    seen: set[tuple[str, bool]] = set()
     while child.running:
+        if mgmt.context is not None:
+            seen |= _connections(mgmt)
         elapsed = time.monotonic() - began
         if elapsed > JOB_TIMEOUT:
             child.stop()
@@ -288,6 +314,64 @@ def _wait_job(
         raise clusters.ClusterError(
             f"Spark job exited with {child.proc.returncode}:\n{child.log_tail()}"
         )
+    return seen
+
+
+def _connections(mgmt: management.Management) -> set[tuple[str, bool]]:
+    listed = mgmt.get("/connections")
+    body = listed.body if listed.ok and isinstance(listed.body, list) else []
+    return {(str(c.get("user")), bool(c.get("ssl"))) for c in body}
+
+
+def _server_hosts(line: chain.Chain) -> tuple[str, ...]:
+    return clienttls.server_hosts(line.main.name, line.namespace)
+
+
+def _apply_tls_secrets(line: chain.Chain) -> None:
+    """A CA made now and its certificate for the Broker's Service names (and loopback, where
+    the port-forward is): the ``kubernetes.io/tls`` Secret and the CA Secret of
+    examples/broker-tls.yaml."""
+    hosts = _server_hosts(line)
+    leaf = certs.Authority("Hutch quickstart CA").issue(hosts[0], hosts=hosts)
+    line.cluster.apply(line.namespace, clusters.manifest(*tls_secrets(leaf)))
+
+
+def tls_secrets(leaf: certs.Leaf) -> list[dict[str, Any]]:
+    """The two Secrets of examples/broker-tls.yaml for ``leaf`` (cert-manager's shape)."""
+    meta = {"labels": {"app.kubernetes.io/part-of": "hutch-quickstart"}}
+    ca = base64.b64encode(leaf.ca_pem).decode()
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": TLS_SECRET, **meta}, "data": leaf.secret_data()},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": CA_SECRET, **meta}, "data": {clienttls.CA_KEY: ca}},
+    ]  # fmt: skip
+
+
+def _clients(line: chain.Chain, job: sparkpods.PodJob, seen: set[tuple[str, bool]]) -> list[str]:
+    """The summary's lines on how the clients connected."""
+    tls = line.main.tls
+    if tls is None:
+        return []
+    listed = ", ".join(f"{user} ssl={ssl}" for user, ssl in sorted(seen)) or "none"
+    driver = job.driver() or {}
+    containers = driver.get("spec", {}).get("containers") or [{}]
+    env = {e["name"]: e.get("value") for e in containers[0].get("env") or []}
+    mounts = [m["mountPath"] for m in containers[0].get("volumeMounts") or []]
+    return [
+        tls.describe(),
+        f"  publisher and checks here: {_redacted(line.endpoint.amqp_url)}, "
+        f"{line.endpoint.http_url}",
+        f"  Spark driver Pod (its spec): HUTCH_AMQP_URI={env.get('HUTCH_AMQP_URI')}, "
+        f"HUTCH_AMQP_CA_FILE={env.get('HUTCH_AMQP_CA_FILE')}, "
+        f"{clienttls.CA_MOUNT} {'mounted' if clienttls.CA_MOUNT in mounts else 'NOT mounted'}",
+        f"  connections the broker listed during the job: {listed}",
+    ]
+
+
+def _redacted(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
 def _out(text: str) -> None:
@@ -342,7 +426,15 @@ def main(argv: list[str] | None = None) -> int:
         help="run the Spark job in local mode on this host instead of as Pods (minutes faster "
         "on 2 cores: no hutch-spark import, no driver and executor JVMs starting in Pods)",
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="a Broker with spec.tls (examples/broker-tls.yaml, a CA and certificate made here); "
+        "the publisher, checks and Spark Pods connect over TLS",
+    )
     args = parser.parse_args(argv)
+    if args.tls and (args.spark_local or args.kubeconfig is not None):
+        parser.error("--tls runs the Spark job as Pods on the local node only")
     try:
         run(
             keep=args.keep,
@@ -350,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             kubeconfig=args.kubeconfig,
             namespace=args.namespace,
             spark_pods=not args.spark_local,
+            tls=args.tls,
         )
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; everything the quickstart started is stopped\n")

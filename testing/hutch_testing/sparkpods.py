@@ -171,12 +171,12 @@ def submit(
     """Starts windowed_counts on the node as the example's User: that User and its Permission,
     a 1Gi local PV and its claim, the driver's ServiceAccount and Role, the Pod template, then
     spark-submit. ``options`` go to ``sparksubmit.Submission`` (broker, queue, image,
-    max_messages_per_batch, ...)."""
+    max_messages_per_batch, ca_secret for a TLS Broker, ...)."""
     secret = job_user(cluster, namespace)
     (volume,) = plane.make_local_pvs(1, size="1Gi")
     template = work_dir / "spark-pod-template.json"
     template.parent.mkdir(parents=True, exist_ok=True)
-    template.write_text(json.dumps(sparksubmit.pod_template()))
+    template.write_text(json.dumps(sparksubmit.pod_template(options.get("ca_secret"))))
     sub = sparksubmit.Submission(
         api_server=plane.server, namespace=namespace, claim="spark-data", pod_template=template,
         credentials_secret=secret, **options,

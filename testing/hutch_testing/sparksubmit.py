@@ -18,6 +18,10 @@ the docs can be checked against it. Choices that matter, and why:
 - CPU *requests* are fractions (``spark.kubernetes.*.request.cores``) while each executor
   still runs one task at a time (``spark.executor.cores=1``): the driver's and two executors'
   whole cores would not fit beside the broker on a 2-core node;
+- a TLS Broker (``ca_secret`` set, as the chart's ``broker.tls``): the driver dials
+  ``amqps://<broker>.<ns>.svc:5671`` and verifies it against ``ca.crt`` of that Secret, which
+  the Pod template projects alone at ``/etc/hutch-ca`` (Spark's ``secrets.*`` confs would mount
+  every key, ``tls.key`` too when the CA is the certificate's own Secret);
 - executor Pods are kept after the job (``deleteOnTermination=false``) so what ran can be
   shown; they go with the driver Pod, their owner.
 """
@@ -28,6 +32,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hutch_testing import clienttls
 
 IMAGE = "localhost/hutch/hutch-spark:0.1.0"
 JOB_FILE = "local:///opt/hutch/jobs/windowed_counts.py"
@@ -56,6 +62,7 @@ class Submission:
     max_messages_per_batch: int = 400
     shuffle_partitions: int = 2
     extra_confs: dict[str, str] = field(default_factory=dict)
+    ca_secret: str | None = None  # a TLS Broker: the Secret whose ca.crt issued its certificate
 
     @property
     def driver_pod(self) -> str:
@@ -64,6 +71,8 @@ class Submission:
     @property
     def amqp_uri(self) -> str:
         vhost = urllib.parse.quote("/", safe="")
+        if self.ca_secret is not None:  # the name its certificate carries, as the chart dials
+            return f"amqps://{self.broker}.{self.namespace}.svc:{clienttls.AMQPS_PORT}/{vhost}"
         return f"amqp://{self.broker}.{self.namespace}.svc.cluster.local:5672/{vhost}"
 
     @property
@@ -104,6 +113,9 @@ def confs(sub: Submission) -> dict[str, str]:
         prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.data"
         values[f"{prefix}.options.claimName"] = sub.claim
         values[f"{prefix}.mount.path"] = MOUNT
+    if sub.ca_secret is not None:
+        ca_file = f"{clienttls.CA_MOUNT}/{clienttls.CA_KEY}"
+        values["spark.kubernetes.driverEnv.HUTCH_AMQP_CA_FILE"] = ca_file
     return {**values, **sub.extra_confs}
 
 
@@ -128,13 +140,17 @@ def command(sub: Submission, spark_submit: str = "spark-submit") -> list[str]:
     return [*cmd, JOB_FILE, *job_args(sub)]
 
 
-def pod_template() -> dict[str, Any]:
-    """Driver and executor Pods: the volume group-writable for the image's user."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "spec": {"securityContext": {"fsGroup": SPARK_UID}},
-    }
+def pod_template(ca_secret: str | None = None) -> dict[str, Any]:
+    """Driver and executor Pods: the volume group-writable for the image's user; with
+    ``ca_secret``, its ``ca.crt`` alone mounted read-only (Spark keeps the template's volumes
+    and its first container's mounts). That container has no name: Spark keeps a template's
+    name, and the containers must stay ``spark-kubernetes-driver``/``-executor``."""
+    spec: dict[str, Any] = {"securityContext": {"fsGroup": SPARK_UID}}
+    if ca_secret is not None:
+        volume, mount = clienttls.ca_volume(ca_secret)
+        spec["volumes"] = [volume]
+        spec["containers"] = [{"volumeMounts": [mount]}]
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
 
 
 def driver_rbac(namespace: str) -> list[dict[str, Any]]:

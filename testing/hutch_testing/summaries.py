@@ -144,6 +144,7 @@ class Summary:
     parquet: str
     steps: list[progress.StepRecord] = field(default_factory=list)
     pods_ran: list[pods.PodFacts] = field(default_factory=list)
+    clients: list[str] = field(default_factory=list)  # how they connected to a TLS Broker
 
     @property
     def counted_events(self) -> int:
@@ -189,6 +190,8 @@ class Summary:
             f"unique and not dead-lettered: {verdict}"
         )
         lines.append(f"  Parquet output: {self.parquet or 'removed at exit (--keep keeps it)'}")
+        if self.clients:
+            lines += ["", "Clients (the Broker has spec.tls):", *(f"  {c}" for c in self.clients)]
         lines += ["", "Pods that ran (node: container ID as the runtime reports it):"]
         lines += [f"  {pod.line()}" for pod in self.pods_ran] or ["  none"]
         total = sum(step.seconds for step in self.steps)
