@@ -39,6 +39,7 @@ from typing import Any
 
 import hutch_spark
 import rounds
+from hutch_spark import checkpoints
 from pyspark.sql import SparkSession
 from spark_phases import BODY, add_arguments, measure_phases, report_lines, summary
 
@@ -104,6 +105,7 @@ def main() -> None:
     samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="hutch-spark-bench-") as scratch:
         work = Path(scratch)
+        checkpoints.configure(spark, scratch)  # as windowed_counts does (hutch_spark.checkpoints)
         warm = max(1000, args.messages // 5)
         for kind in kinds:
             print(f"warm-up on {kind} ({warm} messages, discarded)", flush=True)

@@ -20,6 +20,7 @@ import urllib.parse
 from typing import Any
 
 import hutch_spark
+from hutch_spark import checkpoints
 from pyspark.sql import SparkSession
 from spark_phases import BODY, add_arguments, measure_phases
 
@@ -48,6 +49,7 @@ def main() -> None:
     spark = SparkSession.builder.getOrCreate()  # master and confs from spark-submit
     spark.sparkContext.setLogLevel("ERROR")
     hutch_spark.register(spark)
+    checkpoints.configure(spark, str(work))  # as windowed_counts does (hutch_spark.checkpoints)
     url = broker_url()
     warm = max(1000, args.messages // 5)
     say(f"warm-up ({warm} messages, discarded)")

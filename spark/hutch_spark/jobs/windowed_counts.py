@@ -28,6 +28,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
 import hutch_spark
+from hutch_spark import checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def session(master: str | None) -> SparkSession:
+def session(master: str | None, checkpoint: str) -> SparkSession:
     """A SparkSession on --master, else on the master spark-submit (or PYSPARK_SUBMIT_ARGS) set.
+
+    A checkpoint on a local disk or PVC gets the FileSystem-based checkpoint manager unless one
+    was configured (hutch_spark.checkpoints: Spark's default forks processes on every batch).
 
     The master is never forced otherwise: a builder `.master()` would override spark-submit's
     (`k8s://...` in cluster mode), and without one Spark itself defaults to local[*]. (The
@@ -87,6 +91,7 @@ def session(master: str | None) -> SparkSession:
     # aggregation run 200 tasks per stage; honour a value spark-submit set, else use 8.
     if not explicit.contains("spark.sql.shuffle.partitions"):
         spark.conf.set("spark.sql.shuffle.partitions", "8")
+    checkpoints.configure(spark, checkpoint)
     hutch_spark.register(spark)
     return spark
 
@@ -174,7 +179,7 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = parse_args(argv)
-    spark = session(args.master)
+    spark = session(args.master, args.checkpoint)
     query = start(spark, args)
     log.info("started %s (id %s), checkpoint %s", query.name, query.id, args.checkpoint)
     try:
