@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import multiprocessing
-import os
 import statistics
 import threading
 import time
@@ -127,6 +126,7 @@ def source_rate(spark: Any, url: str, count: int, work: Path) -> dict[str, Any]:
         "batches": len(progress),
         "rows_per_batch_max": max(p["numInputRows"] for p in progress),
         "first_batch_ms": progress[0]["batchDuration"],
+        "phases_ms": phase_medians(progress[1:]),
     }
 
 
@@ -163,12 +163,10 @@ def latency(spark: Any, url: str, seconds: float, rate: int, work: Path) -> dict
     publisher.join(seconds + 60)
     time.sleep(2.0)  # the last messages reach a batch
     query.stop()
-    durations = [p["durationMs"] for p in query.recentProgress if p["numInputRows"] > 0]
-    if os.environ.get("HUTCH_BENCH_DEBUG"):
-        for d in durations[-8:]:
-            print({k: v for k, v in d.items() if v > 2})
+    busy = [p for p in query.recentProgress if p["numInputRows"] > 0]
     samples.sort()
     return {
+        "phases_ms": phase_medians(busy),
         "sent": sent.value,
         "received": len(samples),
         "p50_ms": 1000 * statistics.median(samples),
@@ -192,6 +190,14 @@ def publish_steadily(url: str, queue: str, seconds: float, rate: int, sent: Any)
         count += 1
     sent.value = count
     connection.close()
+
+
+def phase_medians(progress: list[dict[str, Any]]) -> dict[str, float]:
+    """The median of each of Spark's per-batch phases (durationMs: latestOffset, queryPlanning,
+    addBatch, walCommit, commitOffsets, triggerExecution...): where a batch spends its time."""
+    keys = {key for p in progress for key in p["durationMs"]}
+    return {key: statistics.median(p["durationMs"].get(key, 0) for p in progress)
+            for key in sorted(keys)}  # fmt: skip
 
 
 def _parse(stamp: str) -> float:
