@@ -8,12 +8,14 @@ first (AB, BA, AB, ...), and report the median with its spread, and the Hutch/Ra
 the median of the per-round ratios with their range. Each sample records the load average and
 the runnable process count at its start, so a reader can tell a quiet run from a busy one.
 
-Pure apart from ``load()``; bench/run.py and bench/spark_bench.py share it, and
-tests/bench/test_rounds.py pins it.
+Pure apart from ``load()`` and ``write_results()``; bench/run.py and the Spark benchmarks share
+it, and tests/bench/test_rounds.py pins it.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import statistics
 from collections.abc import Sequence
@@ -103,3 +105,15 @@ def busiest(samples: Sequence[dict[str, Any]], cpus: int | None = None) -> str:
     if running:
         text += f", other runnable processes at sample start {min(running)}-{max(running)}"
     return text
+
+
+def write_results(results: dict[str, Any], output: Path | None, prefix: str) -> Path:
+    """Writes ``results`` as JSON to ``output``, else to bench/results/<prefix>-<UTC stamp>.json
+    (where bench/comparison.py looks), prints the path and returns it."""
+    if output is None:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        output = Path(__file__).resolve().parent / "results" / f"{prefix}-{stamp}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
+    print(f"results: {output}")
+    return output

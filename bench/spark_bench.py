@@ -28,8 +28,6 @@ same phases with the driver in a Pod on the real node.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import tempfile
@@ -147,11 +145,7 @@ def main() -> None:
     every = [sample for kind in kinds for sample in samples[kind]]
     results["machine_load"] = rounds.busiest(every)
     print(results["machine_load"])
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    output = args.output or REPO / "bench" / "results" / f"spark-{stamp}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2))
-    print(f"results: {output}")
+    rounds.write_results(results, args.output, "spark")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ Needs the node tier's binaries (make k8s-bins) and the hutch-spark image (built 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -165,11 +164,7 @@ def main() -> None:
     print("\n".join(report_lines("hutch, driver Pod", stats)))
     print("\n".join(f"  {line}" for line in results["pods"]))
     print(results["machine_load"])
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    output = args.output or REPO / "bench" / "results" / f"spark-node-{stamp}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2))
-    print(f"results: {output}")
+    rounds.write_results(results, args.output, "spark-node")
 
 
 if __name__ == "__main__":

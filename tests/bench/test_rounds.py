@@ -7,6 +7,7 @@ figures order-independent (bench/rounds.py) and the table and report that read r
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,14 @@ def _run(broker: str, round_index: int, consumed: float, **extra: Any) -> dict[s
         "peak_rss_bytes": (round_index + 1) * 2**20,
         **extra,
     }
+
+
+def test_results_are_written_as_json_where_asked(tmp_path: Path, capsys: Any) -> None:
+    output = tmp_path / "deeper" / "spark.json"
+    written = rounds.write_results({"samples": [1, 2]}, output, "spark")
+    assert written == output
+    assert json.loads(output.read_text()) == {"samples": [1, 2]}
+    assert str(output) in capsys.readouterr().out
 
 
 def test_the_table_shows_medians_ranges_and_the_paired_ratio() -> None:
