@@ -69,6 +69,7 @@ def measure(
             work,
             latency_seconds=args.latency_seconds if count == args.messages else None,
             latency_rate=args.latency_rate,
+            partitions=args.partitions,
         )
     finally:
         broker.stop()
@@ -98,6 +99,7 @@ def main() -> None:
         "messages": args.messages,
         "body_bytes": len(BODY),
         "repeat": args.repeat,
+        "partitions": args.partitions,
         "cpus": os.cpu_count(),
     }
     samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}

@@ -64,6 +64,7 @@ def job_command(sub: sparksubmit.Submission, args: argparse.Namespace) -> list[s
         *("--repeat", str(args.repeat)),
         *("--latency-seconds", str(args.latency_seconds)),
         *("--latency-rate", str(args.latency_rate)),
+        *("--partitions", str(args.partitions)),
         *("--output", f"{mount}/results.json"),
     ]
 

@@ -53,7 +53,7 @@ def main() -> None:
     url = broker_url()
     warm = max(1000, args.messages // 5)
     say(f"warm-up ({warm} messages, discarded)")
-    measure_phases(spark, url, warm, work, latency_seconds=None)
+    measure_phases(spark, url, warm, work, latency_seconds=None, partitions=args.partitions)
     samples: list[dict[str, Any]] = []
     for index in range(args.repeat):
         say(f"round {index + 1}/{args.repeat}")
@@ -64,6 +64,7 @@ def main() -> None:
             work,
             latency_seconds=args.latency_seconds,
             latency_rate=args.latency_rate,
+            partitions=args.partitions,
         )
         sample["round"] = index
         sample["broker"] = "hutch"
@@ -73,6 +74,7 @@ def main() -> None:
         "messages": args.messages,
         "body_bytes": len(BODY),
         "repeat": args.repeat,
+        "partitions": args.partitions,
         "samples": samples,
     }
     args.output.write_text(json.dumps(results, indent=2))

@@ -10,9 +10,9 @@ Phases (one broker URL; each on a queue of its own):
 1. plain: prefill N messages, then a pika BlockingConnection consumer (prefetch 10000, manual
    ack multiple=true every 1000) drains them; rate = N / time.
 2. source: prefill N, then a streaming query (`format("hutch")`, maxMessagesPerBatch 20000,
-   prefetch 40000, 2 partitions, trigger as fast as possible, noop sink) drains them; the
-   sustained rate excludes the first micro-batch (query start-up) and is computed from Spark's
-   progress reports.
+   prefetch 40000, 2 partitions (--partitions), trigger as fast as possible, noop sink) drains
+   them; the sustained rate excludes the first micro-batch (query start-up) and is computed from
+   Spark's progress reports.
 3. latency: a publisher process sends `rate` msgs/s, each body carrying its publish time; a
    query with a 200 ms processing-time trigger (default batch settings) records, in
    foreachBatch, now - publish time. The publisher is a separate process so that it does not
@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, output_required: bool = Fa
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--latency-rate", type=int, default=500)
+    parser.add_argument("--partitions", type=int, default=2,
+                        help="the throughput query's numPartitions")  # fmt: skip
     parser.add_argument("--output", type=Path, required=output_required)
 
 
@@ -89,7 +91,9 @@ def plain_consumer_rate(url: str, count: int) -> float:
     return count / elapsed
 
 
-def source_rate(spark: Any, url: str, count: int, work: Path) -> dict[str, Any]:
+def source_rate(
+    spark: Any, url: str, count: int, work: Path, partitions: int = 2
+) -> dict[str, Any]:
     queue = f"bench-source-{time.monotonic_ns()}"
     prefill(url, queue, count)
     frame = (
@@ -98,7 +102,7 @@ def source_rate(spark: Any, url: str, count: int, work: Path) -> dict[str, Any]:
         .option("queue", queue)
         .option("maxMessagesPerBatch", "20000")
         .option("prefetch", "40000")
-        .option("numPartitions", "2")
+        .option("numPartitions", str(partitions))
         .load()
     )
     query = (
@@ -212,11 +216,12 @@ def measure_phases(
     *,
     latency_seconds: float | None,
     latency_rate: int = 500,
+    partitions: int = 2,
 ) -> dict[str, Any]:
     """Plain consumer, source, and (unless latency_seconds is None: a warm-up) latency."""
     sample: dict[str, Any] = {"load": rounds.load()}
     sample["plain_rate"] = plain_consumer_rate(url, count)
-    sample["source"] = source_rate(spark, url, count, work)
+    sample["source"] = source_rate(spark, url, count, work, partitions)
     if latency_seconds is not None:
         sample["latency"] = latency(spark, url, latency_seconds, latency_rate, work)
     return sample
