@@ -284,12 +284,13 @@ def _wait_job(
     expected: int,
 ) -> set[tuple[str, bool]]:
     """Waits for the job, drawing a bar from the broker's ack count on the queue; returns the
-    (user, ssl) of the connections the broker listed meanwhile (only for a TLS endpoint)."""
+    (user, ssl) of the connections the broker listed meanwhile (only for a TLS endpoint), read
+    on each poll until the job's User appears among them."""
     began, said = time.monotonic(), ""
     seen: set[tuple[str, bool]] = set()
     while child.running:
-        if mgmt.context is not None:
-            seen |= _connections(mgmt)
+        if mgmt.context is not None and sparkpods.JOB_USER not in {user for user, _ in seen}:
+            seen |= _connections(mgmt)  # until the job's own connection was listed
         elapsed = time.monotonic() - began
         if elapsed > JOB_TIMEOUT:
             child.stop()

@@ -24,6 +24,7 @@ from hutch_testing import (
     pipeline,
     probes,
     quickstart,
+    sparkpods,
     sparksubmit,
     summaries,
 )
@@ -183,3 +184,54 @@ def test_the_host_clients_speak_verified_tls_to_a_tls_only_broker(leaf: certs.Le
         finally:
             connection.close()
         assert management.Management(client).queue("orders-eu")["messages"] == 1
+
+
+class _Listed:
+    def __init__(self, body: Any) -> None:
+        self.ok, self.body = True, body
+
+
+class _Management:
+    """The broker's management API as _wait_job reads it: the job's connection appears on the
+    second listing."""
+
+    context = object()  # a TLS endpoint
+
+    def __init__(self) -> None:
+        self.listings = 0
+
+    def get(self, path: str) -> _Listed:
+        if path != "/connections":
+            return _Listed({"message_stats": {"ack": 0}})
+        self.listings += 1
+        users = ["publisher"] + ([sparkpods.JOB_USER] if self.listings >= 2 else [])
+        return _Listed([{"user": user, "ssl": True} for user in users])
+
+
+class _Child:
+    def __init__(self, polls: int) -> None:
+        self.polls = polls
+        self.proc = type("Proc", (), {"returncode": 0})()
+
+    @property
+    def running(self) -> bool:
+        self.polls -= 1
+        return self.polls >= 0
+
+
+class _Job:
+    queue = "orders-eu"
+
+    def committed_batches(self) -> int:
+        return 0
+
+
+def test_the_job_wait_stops_listing_connections_once_the_jobs_user_was_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(quickstart.time, "sleep", lambda _s: None)
+    mgmt = _Management()
+    report = quickstart.progress.Progress(total=1, quiet=True)
+    seen = quickstart._wait_job(report, _Child(polls=6), mgmt, _Job(), 10)  # type: ignore[arg-type]
+    assert seen == {("publisher", True), (sparkpods.JOB_USER, True)}
+    assert mgmt.listings == 2  # not one listing per poll for the job's whole run
