@@ -13,12 +13,13 @@ publish-to-batch latency is at most 250 ms. A benchmark, not a timed test: nothi
 Both brokers by default (``--brokers hutch`` measures one alone, without the ratio).
 
 Method (bench/rounds.py): one Spark session for the whole run. First a discarded warm-up on every
-broker (plain and source phases with a fifth of the messages), so the JVM's JIT, Spark's planner
-and the Python workers are warm before anything counts; without it the first broker measured pays
-for them inside its "sustained" figure, which made earlier single runs depend on the order. Then
-``--repeat`` rounds, the broker order alternating (AB, BA, AB); each round starts a fresh broker,
-runs the three phases and stops it. Reported: medians with their range, the source/plain ratio and
-the Hutch/RabbitMQ ratios as medians of per-round ratios, and the machine's load at each sample.
+broker (plain and source phases with a whole round's messages, `--warm-up`), so the JVM's JIT,
+Spark's planner and the Python workers are warm before anything counts; without it the first
+broker measured pays for them inside its "sustained" figure, which made earlier single runs
+depend on the order. Then ``--repeat`` rounds, the broker order alternating (AB, BA, AB); each
+round starts a fresh broker, runs the three phases and stops it. Reported: medians with their
+range, the source/plain ratio and the Hutch/RabbitMQ ratios as medians of per-round ratios, and
+the machine's load at each sample.
 
 Phases, per broker and round (each broker a private child process on loopback): plain pika
 consumer, source, latency, as bench/spark_phases.py describes. bench/spark_node_bench.py runs the
@@ -39,7 +40,14 @@ import hutch_spark
 import rounds
 from hutch_spark import checkpoints
 from pyspark.sql import SparkSession
-from spark_phases import BODY, add_arguments, measure_phases, report_lines, summary
+from spark_phases import (
+    BODY,
+    add_arguments,
+    measure_phases,
+    report_lines,
+    summary,
+    warm_up_size,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 try:
@@ -56,10 +64,9 @@ def start_broker(kind: str, work: Path) -> Any:
 
 
 def measure(
-    spark: Any, kind: str, args: argparse.Namespace, work: Path, count: int
+    spark: Any, kind: str, args: argparse.Namespace, work: Path, count: int, *, warm_up: bool
 ) -> dict[str, Any]:
-    """One round on one fresh broker: plain consumer, source, and (unless count is a warm-up)
-    latency."""
+    """One round on one fresh broker: plain consumer, source, and (unless a warm-up) latency."""
     broker = start_broker(kind, work)
     try:
         sample = measure_phases(
@@ -67,7 +74,7 @@ def measure(
             broker.amqp_url,
             count,
             work,
-            latency_seconds=args.latency_seconds if count == args.messages else None,
+            latency_seconds=None if warm_up else args.latency_seconds,
             latency_rate=args.latency_rate,
             partitions=args.partitions,
         )
@@ -106,14 +113,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hutch-spark-bench-") as scratch:
         work = Path(scratch)
         checkpoints.configure(spark, scratch)  # as windowed_counts does (hutch_spark.checkpoints)
-        warm = max(1000, args.messages // 5)
+        warm = warm_up_size(args)
         for kind in kinds:
             print(f"warm-up on {kind} ({warm} messages, discarded)", flush=True)
-            measure(spark, kind, args, work, warm)
+            measure(spark, kind, args, work, warm, warm_up=True)
         for index, order in enumerate(rounds.orders(kinds, args.repeat)):
             for kind in order:
                 print(f"round {index + 1}/{args.repeat}: {kind}", flush=True)
-                sample = measure(spark, kind, args, work, args.messages)
+                sample = measure(spark, kind, args, work, args.messages, warm_up=False)
                 sample["round"] = index
                 samples[kind].append(sample)
     spark.stop()

@@ -65,6 +65,7 @@ def job_command(sub: sparksubmit.Submission, args: argparse.Namespace) -> list[s
         *("--latency-seconds", str(args.latency_seconds)),
         *("--latency-rate", str(args.latency_rate)),
         *("--partitions", str(args.partitions)),
+        *(("--warm-up", str(args.warm_up)) if args.warm_up is not None else ()),
         *("--output", f"{mount}/results.json"),
     ]
 

@@ -22,7 +22,7 @@ from typing import Any
 import hutch_spark
 from hutch_spark import checkpoints
 from pyspark.sql import SparkSession
-from spark_phases import BODY, add_arguments, measure_phases
+from spark_phases import BODY, add_arguments, measure_phases, warm_up_size
 
 
 def broker_url() -> str:
@@ -51,7 +51,7 @@ def main() -> None:
     hutch_spark.register(spark)
     checkpoints.configure(spark, str(work))  # as windowed_counts does (hutch_spark.checkpoints)
     url = broker_url()
-    warm = max(1000, args.messages // 5)
+    warm = warm_up_size(args)
     say(f"warm-up ({warm} messages, discarded)")
     measure_phases(spark, url, warm, work, latency_seconds=None, partitions=args.partitions)
     samples: list[dict[str, Any]] = []

@@ -21,6 +21,7 @@ sys.path.insert(0, str(BENCH))
 import comparison  # noqa: E402
 import spark_node_bench  # noqa: E402
 import spark_node_job  # noqa: E402
+import spark_phases  # noqa: E402
 
 
 def submission() -> sparksubmit.Submission:
@@ -36,9 +37,17 @@ def submission() -> sparksubmit.Submission:
     )
 
 
+def bench_args(*argv: str) -> argparse.Namespace:
+    """The flags as spark_node_bench.py parses them (spark_phases.add_arguments)."""
+    parser = argparse.ArgumentParser()
+    spark_phases.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
 def test_the_command_is_the_documented_one_with_the_benchmark_job() -> None:
     sub = submission()
-    args = argparse.Namespace(messages=5000, repeat=2, latency_seconds=7.5, latency_rate=300)
+    args = bench_args("--messages", "5000", "--repeat", "2", "--latency-seconds", "7.5",
+                      "--latency-rate", "300")  # fmt: skip
     command = spark_node_bench.job_command(sub, args)
     documented = sparksubmit.command(sub, str(spark_node_bench.sparkpods.SPARK_SUBMIT))
     cut = documented.index(sparksubmit.JOB_FILE)
@@ -46,8 +55,25 @@ def test_the_command_is_the_documented_one_with_the_benchmark_job() -> None:
     assert command[cut:] == [
         "local:///data/bench/spark_node_job.py",
         *("--messages", "5000", "--repeat", "2", "--latency-seconds", "7.5"),
-        *("--latency-rate", "300", "--output", "/data/bench/results.json"),
+        *("--latency-rate", "300", "--partitions", "2"),
+        *("--output", "/data/bench/results.json"),
     ]
+
+
+def test_the_warm_up_and_partitions_reach_the_job_in_the_pod() -> None:
+    args = bench_args("--partitions", "1", "--warm-up", "700")
+    command = spark_node_bench.job_command(submission(), args)
+    job = spark_node_job_args(command)
+    assert (job.partitions, job.warm_up) == (1, 700)
+    assert spark_phases.warm_up_size(job) == 700
+    assert spark_phases.warm_up_size(bench_args("--messages", "900")) == 900  # default
+
+
+def spark_node_job_args(command: list[str]) -> argparse.Namespace:
+    """The arguments the job in the driver Pod parses from the submitted command."""
+    parser = argparse.ArgumentParser()
+    spark_phases.add_arguments(parser, output_required=True)
+    return parser.parse_args(command[command.index("local:///data/bench/spark_node_job.py") + 1 :])
 
 
 def test_every_file_the_job_imports_is_copied_beside_it() -> None:
