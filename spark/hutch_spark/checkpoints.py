@@ -8,7 +8,8 @@ wheel and the hutch-spark image ship none), forks `readlink` twice per rename an
 created file. Measured on this project's 2-core machine (pyspark 4.3, rate source, 200 ms
 trigger, medians): walCommit 57 ms and commitOffsets 88 ms per batch with the default, 20 ms
 and 17 ms with the FileSystem-based manager; on the `hutch` source at a 200 ms trigger the p50
-publish-to-batch latency went from 329 ms to 214 ms (docs/bench/report.md).
+publish-to-batch latency went from 329 ms to 214 ms (docs/spark.md, "A checkpoint on a local
+disk or a PVC").
 
 The FileSystem-based manager renames with `java.io.File.renameTo`, which on a local file
 system is rename(2): atomic, which is what Spark requires of a checkpoint manager (its warning
