@@ -9,7 +9,9 @@ Under HUTCH_K8S_REQUIRED=1 a node that cannot start fails these tests (never a s
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 import secrets
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 
 import pika
 import pytest
+from hutch_testing.plane import imagestore, realnode
 
 pytestmark = pytest.mark.k8s
 
@@ -212,6 +215,27 @@ def test_broker_pod_is_ready_in_its_memory_cgroup_and_serves_amqp(node, k8s_name
     host = cluster_ip(node, ns, "broker")
     publish_confirmed(host, "round-trip", [b"hello from the host"])
     assert drain(host, "round-trip") == [b"hello from the host"]
+
+
+def test_the_image_store_kept_images_but_no_container_of_an_earlier_run(node, k8s_namespace):
+    """containerd's root is the image store under the cache (hutch_testing.plane.imagestore):
+    it keeps images between node starts, while every container record in it, Pod sandboxes
+    included, was made after this node started."""
+    ns = k8s_namespace
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "broker", "labels": LABELS},
+            "spec": pod_spec({"name": "data", "emptyDir": {}})}  # fmt: skip
+    node.create(f"/api/v1/namespaces/{ns}/pods", body)
+    ready_pod(node, ns, "broker")
+    config = (node.run_dir / "containerd.toml").read_text()
+    assert f'root = "{imagestore.root_dir(realnode.CONTAINERD)}"' in config
+    assert IMAGE in imagestore.parse_images(node.ctr("images", "ls").stdout)
+    ids = node.ctr("containers", "ls", "-q").stdout.split()
+    assert len(ids) >= 2  # this test's Pod: its sandbox and its container
+    for cid in ids:
+        info = json.loads(node.ctr("containers", "info", cid).stdout)
+        stamp = re.sub(r"(\.\d{6})\d*", r"\1", info["CreatedAt"]).replace("Z", "+00:00")
+        created = datetime.datetime.fromisoformat(stamp).timestamp()
+        assert created >= node.started_at, (cid, info["Labels"].get("io.kubernetes.pod.name"))
 
 
 def statefulset(name: str) -> dict[str, Any]:

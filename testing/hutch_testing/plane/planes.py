@@ -42,7 +42,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from hutch_testing.plane import binaries, images, pki, realnode, supervision
+from hutch_testing.plane import binaries, images, imagestore, pki, realnode, supervision
 
 log = logging.getLogger("hutch.k8s")
 
@@ -106,8 +106,10 @@ class Plane:
         self.failed = False
         self.stopped = False
         self.start_seconds = 0.0
+        self.started_at = 0.0  # time.time() when start() began
         self.node_seconds: dict[str, float] = {}  # node tier: time per start step
         self._added_images: dict[str, str] = {}  # add_image(): kind -> imported name
+        self.imported: list[str] = []  # node tier: images this start put into the store
         self._admin_ssl: ssl.SSLContext | None = None
         self._node_lock: int | None = None
         self.node_layout = realnode.NodeLayout(
@@ -123,7 +125,7 @@ class Plane:
 
     def start(self) -> None:
         """Starts the tier's components in order, each waited on before the next."""
-        began = time.monotonic()
+        began, self.started_at = time.monotonic(), time.time()
         self._prepare()
         self._start_etcd()
         self._start_apiserver()
@@ -441,15 +443,30 @@ class Plane:
         return all(reply.answers == ["10.0.0.1"] for reply in replies)
 
     def _start_containerd(self) -> None:
-        """Debian's containerd on a private socket, with our CNI config dir."""
+        """Debian's containerd on a private socket, with our CNI config dir; its root is the
+        image store kept between starts (``imagestore``), emptied of an earlier run's
+        containers before kubelet can see them."""
         layout = self.node_layout
         layout.containerd_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "cni").mkdir(exist_ok=True)
         (self.run_dir / "cni" / "10-hutch.conflist").write_text(realnode.cni_conflist(layout))
+        root = imagestore.root_dir(realnode.CONTAINERD)
         config = self.run_dir / "containerd.toml"
-        config.write_text(realnode.containerd_config(layout))
-        self._launch("containerd", [f"--config={config}"], binary=realnode.CONTAINERD)
+        config.write_text(realnode.containerd_config(layout, root))
+        imagestore.remove_run_files(root)
+        containerd = self._launch_containerd(config)
+        if imagestore.remove_containers(self._checked_ctr):
+            # The CRI plugin loaded those at start: it starts again with none, and without
+            # their per-Pod files.
+            supervision.stop_child(containerd.proc)
+            self.components.remove(containerd)
+            imagestore.remove_run_files(root)
+            self._launch_containerd(config)
+
+    def _launch_containerd(self, config: Path) -> Component:
+        component = self._launch("containerd", [f"--config={config}"], binary=realnode.CONTAINERD)
         self._wait("containerd", lambda: self.ctr("version").returncode == 0, 30)
+        return component
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Debian's ctr against this node's containerd, namespace k8s.io (the CRI's)."""
@@ -461,24 +478,36 @@ class Plane:
             check=False,
         )
 
+    def _checked_ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``ctr`` that must succeed: a failure stops the start with its stderr."""
+        done = self.ctr(*args)
+        if done.returncode != 0:
+            raise PlaneStartError(f"ctr {' '.join(args)} failed: {done.stderr.strip()}")
+        return done
+
     def _import_images(self) -> None:
-        """Builds (cached) and imports the sandbox, broker and operator images: nothing is ever
-        pulled. The operator image is what ``helm install`` of charts/hutch-operator runs here."""
+        """Builds (cached) and loads the sandbox, broker and operator images into the store:
+        nothing is ever pulled. The operator image is what ``helm install`` of
+        charts/hutch-operator runs here."""
         layouts = [images.build_pause()]
         layouts += [images.build_dockerfile_image(kind) for kind in NODE_IMAGES]
-        for layout in layouts:
-            images.import_image(layout, self.node_layout.containerd_socket)
+        self._load_images(layouts)
+
+    def _load_images(self, layouts: list[Path]) -> None:
+        """Imports what the store lacks (``imagestore.load``); the names go to ``imported``."""
+        socket = self.node_layout.containerd_socket
+        self.imported += imagestore.load(self._checked_ctr, socket, layouts)
 
     def add_image(self, kind: str) -> str:
-        """An image outside NODE_IMAGES (hutch-spark, ~1 GB), built (cached) and imported on
-        first use, so only the tests that run it pay for it; both times go into the summary's
-        ``K8S: node start step`` lines. Returns the image name."""
+        """An image outside NODE_IMAGES (hutch-spark, ~1 GB), built (cached) and loaded on
+        first use, so only the tests that run it pay for it, and only when the store does not
+        hold it yet; both times go into the summary's ``K8S: node start step`` lines. Returns
+        the image name."""
         if kind not in self._added_images:
             began = time.monotonic()
             layout = images.build_dockerfile_image(kind)
             self.node_seconds[f"image {kind} build (0 when cached)"] = time.monotonic() - began
-            socket_path = self.node_layout.containerd_socket
-            self._timed(f"image {kind} import", lambda: images.import_image(layout, socket_path))
+            self._timed(f"image {kind} import (0 when stored)", lambda: self._load_images([layout]))
             self._added_images[kind] = images.image_name(layout)
         return self._added_images[kind]
 

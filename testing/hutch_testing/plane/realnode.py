@@ -255,8 +255,9 @@ def prepare_host(layout: NodeLayout) -> NodeState:
 # --- config files ------------------------------------------------------------------------------
 
 
-def containerd_config(layout: NodeLayout) -> str:
-    """containerd 1.6 config: private root/state/socket, our CNI dir, no oom_score_adj < 0.
+def containerd_config(layout: NodeLayout, root: Path) -> str:
+    """containerd 1.6 config: private state and socket, ``root`` (the image store kept between
+    runs, ``imagestore``), our CNI dir, no oom_score_adj < 0.
 
     ``restrict_oom_score_adj``: this sandbox's root lacks CAP_SYS_RESOURCE, so runc cannot give
     the sandbox its -998 score and every Pod failed with ``can't get final child's PID``.
@@ -265,7 +266,7 @@ def containerd_config(layout: NodeLayout) -> str:
     d = layout.containerd_dir
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{d / "root"}"
+root = "{root}"
 state = "{d / "state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
