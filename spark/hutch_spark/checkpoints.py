@@ -27,6 +27,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hutch_spark import sessionconf
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -50,11 +52,8 @@ def confs_for(location: str, configured: Callable[[str], str | None]) -> dict[st
     return {CONF: FILE_SYSTEM_MANAGER}
 
 
-def configure(spark: SparkSession, location: str) -> dict[str, str]:
-    """Sets `confs_for(location)` on `spark` (a value spark-submit or the session set wins);
-    returns what it set."""
-    explicit = spark.sparkContext.getConf()
-    wanted = confs_for(location, lambda key: explicit.get(key) or spark.conf.get(key, None))
+def configure(spark: SparkSession, location: str) -> None:
+    """Sets `confs_for(location)` on `spark` (a value spark-submit or the session set wins)."""
+    wanted = confs_for(location, lambda key: sessionconf.configured(spark, key))
     for key, value in wanted.items():
         spark.conf.set(key, value)
-    return wanted

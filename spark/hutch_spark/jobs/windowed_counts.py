@@ -28,7 +28,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
 import hutch_spark
-from hutch_spark import checkpoints
+from hutch_spark import checkpoints, sessionconf
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,9 @@ def session(master: str | None, checkpoint: str) -> SparkSession:
     if master is not None:
         builder = builder.master(master)
     spark = builder.getOrCreate()
-    explicit = spark.sparkContext.getConf()
     # Spark's default of 200 shuffle partitions makes every micro-batch of this small
-    # aggregation run 200 tasks per stage; honour a value spark-submit set, else use 8.
-    if not explicit.contains("spark.sql.shuffle.partitions"):
-        spark.conf.set("spark.sql.shuffle.partitions", "8")
+    # aggregation run 200 tasks per stage; honour a value the user set, else use 8.
+    sessionconf.set_default(spark, "spark.sql.shuffle.partitions", "8")
     checkpoints.configure(spark, checkpoint)
     hutch_spark.register(spark)
     return spark
