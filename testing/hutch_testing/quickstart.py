@@ -288,9 +288,11 @@ def _wait_job(
     on each poll until the job's User appears among them."""
     began, said = time.monotonic(), ""
     seen: set[tuple[str, bool]] = set()
+    listing = mgmt.context is not None  # until the job's own connection was listed
     while child.running:
-        if mgmt.context is not None and sparkpods.JOB_USER not in {user for user, _ in seen}:
-            seen |= _connections(mgmt)  # until the job's own connection was listed
+        if listing:
+            seen |= _connections(mgmt)
+            listing = not any(user == sparkpods.JOB_USER for user, _ in seen)
         elapsed = time.monotonic() - began
         if elapsed > JOB_TIMEOUT:
             child.stop()
