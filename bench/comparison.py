@@ -467,7 +467,8 @@ def spark_node_section(doc: dict[str, Any] | None) -> list[str]:
         "",
         f"The driver (and the plain consumer and publisher) in Pod `spark-bench-driver`, two "
         f"executor Pods, the Broker Pod of examples/broker.yaml reached through its Service; "
-        f"{doc.get('messages', '?')} messages per throughput run, median (range) of "
+        f"{doc.get('messages', '?')} messages per throughput run in "
+        f"{doc.get('partitions', '?')} source partition(s), median (range) of "
         f"{doc.get('repeat', '?')} rounds after a discarded warm-up in the same Spark session. "
         f"Machine: {doc.get('machine_load', 'load not recorded')}. Pods: {pods}.",
         "",

@@ -107,6 +107,7 @@ def test_the_report_shows_the_node_figures_with_their_spread() -> None:
     doc = {
         "messages": 50000,
         "repeat": 3,
+        "partitions": 1,
         "machine_load": "1-min load average 1.00-2.00 on 2 CPUs",
         "pods": ["spark-bench-driver on hutch-node: spark-kubernetes-driver containerd://ab"],
         "summary": {
@@ -122,4 +123,5 @@ def test_the_report_shows_the_node_figures_with_their_spread() -> None:
     assert "0.80 (0.70-0.90, n=3)" in text
     assert "300 (280-350, n=3)" in text
     assert "containerd://ab" in text
+    assert "50000 messages per throughput run in 1 source partition(s)" in text
     assert "No bench/spark_node_bench.py results" in "\n".join(comparison.spark_node_section(None))
