@@ -109,16 +109,10 @@ def _submit(
         shutil.copy(BENCH / name, job_dir / name)
     # The image runs as uid 185 and writes its results here; a scratch PV of this run only.
     os.chmod(job_dir, 0o777)  # noqa: S103
-    template = work / "spark-pod-template.json"
-    template.write_text(json.dumps(sparksubmit.pod_template()))
-    sub = sparksubmit.Submission(
-        api_server=plane.server, namespace=NAMESPACE, broker="hutch", queue="unused",
-        credentials_secret=ADMIN_SECRET, claim="spark-data", pod_template=template, image=image,
-        app_name="spark-bench",
+    sub = sparkpods.prepare(
+        plane, cluster, NAMESPACE, work, volume, "2Gi", broker="hutch", queue="unused",
+        credentials_secret=ADMIN_SECRET, image=image, app_name="spark-bench",
     )  # fmt: skip
-    cluster.apply(NAMESPACE, clusters.manifest(*sparksubmit.driver_rbac(NAMESPACE)))
-    cluster.apply(NAMESPACE, clusters.manifest(sparksubmit.claim(sub.claim, NAMESPACE, volume,
-                                                                 "2Gi")))  # fmt: skip
     log_path = work / "spark-submit.log"
     print(f"spark-submit (log: {log_path})", flush=True)
     with log_path.open("w") as log:

@@ -165,6 +165,25 @@ class PodJob:
         return f"spark-submit exited {code}, driver Pod {phase or 'missing'}:\n{tail}"
 
 
+def prepare(
+    plane: Any, cluster: clusters.Cluster, namespace: str, work_dir: Path, volume: str,
+    size: str, **options: Any,
+) -> sparksubmit.Submission:  # fmt: skip
+    """What a submission needs besides its User: the Pod template (written under
+    ``work_dir``), the driver's ServiceAccount and Role, and claim ``spark-data`` bound to the
+    local PV ``volume``. ``options`` go to ``sparksubmit.Submission``."""
+    template = work_dir / "spark-pod-template.json"
+    template.parent.mkdir(parents=True, exist_ok=True)
+    template.write_text(json.dumps(sparksubmit.pod_template(options.get("ca_secret"))))
+    sub = sparksubmit.Submission(
+        api_server=plane.server, namespace=namespace, claim="spark-data", pod_template=template,
+        **options,
+    )  # fmt: skip
+    pvc = sparksubmit.claim(sub.claim, namespace, volume, size)
+    cluster.apply(namespace, clusters.manifest(*sparksubmit.driver_rbac(namespace), pvc))
+    return sub
+
+
 def submit(
     plane: Any, cluster: clusters.Cluster, namespace: str, work_dir: Path, **options: Any
 ) -> PodJob:
@@ -174,15 +193,8 @@ def submit(
     max_messages_per_batch, ca_secret for a TLS Broker, ...)."""
     secret = job_user(cluster, namespace)
     (volume,) = plane.make_local_pvs(1, size="1Gi")
-    template = work_dir / "spark-pod-template.json"
-    template.parent.mkdir(parents=True, exist_ok=True)
-    template.write_text(json.dumps(sparksubmit.pod_template(options.get("ca_secret"))))
-    sub = sparksubmit.Submission(
-        api_server=plane.server, namespace=namespace, claim="spark-data", pod_template=template,
-        credentials_secret=secret, **options,
-    )  # fmt: skip
-    pvc = sparksubmit.claim(sub.claim, namespace, volume, "1Gi")
-    cluster.apply(namespace, clusters.manifest(*sparksubmit.driver_rbac(namespace), pvc))
+    sub = prepare(plane, cluster, namespace, work_dir, volume, "1Gi",
+                  credentials_secret=secret, **options)  # fmt: skip
     command = sparksubmit.command(sub, str(SPARK_SUBMIT))
     log_path = work_dir / "logs" / "spark-submit.log"
     child = launchers.spawn("spark-submit", command, log_path, environment(plane.kubeconfig))
