@@ -22,7 +22,7 @@ each error states its ``reason`` and whether retrying can help; library errors a
     ├── VhostNotFoundError           VhostNotFound    30 s
     ├── AlreadyExistsError           AlreadyExists    permanent (the sweep re-checks)
     ├── CredentialsSecretInvalidError CredentialsSecretInvalid 30 s
-    ├── DependencyNotFoundError      DependencyNotFound 15 s
+    ├── DependencyNotFoundError      DependencyNotFound 1 s doubling to 15 s
     ├── ObjectNotFoundError          (404 from the broker; success on delete)
     └── KubeError(status)            Error            exponential backoff
 """
@@ -33,11 +33,14 @@ from typing import ClassVar
 
 
 class HutchError(Exception):
-    """Base: ``reason`` is the CamelCase condition reason, ``delay`` None means permanent."""
+    """Base: ``reason`` is the CamelCase condition reason, ``delay`` None means permanent;
+    ``backoff``: retry after ``backoff_base`` seconds, doubling up to ``backoff_cap``."""
 
     reason: ClassVar[str] = "Error"
     delay: ClassVar[float | None] = 10.0
     backoff: ClassVar[bool] = False
+    backoff_base: ClassVar[float] = 5.0
+    backoff_cap: ClassVar[float] = 300.0
 
 
 class SpecError(HutchError):
@@ -145,10 +148,16 @@ class KubeError(HutchError):
 
 
 class DependencyNotFoundError(HutchError):
-    """A binding's source or destination does not exist yet (GitOps ordering): retry soon."""
+    """A binding's source or destination (a permission's user or vhost) does not exist yet:
+    GitOps ordering, where a whole directory is applied at once and the dependency is usually
+    declared within a second. So retry after 1 s, doubling up to 15 s, not a flat 15 s that
+    held every such object (and a make run's topology step) for 15 s."""
 
     reason = "DependencyNotFound"
     delay = 15.0
+    backoff = True
+    backoff_base = 1.0
+    backoff_cap = 15.0
 
 
 class AlreadyExistsError(HutchError):

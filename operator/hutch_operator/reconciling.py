@@ -333,7 +333,8 @@ def set_ready(ctx: Context, ok: bool, reason: str, message: str, **extra: Any) -
 
 def retry_delay(error: errors.HutchError, retry: int) -> float:
     if error.backoff:
-        return float(min(300.0, 5.0 * 2**retry) * random.uniform(0.8, 1.2))
+        step = min(error.backoff_cap, error.backoff_base * 2**retry)
+        return float(step * random.uniform(0.8, 1.2))
     return float(error.delay or 10.0)
 
 

@@ -437,7 +437,6 @@ async def test_delete_with_a_reserved_name_never_calls_the_broker(
         (errors.NamespaceNotAllowedError("x"), True, None),
         (errors.BrokerNotReadyError("x"), False, 10.0),
         (errors.BrokerNotFoundError("x"), False, 30.0),
-        (errors.DependencyNotFoundError("x"), False, 15.0),
     ],
 )
 def test_fail_maps_each_error_to_one_retry_class(
@@ -452,6 +451,21 @@ def test_fail_maps_each_error_to_one_retry_class(
         assert caught.value.delay == delay
     assert ready(ctx)["reason"] == error.reason
     assert ready(ctx)["observedGeneration"] == GENERATION
+
+
+@pytest.mark.parametrize(
+    ("error", "delays"),
+    [
+        (errors.BrokerUnavailableError("x"), [5, 10, 20, 40, 80, 160, 300, 300]),
+        (errors.DependencyNotFoundError("x"), [1, 2, 4, 8, 15, 15]),
+    ],
+)
+def test_backoff_errors_double_from_their_base_up_to_their_cap(
+    error: errors.HutchError, delays: list[float]
+) -> None:
+    for retry, expected in enumerate(delays):
+        delay = reconciling.retry_delay(error, retry)
+        assert expected * 0.8 <= delay <= expected * 1.2, (retry, delay)
 
 
 @pytest.mark.parametrize(
