@@ -109,7 +109,6 @@ class Plane:
         self.started_at = 0.0  # time.time() when start() began
         self.node_seconds: dict[str, float] = {}  # node tier: time per start step
         self._added_images: dict[str, str] = {}  # add_image(): kind -> imported name
-        self.imported: list[str] = []  # node tier: images this start put into the store
         self._admin_ssl: ssl.SSLContext | None = None
         self._node_lock: int | None = None
         self.node_layout = realnode.NodeLayout(
@@ -494,9 +493,10 @@ class Plane:
         self._load_images(layouts)
 
     def _load_images(self, layouts: list[Path]) -> None:
-        """Imports what the store lacks (``imagestore.load``); the names go to ``imported``."""
+        """Imports what the store lacks (``imagestore.load``), and logs which it did."""
         socket = self.node_layout.containerd_socket
-        self.imported += imagestore.load(self._checked_ctr, socket, layouts)
+        imported = imagestore.load(self._checked_ctr, socket, layouts)
+        log.info("image store: imported %s", ", ".join(imported) if imported else "nothing")
 
     def add_image(self, kind: str) -> str:
         """An image outside NODE_IMAGES (hutch-spark, ~1 GB), built (cached) and loaded on
