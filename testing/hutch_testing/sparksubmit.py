@@ -103,7 +103,6 @@ def confs(sub: Submission) -> dict[str, str]:
         "spark.executor.memory": sub.executor_memory,
         "spark.kubernetes.executor.request.cores": sub.request_cores,
         "spark.kubernetes.executor.deleteOnTermination": "false",
-        "spark.scheduler.minRegisteredResourcesRatio": "0",
         "spark.kubernetes.driverEnv.HUTCH_AMQP_URI": sub.amqp_uri,
         "spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_USERNAME": f"{secret}:username",
         "spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_PASSWORD": f"{secret}:password",
