@@ -270,6 +270,7 @@ def _submit(
         plane, line.cluster, line.namespace, line.work_dir, broker=line.main.name,
         queue=EVENTS_QUEUE, image=image, max_messages_per_batch=1000,
         ca_secret=line.main.tls.ca_secret if line.main.tls is not None else None,
+        extra_confs=sparkpods.SHORT_JOB_CONFS,
     )  # fmt: skip
     line.jobs.append(job.child)  # stopped with the chain, on Ctrl-C too
     line.remember("spark-submit", job.child.pid)
