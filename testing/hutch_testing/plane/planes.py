@@ -63,6 +63,8 @@ KWOK_STAGE_FILES = (
 )
 STORAGE_CLASS = "hutch-test"
 NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kube-proxy-config.json", "Corefile")
+# The node tier's host processes (``_start_node``): stopped, and the node cleaned up, first.
+NODE_COMPONENTS = frozenset({"coredns", "containerd", "kubelet", "kube-proxy"})
 # Dockerfile images every node start imports (``images``), beside the pause image.
 NODE_IMAGES = ("broker", "operator")
 
@@ -145,9 +147,18 @@ class Plane:
         leftovers: list[str] = []
         try:
             for component in reversed(self.components):
-                supervision.stop_child(component.proc)
+                if component.name in NODE_COMPONENTS:
+                    supervision.stop_child(component.proc)
         finally:
-            leftovers = self._stop_node()
+            # The node's cleanup kills the Pods' processes before the control plane stops: an
+            # operator Pod's open watches kept kube-apiserver's graceful shutdown waiting until
+            # our SIGKILL, 10 s later, at the end of every make run.
+            try:
+                leftovers = self._stop_node()
+            finally:
+                for component in reversed(self.components):
+                    if component.name not in NODE_COMPONENTS:
+                        supervision.stop_child(component.proc)
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "pids").unlink()
         if self.failed:
