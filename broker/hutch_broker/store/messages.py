@@ -169,21 +169,50 @@ class MessageStore:
             return [names for names, _ in layout.existing(self._root)]
 
     def sync(self) -> None:
-        """Group commit: make every dirty log durable in one pass; safe from a worker thread."""
+        """Group commit: make every dirty log durable in one pass; safe from a worker thread.
+
+        The event loop keeps appending and acking while this runs. Dead-lettering moves a
+        message: it appends the copy to one log, then acks the original in another. So that
+        ``kill -9`` (which keeps what reached the kernel) can never leave the ack without the
+        copy, and neither can a power cut (the page cache writes files back in any order), the
+        pass works in phases over all logs:
+
+        1. take every dirty log's buffered acks (``begin_sync``); a segment is unlinked only
+           by a pass that began after it was retired;
+        2. write every log's buffered records, looking at the logs again: each copy whose
+           original's ack was taken in 1 was appended before that ack, so it is written now,
+           even into a log that was clean (or not open) when 1 began; fdatasync them;
+        3. only then write the acks taken in 1 and fdatasync them (a second round: about
+           0.2 ms on an SSD, and none when the pass took no ack), and unlink.
+
+        A crash in between leaves a moved message in both queues at worst (at-least-once).
+        """
         with self._lock:
             self._check_open()
             dirty = [store for store in self._queues.values() if store.dirty]
-        passes: list[tuple[QueueStore, SyncPass]] = []
+        passes: dict[QueueStore, SyncPass] = {}
         try:
             for store in dirty:
                 sync_pass = store.begin_sync()
                 if sync_pass is not None:
-                    passes.append((store, sync_pass))
-            for store, sync_pass in passes:  # every log's records first, then the acks
-                store.write_acks(sync_pass)
-            syncing.run_all([sync_pass for _, sync_pass in passes], self._pool)
+                    passes[store] = sync_pass
+            with self._lock:
+                stores = list(self._queues.values())
+            for store in stores:
+                if store not in passes and store.dirty:
+                    sync_pass = store.begin_sync(acks=False)
+                    if sync_pass is None:
+                        continue
+                    passes[store] = sync_pass
+                if store in passes:
+                    store.write_records(passes[store])
+            syncing.run_all(list(passes.values()), self._pool)
+            if all(sync_pass.error is None for sync_pass in passes.values()):
+                for store, sync_pass in passes.items():
+                    store.write_acks(sync_pass)
+                syncing.run_all(list(passes.values()), self._pool, acks=True)
         finally:
-            _end_all(passes)
+            _end_all(list(passes.items()))
 
     def close(self) -> None:
         with self._lock:

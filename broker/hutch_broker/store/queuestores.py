@@ -214,17 +214,23 @@ class QueueStore:
         if sync_pass is None:
             return
         try:
-            self.write_acks(sync_pass)
+            self.write_records(sync_pass)
+            sync_pass.run(self._fsync_pool)
+            if sync_pass.error is None:
+                self.write_acks(sync_pass)
+                sync_pass.run(self._fsync_pool, acks=True)
         except BaseException:
             self._sync_lock.release()
             raise
-        sync_pass.run(self._fsync_pool)
         self.end_sync(sync_pass)
 
-    def begin_sync(self) -> SyncPass | None:
-        """Flush the buffers and return the fsyncs to run; holds ``_sync_lock`` until end_sync.
+    def begin_sync(self, *, acks: bool = True) -> SyncPass | None:
+        """Start a pass; holds ``_sync_lock`` until end_sync. None (lock not held) when closed.
 
-        None (lock not held) when the log is closed.
+        With ``acks`` (the normal case) the pass takes the acks buffered now, and it unlinks
+        the segments retired before now. Without, it only writes records: a group commit gives
+        such a pass to a log that became dirty after it took every other log's acks
+        (``MessageStore.sync``), as its acks and retirements must wait for the next pass.
         """
         self._sync_lock.acquire()
         try:
@@ -233,23 +239,30 @@ class QueueStore:
                     self._sync_lock.release()
                     return None
                 self._check_usable()
-                self._sync_gen += 1
-                flushed = list(self._dirty)
-                paths = self._unsynced_paths + ([self._directory] if self._dir_dirty else [])
-                sync_pass = SyncPass(
-                    gen=self._sync_gen,
-                    fds=[],
-                    paths=list(dict.fromkeys(paths)),
-                    flushed=flushed,
-                    acked=[],
-                )
-                self._flush(sync_pass)
-                self._dir_dirty = False
-                self._unsynced_paths = []
+                if acks:
+                    self._sync_gen += 1
+                sync_pass = SyncPass(gen=self._sync_gen, fds=[], paths=[], flushed=[], acked=[])
+                if acks:
+                    for segment in self._dirty:  # taken now: a later drop() must not discard them
+                        if segment.ack_pending:
+                            sync_pass.ack_data.append((segment, segment.take_acks()))
                 return sync_pass
         except BaseException:
             self._sync_lock.release()
             raise
+
+    def write_records(self, sync_pass: SyncPass) -> None:
+        """Hand every buffered record to the kernel; note what to fsync (``_sync_lock`` held).
+
+        Every record buffered now is written, including those appended after ``begin_sync``.
+        """
+        with self._lock:
+            sync_pass.flushed = list(self._dirty)
+            paths = self._unsynced_paths + ([self._directory] if self._dir_dirty else [])
+            sync_pass.paths = list(dict.fromkeys(paths))
+            self._flush(sync_pass)
+            self._dir_dirty = False
+            self._unsynced_paths = []
 
     def end_sync(self, sync_pass: SyncPass) -> None:
         """Unlink what this pass made safe to unlink, compact if due, release ``_sync_lock``."""
@@ -395,7 +408,7 @@ class QueueStore:
     def _flush(self, sync_pass: SyncPass) -> None:
         """Write out the records of the pass's segments; note the descriptors to fdatasync.
 
-        The acks are written by ``write_acks``, after every log's records (see there).
+        A segment keeps its place in ``_dirty`` while it holds acks no pass has taken yet.
         """
         try:
             for segment in sync_pass.flushed:
@@ -403,26 +416,25 @@ class QueueStore:
                 if segment.unsynced:
                     sync_pass.fds.append(segment.fd)
                     segment.unsynced = False
-                if segment.ack_pending:  # taken now: a later drop() must not discard them
-                    sync_pass.ack_data.append((segment, segment.take_acks()))
         except OSError as exc:
             self._failure = exc
             raise errors.StoreError(f"{self._directory}: write failed") from exc
-        self._dirty.clear()
+        self._dirty = {segment for segment in self._dirty if segment.ack_pending}
 
     def write_acks(self, sync_pass: SyncPass) -> None:
-        """Write out the acks of the pass's segments, once every log's records are written.
+        """Write out the acks the pass took, once every log's records are durable.
 
         A message moved from one queue to another (dead-lettering) is an append in one log
-        and an ack in another. ``kill -9`` keeps what reached the kernel, so writing every
-        append of a group commit before any of its acks means a crash between the two can
-        only leave the message in both queues (at-least-once), never in neither.
+        and an ack in another, made in that order by the event loop. An ack may reach the
+        kernel only once its copy is on disk, or a crash (``kill -9``, or a power cut, as the
+        page cache writes files back in any order) could keep the ack and lose the copy: see
+        ``MessageStore.sync`` for how a group commit guarantees that.
         """
         with self._lock:
             try:
                 for segment, data in sync_pass.ack_data:
                     segment.write_acks(data)
-                    sync_pass.fds.append(segment.ack_fd)
+                    sync_pass.ack_fds.append(segment.ack_fd)
                     sync_pass.acked.append(segment)
             except OSError as exc:
                 self._failure = exc

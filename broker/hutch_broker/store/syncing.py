@@ -29,30 +29,37 @@ class SyncPass:
     """What one queue log flushed in a sync pass and must now fsync."""
 
     gen: int
-    fds: list[int]
+    fds: list[int]  # segment files whose records were written
     paths: list[Path]  # fsynced too: the directory when a segment file was created, and a new
     # queue directory's metadata file, itself and its parent
     flushed: list[Segment]
     acked: list[Segment]  # segments whose ack files were written
-    # Acks buffered when the pass began, written after every log's records (``write_acks``).
+    # Acks buffered when the pass began, written once every log's records are durable
+    # (``write_acks``), then fsynced in a round of their own (``ack_fds``).
     ack_data: list[tuple[Segment, bytearray]] = field(default_factory=list)
+    ack_fds: list[int] = field(default_factory=list)
     error: OSError | None = field(default=None)
 
-    def run(self, pool: Executor | None = None) -> None:
-        run_all([self], pool)
+    def run(self, pool: Executor | None = None, *, acks: bool = False) -> None:
+        run_all([self], pool, acks=acks)
 
 
-def run_all(passes: Sequence[SyncPass], pool: Executor | None = None) -> None:
-    """fdatasync everything the passes flushed; errors are recorded on their pass, not raised."""
+def run_all(
+    passes: Sequence[SyncPass], pool: Executor | None = None, *, acks: bool = False
+) -> None:
+    """fdatasync what the passes wrote: the records and paths, or with ``acks`` the ack files.
+
+    Errors are recorded on their pass, not raised.
+    """
     jobs: list[tuple[SyncPass, Callable[[], None]]] = [
         (sync_pass, functools.partial(_fdatasync, fd))
         for sync_pass in passes
-        for fd in sync_pass.fds
+        for fd in (sync_pass.ack_fds if acks else sync_pass.fds)
     ]
     jobs += [
         (sync_pass, functools.partial(files.fsync_path, path))
         for sync_pass in passes
-        for path in sync_pass.paths
+        for path in ([] if acks else sync_pass.paths)
     ]
     if pool is None or len(jobs) <= 1:
         for job in jobs:

@@ -1,22 +1,29 @@
-"""A group commit writes every log's records before any log's acks.
+"""A group commit never lets a moved message's ack reach the disk before its copy.
 
-Dead-lettering moves a message: an append in the dead-letter queue's log, an ack in the
-source's. ``kill -9`` keeps whatever reached the kernel, so if an ack could be written before
-the append of the same pass, a crash between them would lose the message from both queues.
-The torture suite could not see it because its dead-letter queues happened to be flushed
-first; this test checks the order of the write syscalls whatever the queues' order.
+Dead-lettering moves a message: an append in the dead-letter queue's log, then an ack in the
+source's. If the ack could reach the kernel before the copy, ``kill -9`` between them would
+lose the message from both queues; if it could reach the kernel before the copy is
+fdatasynced, a power cut could. The first test checks the syscalls' order whatever the queues'
+order; the last tries the move at every point of a sync running beside the event loop, as it
+does in the broker, where the torture suite found a loss that the first could not see.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
-from hutch_broker.store import MessageStore, segments
+from hutch_broker.store import MessageStore, QueueStore, segments, syncing
 
 
 @pytest.mark.parametrize("order", [("source", "dead"), ("dead", "source")])
-def test_every_append_reaches_the_kernel_before_any_ack(tmp_path, monkeypatch, order):
+def test_every_append_is_on_disk_before_any_ack_reaches_the_kernel(tmp_path, monkeypatch, order):
+    """kill -9 keeps what reached the kernel; a power cut keeps what was fdatasynced, and the
+    page cache writes back files in any order. So no ack may be written before the pass's
+    records are fdatasynced, not just written."""
     store = MessageStore(tmp_path, segment_size=1 << 20)
     logs = {name: store.open_queue("/", name) for name in order}
     fields = {
@@ -28,24 +35,32 @@ def test_every_append_reaches_the_kernel_before_any_ack(tmp_path, monkeypatch, o
     }
     moved = logs["source"].append(routing_key="k", **fields)
     store.sync()
-    writes: list[str] = []
-    pwrite_all, write_all = segments._pwrite_all, segments._write_all
+    calls: list[tuple[str, int]] = []
+    pwrite_all, write_all, fdatasync = segments._pwrite_all, segments._write_all, syncing._fdatasync
 
     def record(fd, data, offset):
-        writes.append("append")
+        calls.append(("append", fd))
         pwrite_all(fd, data, offset)
 
     def ack(fd, data):
-        writes.append("ack")
+        calls.append(("ack", fd))
         write_all(fd, data)
+
+    def sync(fd):
+        fdatasync(fd)
+        calls.append(("synced", fd))
 
     monkeypatch.setattr(segments, "_pwrite_all", record)
     monkeypatch.setattr(segments, "_write_all", ack)
+    monkeypatch.setattr(syncing, "_fdatasync", sync)
     logs["source"].ack(moved)  # dead-lettered: gone from the source ...
     logs["dead"].append(routing_key="k", **fields)  # ... into the dead-letter queue
     store.sync()
     store.close()
-    assert writes == ["append", "ack"]
+    [(_, copy_fd)] = [call for call in calls if call[0] == "append"]
+    [(_, ack_fd)] = [call for call in calls if call[0] == "ack"]
+    assert calls.index(("synced", copy_fd)) < calls.index(("ack", ack_fd)), calls
+    assert ("synced", ack_fd) in calls  # and the ack is made durable in the same pass
 
 
 def test_an_ack_made_before_a_sync_survives_its_segment_retiring_during_the_sync(tmp_path):
@@ -67,6 +82,7 @@ def test_an_ack_made_before_a_sync_survives_its_segment_retiring_during_the_sync
     sync_pass = log.begin_sync()
     assert sync_pass is not None
     log.ack(second)  # meanwhile: the segment's last live record goes, the segment retires
+    log.write_records(sync_pass)
     log.write_acks(sync_pass)
     sync_pass.run()
     log.end_sync(sync_pass)
@@ -75,3 +91,148 @@ def test_an_ack_made_before_a_sync_survives_its_segment_retiring_during_the_sync
     store.close()
     recovered = MessageStore(crashed).open_queue("/", "q")
     assert first not in [message.msg_id for message in recovered.recover()]
+
+
+class _EventLoopBetween:
+    """Runs ``step`` just before the sync's ``point``-th lock acquisition or ``dirty`` read.
+
+    A sync runs in a worker thread while the event loop keeps appending and acking. What the
+    sync does under a lock is atomic for the event loop, so the event loop's work lands between
+    two of those sections or between a section and a read of a log's unlocked ``dirty`` flag.
+    Trying ``step`` before each of them in turn tries every interleaving the real threads can
+    produce.
+    """
+
+    def __init__(self, point: int, step: Callable[[], None]) -> None:
+        self.point = point
+        self.step = step
+        self.seen = 0
+        self.armed = False
+        self.ran = False
+        self.held = 0
+
+    def wrap(self, lock: Any, *, shared: bool = True) -> Any:
+        """``lock`` with the gate in front; ``shared``: the event loop takes it too."""
+        gate = self
+
+        class Gated:
+            def __enter__(self) -> None:
+                self.acquire()
+
+            def __exit__(self, *exc: object) -> None:
+                self.release()
+
+            def acquire(self, *args: Any) -> bool:
+                gate.reached()
+                got = bool(lock.acquire(*args))
+                gate.held += shared and got
+                return got
+
+            def release(self) -> None:
+                gate.held -= shared
+                lock.release()
+
+        return Gated()
+
+    def reached(self) -> None:
+        if not self.armed or self.held:  # the event loop waits while the sync holds a lock
+            return
+        self.seen += 1
+        if self.seen == self.point:
+            self.armed = False  # the step's own lock sections are the event loop's
+            self.step()
+            self.ran = True
+            self.armed = True
+
+
+FIELDS: dict[str, Any] = {
+    "enqueued_at_ms": 1,
+    "expire_at_ms": 0,
+    "exchange": "",
+    "raw_properties": b"",
+}
+
+
+@pytest.mark.parametrize("retires", [False, True], ids=["ack", "last-live-record"])
+@pytest.mark.parametrize("source_log", ["clean", "dirty"])
+@pytest.mark.parametrize("dead_log", ["unopened", "clean", "dirty"])
+@pytest.mark.parametrize("order", [("source", "dead"), ("dead", "source")])
+def test_a_message_dead_lettered_while_a_sync_runs_is_in_one_queue_after_kill_9(
+    tmp_path, monkeypatch, order, dead_log, source_log, retires
+):
+    """The move (append into the dead-letter log, then ack in the source) at every point of a
+    running group commit; then ``kill -9`` (the files as the kernel has them): the message is
+    in the source or in the dead-letter queue, never in neither.
+
+    Found by the torture suite (6 of a cycle's confirmed ``nack`` messages lost): the old pass
+    took each log's records and acks together, log by log, while the event loop went on, so it
+    could take the source's ack after it had already written the dead-letter log.
+    """
+    point = 1
+    while _dead_letter_during_a_sync(
+        tmp_path / str(point), monkeypatch, point, order, dead_log, source_log, retires
+    ):
+        point += 1
+    assert point > 3  # the move ran at two points of the sync at least
+
+
+def _dead_letter_during_a_sync(
+    work: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    point: int,
+    order: tuple[str, str],
+    dead_log: str,
+    source_log: str,
+    retires: bool,
+) -> bool:
+    """One interleaving: the move before the sync's ``point``-th step. False: no such step."""
+    size = 120 if retires else 40  # one record per 256-byte segment, or several
+    store = MessageStore(work, segment_size=256)
+    logs = {name: store.open_queue("/", name) for name in order if name != "dead"}
+    if dead_log != "unopened":
+        logs["dead"] = store.open_queue("/", "dead")
+    moved = logs["source"].append(routing_key="k", body=b"moved".ljust(size), **FIELDS)
+    # Retiring: ``moved`` alone in a sealed segment, which its ack retires; else it shares the
+    # segment with a message that stays.
+    logs["source"].append(routing_key="k", body=b"other".ljust(size), **FIELDS)
+    store.sync()  # ``moved`` is confirmed
+    if source_log == "dirty":
+        logs["source"].append(routing_key="k", body=b"later".ljust(size), **FIELDS)
+    if dead_log == "dirty":
+        logs["dead"].append(routing_key="k", body=b"earlier".ljust(size), **FIELDS)
+
+    def dead_letter() -> None:
+        if "dead" not in logs:  # the first message the dead-letter queue's log sees
+            logs["dead"] = store.open_queue("/", "dead")
+        logs["dead"].append(routing_key="k", body=b"moved-copy".ljust(size), **FIELDS)
+        logs["source"].ack(moved)
+
+    gate = _EventLoopBetween(point, dead_letter)
+    store._lock = gate.wrap(store._lock)
+    for log in logs.values():
+        log._lock = gate.wrap(log._lock)
+        log._sync_lock = gate.wrap(log._sync_lock, shared=False)
+    dirty = QueueStore.dirty.fget
+    with monkeypatch.context() as patch:
+        patch.setattr(QueueStore, "dirty", property(lambda log: gate.reached() or dirty(log)))
+        gate.armed = True
+        store.sync()
+        gate.armed = False
+    if not gate.ran:
+        store.close()
+        return False
+    crashed = work / "crashed"
+    shutil.copytree(work / "msgs", crashed / "msgs")  # kill -9 now
+    store.close()
+    segment_file = segments.segment_name(segments.split_msg_id(moved)[0])
+    assert (logs["source"].directory / segment_file).exists() != retires
+    recovered = MessageStore(crashed)
+    bodies = {
+        name: [message.body.rstrip() for message in recovered.open_queue("/", name).recover()]
+        for name in order
+    }
+    recovered.close()
+    assert b"moved" in bodies["source"] or b"moved-copy" in bodies["dead"], (
+        f"lost when the dead-lettering ran before step {point} of the sync: {bodies}"
+    )
+    return True
