@@ -13,10 +13,11 @@ consumer pattern:
 - ``ttl``: a 30 ms message TTL that dead-letters; ``ring``: max-length 50, drop-head;
 - ``fan.a``, ``fan.b``, ``fan.c``: a fanout exchange into three queues, one consumed.
 
-The broker is then killed (SIGKILL or SIGTERM, chosen at random) and restarted, every queue
-is drained and the ledger is checked: every confirmed message is in its queue, or was
-acked, or left by a documented route (dead-lettered into its dead-letter queue, dropped by
-the ring's length limit); no queue holds a message twice; every body's checksum holds.
+The broker is then killed (SIGKILL or SIGTERM, chosen at random, at a random moment after
+the first confirm) and restarted, every queue is drained and the ledger is checked: every
+confirmed message is in its queue, or was acked, or left by a documented route
+(dead-lettered into its dead-letter queue, dropped by the ring's length limit); no queue
+holds a message twice; every body's checksum holds.
 ``run`` is the library; ``tests/broker/torture`` runs a bounded form in CI and
 ``python -m hutch_testing.torture --cycles 100`` the long form, which writes its figures.
 """
@@ -71,10 +72,17 @@ class Ledger:
 
     confirmed: dict[str, set[str]] = field(default_factory=dict)
     acked: dict[str, set[str]] = field(default_factory=dict)
+    began: float = field(default_factory=time.monotonic)
+    first_confirm_s: float | None = None  # after ``began``
+    killed_s: float | None = None
+    any_confirm: asyncio.Event = field(default_factory=asyncio.Event)
 
     def confirm(self, queues: tuple[str, ...], message_id: str) -> None:
         for queue in queues:
             self.confirmed.setdefault(queue, set()).add(message_id)
+        if self.first_confirm_s is None:
+            self.first_confirm_s = time.monotonic() - self.began
+            self.any_confirm.set()
 
     def ack(self, queue: str, message_ids: list[str]) -> None:
         self.acked.setdefault(queue, set()).update(message_ids)
@@ -93,6 +101,8 @@ class CycleResult:
     duplicated: list[str]
     dead_lettered_twice: list[str]
     restart_s: float
+    first_confirm_s: float | None
+    killed_s: float | None
 
 
 def declare(broker: processes.BrokerProcess) -> None:
@@ -227,13 +237,36 @@ async def _consume_for_a_while(
         await channel.close()
 
 
+FIRST_CONFIRM_TIMEOUT_S = 30.0
+
+
+class NoConfirmError(AssertionError):
+    """The broker confirmed nothing to three publishers for ``FIRST_CONFIRM_TIMEOUT_S``."""
+
+
 async def killer(
-    broker: processes.BrokerProcess, stop: asyncio.Event, rng: random.Random, how: signal.Signals
+    broker: processes.BrokerProcess,
+    ledger: Ledger,
+    stop: asyncio.Event,
+    rng: random.Random,
+    how: signal.Signals,
 ) -> None:
+    """Kill at a random moment, but never before the first confirm: a cycle that confirmed
+    nothing would check nothing (on a loaded machine the clients' set-up alone can outlast the
+    shortest delays). A broker that confirms nothing for half a minute fails the cycle."""
     await asyncio.sleep(rng.uniform(0.4, 1.6))
-    loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, broker.kill, how)
-    stop.set()
+    try:
+        await asyncio.wait_for(ledger.any_confirm.wait(), FIRST_CONFIRM_TIMEOUT_S)
+    except TimeoutError:
+        raise NoConfirmError(
+            f"no publish was confirmed within {FIRST_CONFIRM_TIMEOUT_S:.0f}s of the cycle's "
+            f"start: the broker stalled (its log: {broker.console_log})"
+        ) from None
+    finally:
+        ledger.killed_s = time.monotonic() - ledger.began
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, broker.kill, how)
+        stop.set()
 
 
 async def one_cycle(
@@ -246,7 +279,7 @@ async def one_cycle(
     tasks.append(tx_publisher(url, f"c{cycle}.tx", ledger, stop, rng))
     tasks += [consumer(url, queue, ledger, stop, rng) for queue in CONSUMED]
     tasks.append(consumer(url, "fan.a", ledger, stop, rng))
-    tasks.append(killer(broker, stop, rng, how))
+    tasks.append(killer(broker, ledger, stop, rng, how))
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
     return ledger
 
@@ -326,15 +359,22 @@ def run(
             duplicated=duplicated,
             dead_lettered_twice=dead_twice,
             restart_s=round(restart, 2),
+            first_confirm_s=_rounded(ledger.first_confirm_s),
+            killed_s=_rounded(ledger.killed_s),
         )
         results.append(result)
         log(
             f"cycle {cycle + 1}/{cycles} {how.name}: confirmed {result.confirmed} "
             f"({result.transacted} by tx.commit), "
             f"acked {result.acked}, recovered {result.recovered}, lost {len(lost)}, "
-            f"duplicated {len(duplicated)}, restart {restart:.2f}s"
+            f"duplicated {len(duplicated)}, first confirm {result.first_confirm_s}s, "
+            f"killed {result.killed_s}s, restart {restart:.2f}s"
         )
     return results
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 2)
 
 
 def main(argv: list[str] | None = None) -> int:
