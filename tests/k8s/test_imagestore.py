@@ -69,6 +69,33 @@ def test_the_plan_imports_what_is_missing_or_changed_and_removes_the_old_version
                            wanted) == imagestore.Plan((), ())  # fmt: skip
 
 
+def test_the_plan_removes_the_cri_plugins_id_references_to_versions_no_name_holds(
+    tmp_path: Path,
+):
+    """The CRI plugin names a reference of its own by image ID; left alone, it kept every
+    old version of hutch-spark (1 GB of layers each) in the store after its name moved on."""
+    same, changed = (layout(tmp_path, f"localhost/x/{n}:1", n) for n in ("same", "changed"))
+    old, unused = "sha256:" + "0" * 64, "sha256:" + "1" * 64
+    ids = {f"sha256:{n}" + "a" * 63: digest for n, digest in enumerate(
+        [old, imagestore.layout_digest(same), unused, imagestore.layout_digest(changed)])}  # fmt: skip
+    stored = {
+        "localhost/x/same:1": imagestore.layout_digest(same),
+        "localhost/x/changed:1": old,
+        "localhost/x/unused:1": unused,  # not wanted now, still named: its ID stays
+        **ids,
+    }
+    wanted = {"localhost/x/same:1": same, "localhost/x/changed:1": changed}
+    plan = imagestore.plan(stored, wanted)
+    # Only the old version's ID goes; the new version's ID (already there) stays.
+    assert plan.remove == ("localhost/x/changed:1", "sha256:0" + "a" * 63)
+    assert plan.load == (changed,)
+    orphan = {"sha256:" + "b" * 64: "sha256:" + "2" * 64}  # a version removed by an earlier start
+    assert imagestore.plan({**stored, **orphan}, wanted).remove == (
+        "localhost/x/changed:1", "sha256:0" + "a" * 63, "sha256:" + "b" * 64)  # fmt: skip
+    assert not imagestore.is_id_reference("localhost/x/sha256:1")
+    assert not imagestore.is_id_reference("sha256:" + "A" * 64)
+
+
 def test_the_digest_is_the_one_the_layouts_index_names(tmp_path: Path):
     oci = layout(tmp_path, "localhost/x/y:1", "a")
     index = json.loads((oci / "index.json").read_text())
@@ -142,6 +169,8 @@ def test_a_real_containerd_loads_once_replaces_a_changed_image_and_drops_left_co
         assert imagestore.load(ctr, socket, [old]) == []  # stored: nothing imported again
         stored = imagestore.parse_images(ctr("images", "ls").stdout)
         assert stored == {name: imagestore.layout_digest(old)}
+        # What the node's CRI plugin adds to every image: a reference by image ID.
+        ctr("images", "tag", name, "sha256:" + "c" * 64)
 
         assert imagestore.load(ctr, socket, [new]) == [name]
         stored = imagestore.parse_images(ctr("images", "ls").stdout)

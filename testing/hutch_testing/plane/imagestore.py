@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hutch_testing.plane import binaries, images
+
+log = logging.getLogger(__name__)
 
 # ``ctr`` against one containerd, namespace k8s.io; raises when ctr fails.
 Ctr = Callable[..., subprocess.CompletedProcess[str]]
@@ -91,11 +94,30 @@ def plan(stored: dict[str, str], wanted: dict[str, Path]) -> Plan:
     An image whose stored digest differs is removed, then imported again: removing it first
     makes containerd collect the old content and snapshots, so the store holds one version of
     each image. Images not wanted now stay (hutch-spark is wanted only by the runs that use it).
+
+    The CRI plugin adds a reference of its own to every image it sees, named by the image's
+    ID (``sha256:<config digest>``, labelled ``io.cri-containerd.image=managed``). Removing
+    the name leaves that reference, and it keeps the old version's content and snapshots
+    (2 GB for one hutch-spark rebuild). So an ID reference whose image is no longer the
+    target of any named one goes too.
     """
     digests = {ref: layout_digest(layout) for ref, layout in wanted.items()}
     stale = [ref for ref, digest in digests.items() if ref in stored and stored[ref] != digest]
     load = [layout for ref, layout in wanted.items() if stored.get(ref) != digests[ref]]
-    return Plan(tuple(sorted(stale)), tuple(load))
+    kept = {digest for ref, digest in stored.items() if not is_id_reference(ref)}
+    kept = kept - {stored[ref] for ref in stale} | set(digests.values())
+    orphans = [ref for ref, digest in stored.items() if is_id_reference(ref) and digest not in kept]
+    return Plan(tuple(sorted(stale + orphans)), tuple(load))
+
+
+def is_id_reference(ref: str) -> bool:
+    """The CRI plugin's reference by image ID: ``sha256:`` and 64 hex digits."""
+    name, _, hexdigits = ref.partition(":")
+    return (
+        name == "sha256"
+        and len(hexdigits) == 64
+        and all(c in "0123456789abcdef" for c in hexdigits)
+    )
 
 
 def remove_containers(ctr: Ctr) -> int:
@@ -115,8 +137,9 @@ def load(ctr: Ctr, socket: Path, layouts: list[Path]) -> list[str]:
     imported (empty when the store had them all)."""
     stored = parse_images(ctr("images", "ls").stdout)
     todo = plan(stored, {images.image_name(layout): layout for layout in layouts})
-    for ref in todo.remove:
-        ctr("images", "rm", "--sync", ref)
+    if todo.remove:  # one call: one garbage collection, which takes their content with them
+        ctr("images", "rm", "--sync", *todo.remove)
+        log.info("image store: removed %s", ", ".join(todo.remove))
     for layout in todo.load:
         images.import_image(layout, socket)
     return [images.image_name(layout) for layout in todo.load]
