@@ -154,7 +154,6 @@ class DependencyNotFoundError(HutchError):
     held every such object (and a make run's topology step) for 15 s."""
 
     reason = "DependencyNotFound"
-    delay = 15.0
     backoff = True
     backoff_base = 1.0
     backoff_cap = 15.0

@@ -136,10 +136,11 @@ def load(ctr: Ctr, socket: Path, layouts: list[Path]) -> list[str]:
     """Imports the layouts the store lacks or holds another version of; the references
     imported (empty when the store had them all)."""
     stored = parse_images(ctr("images", "ls").stdout)
-    todo = plan(stored, {images.image_name(layout): layout for layout in layouts})
+    wanted = {images.image_name(layout): layout for layout in layouts}
+    todo = plan(stored, wanted)
     if todo.remove:  # one call: one garbage collection, which takes their content with them
         ctr("images", "rm", "--sync", *todo.remove)
         log.info("image store: removed %s", ", ".join(todo.remove))
     for layout in todo.load:
         images.import_image(layout, socket)
-    return [images.image_name(layout) for layout in todo.load]
+    return [ref for ref, layout in wanted.items() if layout in todo.load]
