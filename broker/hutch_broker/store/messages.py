@@ -191,6 +191,7 @@ class MessageStore:
             self._check_open()
             dirty = [store for store in self._queues.values() if store.dirty]
         passes: dict[QueueStore, SyncPass] = {}
+        written = False
         try:
             for store in dirty:
                 sync_pass = store.begin_sync()
@@ -211,8 +212,9 @@ class MessageStore:
                 for store, sync_pass in passes.items():
                     store.write_acks(sync_pass)
                 syncing.run_all(list(passes.values()), self._pool, acks=True)
+                written = True
         finally:
-            _end_all(list(passes.items()))
+            _end_all(list(passes.items()), finish=written)
 
     def close(self) -> None:
         with self._lock:
@@ -233,12 +235,17 @@ class MessageStore:
             raise errors.StoreClosedError(f"{self._root}: closed")
 
 
-def _end_all(passes: list[tuple[QueueStore, SyncPass]]) -> None:
-    """End every pass (each holds its log's sync lock), then raise the first failure."""
+def _end_all(passes: list[tuple[QueueStore, SyncPass]], *, finish: bool) -> None:
+    """End every pass (each holds its log's sync lock), then raise the first failure.
+
+    ``finish`` only when every log's writes and fsyncs succeeded: else no log unlinks or
+    compacts anything, as a segment retired by a dead-lettering ack may rely on a copy in the
+    log that failed.
+    """
     first: errors.StoreError | None = None
     for store, sync_pass in passes:
         try:
-            store.end_sync(sync_pass)
+            store.end_sync(sync_pass, finish=finish)
         except errors.StoreError as exc:
             first = first or exc
     if first is not None:

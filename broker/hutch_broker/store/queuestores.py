@@ -264,14 +264,19 @@ class QueueStore:
             self._dir_dirty = False
             self._unsynced_paths = []
 
-    def end_sync(self, sync_pass: SyncPass) -> None:
-        """Unlink what this pass made safe to unlink, compact if due, release ``_sync_lock``."""
+    def end_sync(self, sync_pass: SyncPass, *, finish: bool = True) -> None:
+        """Unlink what this pass made safe to unlink, compact if due, release ``_sync_lock``.
+
+        ``finish=False``: another log's fsync failed in the same group commit, so a copy this
+        log's retired segments rely on may not be durable: unlink and compact nothing.
+        """
         try:
             if sync_pass.error is not None:
                 self._fail(sync_pass.error)
                 raise errors.StoreError(f"{self._directory}: fsync failed") from sync_pass.error
-            self._finish_pass(sync_pass)
-            self._maybe_compact()
+            if finish:
+                self._finish_pass(sync_pass)
+                self._maybe_compact()
         finally:
             self._sync_lock.release()
 

@@ -10,13 +10,15 @@ does in the broker, where the torture suite found a loss that the first could no
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_broker.store import MessageStore, QueueStore, segments, syncing
+from hutch_broker.store import MessageStore, QueueStore, errors, segments, syncing
 
 
 @pytest.mark.parametrize("order", [("source", "dead"), ("dead", "source")])
@@ -236,3 +238,39 @@ def _dead_letter_during_a_sync(
         f"lost when the dead-lettering ran before step {point} of the sync: {bodies}"
     )
     return True
+
+
+def test_when_the_copys_fsync_fails_the_source_writes_no_ack_and_unlinks_nothing(
+    tmp_path, monkeypatch
+):
+    """A failed fdatasync may have lost the copy (the kernel can drop the dirty pages), so the
+    original's ack must not be written, nor the segment it retired unlinked; the broker then
+    stops and recovers from what is on disk."""
+    store = MessageStore(tmp_path, segment_size=256)
+    source, dead = store.open_queue("/", "source"), store.open_queue("/", "dead")
+    moved = source.append(routing_key="k", body=b"moved".ljust(120), **FIELDS)
+    source.append(routing_key="k", body=b"other".ljust(120), **FIELDS)  # seals moved's segment
+    store.sync()
+    segment_file = source.directory / segments.segment_name(segments.split_msg_id(moved)[0])
+    dead.append(routing_key="k", body=b"moved-copy".ljust(120), **FIELDS)
+    source.ack(moved)  # retires moved's segment
+    fdatasync = syncing._fdatasync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(dead.directory)):
+            raise OSError(errno.EIO, "Input/output error")
+        fdatasync(fd)
+
+    monkeypatch.setattr(syncing, "_fdatasync", failing)
+    with pytest.raises(errors.StoreError, match="fsync failed"):
+        store.sync()
+    assert segment_file.exists()
+    assert not list(source.directory.glob("acks.*"))
+    monkeypatch.undo()
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "msgs", crashed / "msgs")  # the broker stops here
+    store.close()
+    recovered = MessageStore(crashed)
+    bodies = [message.body.rstrip() for message in recovered.open_queue("/", "source").recover()]
+    recovered.close()
+    assert b"moved" in bodies
