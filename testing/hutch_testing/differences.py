@@ -125,6 +125,12 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "at-most-once for classic queues",
         section="not yet in §1 (issue 11)",
     ),
+    "quorum-return-across-a-crash": Difference(
+        "A quorum queue's returned (nacked with requeue) message across kill -9",
+        "at-least-once: the message may come back twice, never lost",
+        "exactly once (the Raft log)",
+        section="not yet in §1",
+    ),
     # Not a §1 row, but an allowance the contract makes elsewhere.
     "erlang-internals": Difference(
         "Erlang internals (`backing_queue_status`, `garbage_collection`) may be omitted",
