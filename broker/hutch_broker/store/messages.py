@@ -207,14 +207,9 @@ class MessageStore:
                     passes[store] = sync_pass
                 if store in passes:
                     store.write_records(passes[store])
-            syncing.run_all(list(passes.values()), self._pool)
-            if all(sync_pass.error is None for sync_pass in passes.values()):
-                for store, sync_pass in passes.items():
-                    store.write_acks(sync_pass)
-                syncing.run_all(list(passes.values()), self._pool, acks=True)
-                written = True
+            written = syncing.commit(list(passes.items()), self._pool)
         finally:
-            _end_all(list(passes.items()), finish=written)
+            syncing.end_all(list(passes.items()), finish=written)
 
     def close(self) -> None:
         with self._lock:
@@ -233,23 +228,6 @@ class MessageStore:
     def _check_open(self) -> None:
         if self._closed:
             raise errors.StoreClosedError(f"{self._root}: closed")
-
-
-def _end_all(passes: list[tuple[QueueStore, SyncPass]], *, finish: bool) -> None:
-    """End every pass (each holds its log's sync lock), then raise the first failure.
-
-    ``finish`` only when every log's writes and fsyncs succeeded: else no log unlinks or
-    compacts anything, as a segment retired by a dead-lettering ack may rely on a copy in the
-    log that failed.
-    """
-    first: errors.StoreError | None = None
-    for store, sync_pass in passes:
-        try:
-            store.end_sync(sync_pass, finish=finish)
-        except errors.StoreError as exc:
-            first = first or exc
-    if first is not None:
-        raise first
 
 
 def _lock_directory(root: Path) -> int:

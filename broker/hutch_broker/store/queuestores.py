@@ -35,7 +35,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from pathlib import Path
 
-from hutch_broker.store import compaction, errors, files, records, recovery, segments
+from hutch_broker.store import (
+    compaction,
+    errors,
+    files,
+    records,
+    recovery,
+    segments,
+    syncing,
+)
 from hutch_broker.store.quarantine import Quarantine
 from hutch_broker.store.records import StoredMessage
 from hutch_broker.store.segments import Segment
@@ -213,16 +221,12 @@ class QueueStore:
         sync_pass = self.begin_sync()
         if sync_pass is None:
             return
+        written = False
         try:
             self.write_records(sync_pass)
-            sync_pass.run(self._fsync_pool)
-            if sync_pass.error is None:
-                self.write_acks(sync_pass)
-                sync_pass.run(self._fsync_pool, acks=True)
-        except BaseException:
-            self._sync_lock.release()
-            raise
-        self.end_sync(sync_pass)
+            written = syncing.commit([(self, sync_pass)], self._fsync_pool)
+        finally:
+            syncing.end_all([(self, sync_pass)], finish=written)
 
     def begin_sync(self, *, acks: bool = True) -> SyncPass | None:
         """Start a pass; holds ``_sync_lock`` until end_sync. None (lock not held) when closed.
@@ -239,14 +243,18 @@ class QueueStore:
                     self._sync_lock.release()
                     return None
                 self._check_usable()
+                ack_data: list[tuple[Segment, bytearray]] = []
                 if acks:
                     self._sync_gen += 1
-                sync_pass = SyncPass(gen=self._sync_gen, fds=[], paths=[], flushed=[], acked=[])
-                if acks:
-                    for segment in self._dirty:  # taken now: a later drop() must not discard them
-                        if segment.ack_pending:
-                            sync_pass.ack_data.append((segment, segment.take_acks()))
-                return sync_pass
+                    # Taken now: a later drop() must not discard them.
+                    ack_data = [
+                        (segment, segment.take_acks())
+                        for segment in self._dirty
+                        if segment.ack_pending
+                    ]
+                return SyncPass(
+                    gen=self._sync_gen, fds=[], paths=[], flushed=[], acked=[], ack_data=ack_data
+                )
         except BaseException:
             self._sync_lock.release()
             raise

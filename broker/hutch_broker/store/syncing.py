@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from hutch_broker.store import files
+from hutch_broker.store import errors, files
 from hutch_broker.store.segments import Segment
 
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -40,8 +41,48 @@ class SyncPass:
     ack_fds: list[int] = field(default_factory=list)
     error: OSError | None = field(default=None)
 
-    def run(self, pool: Executor | None = None, *, acks: bool = False) -> None:
-        run_all([self], pool, acks=acks)
+
+class Log(Protocol):
+    """The side of a queue log that a commit drives (``QueueStore``)."""
+
+    def write_acks(self, sync_pass: SyncPass) -> None: ...
+
+    def end_sync(self, sync_pass: SyncPass, *, finish: bool = True) -> None: ...
+
+
+def commit(passes: Sequence[tuple[Log, SyncPass]], pool: Executor | None = None) -> bool:
+    """fdatasync the records the passes wrote, then write their acks and fdatasync those.
+
+    The one order for a pass over one log or a group commit over many: an ack may reach the
+    kernel only once every log's records are durable, as it may retire the original of a copy
+    in another log (``MessageStore.sync``). No ack is written when any fsync failed. Returns
+    whether every write and fsync succeeded, the ``finish`` for ``end_all``.
+    """
+    sync_passes = [sync_pass for _, sync_pass in passes]
+    run_all(sync_passes, pool)
+    if any(sync_pass.error is not None for sync_pass in sync_passes):
+        return False
+    for log, sync_pass in passes:
+        log.write_acks(sync_pass)
+    run_all(sync_passes, pool, acks=True)
+    return all(sync_pass.error is None for sync_pass in sync_passes)
+
+
+def end_all(passes: Sequence[tuple[Log, SyncPass]], *, finish: bool) -> None:
+    """End every pass (each holds its log's sync lock), then raise the first failure.
+
+    ``finish`` only when every log's writes and fsyncs succeeded: else no log unlinks or
+    compacts anything, as a segment retired by a dead-lettering ack may rely on a copy in the
+    log that failed.
+    """
+    first: errors.StoreError | None = None
+    for log, sync_pass in passes:
+        try:
+            log.end_sync(sync_pass, finish=finish)
+        except errors.StoreError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def run_all(

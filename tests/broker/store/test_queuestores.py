@@ -310,8 +310,9 @@ def test_crash_between_compaction_copy_and_unlink(
     queue.ack(copied[1])  # acked on its copy only
     sync_pass = queue.begin_sync()
     queue.write_records(sync_pass)
-    queue.write_acks(sync_pass)
-    sync_pass.run()  # copies (and the ack) are durable, the originals not unlinked yet
+    assert syncing.commit(
+        [(queue, sync_pass)]
+    )  # copies (and the ack) are durable, the originals not unlinked yet
     crashed = tmp_path / "crashed"
     shutil.copytree(data_dir, crashed)
     queue.end_sync(sync_pass)
