@@ -40,7 +40,10 @@ JOB_QUEUE = "orders-eu"  # what its Permission lets it read (examples/topology.y
 # and the benchmarks keep the JVM's defaults).
 SHORT_JOB_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SHORT_JOB_CONFS = {
-    f"spark.{role}.extraJavaOptions": SHORT_JOB_JVM for role in ("driver", "executor")
+    **{f"spark.{role}.extraJavaOptions": SHORT_JOB_JVM for role in ("driver", "executor")},
+    # The driver sets up the session and plans the query while its executors start, instead of
+    # waiting for them (Spark waits for 80% on Kubernetes): Spark step 63-68 s -> 56-59 s.
+    "spark.scheduler.minRegisteredResourcesRatio": "0",
 }
 
 
