@@ -208,19 +208,31 @@ def run_in_chroot(stage: Stage, command: str) -> None:
     inner = f"cd {shlex.quote(stage.workdir)} && {command}"
     # The host's CA bundle is bind-mounted for the step only (this machine's HTTPS to PyPI goes
     # through a proxy with its own CA); like a build secret, it never enters the image.
+    # /etc/hosts too, as docker gives a RUN step one: a step that binds to "localhost" (a JVM,
+    # a test server) must resolve it, and debootstrap's rootfs has no /etc/hosts. Its mount
+    # point is removed afterwards, so the layer keeps none (a Pod's comes from the kubelet).
+    hosts = stage.rootfs / "etc/hosts"
+    made_hosts = not hosts.exists()
+    if made_hosts:
+        hosts.touch()
     script = (
         f'mount -t proc proc "$R/proc" && mount --rbind /dev "$R/dev" && '
         f'mount --bind {HOST_CA} "$R{HOST_CA}" && '
         f'mount --bind /etc/resolv.conf "$R/etc/resolv.conf" && '
+        f'mount --bind /etc/hosts "$R/etc/hosts" && '
         f'exec chroot "$R" /usr/bin/env -i {env} /bin/sh -c {shlex.quote(inner)}'
     )
-    result = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
-        env={**os.environ, "R": str(stage.rootfs)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
+            env={**os.environ, "R": str(stage.rootfs)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        if made_hosts:
+            hosts.unlink(missing_ok=True)
     with stage.log.open("a") as out:
         out.write(f"### RUN {command}\n{result.stdout}{result.stderr}")
     if result.returncode != 0:
