@@ -14,6 +14,11 @@ without a container (tests/spark/test_entrypoint.py):
   resource profile, and the ``SPARK_JAVA_OPT_<n>`` options in numeric order);
 - anything else is run as given (``python3 -c ...``, a shell), as Spark's own images do.
 
+Both JVMs map the image's class-data archive when there is one (``hutch_spark.classdata``): the
+classpath then starts with Spark's jars by name, and the driver gets them as
+``--driver-class-path``. A user's own classpath (``spark.driver.extraClassPath``,
+``SPARK_CLASSPATH``) keeps its place in front of Spark's jars, and the archive is then not used.
+
 The image runs it under tini, which reaps and forwards signals; this process replaces itself
 (``exec``) with the JVM or spark-submit.
 
@@ -23,11 +28,15 @@ The image runs it under tini, which reaps and forwards signals; this process rep
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import pwd
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from hutch_spark import classdata
+from hutch_spark.classdata import ClassData
 
 EXECUTOR_BACKEND = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
 JAVA_OPT_PREFIX = "SPARK_JAVA_OPT_"
@@ -69,22 +78,47 @@ def java_options(env: Mapping[str, str]) -> list[str]:
     return [value for _, value in sorted(numbered)]
 
 
-def classpath(env: Mapping[str, str], home: str) -> str:
+def shares_classes(env: Mapping[str, str], data: ClassData | None) -> ClassData | None:
+    """``data`` unless the environment puts a user's classpath in front of Spark's jars."""
+    if data is None or env.get("SPARK_CLASSPATH") or env.get("SPARK_EXTRA_CLASSPATH"):
+        return None
+    return data
+
+
+def classpath(env: Mapping[str, str], home: str, data: ClassData | None = None) -> str:
     """Spark's conf dir first (log4j2, the mounted spark.properties), then the user's
-    ``SPARK_CLASSPATH``, Spark's jars, and the extra and distribution classpaths."""
+    ``SPARK_CLASSPATH``, Spark's jars, and the extra and distribution classpaths; with a
+    class-data archive (``shares_classes``), its jars first and the conf dir after them."""
     conf_dir = env.get("SPARK_CONF_DIR") or f"{home}/conf"
-    parts = [
-        conf_dir,
-        env.get("SPARK_CLASSPATH", ""),
-        f"{home}/jars/*",
-        env.get("SPARK_EXTRA_CLASSPATH", ""),
-        env.get("SPARK_DIST_CLASSPATH", ""),
-    ]
+    if data is not None:
+        parts = [data.classpath, conf_dir, env.get("SPARK_DIST_CLASSPATH", "")]
+    else:
+        parts = [
+            conf_dir,
+            env.get("SPARK_CLASSPATH", ""),
+            f"{home}/jars/*",
+            env.get("SPARK_EXTRA_CLASSPATH", ""),
+            env.get("SPARK_DIST_CLASSPATH", ""),
+        ]
     return ":".join(part for part in parts if part)
 
 
-def command(argv: Sequence[str], env: Mapping[str, str], home: str) -> list[str]:
-    """The process a role runs: a pure function of the container's args and environment."""
+def sets_driver_classpath(properties: str) -> bool:
+    """Whether a spark.properties text sets ``spark.driver.extraClassPath`` (a key, not a
+    value: Spark writes ``key=value`` lines, and this key has nothing to escape)."""
+    for line in properties.splitlines():
+        key = line.strip().replace(":", "=").replace(" ", "=").split("=", 1)[0]
+        if key == "spark.driver.extraClassPath":
+            return True
+    return False
+
+
+def command(
+    argv: Sequence[str], env: Mapping[str, str], home: str, data: ClassData | None = None
+) -> list[str]:
+    """The process a role runs: a pure function of the container's args and environment, and
+    of the class-data archive found in the image (``data``; for the driver, None when its
+    properties set ``spark.driver.extraClassPath``)."""
     if not argv:
         raise EntrypointError(USAGE)
     role, rest = argv[0], list(argv[1:])
@@ -94,10 +128,12 @@ def command(argv: Sequence[str], env: Mapping[str, str], home: str) -> list[str]
             raise EntrypointError(
                 "driver: SPARK_DRIVER_BIND_ADDRESS is not set (not run by Spark?)"
             )
+        shared = [] if data is None else ["--driver-class-path", data.classpath]
         return [
             f"{home}/bin/spark-submit",
             *("--conf", f"spark.driver.bindAddress={bind}"),
             *("--deploy-mode", "client"),
+            *shared,
             *rest,
         ]
     if role == "executor":
@@ -108,16 +144,52 @@ def command(argv: Sequence[str], env: Mapping[str, str], home: str) -> list[str]
         java = f"{env['JAVA_HOME']}/bin/java" if env.get("JAVA_HOME") else "java"
         memory = env["SPARK_EXECUTOR_MEMORY"]
         flags = [item for flag, var in EXECUTOR_FLAGS for item in (flag, env[var])]
+        data = shares_classes(env, data)
         return [
             java,
             *java_options(env),
+            *([] if data is None else [data.java_option]),
             f"-Xms{memory}",
             f"-Xmx{memory}",
-            *("-cp", classpath(env, home)),
+            *("-cp", classpath(env, home, data)),
             EXECUTOR_BACKEND,
             *flags,
         ]
     return [role, *rest]
+
+
+def environment(
+    argv: Sequence[str], env: Mapping[str, str], data: ClassData | None = None
+) -> dict[str, str]:
+    """The role's environment: the driver's spark-submit passes ``SPARK_SUBMIT_OPTS`` to the
+    driver JVM, which is how it gets the archive without overriding the user's
+    ``spark.driver.extraJavaOptions``."""
+    changed = dict(env)
+    if argv[:1] == ["driver"] and data is not None:
+        opts = env.get("SPARK_SUBMIT_OPTS", "")
+        changed["SPARK_SUBMIT_OPTS"] = f"{opts} {data.java_option}".strip()
+    return changed
+
+
+def properties_file(argv: Sequence[str]) -> str | None:
+    """The ``--properties-file`` Spark passes the driver, if any."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--properties-file":
+            return value
+    return None
+
+
+def class_data_for(argv: Sequence[str], env: Mapping[str, str], home: str) -> ClassData | None:
+    """The archive for this role, unless a user's classpath must stay in front of Spark's."""
+    data = classdata.find(env, home)
+    if data is None or argv[:1] != ["driver"]:
+        return data
+    path = properties_file(argv)
+    try:
+        text = Path(path).read_text(encoding="utf-8") if path else ""
+    except OSError:
+        return None  # spark-submit reports the missing file; no archive meanwhile
+    return None if sets_driver_classpath(text) else data
 
 
 def ensure_user_name() -> None:
@@ -136,18 +208,23 @@ def ensure_user_name() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    spark_role = args[:1] in (["driver"], ["executor"])
     try:
-        home = spark_home(os.environ) if args[:1] in (["driver"], ["executor"]) else ""
-        cmd = command(args, os.environ, home)
+        home = spark_home(os.environ) if spark_role else ""
+        data = class_data_for(args, os.environ, home) if spark_role else None
+        cmd = command(args, os.environ, home, data)
     except EntrypointError as exc:
         sys.stderr.write(f"entrypoint: {exc}\n")
         raise SystemExit(2) from None
-    if args[0] in ("driver", "executor"):
+    env = dict(os.environ)
+    if spark_role:
         ensure_user_name()
-        os.environ["SPARK_HOME"] = home  # spark-submit, the JVM and Python workers agree on it
-        sys.stderr.write(f"entrypoint: {args[0]}: exec {cmd[0]}\n")
+        env = environment(args, env, data)
+        env["SPARK_HOME"] = home  # spark-submit, the JVM and Python workers agree on it
+        shared = "with" if data is not None else "without"
+        sys.stderr.write(f"entrypoint: {args[0]}: exec {cmd[0]} ({shared} class data)\n")
     sys.stdout.flush()
-    os.execvp(cmd[0], cmd)  # noqa: S606 - the role's process replaces this one
+    os.execvpe(cmd[0], cmd, env)  # noqa: S606 - the role's process replaces this one
 
 
 if __name__ == "__main__":

@@ -223,7 +223,7 @@ class _QueueStream:
                 self.queue,
             )
             return []
-        return _split(
+        return split(
             batch, queue=self.queue, first_seq=start_seq + 1, parts=self._settings.num_partitions
         )
 
@@ -392,9 +392,7 @@ def _batch_log(settings: options.SourceOptions, queue: str) -> BatchLog | None:
     return BatchLog(Path(settings.batch_log_dir) / urllib.parse.quote(queue, safe=""))
 
 
-def _split(
-    batch: pa.RecordBatch, *, queue: str, first_seq: int, parts: int
-) -> list[InputPartition]:
+def split(batch: pa.RecordBatch, *, queue: str, first_seq: int, parts: int) -> list[InputPartition]:
     """Contiguous row ranges, serialised so each partition carries only its own rows."""
     size = -(-batch.num_rows // parts)
     partitions: list[InputPartition] = []

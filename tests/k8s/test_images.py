@@ -254,6 +254,18 @@ def oci_config(layout: Path) -> dict[str, Any]:
     return dict(json.loads((blobs / manifest["config"]["digest"].split(":")[1]).read_text()))
 
 
+def layer_members(layout: Path) -> set[str]:
+    """Every path in the layers of a one-manifest OCI layout."""
+    blobs = layout / "blobs" / "sha256"
+    (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
+    manifest = json.loads((blobs / entry["digest"].split(":")[1]).read_text())
+    members: set[str] = set()
+    for layer in manifest["layers"]:
+        with tarfile.open(blobs / layer["digest"].split(":")[1]) as tar:
+            members.update(tar.getnames())
+    return members
+
+
 def test_spark_dockerfile_is_one_recipe_the_interpreter_executes():
     parsed = images.instructions((REPO / "spark" / "jobs" / "Dockerfile").read_text())
     froms = [args for keyword, args in parsed if keyword == "FROM"]
@@ -269,16 +281,23 @@ def test_spark_image_runs_java_pyspark_and_our_entrypoint_as_uid_185(
     node: Any, spark_image: str, k8s_namespace: str
 ):
     """In the node's containerd, through the image's own ENTRYPOINT: a pass-through command
-    sees uid 185, Java 17 and pyspark 4.3.0 with hutch_spark; the ``executor`` role without
-    the environment Spark gives it fails with our message (the entrypoint is ours)."""
-    config = oci_config(images.build_dockerfile_image("spark"))["config"]
+    sees uid 185, Java 17 and pyspark 4.3.0 with hutch_spark, and a JVM that must use the
+    class-data archive (``-Xshare:on``) starts with it, as unpacked on the node (the JVM
+    checks each jar's size and time); the ``executor`` role without the environment Spark
+    gives it fails with our message (the entrypoint is ours). No layer holds an /etc/hosts:
+    the build's RUN steps get one mounted, as docker's do, and a Pod's comes from the kubelet."""
+    layout = images.build_dockerfile_image("spark")
+    config = oci_config(layout)["config"]
+    assert "./etc/hosts" not in layer_members(layout)
     assert config["User"] == "185:185"
     assert config["Entrypoint"] == [
         "/usr/bin/tini", "-s", "--", "python3", "-m", "hutch_spark.entrypoint",
     ]  # fmt: skip
     probe = (
         "id -u; java -version 2>&1 | head -1; "
-        "python3 -c 'import pyspark, hutch_spark; print(pyspark.__version__)'"
+        "python3 -c 'import pyspark, hutch_spark; print(pyspark.__version__)'; "
+        'java -Xshare:on -XX:SharedArchiveFile="$HUTCH_SPARK_CLASS_DATA" '
+        '-cp "$(cat "$HUTCH_SPARK_CLASS_DATA.classpath")" -version 2>&1 | head -1'
     )
     containers = [
         {"name": "probe", "image": spark_image, "args": ["sh", "-c", probe]},
@@ -307,9 +326,10 @@ def test_spark_image_runs_java_pyspark_and_our_entrypoint_as_uid_185(
     }
     assert done["probe"]["exitCode"] == 0, logs
     assert done["probe"]["containerID"].startswith("containerd://")
-    uid, java, version = logs["probe"].strip().splitlines()
+    uid, java, version, shared = logs["probe"].strip().splitlines()
     assert uid == "185"
     assert java.startswith('openjdk version "17.')
+    assert shared == java, logs["probe"]  # not "Unable to use shared archive"
     assert version == "4.3.0"
     assert done["executor"]["exitCode"] == 2, logs
     assert "executor: SPARK_DRIVER_URL" in logs["executor"]

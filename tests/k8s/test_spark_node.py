@@ -145,6 +145,9 @@ def _run(
     names = {p["metadata"]["name"] for p in executors}
     assert chaos.deleted_executor not in names and chaos.replacement in names, names
     assert len(executors) >= 2
+    # The JVMs mapped the image's class-data archive (hutch_spark.classdata): a JVM that
+    # rejects one unmaps it, so this fails if the entrypoint's classpath stopped matching.
+    assert chaos.class_data and all(chaos.class_data.values()), chaos.class_data
     for facts in ran:
         assert facts.node == "hutch-node", facts
         assert facts.containers and all(c.startswith("containerd://") for _, c in facts.containers)
@@ -179,6 +182,7 @@ class _Chaos:
         self.acked_before = 0  # acks the broker had counted just before its Pod was deleted
         self.unacked_before = 0  # messages the job held unacked then (the restart re-queues them)
         self.lines: list[str] = []
+        self.class_data: dict[str, bool] = {}  # Pod -> a JVM in it maps the archive
 
 
 def _disrupt(
@@ -212,6 +216,7 @@ def _disrupt(
     original = {p["metadata"]["name"] for p in executors}
     victim = sorted(p["metadata"]["name"] for p in executors
                     if p["status"].get("phase") == "Running")[0]  # fmt: skip
+    chaos.class_data = {pod: _maps_class_data(cluster, ns, pod) for pod in (sub.driver_pod, victim)}
     in_flight = _management(endpoint, f"/api/queues/%2F/{QUEUE}")
     cluster.kubectl("delete", "pod", "-n", ns, victim, "--wait=false")
     chaos.deleted_executor = victim
@@ -265,6 +270,14 @@ def _disrupt(
     chaos.recovered = _recovered(cluster, ns)
     note(f"the restarted broker recovered {chaos.recovered} messages of queue {QUEUE!r}")
     return chaos
+
+
+def _maps_class_data(cluster: clusters.Cluster, ns: str, pod: str) -> bool:
+    """Whether a process in ``pod`` has the image's class-data archive mapped."""
+    archive = "spark-classes.jsa"  # spark/jobs/Dockerfile's HUTCH_SPARK_CLASS_DATA
+    script = f"grep -l {archive} /proc/[0-9]*/maps"
+    result = cluster.kubectl("exec", "-n", ns, pod, "--", "sh", "-c", script, check=False)
+    return result.returncode == 0 and "/maps" in result.stdout
 
 
 def _acked(queue: dict[str, Any]) -> int:

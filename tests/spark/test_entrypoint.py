@@ -9,7 +9,8 @@ runs it for real.
 from __future__ import annotations
 
 import pytest
-from hutch_spark import entrypoint
+from hutch_spark import classdata, entrypoint
+from hutch_spark.classdata import ClassData
 
 HOME = "/usr/lib/python3/dist-packages/pyspark"
 EXECUTOR_ENV = {
@@ -95,3 +96,67 @@ def test_spark_home_is_the_installed_pyspark_unless_set():
     assert entrypoint.spark_home({"SPARK_HOME": "/opt/spark"}) == "/opt/spark"
     found = entrypoint.spark_home({})
     assert found.endswith("/pyspark")
+
+
+DATA = ClassData("/opt/hutch/spark-classes.jsa", (f"{HOME}/jars/a.jar", f"{HOME}/jars/b.jar"))
+
+
+def test_with_class_data_the_executor_maps_it_and_its_classpath_leads_with_the_jars():
+    cmd = entrypoint.command(["executor"], EXECUTOR_ENV, HOME, DATA)
+    assert "-XX:SharedArchiveFile=/opt/hutch/spark-classes.jsa" in cmd[: cmd.index("-cp")]
+    assert cmd[cmd.index("-cp") + 1] == f"{HOME}/jars/a.jar:{HOME}/jars/b.jar:/opt/spark/conf"
+
+
+def test_a_users_executor_classpath_keeps_its_place_and_the_archive_is_not_used():
+    env = {**EXECUTOR_ENV, "SPARK_CLASSPATH": "/extra/a.jar"}
+    cmd = entrypoint.command(["executor"], env, HOME, DATA)
+    assert not any(part.startswith("-XX:SharedArchiveFile") for part in cmd)
+    assert cmd[cmd.index("-cp") + 1] == f"/opt/spark/conf:/extra/a.jar:{HOME}/jars/*"
+
+
+def test_with_class_data_the_driver_gets_the_jars_first_and_the_archive_by_submit_opts():
+    argv = ["driver", "--properties-file", "/opt/spark/conf/spark.properties", "app.py"]
+    env = {"SPARK_DRIVER_BIND_ADDRESS": "10.246.0.7", "SPARK_SUBMIT_OPTS": "-Dmine=1"}
+    cmd = entrypoint.command(argv, env, HOME, DATA)
+    assert cmd[cmd.index("--driver-class-path") + 1] == DATA.classpath
+    assert cmd[-3:] == argv[1:]
+    changed = entrypoint.environment(argv, env, DATA)
+    assert (
+        changed["SPARK_SUBMIT_OPTS"]
+        == "-Dmine=1 -XX:SharedArchiveFile=/opt/hutch/spark-classes.jsa"
+    )
+    assert entrypoint.environment(argv, env, None) == env
+    assert "--driver-class-path" not in entrypoint.command(argv, env, HOME, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "sets"),
+    [
+        ("spark.driver.extraClassPath=/extra/a.jar\n", True),
+        ("  spark.driver.extraClassPath : /extra/a.jar\n", True),
+        ("spark.driver.extraClassPath /extra/a.jar\n", True),
+        ("spark.driver.extraJavaOptions=-Dspark.driver.extraClassPath=x\n", False),
+        ("spark.executor.extraClassPath=/extra/a.jar\n", False),
+        ("", False),
+    ],
+)
+def test_a_driver_classpath_in_the_properties_is_seen(text, sets):
+    assert entrypoint.sets_driver_classpath(text) is sets
+
+
+def test_the_driver_uses_no_archive_when_its_properties_set_a_classpath(tmp_path):
+    home = tmp_path / "spark"
+    (home / "jars").mkdir(parents=True)
+    (home / "jars" / "a.jar").write_bytes(b"PK")
+    archive = tmp_path / "classes.jsa"
+    archive.write_bytes(b"jsa")
+    classdata.recorded(str(archive)).write_text(f"{home}/jars/a.jar")
+    env = {classdata.ENV: str(archive)}
+    props = tmp_path / "spark.properties"
+    props.write_text("spark.app.name=x\n")
+    argv = ["driver", "--properties-file", str(props), "app.py"]
+    assert entrypoint.class_data_for(argv, env, str(home)) is not None
+    assert entrypoint.class_data_for(["executor"], env, str(home)) is not None
+    props.write_text("spark.driver.extraClassPath=/extra/a.jar\n")
+    assert entrypoint.class_data_for(argv, env, str(home)) is None
+    assert entrypoint.class_data_for(["executor"], env, str(home)) is not None
