@@ -26,7 +26,17 @@ from typing import Any
 
 import pika
 
-from hutch_testing import clusters, launchers, pipeline, pods, probes, sparksubmit, waiting
+from hutch_testing import (
+    clusters,
+    launchers,
+    pipeline,
+    pods,
+    probes,
+    sparksubmit,
+    submitclasses,
+    waiting,
+)
+from hutch_testing.plane import binaries
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")  # the pyspark wheel's
 EXAMPLE_BROKER = clusters.REPO_ROOT / "examples" / "broker.yaml"
@@ -124,6 +134,7 @@ class PodJob:
     submission: sparksubmit.Submission
     child: launchers.Child
     volume_dir: Path  # the PV's directory on the node's disk, mounted at sparksubmit.MOUNT
+    classes: submitclasses.SubmitClasses | None = None  # the host JVM's class data
 
     @property
     def queue(self) -> str:
@@ -171,6 +182,8 @@ class PodJob:
             return None
         driver = self.driver()
         phase = (driver or {}).get("status", {}).get("phase")
+        if self.classes is not None:
+            self.classes.settle(code == 0 and phase == "Succeeded")
         if code == 0 and phase == "Succeeded":
             return None
         tail = self.child.log_tail()
@@ -209,5 +222,11 @@ def submit(
                   credentials_secret=secret, **options)  # fmt: skip
     command = sparksubmit.command(sub, str(SPARK_SUBMIT))
     log_path = work_dir / "logs" / "spark-submit.log"
-    child = launchers.spawn("spark-submit", command, log_path, environment(plane.kubeconfig))
-    return PodJob(cluster, sub, child, plane.node_layout.volumes_dir / volume)
+    env = environment(plane.kubeconfig)
+    classes = submitclasses.prepare(binaries.cache_root(), env["SPARK_HOME"])
+    if classes is not None:  # SPARK_SUBMIT_OPTS: the options of spark-submit's own JVM
+        env["SPARK_SUBMIT_OPTS"] = (
+            f"{env.get('SPARK_SUBMIT_OPTS', '')} {classes.java_option}".strip()
+        )
+    child = launchers.spawn("spark-submit", command, log_path, env)
+    return PodJob(cluster, sub, child, plane.node_layout.volumes_dir / volume, classes)
