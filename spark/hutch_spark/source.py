@@ -325,9 +325,7 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- executors --------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, HutchPartition)  # noqa: S101 - Spark hands back our own
-        with pa.ipc.open_stream(partition.payload) as stream:
-            yield from stream
+        return read_partition(partition)
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -390,6 +388,13 @@ def _batch_log(settings: options.SourceOptions, queue: str) -> BatchLog | None:
     if not settings.per_queue_offsets:
         return BatchLog(settings.batch_log_dir)
     return BatchLog(Path(settings.batch_log_dir) / urllib.parse.quote(queue, safe=""))
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The rows ``split`` serialised into one partition, on the executor that reads it."""
+    assert isinstance(partition, HutchPartition)  # noqa: S101 - Spark hands back our own
+    with pa.ipc.open_stream(partition.payload) as stream:
+        yield from stream
 
 
 def split(batch: pa.RecordBatch, *, queue: str, first_seq: int, parts: int) -> list[InputPartition]:

@@ -102,9 +102,7 @@ class TrainingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return source.split(batch, queue=QUEUE, first_seq=first, parts=2)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, source.HutchPartition)  # noqa: S101 - ours, handed back
-        with pa.ipc.open_stream(partition.payload) as stream:
-            yield from stream
+        return source.read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -114,15 +112,10 @@ def run(spark: SparkSession, work: str) -> int:
     """The query, drained with availableNow into ``work``; the number of window rows written."""
     spark.dataSource.register(TrainingSource)
     messages = spark.readStream.format(TrainingSource.name()).load()
-    counts = windowed_counts.windowed_counts(messages, window="1 minute", watermark="2 minutes")
-    query = (
-        counts.writeStream.format("parquet")
-        .option("path", f"{work}/counts")
-        .option("checkpointLocation", f"{work}/checkpoint")
-        .outputMode("append")
-        .trigger(availableNow=True)
-        .start()
-    )
+    job = ["--queue", QUEUE, "--checkpoint", f"{work}/checkpoint", "--output", f"{work}/counts"]
+    args = windowed_counts.parse_args([*job, "--available-now"])
+    counts = windowed_counts.windowed_counts(messages, window=args.window, watermark=args.watermark)
+    query = windowed_counts.sink(counts, args)
     query.awaitTermination()
     return spark.read.parquet(f"{work}/counts").count()
 

@@ -160,6 +160,15 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
             "batchLogDir", f"{args.checkpoint.rstrip('/')}/hutch-batches"
         )
     counts = windowed_counts(reader.load(), window=args.window, watermark=args.watermark)
+    return sink(counts, args)
+
+
+def sink(counts: DataFrame, args: argparse.Namespace) -> StreamingQuery:
+    """Starts writing closed windows to the sink, checkpoint and trigger the arguments name.
+
+    Its own function so that the image's class-data recording (``hutch_spark.training``)
+    drives exactly this sink over a stand-in source.
+    """
     if args.sink == "parquet":
         writer = counts.writeStream.format("parquet").option("path", args.output)
     else:
