@@ -62,6 +62,13 @@ def jars(home: str) -> tuple[str, ...]:
     return tuple(sorted(str(path) for path in directory.glob("*.jar")))
 
 
+def with_submit_option(env: Mapping[str, str], option: str) -> dict[str, str]:
+    """``env`` with ``option`` appended to ``SPARK_SUBMIT_OPTS``: the options spark-class gives
+    the JVM that spark-submit itself runs in (a client-mode driver's JVM), after the user's."""
+    opts = env.get("SPARK_SUBMIT_OPTS", "")
+    return {**env, "SPARK_SUBMIT_OPTS": f"{opts} {option}".strip()}
+
+
 def recorded(archive: str) -> Path:
     """Where ``train`` records the jars an archive was made with."""
     return Path(f"{archive}.classpath")

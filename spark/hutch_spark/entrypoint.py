@@ -31,6 +31,7 @@ import importlib.util
 import itertools
 import os
 import pwd
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -107,7 +108,7 @@ def sets_driver_classpath(properties: str) -> bool:
     """Whether a spark.properties text sets ``spark.driver.extraClassPath`` (a key, not a
     value: Spark writes ``key=value`` lines, and this key has nothing to escape)."""
     for line in properties.splitlines():
-        key = line.strip().replace(":", "=").replace(" ", "=").split("=", 1)[0]
+        key = re.split(r"[=:\s]", line.strip(), maxsplit=1)[0]
         if key == "spark.driver.extraClassPath":
             return True
     return False
@@ -164,11 +165,9 @@ def environment(
     """The role's environment: the driver's spark-submit passes ``SPARK_SUBMIT_OPTS`` to the
     driver JVM, which is how it gets the archive without overriding the user's
     ``spark.driver.extraJavaOptions``."""
-    changed = dict(env)
     if argv[:1] == ["driver"] and data is not None:
-        opts = env.get("SPARK_SUBMIT_OPTS", "")
-        changed["SPARK_SUBMIT_OPTS"] = f"{opts} {data.java_option}".strip()
-    return changed
+        return classdata.with_submit_option(env, data.java_option)
+    return dict(env)
 
 
 def properties_file(argv: Sequence[str]) -> str | None:

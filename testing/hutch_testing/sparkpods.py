@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+from hutch_spark import classdata
 
 from hutch_testing import (
     clusters,
@@ -182,12 +183,19 @@ class PodJob:
             return None
         driver = self.driver()
         phase = (driver or {}).get("status", {}).get("phase")
-        if self.classes is not None:
-            self.classes.settle(code == 0 and phase == "Succeeded")
         if code == 0 and phase == "Succeeded":
             return None
         tail = self.child.log_tail()
         return f"spark-submit exited {code}, driver Pod {phase or 'missing'}:\n{tail}"
+
+    def finish(self) -> str | None:
+        """``failure()``, once spark-submit has exited, and the host JVM's class-data recording
+        settled: kept only if the job succeeded (a run that never calls this leaves it to the
+        next run's ``submitclasses.prepare``, which removes it)."""
+        problem = self.failure()
+        if self.classes is not None and self.child.proc.poll() is not None:
+            self.classes.settle(succeeded=problem is None)
+        return problem
 
 
 def prepare(
@@ -224,9 +232,7 @@ def submit(
     log_path = work_dir / "logs" / "spark-submit.log"
     env = environment(plane.kubeconfig)
     classes = submitclasses.prepare(binaries.cache_root(), env["SPARK_HOME"])
-    if classes is not None:  # SPARK_SUBMIT_OPTS: the options of spark-submit's own JVM
-        env["SPARK_SUBMIT_OPTS"] = (
-            f"{env.get('SPARK_SUBMIT_OPTS', '')} {classes.java_option}".strip()
-        )
+    if classes is not None:
+        env = classdata.with_submit_option(env, classes.java_option)
     child = launchers.spawn("spark-submit", command, log_path, env)
     return PodJob(cluster, sub, child, plane.node_layout.volumes_dir / volume, classes)
