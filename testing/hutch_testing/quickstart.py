@@ -242,8 +242,10 @@ def _drive(
             "Spark job",
         ):
             pod_job = _submit(report, line, spark_image)
-            seen = _wait_job(report, pod_job.child, line.management(), pod_job, expected)
-            problem = pod_job.failure()
+            try:
+                seen = _wait_job(report, pod_job.child, line.management(), pod_job, expected)
+            finally:
+                problem = pod_job.finish()
             if problem is not None:
                 raise clusters.ClusterError(problem)
         with report.step("Reading what the broker and the job report", "summary"):

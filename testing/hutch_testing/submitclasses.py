@@ -23,7 +23,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from hutch_spark import classdata
+
 SUBDIR = "spark-submit-classes"
+KEEP = 3  # archives (~76 MB each): one per venv or JDK; a few checkouts alternate without loss
 
 
 def key(home: str, java: str) -> str:
@@ -32,7 +35,7 @@ def key(home: str, java: str) -> str:
     java_path = Path(java).resolve()
     stat = java_path.stat()
     digest.update(f"{java_path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    for jar in sorted(Path(home, "jars").glob("*.jar")):
+    for jar in map(Path, classdata.jars(home)):
         stat = jar.stat()
         digest.update(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
@@ -74,7 +77,10 @@ def prepare(cache: Path, home: str, java: str | None = None) -> SubmitClasses | 
     archive = directory / f"{key(home, java)}.jsa"
     _remove_abandoned(directory)
     if archive.is_file():
+        os.utime(archive)  # used now: the last to go in ``_prune``
+        _prune(directory, KEEP)
         return SubmitClasses(archive, None)
+    _prune(directory, KEEP - 1)  # room for the one this submission records
     return SubmitClasses(archive, directory / f"{archive.name}.{os.getpid()}.pending")
 
 
@@ -84,6 +90,14 @@ def _remove_abandoned(directory: Path) -> None:
         pid = pending.name.rsplit(".", 2)[-2]
         if pid.isdigit() and not _alive(int(pid)):
             pending.unlink(missing_ok=True)
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Archives beyond the ``keep`` most recently used go: every other pyspark or JDK (a new
+    venv) records its own. A JVM that maps one keeps its mapping after the unlink."""
+    archives = sorted(directory.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in archives[keep:]:
+        stale.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:

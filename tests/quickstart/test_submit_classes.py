@@ -14,9 +14,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hutch_testing import sparkpods, submitclasses
+from hutch_testing import launchers, sparkpods, sparksubmit, submitclasses
 
 
 def _spark(tmp_path: Path) -> tuple[str, str]:
@@ -101,3 +102,84 @@ def test_a_second_spark_submit_jvm_maps_what_the_first_recorded(tmp_path):
     shared = version(f"-Xshare:on {mapped.java_option}")
     assert shared.returncode == 0, shared.stderr
     assert "version 4.3.0" in shared.stderr + shared.stdout
+
+
+class _Driver:
+    """The one call ``PodJob`` makes of its cluster here: GET the driver Pod."""
+
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+
+    def get(self, path: str) -> dict[str, Any]:
+        return {"status": {"phase": self.phase}}
+
+
+def _job(tmp_path: Path, code: str, phase: str) -> sparkpods.PodJob:
+    """A PodJob whose spark-submit is a real child running ``code``, recording into pending."""
+    home, java = _spark(tmp_path)
+    classes = submitclasses.prepare(tmp_path / "cache", home, java)
+    assert classes is not None and classes.pending is not None
+    classes.pending.write_bytes(b"jsa")
+    child = launchers.spawn("spark-submit", [sys.executable, "-c", code],
+                            tmp_path / "submit.log", dict(os.environ))  # fmt: skip
+    sub = sparksubmit.Submission(api_server="https://127.0.0.1:1", namespace="ns", broker="b",
+                                 queue="q", credentials_secret="s", claim="c",
+                                 pod_template=tmp_path / "t.json")  # fmt: skip
+    return sparkpods.PodJob(_Driver(phase), sub, child, tmp_path, classes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("code", "phase", "kept"),
+    [
+        ("pass", "Succeeded", True),
+        ("raise SystemExit(1)", "Succeeded", False),
+        ("pass", "Failed", False),
+    ],
+)
+def test_finish_keeps_the_recording_only_when_the_job_succeeded(tmp_path, code, phase, kept):
+    job = _job(tmp_path, code, phase)
+    assert job.classes is not None
+    archive, pending = job.classes.archive, job.classes.pending
+    job.child.proc.wait()
+    assert job.failure() is None if kept else job.failure() is not None
+    assert pending is not None and pending.exists()  # failure() only asks
+    assert (job.finish() is None) == kept
+    assert archive.exists() == kept and not pending.exists()
+
+
+def test_finish_while_spark_submit_runs_leaves_the_recording_pending(tmp_path):
+    job = _job(tmp_path, "import time; time.sleep(30)", "Running")
+    assert job.classes is not None
+    pending = job.classes.pending
+    try:
+        assert job.finish() is None
+        assert pending is not None and pending.exists() and not job.classes.archive.exists()
+    finally:
+        job.child.stop()
+
+
+def test_only_the_most_recently_used_archives_are_kept(tmp_path):
+    """Every new venv records its own archive; the least recently used beyond KEEP go, and the
+    one a submission maps counts as used."""
+    directory = tmp_path / "cache" / submitclasses.SUBDIR
+    directory.mkdir(parents=True)
+    old = [directory / f"old{n}.jsa" for n in range(submitclasses.KEEP + 1)]
+    for age, path in enumerate(old):
+        path.write_bytes(b"jsa")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))  # old0 the newest of them
+    home, java = _spark(tmp_path)
+    mapped = directory / f"{submitclasses.key(home, java)}.jsa"
+    mapped.write_bytes(b"jsa")
+    os.utime(mapped, (1, 1))  # the oldest file, but used by this submission
+    assert submitclasses.prepare(tmp_path / "cache", home, java) is not None
+    assert sorted(p.name for p in directory.glob("*.jsa")) == sorted(
+        [mapped.name] + [p.name for p in old[: submitclasses.KEEP - 1]]
+    )
+    mapped.unlink()  # the next submission records: it leaves room for the one it makes
+    old[-1].write_bytes(b"jsa")
+    os.utime(old[-1], (1, 1))
+    recording = submitclasses.prepare(tmp_path / "cache", home, java)
+    assert recording is not None and recording.pending is not None
+    assert sorted(p.name for p in directory.glob("*.jsa")) == sorted(
+        p.name for p in old[: submitclasses.KEEP - 1]
+    )
