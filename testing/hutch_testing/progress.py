@@ -99,16 +99,22 @@ class Progress:
             self.stream.flush()
 
 
-# Measured cold-build seconds per phase on 2 cores (docs/control-plane.md); the weights of the
-# build bar. A phase in progress advances with its elapsed time, capped short of its end.
+# Cold-build seconds per phase, in build-binaries.sh's order (its timings.txt, 2 cores,
+# 2026-11-27: 523 s in all); the weights of the build bar. A phase in progress advances with its
+# elapsed time, capped short of its end. tests/quickstart/test_progress.py checks that every
+# phase the script runs is here.
 BUILD_PHASES: dict[str, float] = {
-    "k8s-modules": 13,
-    "kube-apiserver": 217,
-    "kube-controller-manager": 59,
-    "kube-scheduler": 5,
-    "etcd": 30,
+    "k8s-modules": 14,
+    "kube-apiserver": 226,
+    "kube-controller-manager": 51,
+    "kube-scheduler": 4,
+    "kubelet": 15,
+    "kube-proxy": 6,
+    "etcd": 27,
     "kwok": 59,
-    "helm": 63,
+    "helm": 60,
+    "coredns-modules": 7,
+    "coredns": 53,
     "smoke": 1,
 }
 
