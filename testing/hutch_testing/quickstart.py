@@ -119,7 +119,7 @@ def run(keep: bool = False, **kwargs: Any) -> summaries.Summary:
                 summary.parquet = ""  # the work dir goes at exit
             _out(summary.render())
             if options.keep:
-                _out(summaries.connection_help(line, summary))
+                _out(summaries.connection_help(line, summary, _save_ca(line, work_dir)))
                 _wait_for_interrupt(line)
     except Exception:
         report.say(f"logs kept in {work_dir}")
@@ -384,6 +384,15 @@ def _out(text: str) -> None:
     """The summary goes to stdout (progress went to stderr), so it can be captured alone."""
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _save_ca(line: chain.Chain, work_dir: Path) -> Path | None:
+    """--keep with a TLS Broker: its CA certificate as a file for the user's clients."""
+    if not line.endpoint.ca_pem:
+        return None
+    path = work_dir / "ca.crt"
+    path.write_text(line.endpoint.ca_pem)
+    return path
 
 
 def _wait_for_interrupt(line: chain.Chain) -> None:

@@ -10,6 +10,7 @@ broker's message stats, and the job's numbers from its committed Parquet output.
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import shutil
 import textwrap
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from hutch_testing import clusters, management, pipeline, pods, progress
 
 if TYPE_CHECKING:
     from hutch_testing.chain import Chain
+    from hutch_testing.launchers import Endpoint
 
 LIMIT_FIELDS = (
     ("max_length", "max-length"),
@@ -252,9 +254,26 @@ def collect(
     )
 
 
-def connection_help(line: Chain, summary: Summary) -> str:
-    """What ``--keep`` prints: how to reach everything that stays up."""
+def tls_help(endpoint: Endpoint, ca_file: Path) -> list[str]:
+    """``--keep`` with a TLS Broker: the CA to trust and the name to verify. The forward
+    listens on 127.0.0.1, which the broker's certificate does not name, so a client connects
+    there and verifies the Service's name (curl's ``--resolve`` does both)."""
+    user, password = endpoint.credentials
+    name = endpoint.server_name or endpoint.host
+    url = f"https://{name}:{endpoint.http_port}/api/overview"
+    curl = ["curl", "--cacert", str(ca_file), "--resolve", f"{name}:{endpoint.http_port}:127.0.0.1",
+            "-u", f"{user}:{password}", url]  # fmt: skip
+    return [
+        f"  CA certificate:  {ca_file} (clients verify the name {name}, not 127.0.0.1)",
+        f"    {shlex.join(curl)}",
+    ]
+
+
+def connection_help(line: Chain, summary: Summary, ca_file: Path | None = None) -> str:
+    """What ``--keep`` prints: how to reach everything that stays up (``ca_file``: where the
+    quickstart saved a TLS Broker's CA certificate)."""
     user, password = line.endpoint.credentials
+    tls = tls_help(line.endpoint, ca_file) if ca_file is not None else []
     return "\n".join(
         [
             "",
@@ -264,6 +283,7 @@ def connection_help(line: Chain, summary: Summary) -> str:
             f"  AMQP URI:        {summary.amqp_uri}",
             f"  Management API:  {summary.management_url}/api/overview  (user {user}, "
             f"password {password})",
+            *tls,
             f"  Metrics:         {summary.management_url}/metrics",
             f"  Operator log:    kubectl logs -n {summary.namespace} deploy/hutch-operator",
             f"  Broker log:      kubectl logs -n {summary.namespace} {line.main.pod_name}",

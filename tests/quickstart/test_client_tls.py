@@ -8,7 +8,10 @@ against a TLS-only hutch-broker serving the quickstart's kind of certificate.
 from __future__ import annotations
 
 import base64
+import json
+import shlex
 import ssl
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +187,33 @@ def test_the_host_clients_speak_verified_tls_to_a_tls_only_broker(leaf: certs.Le
         finally:
             connection.close()
         assert management.Management(client).queue("orders-eu")["messages"] == 1
+
+
+@pytest.mark.timeout(90)
+def test_keep_prints_a_curl_command_that_verifies_the_broker_through_the_forward(
+    leaf: certs.Leaf, tmp_path: Path
+) -> None:
+    """``--keep --tls``: the printed command, run as printed, reaches the management API on
+    127.0.0.1 and verifies the Service's name against the saved CA; without the CA it fails."""
+    with TLSHutchBroker(leaf=leaf, plain=False) as broker:
+        client = launchers.Endpoint(
+            amqp_port=broker.amqps_port, http_port=broker.https_port, username=broker.username,
+            password=broker.password, ca_pem=leaf.ca_pem.decode(),
+            server_name="hutch.quickstart.svc",
+        )  # fmt: skip
+        ca_file = tmp_path / "ca.crt"
+        ca_file.write_text(client.ca_pem or "")
+        said, command = summaries.tls_help(client, ca_file)
+        assert str(ca_file) in said and "hutch.quickstart.svc" in said
+        argv = shlex.split(command)
+        done = subprocess.run([*argv, "-sS", "--fail"], capture_output=True, text=True,
+                              timeout=30, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["product_name"]
+        without_ca = [a for a in argv if a not in ("--cacert", str(ca_file))]
+        refused = subprocess.run([*without_ca, "-sS", "--fail"], capture_output=True,
+                                 text=True, timeout=30, check=False)  # fmt: skip
+        assert refused.returncode == 60, refused.stderr  # curl: peer certificate not verified
 
 
 class _Listed:
