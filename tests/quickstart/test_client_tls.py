@@ -161,16 +161,21 @@ def test_the_summary_says_how_the_clients_connected() -> None:
     assert "Clients (the Broker has spec.tls):\n  TLS: AMQPS 5671" in summary.render()
 
 
+def _forwarded(broker: TLSHutchBroker, leaf: certs.Leaf) -> launchers.Endpoint:
+    """The TLS-only broker as the chain's port-forward shows it: 127.0.0.1, verified as the
+    Service's name against the CA."""
+    return launchers.Endpoint(
+        amqp_port=broker.amqps_port, http_port=broker.https_port, username=broker.username,
+        password=broker.password, ca_pem=leaf.ca_pem.decode(), server_name="hutch.quickstart.svc",
+    )  # fmt: skip
+
+
 @pytest.mark.timeout(90)
 def test_the_host_clients_speak_verified_tls_to_a_tls_only_broker(leaf: certs.Leaf) -> None:
     """What the quickstart does through its port-forward, on loopback: the probe, a publish
     with confirms and the management checks, all verified against the CA; 5672 is closed."""
     with TLSHutchBroker(leaf=leaf, plain=False) as broker:
-        client = launchers.Endpoint(
-            amqp_port=broker.amqps_port, http_port=broker.https_port, username=broker.username,
-            password=broker.password, ca_pem=leaf.ca_pem.decode(),
-            server_name="hutch.quickstart.svc",
-        )  # fmt: skip
+        client = _forwarded(broker, leaf)
         context = client.ssl_context
         assert context is not None
         assert probes.amqps_answers(client.host, client.amqp_port, context, "hutch.quickstart.svc")
@@ -196,11 +201,7 @@ def test_keep_prints_a_curl_command_that_verifies_the_broker_through_the_forward
     """``--keep --tls``: the printed command, run as printed, reaches the management API on
     127.0.0.1 and verifies the Service's name against the saved CA; without the CA it fails."""
     with TLSHutchBroker(leaf=leaf, plain=False) as broker:
-        client = launchers.Endpoint(
-            amqp_port=broker.amqps_port, http_port=broker.https_port, username=broker.username,
-            password=broker.password, ca_pem=leaf.ca_pem.decode(),
-            server_name="hutch.quickstart.svc",
-        )  # fmt: skip
+        client = _forwarded(broker, leaf)
         ca_file = tmp_path / "ca.crt"
         ca_file.write_text(client.ca_pem or "")
         said, command = summaries.tls_help(client, ca_file)
