@@ -105,6 +105,12 @@ def test_default_values_cluster_wide(render: Any) -> None:
         "capabilities": {"drop": ["ALL"]},
     }
     assert container["resources"]["limits"] == {"memory": "256Mi"}
+    # Kopf's /healthz decides Ready; asked every second until it first answers, so Ready does
+    # not wait out the 5 s readiness period after a start (a restart, a roll, helm --wait).
+    healthz = {"path": "/healthz", "port": "health"}
+    startup, readiness = container["startupProbe"], container["readinessProbe"]
+    assert startup["httpGet"] == readiness["httpGet"] == healthz
+    assert startup["periodSeconds"] == 1 and startup["failureThreshold"] >= 60
     assert by_kind(objects, "Service")[0]["spec"]["ports"][0]["port"] == 8080
     assert not by_kind(objects, "ServiceMonitor")
 
