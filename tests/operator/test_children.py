@@ -74,7 +74,10 @@ def test_statefulset_shape() -> None:
         "requests": {"cpu": "250m", "memory": "512Mi"},
         "limits": {"memory": "512Mi"},
     }
-    assert container["startupProbe"]["failureThreshold"] == 90
+    startup, readiness = container["startupProbe"], container["readinessProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 180  # recovery's budget
+    assert startup["periodSeconds"] == 1
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] == 10
     assert container["livenessProbe"]["tcpSocket"] == {"port": "management"}
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]

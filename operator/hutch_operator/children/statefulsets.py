@@ -85,8 +85,12 @@ def container(broker: meta.BrokerObject) -> dict[str, Any]:
             for name, number in services.listening(broker)
         ],
         "resources": broker.spec.resources.model_dump(),
-        "startupProbe": _probe(amqp, period=2, timeout=2, failures=90),
-        "readinessProbe": _probe(amqp, period=10, timeout=5, failures=3),
+        # Startup: every second, up to 3 minutes (recovery replays the store first). Readiness
+        # every 2 s: the kubelet's immediate readiness run after startup succeeds can lose a
+        # race with its own status, and then Ready waited out a whole period (10 s before).
+        # A TCP connect is accepted by the kernel, so a busy broker does not flap.
+        "startupProbe": _probe(amqp, period=1, timeout=2, failures=180),
+        "readinessProbe": _probe(amqp, period=2, timeout=5, failures=5),
         "livenessProbe": _probe(management, period=30, timeout=10, failures=6),
         "securityContext": {
             "runAsNonRoot": True,
