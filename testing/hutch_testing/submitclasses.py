@@ -95,9 +95,16 @@ def _remove_abandoned(directory: Path) -> None:
 def _prune(directory: Path, keep: int) -> None:
     """Archives beyond the ``keep`` most recently used go: every other pyspark or JDK (a new
     venv) records its own. A JVM that maps one keeps its mapping after the unlink."""
-    archives = sorted(directory.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    archives = sorted(directory.glob("*.jsa"), key=_last_used, reverse=True)
     for stale in archives[keep:]:
         stale.unlink(missing_ok=True)
+
+
+def _last_used(archive: Path) -> float:
+    try:
+        return archive.stat().st_mtime
+    except FileNotFoundError:  # another run's prune removed it meanwhile
+        return 0.0
 
 
 def _alive(pid: int) -> bool:
