@@ -154,6 +154,16 @@ class Amqp:
             out.append((properties, body))
         return out
 
+    def left_after_stop(self, queue: str, ids: set[str], batch: int) -> list[str]:
+        """Drains what a stopped query left in ``queue`` and checks it is at most one batch of
+        messages the query had already delivered (``ids``): a stop that comes between a
+        batch's commit and the next trigger's planning leaves that batch unacked (docs/spark.md,
+        "Delivery guarantee"), and nothing else may be left."""
+        left = [str(properties.message_id) for properties, _ in self.drain(queue)]
+        assert set(left) <= ids, sorted(set(left) - ids)
+        assert len(left) <= batch, len(left)
+        return left
+
     def management(self, path: str) -> Any:
         """GET on the management API (basic auth)."""
         request = urllib.request.Request(self.http_url + path)  # noqa: S310 - loopback broker

@@ -92,7 +92,8 @@ def test_two_queues_in_one_query_lose_nothing_across_a_failed_batch(
     later_seqs = [(q, s) for _, batch in second for q, s, _ in batch]
     assert not committed_seqs & set(later_seqs)  # seq continues per queue after the restart
     waiter("our consumers gone", lambda: amqp.consumers(small) + amqp.consumers(large) == 0, 15)
-    assert amqp.ready(small) == amqp.ready(large) == 0
+    for queue, ids in expected.items():  # acked but for a last batch the stop may have beaten
+        amqp.left_after_stop(queue, ids, BATCH)
 
 
 @pytest.mark.parametrize("broker", ["hutch"], indirect=True)  # the log is broker-agnostic
