@@ -272,12 +272,21 @@ def _disrupt(
     return chaos
 
 
-def _maps_class_data(cluster: clusters.Cluster, ns: str, pod: str) -> bool:
-    """Whether a process in ``pod`` has the image's class-data archive mapped."""
+def _maps_class_data(cluster: clusters.Cluster, ns: str, pod: str, within: float = 20.0) -> bool:
+    """Whether a process in ``pod`` has the image's class-data archive mapped, asked until
+    ``within`` seconds have passed. A Running executor Pod may still be in the entrypoint
+    (Python, before it execs the JVM) while the other executor has committed batches; a JVM
+    that refused the archive unmaps it, so waiting does not hide a refusal."""
     archive = "spark-classes.jsa"  # spark/jobs/Dockerfile's HUTCH_SPARK_CLASS_DATA
     script = f"grep -l {archive} /proc/[0-9]*/maps"
-    result = cluster.kubectl("exec", "-n", ns, pod, "--", "sh", "-c", script, check=False)
-    return result.returncode == 0 and "/maps" in result.stdout
+    deadline = time.monotonic() + within
+    while True:
+        result = cluster.kubectl("exec", "-n", ns, pod, "--", "sh", "-c", script, check=False)
+        if result.returncode == 0 and "/maps" in result.stdout:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 def _acked(queue: dict[str, Any]) -> int:
