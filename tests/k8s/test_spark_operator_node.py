@@ -12,8 +12,9 @@ job, since each costs minutes of CI): once a micro-batch has committed, the driv
 deleted; the Spark Operator resubmits it (``restartPolicy: OnFailure``), and the new driver
 resumes from the checkpoint on the PVC.
 
-Asserted: the SparkApplication went SUBMITTED -> RUNNING -> (failure, resubmission) ->
-SUBMITTED -> RUNNING -> COMPLETED; the last driver and >= 2 executors ran on hutch-node with
+Asserted: the SparkApplication went RUNNING -> (failure, resubmission) -> RUNNING -> COMPLETED
+(SUBMITTED too, but it can pass between two polls), with two execution attempts and a new
+driver Pod; the last driver and >= 2 executors ran on hutch-node with
 ``containerd://`` IDs; the per-window counts read back from the PV are exactly the unique
 events (none lost, none twice, duplicates dropped); the queue is empty with nothing unacked,
 one ack per published message, and the broker redelivered what the deleted driver held.
@@ -82,10 +83,12 @@ def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path)
     app = watched.app
     assert sparkoperator.state(app) == "COMPLETED", (watched.states, app.get("status"))
     # The happy path, then the deleted driver's failure and a second submission that completes.
-    assert sparkoperator.in_order(watched.states, ("SUBMITTED", "RUNNING")), watched.states
+    # SUBMITTED can pass within one 0.5 s poll (CI saw RUNNING first), so it is not required;
+    # the second submission shows in executionAttempts and in a new driver Pod (below).
+    assert "RUNNING" in watched.states, watched.states
     after = watched.states[watched.states.index("RUNNING") + 1 :]
     assert set(after) & {"FAILING", "PENDING_RERUN", "FAILED_SUBMISSION"}, watched.states
-    assert sparkoperator.in_order(after, ("SUBMITTED", "RUNNING", "COMPLETED")), watched.states
+    assert sparkoperator.in_order(after, ("RUNNING", "COMPLETED")), watched.states
     assert app["status"]["executionAttempts"] >= 2, app["status"]  # submissionAttempts resets
 
     driver_name = app["status"]["driverInfo"]["podName"]
