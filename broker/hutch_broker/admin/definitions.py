@@ -18,6 +18,7 @@ import re
 from typing import Any, Final
 
 from hutch_broker.admin import bodies, errors
+from hutch_broker.model import limits
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors as amqp_errors
@@ -115,6 +116,8 @@ def _check_item(section: str, item: dict[str, Any]) -> None:
             bodies.name(kind, item[key])
     for key in ("arguments", "value", "definition"):
         value = item.get(key)
+        if key == "value" and value == [] and item.get("component") == limits.VHOST_COMPONENT:
+            continue  # RabbitMQ exports a vhost's cleared limits as its empty proplist, `[]`
         if value is not None and not isinstance(value, dict):
             raise errors.bad_request(f"{section}: '{key}' must be an object")
     if isinstance(item.get("arguments"), dict):

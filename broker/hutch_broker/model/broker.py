@@ -467,9 +467,11 @@ def _import_topic_permission(broker: Broker, item: dict[str, Any]) -> None:
 
 def _import_parameter(broker: Broker, item: dict[str, Any]) -> None:
     if item.get("component") == limits.VHOST_COMPONENT:
-        vhost = str(item["vhost"])
-        for name, limit in limits.validate_all("vhost", item.get("value") or {}).items():
-            broker.set_vhost_limit(vhost, name, limit)
+        # The parameter is the vhost's whole set of limits, as in RabbitMQ: an import replaces
+        # them, and `[]` (how RabbitMQ exports cleared limits) clears them.
+        values = limits.validate_all("vhost", item.get("value") or {})
+        if values != broker.get_vhost(str(item["vhost"])).limits:
+            broker.replace_vhost_limits(str(item["vhost"]), values)
         return
     if item.get("component") == "operator_policy":
         value = dict(item.get("value", {}))

@@ -124,6 +124,8 @@ def _put_operator_policy(vhost: VirtualHost, name: str, value: Any) -> web.Respo
 def _put_vhost_limits(broker: Broker, vhost: VirtualHost, name: str, value: Any) -> web.Response:
     if name != limits.VHOST_PARAMETER:  # RabbitMQ 3.10.8 crashes (500) on any other name
         raise errors.validation_failed(f"vhost limits are the parameter named 'limits', not {name}")
+    if value == []:  # RabbitMQ's empty proplist: how its exports show cleared limits
+        value = {}
     if not isinstance(value, dict):
         raise errors.validation_failed(f"limits not a list {erlang_term(value)}")
     try:
