@@ -106,15 +106,24 @@ def _comparable(value: Any) -> tuple[int, Any]:
     return (3, json.dumps(value, sort_keys=True, default=str))
 
 
+def sort_keys(query: ListQuery, default_sort: Sequence[str]) -> list[str]:
+    """The dotted keys a list is sorted by: ``?sort=`` first, then the list's default."""
+    return [query.sort, *default_sort] if query.sort else list(default_sort)
+
+
+def sort_key(item: Item, keys: Sequence[str]) -> list[tuple[int, Any]]:
+    return [_comparable(_dotted(item, key)) for key in keys]
+
+
 def sort_items(items: Sequence[Item], keys: Sequence[str], *, reverse: bool) -> list[Item]:
-    ordered = sorted(items, key=lambda item: [_comparable(_dotted(item, key)) for key in keys])
+    ordered = sorted(items, key=lambda item: sort_key(item, keys))
     return ordered[::-1] if reverse else ordered
 
 
 # -- filtering and paging -----------------------------------------------------------------
 
 
-def _name_matcher(paging: Paging) -> re.Pattern[str]:
+def name_matcher(paging: Paging) -> re.Pattern[str]:
     if not paging.use_regex:
         return re.compile(re.escape(paging.name or ""), re.IGNORECASE)
     try:
@@ -126,29 +135,36 @@ def _name_matcher(paging: Paging) -> re.Pattern[str]:
 def filter_by_name(items: Sequence[Item], paging: Paging) -> list[Item]:
     if not paging.name:
         return list(items)
-    matcher = _name_matcher(paging)
+    matcher = name_matcher(paging)
     return [item for item in items if matcher.search(str(item.get("name", "")))]
+
+
+def page_envelope(paging: Paging, *, filtered: int, total: int) -> dict[str, Any]:
+    """The paged object around a page of ``filtered`` matches (``items`` left empty);
+    a page past the end is RabbitMQ's 400 ``page_out_of_range``."""
+    offset = (paging.page - 1) * paging.page_size
+    if offset > filtered:
+        reason = (
+            f"Page out of range, page: {paging.page} page size: {paging.page_size}, len: {filtered}"
+        )
+        raise errors.ApiError(400, {"error": "page_out_of_range", "reason": reason})
+    return {
+        "filtered_count": filtered,
+        "item_count": min(paging.page_size, filtered - offset),
+        "items": [],
+        "page": paging.page,
+        "page_count": -(-filtered // paging.page_size),
+        "page_size": paging.page_size,
+        "total_count": total,
+    }
 
 
 def page(items: Sequence[Item], paging: Paging, total: int) -> dict[str, Any]:
     filtered = filter_by_name(items, paging)
+    result = page_envelope(paging, filtered=len(filtered), total=total)
     offset = (paging.page - 1) * paging.page_size
-    if offset > len(filtered):
-        reason = (
-            f"Page out of range, page: {paging.page} page size: {paging.page_size}, "
-            f"len: {len(filtered)}"
-        )
-        raise errors.ApiError(400, {"error": "page_out_of_range", "reason": reason})
-    chunk = filtered[offset : offset + paging.page_size]
-    return {
-        "filtered_count": len(filtered),
-        "item_count": len(chunk),
-        "items": chunk,
-        "page": paging.page,
-        "page_count": -(-len(filtered) // paging.page_size),
-        "page_size": paging.page_size,
-        "total_count": total,
-    }
+    result["items"] = filtered[offset : offset + paging.page_size]
+    return result
 
 
 # -- columns ------------------------------------------------------------------------------
@@ -183,8 +199,7 @@ def render_list(
     items: Sequence[Item], query: ListQuery, default_sort: Sequence[str] = DEFAULT_SORT
 ) -> Any:
     """A list response: sorted, then paged (if asked), then cut to the columns."""
-    keys = [query.sort, *default_sort] if query.sort else list(default_sort)
-    ordered = sort_items(items, keys, reverse=query.sort_reverse)
+    ordered = sort_items(items, sort_keys(query, default_sort), reverse=query.sort_reverse)
     if query.paging is None:
         return select_columns(ordered, query.columns)
     result = page(ordered, query.paging, len(items))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from hutch_broker.admin.memory import MemoryMonitor
+from hutch_broker.admin.paced import ListingGate
 from hutch_broker.admin.views.overview import NodeInfo
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model import access
@@ -38,6 +39,7 @@ class AdminState:
     node: NodeInfo
     operator_policy_changes_disabled: bool = False  # config: management.restrictions.*
     writes: WriteCounter = field(default_factory=WriteCounter)
+    listings: ListingGate = field(default_factory=ListingGate)  # paced listings at once
 
     @property
     def broker(self) -> Broker:

@@ -7,10 +7,11 @@ permission on the source, as ``queue.bind``/``exchange.bind`` do.
 from __future__ import annotations
 
 import urllib.parse
+from typing import Any
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, bodies, errors
+from hutch_broker.admin import auth, bodies, errors, paced
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.model.exchanges import Binding, Exchange
@@ -71,18 +72,39 @@ def _location(request: web.Request, binding: Binding, vhost: str) -> str:
 @routes.get("/api/bindings")
 async def list_bindings(request: web.Request) -> web.Response:
     admin = support.state(request)
-    items = [
-        item
-        for vhost in auth.visible_vhosts(admin.broker, support.user(request))
-        for item in bindings_view.vhost_bindings(vhost)
-    ]
-    return support.list_response(request, items, default_sort=())
+    vhosts = auth.visible_vhosts(admin.broker, support.user(request))
+    async with support.paced_work(request) as pacer:
+        items = []
+        for vhost in vhosts:
+            items.extend(await _vhost_items(vhost, pacer))
+        return await support.paced_list(request, pacer, items, _same, default_sort=())
 
 
 @routes.get("/api/bindings/{vhost}")
 async def list_vhost_bindings(request: web.Request) -> web.Response:
     vhost = support.vhost_to_read(request)
-    return support.list_response(request, bindings_view.vhost_bindings(vhost), default_sort=())
+    async with support.paced_work(request) as pacer:
+        items = await _vhost_items(vhost, pacer)
+        return await support.paced_list(request, pacer, items, _same, default_sort=())
+
+
+async def _vhost_items(vhost: VirtualHost, pacer: paced.Pacer) -> list[dict[str, Any]]:
+    """``bindings_view.vhost_bindings`` in slices: the same items in the same order."""
+    queues = [queue for queue in list(vhost.queues.values()) if not queue.deleted]
+    implicit = await pacer.map(
+        lambda queue: bindings_view.default_binding_item(queue, vhost.name), queues
+    )
+    explicit = await pacer.map(
+        lambda binding: bindings_view.binding_item(binding, vhost.name), vhost.bindings()
+    )
+    return [
+        *await pacer.sorted(implicit, key=lambda item: item["destination"]),
+        *await pacer.sorted(explicit, key=bindings_view.explicit_order),
+    ]
+
+
+def _same(item: dict[str, Any]) -> dict[str, Any]:
+    return item
 
 
 @routes.get(EDGE)

@@ -6,6 +6,7 @@ all of them, as in RabbitMQ.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,25 +31,29 @@ def _sessions(request: web.Request, user: access.User, vhost: str | None) -> Ite
         yield session
 
 
-def _connection_items(request: web.Request, vhost: str | None) -> list[dict[str, Any]]:
+async def _connections(request: web.Request, vhost: str | None) -> web.Response:
     admin = support.state(request)
-    return [
-        connections_view.connection_item(
-            session, node=admin.node_name, local_address=admin.local_address
-        )
-        for session in _sessions(request, support.user(request), vhost)
-    ]
+    found = list(_sessions(request, support.user(request), vhost))
+    render = functools.partial(
+        connections_view.connection_item, node=admin.node_name, local_address=admin.local_address
+    )
+    return await support.paced_list_response(request, found, render, ("name",))
 
 
-def _channel_items(request: web.Request, vhost: str | None) -> list[dict[str, Any]]:
+async def _channels(request: web.Request, vhost: str | None) -> web.Response:
     admin = support.state(request)
-    return [
-        connections_view.channel_item(
-            session, channel, node=admin.node_name, local_address=admin.local_address
-        )
+    found = [
+        (session, channel)
         for session in _sessions(request, support.user(request), vhost)
-        for channel in session.channels.values()
+        for channel in list(session.channels.values())
     ]
+
+    def render(pair: tuple[Any, Any]) -> dict[str, Any]:
+        return connections_view.channel_item(
+            *pair, node=admin.node_name, local_address=admin.local_address
+        )
+
+    return await support.paced_list_response(request, found, render, ("name",))
 
 
 def _known_vhost(request: web.Request) -> str:
@@ -57,20 +62,23 @@ def _known_vhost(request: web.Request) -> str:
 
 @routes.get("/api/connections")
 async def list_connections(request: web.Request) -> web.Response:
-    return support.list_response(request, _connection_items(request, None), ("name",))
+    return await _connections(request, None)
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
 async def list_vhost_connections(request: web.Request) -> web.Response:
-    items = _connection_items(request, _known_vhost(request))
-    return support.list_response(request, items, ("name",))
+    return await _connections(request, _known_vhost(request))
 
 
 @routes.get("/api/connections/{name}")
 async def get_connection(request: web.Request) -> web.Response:
-    wanted = support.path(request, "name")
-    for item in _connection_items(request, None):
-        if item["name"] == wanted:
+    admin, wanted = support.state(request), support.path(request, "name")
+    for session in _sessions(request, support.user(request), None):
+        local_address = session.local_address or admin.local_address
+        if connections_view.connection_name(session, local_address) == wanted:
+            item = connections_view.connection_item(
+                session, node=admin.node_name, local_address=admin.local_address
+            )
             return support.item_response(request, item)
     raise errors.not_found()
 
@@ -98,9 +106,9 @@ async def close_connection(request: web.Request) -> web.Response:
 
 @routes.get("/api/channels")
 async def list_channels(request: web.Request) -> web.Response:
-    return support.list_response(request, _channel_items(request, None), ("name",))
+    return await _channels(request, None)
 
 
 @routes.get("/api/vhosts/{vhost}/channels")
 async def list_vhost_channels(request: web.Request) -> web.Response:
-    return support.list_response(request, _channel_items(request, _known_vhost(request)), ("name",))
+    return await _channels(request, _known_vhost(request))

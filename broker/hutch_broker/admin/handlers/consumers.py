@@ -7,8 +7,9 @@ entry (the same view), across the vhosts the caller can see, as RabbitMQ lists t
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Iterable
-from typing import Any
 
 from aiohttp import web
 
@@ -20,24 +21,23 @@ from hutch_broker.model.vhosts import VirtualHost
 routes = web.RouteTableDef()
 
 
-def _consumer_items(request: web.Request, vhosts: Iterable[VirtualHost]) -> list[dict[str, Any]]:
+async def _consumers(request: web.Request, vhosts: Iterable[VirtualHost]) -> web.Response:
     admin = support.state(request)
-    return [
-        queues_view.consumer_item(consumer, node=admin.node_name, local_address=admin.local_address)
-        for vhost in vhosts
-        for queue in vhost.queues.values()
-        for consumer in queue.consumers
-    ]
+    queues = itertools.chain.from_iterable(vhost.queues.values() for vhost in vhosts)
+    found = list(itertools.chain.from_iterable(queue.consumers for queue in queues))
+    render = functools.partial(
+        queues_view.consumer_item, node=admin.node_name, local_address=admin.local_address
+    )
+    return await support.paced_list_response(request, found, render, default_sort=())
 
 
 @routes.get("/api/consumers")
 async def list_consumers(request: web.Request) -> web.Response:
     admin = support.state(request)
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
-    return support.list_response(request, _consumer_items(request, vhosts), default_sort=())
+    return await _consumers(request, vhosts)
 
 
 @routes.get("/api/consumers/{vhost}")
 async def list_vhost_consumers(request: web.Request) -> web.Response:
-    vhosts = [support.vhost_to_read(request)]
-    return support.list_response(request, _consumer_items(request, vhosts), default_sort=())
+    return await _consumers(request, [support.vhost_to_read(request)])

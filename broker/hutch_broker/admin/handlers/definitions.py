@@ -13,7 +13,9 @@ routes = web.RouteTableDef()
 @routes.get("/api/definitions")
 async def export_all(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
-    return support.json_response(support.state(request).broker.export_definitions())
+    return await support.paced_json_response(
+        request, support.state(request).broker.export_definitions()
+    )
 
 
 @routes.post("/api/definitions")
@@ -31,7 +33,8 @@ async def export_vhost(request: web.Request) -> web.Response:
     name = support.path(request, "vhost")
     if name not in broker.vhosts:
         raise errors.not_found()
-    return support.json_response(definitions.vhost_export(broker.export_definitions(), name))
+    exported = definitions.vhost_export(broker.export_definitions(), name)
+    return await support.paced_json_response(request, exported)
 
 
 @routes.post("/api/definitions/{vhost}")

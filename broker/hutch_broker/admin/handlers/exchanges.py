@@ -9,6 +9,8 @@ held.
 
 from __future__ import annotations
 
+import itertools
+
 from aiohttp import web
 
 from hutch_broker.admin import auth, bodies, errors, messaging
@@ -43,19 +45,16 @@ def _builtin_refusal(vhost: VirtualHost, name: str) -> errors.ApiError | None:
 @routes.get("/api/exchanges")
 async def list_exchanges(request: web.Request) -> web.Response:
     admin = support.state(request)
-    items = [
-        exchanges_view.exchange_item(exchange)
-        for vhost in auth.visible_vhosts(admin.broker, support.user(request))
-        for exchange in vhost.exchanges.values()
-    ]
-    return support.list_response(request, items)
+    vhosts = auth.visible_vhosts(admin.broker, support.user(request))
+    found = list(itertools.chain.from_iterable(vhost.exchanges.values() for vhost in vhosts))
+    return await support.paced_list_response(request, found, exchanges_view.exchange_item)
 
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost_exchanges(request: web.Request) -> web.Response:
     vhost = support.vhost_to_read(request)
-    items = [exchanges_view.exchange_item(exchange) for exchange in vhost.exchanges.values()]
-    return support.list_response(request, items)
+    found = list(vhost.exchanges.values())
+    return await support.paced_list_response(request, found, exchanges_view.exchange_item)
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}")

@@ -10,6 +10,9 @@ another AMQP connection.
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 from aiohttp import web
 
 from hutch_broker.admin import auth, bodies, errors, messaging
@@ -36,20 +39,18 @@ def _not_exclusive(vhost: VirtualHost, queue: Queue) -> None:
 @routes.get("/api/queues")
 async def list_queues(request: web.Request) -> web.Response:
     admin = support.state(request)
-    items = [
-        queues_view.queue_item(queue, node=admin.node_name)
-        for vhost in auth.visible_vhosts(admin.broker, support.user(request))
-        for queue in vhost.queues.values()
-    ]
-    return support.list_response(request, items)
+    vhosts = auth.visible_vhosts(admin.broker, support.user(request))
+    queues = list(itertools.chain.from_iterable(vhost.queues.values() for vhost in vhosts))
+    render = functools.partial(queues_view.queue_item, node=admin.node_name)
+    return await support.paced_list_response(request, queues, render)
 
 
 @routes.get("/api/queues/{vhost}")
 async def list_vhost_queues(request: web.Request) -> web.Response:
     admin = support.state(request)
     vhost = support.vhost_to_read(request)
-    items = [queues_view.queue_item(queue, node=admin.node_name) for queue in vhost.queues.values()]
-    return support.list_response(request, items)
+    render = functools.partial(queues_view.queue_item, node=admin.node_name)
+    return await support.paced_list_response(request, list(vhost.queues.values()), render)
 
 
 @routes.get("/api/queues/{vhost}/{queue}")

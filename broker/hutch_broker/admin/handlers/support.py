@@ -7,18 +7,20 @@ lists honour sorting, paging and ``?columns=``, single items honour
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, bodies, errors, listing
+from hutch_broker.admin import auth, bodies, errors, listing, paced
 from hutch_broker.admin.state import STATE, USER, AdminState
 from hutch_broker.model import access
 from hutch_broker.model.vhosts import VirtualHost
 
 DEFAULT_EXCHANGE_PATH = "amq.default"
+T = TypeVar("T")
 
 
 def state(request: web.Request) -> AdminState:
@@ -92,6 +94,52 @@ def list_response(
 ) -> web.Response:
     query = listing.parse_query(request.query)
     return json_response(listing.render_list(items, query, default_sort))
+
+
+@contextlib.asynccontextmanager
+async def paced_work(request: web.Request) -> AsyncIterator[paced.Pacer]:
+    """A slot behind the listing gate (overall and per user) and a fresh time budget."""
+    async with state(request).listings.admit(user(request).name):
+        yield paced.Pacer()
+
+
+async def paced_list_response(
+    request: web.Request,
+    objects: Iterable[T],
+    render: Callable[[T], dict[str, Any]],
+    default_sort: Sequence[str] = listing.DEFAULT_SORT,
+) -> web.Response:
+    """A list that grows with the broker: ``render`` is applied per object in slices that yield
+    to the loop (``paced``), behind the listing gate. ``objects`` is a snapshot (a list)."""
+    async with paced_work(request) as pacer:
+        return await paced_list(request, pacer, objects, render, default_sort)
+
+
+async def paced_list(
+    request: web.Request,
+    pacer: paced.Pacer,
+    objects: Iterable[T],
+    render: Callable[[T], dict[str, Any]],
+    default_sort: Sequence[str] = listing.DEFAULT_SORT,
+) -> web.Response:
+    query = listing.parse_query(request.query)
+    body = await paced.render_list(objects, render, query, default_sort=default_sort, pacer=pacer)
+    return _json_bytes_response(body)
+
+
+async def paced_json_response(request: web.Request, data: Any) -> web.Response:
+    """A large document (a definitions export) encoded in slices, behind the listing gate."""
+    async with paced_work(request) as pacer:
+        return _json_bytes_response(await paced.encode(data, pacer))
+
+
+def _json_bytes_response(body: bytes) -> web.Response:
+    return web.Response(
+        body=body,
+        content_type="application/json",
+        charset="utf-8",
+        headers={"Cache-Control": "no-cache"},
+    )
 
 
 def item_response(request: web.Request, item: dict[str, Any]) -> web.Response:

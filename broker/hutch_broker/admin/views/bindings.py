@@ -95,8 +95,12 @@ def vhost_bindings(vhost: VirtualHost) -> list[dict[str, Any]]:
     ]
     explicit = [binding_item(binding, vhost.name) for binding in vhost.bindings()]
     implicit.sort(key=lambda item: item["destination"])
-    explicit.sort(key=lambda item: (item["source"], item["destination"], item["routing_key"]))
+    explicit.sort(key=explicit_order)
     return implicit + explicit
+
+
+def explicit_order(item: dict[str, Any]) -> tuple[str, str, str]:
+    return (item["source"], item["destination"], item["routing_key"])
 
 
 def _visible(queues: Iterable[Queue]) -> Iterator[Queue]:

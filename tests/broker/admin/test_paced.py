@@ -1,0 +1,152 @@
+"""Paced listings: the same bytes as the one-go listing, built in slices the loop can interleave.
+
+The equivalence tests hold ``paced.render_list`` to ``listing.render_list`` + ``json.dumps`` over
+sorting, reverse, paging, name filters (plain and regex), columns and the errors. The slicing
+tests use a fake clock, so they count slices and loop turns instead of timing anything.
+"""
+
+import asyncio
+import json
+import random
+
+import pytest
+from hutch_broker.admin import errors, listing, paced
+
+NAMES = ["alpha", "Beta", "gamma.1", "gamma.10", "delta", "é-queue", "q-042", "q-7", "zeta"]
+
+
+def make_items(count: int, seed: int = 7) -> list[dict]:
+    rng = random.Random(seed)
+    items = []
+    for index in range(count):
+        item = {
+            "vhost": rng.choice(["/", "a", "b"]),
+            "name": f"{rng.choice(NAMES)}-{index % 37}",
+            "messages": rng.choice([0, 1, 5, 5, 2.5, None]),
+            "state": rng.choice(["running", "idle"]),
+        }
+        if rng.random() < 0.5:
+            item["stats"] = {"publish": rng.randint(0, 3), "ack": rng.choice([0, True, "x"])}
+        items.append(item)
+    return items
+
+
+def one_go(items, params, default_sort=listing.DEFAULT_SORT) -> bytes:
+    rendered = listing.render_list(items, listing.parse_query(params), default_sort)
+    return json.dumps(rendered, separators=(",", ":")).encode()
+
+
+async def in_slices(items, params, default_sort=listing.DEFAULT_SORT, slice_s=0.0) -> bytes:
+    query = listing.parse_query(params)
+    pacer = paced.Pacer(slice_s=slice_s)
+    return await paced.render_list(items, dict, query, default_sort=default_sort, pacer=pacer)
+
+
+QUERIES = [
+    {},
+    {"sort": "messages"},
+    {"sort": "messages", "sort_reverse": "true"},
+    {"sort": "stats.publish", "columns": "name,stats.ack"},
+    {"sort": "state", "sort_reverse": "true", "columns": "vhost,name"},
+    {"page": "1"},
+    {"page": "3", "page_size": "7"},
+    {"page": "2", "page_size": "50", "name": "GAMMA"},
+    {"page": "1", "page_size": "5", "name": "^q-0?4", "use_regex": "true", "sort": "name"},
+    {"page": "1", "page_size": "500", "name": "nothing-matches"},
+    {"page": "9", "page_size": "100"},  # the page just past a 800-item list: empty, not an error
+    {"name": "alpha"},  # ignored without ?page=, as in RabbitMQ
+]
+
+
+@pytest.mark.parametrize("params", QUERIES)
+@pytest.mark.parametrize("default_sort", [listing.DEFAULT_SORT, ("name",), ()])
+async def test_paced_listing_is_byte_for_byte_the_one_go_listing(params, default_sort):
+    items = make_items(800)
+    expected = one_go(items, params, default_sort)
+    assert await in_slices(items, params, default_sort) == expected
+    assert await in_slices(items, params, default_sort, slice_s=60.0) == expected
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "error"),
+    [
+        ({"page": "10", "page_size": "100"}, 400, "page_out_of_range"),
+        ({"page": "1", "name": "(", "use_regex": "true"}, 400, "bad_request"),
+    ],
+)
+async def test_paced_listing_refuses_what_the_one_go_listing_refuses(params, status, error):
+    items = make_items(800)
+    with pytest.raises(errors.ApiError) as one:
+        one_go(items, params)
+    with pytest.raises(errors.ApiError) as sliced:
+        await in_slices(items, params)
+    assert (sliced.value.status, sliced.value.body) == (one.value.status, one.value.body)
+    assert sliced.value.body["error"] == error and sliced.value.status == status
+
+
+async def test_encode_is_json_dumps():
+    export = {"rabbit_version": "3.10.8", "queues": make_items(300), "users": [], "n": {"a": [1]}}
+    expected = json.dumps(export, separators=(",", ":")).encode()
+    assert await paced.encode(export, paced.Pacer(slice_s=0.0)) == expected
+    assert (
+        await paced.encode(make_items(5), paced.Pacer())
+        == json.dumps(make_items(5), separators=(",", ":")).encode()
+    )
+
+
+class FakeClock:
+    """Each reading is ``step`` seconds after the last: work that takes time, without timing."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+async def test_a_big_listing_gives_the_loop_back_every_few_items():
+    """5,000 items at a (fake) 0.5 ms per clock reading, 2 ms slices: the loop runs other
+    callbacks hundreds of times while the listing is built; one go would give it none."""
+    loop = asyncio.get_running_loop()
+    turns = 0
+    done = False
+
+    def other_tenant() -> None:
+        nonlocal turns
+        turns += 1
+        if not done:
+            loop.call_soon(other_tenant)
+
+    loop.call_soon(other_tenant)
+    pacer = paced.Pacer(slice_s=0.002, clock=FakeClock(0.0005))
+    query = listing.parse_query({"sort": "messages"})
+    await paced.render_list(make_items(5000), dict, query, pacer=pacer)
+    done = True
+    # Every step (render, key, run sort, merge, encode) ticks: about 4 ticks per slice.
+    assert pacer.slices > 5000 * 4 // 5
+    assert turns >= pacer.slices - 1
+
+
+async def test_the_gate_admits_one_listing_per_user_and_two_overall():
+    gate = paced.ListingGate(total=2, per_user=1)
+    inside: list[str] = []
+    most = {"total": 0, "alice": 0}
+    release = asyncio.Event()
+
+    async def listing_by(user: str) -> None:
+        async with gate.admit(user):
+            inside.append(user)
+            most["total"] = max(most["total"], len(inside))
+            most["alice"] = max(most["alice"], inside.count("alice"))
+            await release.wait()
+            inside.remove(user)
+
+    tasks = [asyncio.create_task(listing_by(user)) for user in ["alice"] * 8 + ["bob", "carol"]]
+    await asyncio.sleep(0.01)
+    assert sorted(inside) == ["alice", "bob"]  # carol waits for the second overall slot
+    release.set()
+    await asyncio.gather(*tasks)
+    assert most == {"total": 2, "alice": 1}
+    assert gate._users == {}  # nobody waiting: no per-user state kept
