@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,15 +66,16 @@ class PublishRequest:
     body: bytes
 
 
-def _timestamp(value: Any) -> datetime.datetime:
-    """Seconds since the epoch, up to the last second a datetime (and pamqp) can hold."""
+def _timestamp(value: Any) -> int:
+    """Any value the 64-bit wire field can carry, as over AMQP (RabbitMQ takes any integer over
+    HTTP, even ones it then cannot deliver: those are refused here)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int)
-        or not 0 <= value <= properties.MAX_TIMESTAMP_SECONDS
+        or not 0 <= value <= properties.MAX_TIMESTAMP
     ):
         raise errors.bad_request(f"invalid property 'timestamp': {value!r}")
-    return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+    return value
 
 
 def _property_value(name: str, value: Any) -> Any:

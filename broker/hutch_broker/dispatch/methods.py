@@ -391,10 +391,11 @@ def basic_recover(
 def channel_flow(
     session: ChannelOwner, channel: Channel, m: commands.Channel.Flow, now_ms: int
 ) -> None:
-    channel.flow_active = bool(m.active)
-    _reply(session, channel, commands.Channel.FlowOk(m.active))
-    if m.active:
-        channel.drain_consumers(now_ms)
+    """RabbitMQ (3.10.8 and 4.x) confirms ``active=true`` and closes the connection with 540 on
+    ``active=false``; so does Hutch, so no client comes to rely on a pause only Hutch offers."""
+    if not m.active:
+        raise errors.not_implemented("active=false")
+    _reply(session, channel, commands.Channel.FlowOk(True))
 
 
 def confirm_select(

@@ -9,10 +9,13 @@ values.  So the broker keeps ``raw`` (the header from the property flags on) and
   reads as "absent" (None).
 - ``validate``: the structural check the frame parser runs once per publish, so that everything
   downstream may assume ``decode_properties`` succeeds.  Strict about what pamqp could not decode
-  (bad UTF-8 in short strings or table keys, unknown field types, impossible timestamps, trailing
-  bytes, nesting deeper than ``MAX_DEPTH``).
+  (bad UTF-8 in short strings or table keys, unknown field types, timestamps in tables that
+  pamqp cannot turn into a datetime, trailing bytes, nesting deeper than ``MAX_DEPTH``).
 - ``decode_properties`` / ``headers``: full decode through pamqp, for the rare paths that need
-  values (headers exchange, dead-lettering, management API).
+  values (headers exchange, dead-lettering, management API).  The ``timestamp`` property is the
+  exception: it is any 64-bit value, as RabbitMQ takes and hands it back, so it is read and
+  written as a plain integer (pamqp would read values above 2**32 as milliseconds and fail
+  past year 9999).
 - ``encode_properties``: pamqp's encoder, for messages the broker makes itself, except for
   field-table keys: pamqp cuts keys longer than 128 bytes (a warning in the log), so tables are
   encoded here and a key is either carried whole (up to a shortstr's 255 bytes) or refused.
@@ -63,7 +66,8 @@ _FLAG_EXPIRATION = 0x0100
 _NOT_A_PROPERTY = 0x0003  # continuation + reserved: never used for the 14 basic properties
 
 MAX_DEPTH = 64  # nested tables/arrays; pamqp recurses twice per level
-MAX_TIMESTAMP_SECONDS = 253402300799  # 9999-12-31T23:59:59Z, datetime's ceiling
+MAX_TIMESTAMP_SECONDS = 253402300799  # 9999-12-31T23:59:59Z, datetime's ceiling (in tables)
+MAX_TIMESTAMP = 2**64 - 1  # the timestamp property: any 64-bit value, as in RabbitMQ
 _UINT32 = struct.Struct(">I")
 _UINT64 = struct.Struct(">Q")
 
@@ -204,31 +208,40 @@ def decode_properties(raw: bytes) -> dict[str, Any]:
     result: dict[str, Any] = {}
     data = raw[2:]
     try:
-        for name, bit, _ in FIELDS:
-            if flags & bit:
+        for name, bit, kind in FIELDS:
+            if not flags & bit:
+                continue
+            if kind == TIMESTAMP:
+                consumed, result[name] = 8, _UINT64.unpack_from(data)[0]
+            else:
                 consumed, result[name] = decode.by_type(
                     data, commands.Basic.Properties.amqp_type(name)
                 )
-                data = data[consumed:]
+            data = data[consumed:]
     except Exception as exc:  # pamqp lets stdlib errors through on garbage
         raise MalformedPropertiesError(f"cannot decode property {name}") from exc
     return result
 
 
 class _Properties(commands.Basic.Properties):
-    """pamqp's properties with ``encode_table`` for the headers."""
+    """pamqp's properties with ``encode_table`` for the headers and the timestamp as an integer."""
 
     def encode_property(self, name: str, value: common.FieldValue) -> bytes:
         if name == "headers" and isinstance(value, dict):
             return encode_table(value)
+        if name == "timestamp" and isinstance(value, int):
+            if not 0 <= value <= MAX_TIMESTAMP:
+                raise ValueError(f"timestamp {value} is not a 64-bit unsigned integer")
+            return _UINT64.pack(value)
         return super().encode_property(name, value)
 
 
 def encode_properties(**props: Any) -> bytes:
     """Raw properties for a broker-made message, e.g. ``encode_properties(delivery_mode=2)``.
 
-    Keyword names as in ``decode_properties``; None values are left out.  Raises pamqp's
-    ``TypeError`` / ``ValueError`` for values it cannot encode.
+    Keyword names as in ``decode_properties``; None values are left out; ``timestamp`` is an
+    integer (a datetime works too).  Raises pamqp's ``TypeError`` / ``ValueError`` for values it
+    cannot encode.
     """
     return bytes(_Properties(**props).marshal())
 
@@ -288,9 +301,8 @@ def _check_properties(raw: bytes) -> int:
         elif kind == TABLE:
             end = offset + 4 + _UINT32.unpack_from(raw, offset)[0]
             _check_table(raw, offset + 4, end, 1)
-        else:
+        else:  # the timestamp property: any 64-bit value
             end = offset + 8
-            _check_timestamp(raw, offset)
         if end > size:
             raise IndexError("property runs past the end")
         offset = end

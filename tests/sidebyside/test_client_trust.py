@@ -1,0 +1,73 @@
+"""What a client's own frames may carry, side by side with RabbitMQ 3.10.8 (issue "Broker trust II").
+
+Why: a client that works against RabbitMQ must not be closed by hutch-broker for something
+RabbitMQ takes: a message ``timestamp`` is any 64-bit value (past year 9999, or milliseconds),
+handed back unchanged to consumers and shown by the management API. And where RabbitMQ refuses,
+Hutch refuses the same way: ``channel.flow(active=false)`` closes the connection with 540.
+"""
+
+import pytest
+from hutch_testing.management import quote
+from hutch_testing.steps import closed_by_broker, get, publish
+
+pytestmark = pytest.mark.rabbitmq
+
+# Past year 9999 (the old cap), milliseconds since the epoch, the top bit, the largest value.
+TIMESTAMPS = [253402300800, 1_700_000_000_123, 2**63, 2**64 - 1]
+
+
+def test_any_64_bit_timestamp_is_carried_unchanged(target):
+    q = target.name("q")
+    ch = target.channel()
+    ch.queue_declare(q)
+    for stamp in TIMESTAMPS:
+        assert publish(ch, q, str(stamp), timestamp=stamp) == "ack"
+
+    got = [get(ch, q) for _ in TIMESTAMPS]
+
+    assert [(fetched[1].timestamp, fetched[2]) for fetched in got if fetched] == [
+        (stamp, str(stamp).encode()) for stamp in TIMESTAMPS
+    ]
+    assert ch.is_open and target.connection.is_open
+
+
+def test_the_management_api_shows_a_timestamp_as_its_integer(target):
+    q = target.name("q")
+    ch = target.channel()
+    ch.queue_declare(q)
+    for stamp in TIMESTAMPS:
+        publish(ch, q, "m", timestamp=stamp)
+    body = {"count": 10, "ackmode": "ack_requeue_true", "encoding": "auto"}
+
+    shown = target.api.post(f"/queues/%2F/{quote(q)}/get", body).body
+
+    # Only the timestamp: Hutch stamps a message_id by default (the "message_id" difference).
+    assert [message["properties"]["timestamp"] for message in shown] == TIMESTAMPS
+
+
+def test_an_http_publish_takes_any_64_bit_timestamp(target):
+    q = target.name("q")
+    target.channel().queue_declare(q)
+    for stamp in TIMESTAMPS:
+        body = {
+            "properties": {"timestamp": stamp},
+            "routing_key": q,
+            "payload": "p",
+            "payload_encoding": "string",
+        }
+        assert target.api.post("/exchanges/%2F/amq.default/publish", body).body == {"routed": True}
+
+    got = [get(target.channel(), q) for _ in TIMESTAMPS]
+
+    assert [fetched[1].timestamp for fetched in got if fetched] == TIMESTAMPS
+
+
+def test_channel_flow_on_is_confirmed(target):
+    assert target.channel(confirm=False).flow(True) is True
+
+
+def test_channel_flow_off_closes_the_connection_with_540(target):
+    connection = target.connect()
+    ch = connection.channel()
+    assert closed_by_broker(lambda: ch.flow(False)) == (540, "NOT_IMPLEMENTED - active=false")
+    assert not connection.is_open
