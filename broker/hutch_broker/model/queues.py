@@ -224,8 +224,15 @@ class Queue:
         )
         return True
 
-    def restore(self, entry: Entry) -> None:
-        """Put back a message recovered from the store (at start-up, in order)."""
+    def restore(self, entry: Entry, *, body_size: int | None = None) -> None:
+        """Put back a message recovered from the store (at start-up, in order).
+
+        With ``body_size``, the entry's message comes without its body: the body stays in the
+        store and is read back when the message reaches the head, as a paged-out body is
+        (``_page_in``), so a restart holds no body in memory however much the queues hold.
+        """
+        if body_size is not None:
+            entry.size = body_size
         if self.quorum:
             entry.message, entry.delivery_count = quorum.restored(entry.message)
         entry.seq = next(self._seq)
@@ -279,18 +286,23 @@ class Queue:
             )
         entry.message = message.with_body(b"")
 
-    def _page_in(self, entry: Entry) -> None:
+    def _page_in(self, entry: Entry) -> bool:
+        """Bring the body back; False if it cannot be read (the entry leaves the queue)."""
         if entry.page_id is not None:
             assert self.pager is not None  # noqa: S101
             store = self.pager.queue_store(self.vhost, self.name)
-            body = store.read(entry.page_id).body
-            store.ack(entry.page_id)
+            body = paging.read_body(store, entry.page_id, self.vhost, self.name)
+            if body is not None:
+                store.ack(entry.page_id)
             entry.page_id = None
         elif entry.store_id is not None and self.store is not None:
-            body = self.store.read(entry.store_id).body
+            body = paging.read_body(self.store, entry.store_id, self.vhost, self.name)
         else:
-            return
+            return True
+        if body is None:
+            return False
         entry.message = entry.message.with_body(body)
+        return True
 
     def _enforce_length_limit(self) -> None:
         """drop-head overflow: trim from the head while over a limit (ML-3, ML-9)."""
@@ -372,14 +384,14 @@ class Queue:
         return entry
 
     def _pop_ready(self) -> Entry | None:
-        entry = self._ready.pop()
-        if entry is None:
-            return None
-        if entry.size and not entry.message.body:
-            self._page_in(entry)
-        self.ready_count -= 1
-        self.ready_bytes -= entry.size
-        return entry
+        while True:
+            entry = self._ready.pop()
+            if entry is None:
+                return None
+            self.ready_count -= 1
+            self.ready_bytes -= entry.size
+            if not entry.size or entry.message.body or self._page_in(entry):
+                return entry
 
     def _peek_ready(self) -> Entry | None:
         return self._ready.peek()
@@ -428,6 +440,7 @@ class Queue:
             return
         entry.redelivered = True
         if self.quorum:
+            self._body_back(entry)  # re-written with its count: the whole message is needed
             self._return_to_back(entry)
             return
         self._ready.push_requeued(entry)
@@ -465,6 +478,13 @@ class Queue:
         self.unacked_bytes -= entry.size
         self._drop(entry, "rejected")
 
+    def _body_back(self, entry: Entry) -> None:
+        """An unacked entry may come back without its body (dispatch drops a stored body once
+        it is encoded): read it from the store where the whole message is needed at once.
+        A requeued entry stays body-less in the queue, like a paged-out one, until delivered."""
+        if entry.size and not entry.message.body:
+            self._page_in(entry)
+
     def after_requeue(self) -> None:
         """Called once after a batch of requeues: re-apply the length limit (ML-6)."""
         if self.settings.overflow == "drop-head":
@@ -472,6 +492,7 @@ class Queue:
 
     def _drop(self, entry: Entry, reason: str) -> None:
         if self.on_dead_letter is not None and self.settings.dead_letter_exchange is not None:
+            self._body_back(entry)
             if self.quorum:
                 entry.message = quorum.without_delivery_count(entry.message)
             self.on_dead_letter(self, entry, reason)

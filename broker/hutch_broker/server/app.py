@@ -151,18 +151,14 @@ class BrokerServer:
     def _restore(self, queue: Queue, now_ms: int) -> None:
         assert queue.store is not None  # noqa: S101
         count = 0
-        for stored in queue.store.recover():
+        for stored in queue.store.recover():  # no bodies: read back at the head (_page_in)
             message = Message(
-                stored.exchange,
-                stored.routing_key,
-                stored.raw_properties,
-                stored.body,
-                persistent=True,
+                stored.exchange, stored.routing_key, stored.raw_properties, b"", persistent=True
             )
             entry = Entry(
                 0, message, expire_at=stored.expire_at_ms, redelivered=True, store_id=stored.msg_id
             )
-            queue.restore(entry)
+            queue.restore(entry, body_size=stored.body_size)
             count += 1
         queue.last_used_ms = now_ms
         if count:

@@ -21,12 +21,13 @@ from hutch_broker.store.errors import (
 )
 from hutch_broker.store.messages import MessageStore
 from hutch_broker.store.queuestores import QueueStore
-from hutch_broker.store.records import StoredMessage
+from hutch_broker.store.records import IndexedMessage, StoredMessage
 
 __all__ = [
     "CorruptDefinitionsError",
     "CorruptRecordError",
     "DefinitionsStore",
+    "IndexedMessage",
     "MessageNotFoundError",
     "MessageStore",
     "QueueStore",

@@ -45,7 +45,7 @@ from hutch_broker.store import (
     syncing,
 )
 from hutch_broker.store.quarantine import Quarantine
-from hutch_broker.store.records import StoredMessage
+from hutch_broker.store.records import IndexedMessage, StoredMessage
 from hutch_broker.store.segments import Segment
 from hutch_broker.store.syncing import SyncPass
 
@@ -86,7 +86,7 @@ class QueueStore:
             recovered = recovery.RecoveredLog(segments={}, moved={}, messages=[], next_number=1)
         self._segments = recovered.segments
         self._moved = recovered.moved  # msg_id -> position of the copy compaction made
-        self._recovered: list[StoredMessage] | None = recovered.messages
+        self._recovered: list[IndexedMessage] | None = recovered.messages
         self._acked_since_open = False  # recover() needs to filter only if something was
         self._next_number = recovered.next_number
         self._sync_gen = 0
@@ -172,8 +172,9 @@ class QueueStore:
             self._moved.clear()
             self._acked_since_open = True
 
-    def recover(self) -> list[StoredMessage]:
-        """Every un-acked message found at open, in append order; call once, after opening."""
+    def recover(self) -> list[IndexedMessage]:
+        """Every un-acked message found at open, in append order, without its body (``read``
+        brings that back); call once, after opening."""
         with self._lock:
             self._check_usable()
             if self._recovered is None:

@@ -53,6 +53,7 @@ file there: a torn tail is never served and never resurfaces.
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -81,7 +82,8 @@ _CRC_SIZE = 4
 HEADER_SIZE = _HEADER.size
 ACK_RECORD_SIZE = _ACK.size
 
-Buffer = bytes | bytearray | memoryview
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+Scannable = bytes | bytearray | mmap.mmap  # a whole segment file: what has ``find``
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,24 @@ class StoredMessage:
     routing_key: str
     raw_properties: bytes  # AMQP content-header bytes from the property-flags field on
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedMessage:
+    """What recovery keeps of a verified record: everything but the body, and the body's size.
+
+    Recovery reads every body once to verify its checksum but keeps none of them, so a broker
+    restarts with more data than memory; a queue reads a body back (``QueueStore.read``) when
+    the message reaches its head, as it does for bodies paged out at run time.
+    """
+
+    msg_id: int
+    enqueued_at_ms: int
+    expire_at_ms: int
+    exchange: str
+    routing_key: str
+    raw_properties: bytes
+    body_size: int
 
 
 class HeaderState(enum.Enum):
@@ -221,14 +241,33 @@ def decode_record(
 
     ``view``, a memoryview of ``data``, saves creating one per record when scanning.
     """
-    decoded = _decode(data, offset, seed, memoryview(data) if view is None else view)
-    return None if decoded is None else decoded[0]
+    layout = _verify(data, offset, seed, memoryview(data) if view is None else view)
+    if layout is None:
+        return None
+    msg_id, enqueued, expire_at, key_start, properties_start, body_start, end = layout
+    return StoredMessage(
+        msg_id,
+        enqueued,
+        expire_at,
+        bytes(data[offset + HEADER_SIZE + _FIELDS.size : key_start]).decode(
+            "utf-8", "surrogatepass"
+        ),
+        bytes(data[key_start:properties_start]).decode("utf-8", "surrogatepass"),
+        bytes(data[properties_start:body_start]),
+        bytes(data[body_start:end]),
+    )
 
 
-def _decode(
-    data: Buffer, offset: int, seed: int, view: memoryview
-) -> tuple[StoredMessage, int] | None:
-    """The record at ``offset`` and its end; the recovery hot path, hence in one piece."""
+_Layout = tuple[int, int, int, int, int, int, int]
+
+
+def _verify(data: Buffer, offset: int, seed: int, view: memoryview) -> _Layout | None:
+    """The fixed fields and field boundaries of a record whose checksum and framing hold:
+    (msg_id, enqueued, expire-at, routing-key start, properties start, body start, end).
+
+    The hot path of recovery, hence in one piece: the CRC runs over the mapped file (no copy of
+    the body is ever made here).
+    """
     start = offset + HEADER_SIZE
     if start > len(data):
         return None
@@ -250,16 +289,51 @@ def _decode(
     body_start = properties_start + properties_length
     if body_start + body_length != end:
         return None
-    message = StoredMessage(
+    return msg_id, enqueued, expire_at, key_start, properties_start, body_start, end
+
+
+class _Shared:
+    """One object per distinct exchange, routing key and content header within a scan.
+
+    A queue's messages mostly share these (one exchange, a few keys, identical properties), so
+    100k recovered messages hold a handful of strings instead of 300k copies. Bounded: past
+    ``MAX_SHARED`` distinct values new ones are simply not shared.
+    """
+
+    MAX_SHARED = 4096
+
+    def __init__(self) -> None:
+        self._names: dict[bytes, str] = {}
+        self._properties: dict[bytes, bytes] = {}
+
+    def name(self, raw: bytes) -> str:
+        found = self._names.get(raw)
+        if found is None:
+            found = raw.decode("utf-8", "surrogatepass")
+            if len(self._names) < self.MAX_SHARED:
+                self._names[raw] = found
+        return found
+
+    def properties(self, raw: bytes) -> bytes:
+        found = self._properties.get(raw)
+        if found is None:
+            found = raw
+            if len(self._properties) < self.MAX_SHARED:
+                self._properties[raw] = raw
+        return found
+
+
+def _indexed(data: Buffer, offset: int, layout: _Layout, shared: _Shared) -> IndexedMessage:
+    msg_id, enqueued, expire_at, key_start, properties_start, body_start, end = layout
+    return IndexedMessage(
         msg_id,
         enqueued,
         expire_at,
-        bytes(data[start + _FIELDS.size : key_start]).decode("utf-8", "surrogatepass"),
-        bytes(data[key_start:properties_start]).decode("utf-8", "surrogatepass"),
-        bytes(data[properties_start:body_start]),
-        bytes(data[body_start:end]),
+        shared.name(bytes(data[offset + HEADER_SIZE + _FIELDS.size : key_start])),
+        shared.name(bytes(data[key_start:properties_start])),
+        shared.properties(bytes(data[properties_start:body_start])),
+        end - body_start,
     )
-    return message, end
 
 
 def checked_msg_id(data: Buffer, offset: int, *, seed: int) -> int | None:
@@ -271,32 +345,34 @@ def checked_msg_id(data: Buffer, offset: int, *, seed: int) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class SegmentScan:
-    records: list[tuple[int, int, StoredMessage]]  # (offset, length, message) in file order
+    records: list[tuple[int, int, IndexedMessage]]  # (offset, length, index) in file order
     skipped: list[tuple[int, int]]  # (start, end) of corrupt bytes that valid records follow
     valid_end: int  # where the file must be cut to drop a torn or corrupt tail
 
 
 def scan_segment(
-    data: bytes, *, number: int, salt: int, start: int = FILE_HEADER_SIZE
+    data: Scannable, *, number: int, salt: int, start: int = FILE_HEADER_SIZE
 ) -> SegmentScan:
-    """Every valid record of segment ``number``'s file bytes, in file order."""
-    view = memoryview(data)
-    records: list[tuple[int, int, StoredMessage]] = []
+    """Every valid record of segment ``number``'s file bytes, in file order, bodies verified
+    and left where they are (``data`` may be a read-only ``mmap`` of the file)."""
+    records: list[tuple[int, int, IndexedMessage]] = []
     skipped: list[tuple[int, int]] = []
+    shared = _Shared()
     base_id = number << 32
     pos = start
-    while pos < len(data):
-        decoded = _decode(data, pos, record_seed(salt, pos), view)
-        if decoded is not None and _plausible_id(decoded[0].msg_id, base_id, pos):
-            message, end = decoded
-            records.append((pos, end - pos, message))
-            pos = end
-            continue
-        resume = _resync(data, pos + 1, base_id, salt, view)
-        if resume is None:
-            break
-        skipped.append((pos, resume))
-        pos = resume
+    with memoryview(data) as view:
+        while pos < len(data):
+            layout = _verify(data, pos, record_seed(salt, pos), view)
+            if layout is not None and _plausible_id(layout[0], base_id, pos):
+                end = layout[-1]
+                records.append((pos, end - pos, _indexed(data, pos, layout, shared)))
+                pos = end
+                continue
+            resume = _resync(data, pos + 1, base_id, salt, view)
+            if resume is None:
+                break
+            skipped.append((pos, resume))
+            pos = resume
     return SegmentScan(records=records, skipped=skipped, valid_end=pos)
 
 
@@ -305,7 +381,7 @@ def _plausible_id(msg_id: int, base_id: int, offset: int) -> bool:
     return msg_id == base_id | offset or (1 << 32) <= msg_id < base_id
 
 
-def _resync(data: bytes, start: int, base_id: int, salt: int, view: memoryview) -> int | None:
+def _resync(data: Scannable, start: int, base_id: int, salt: int, view: memoryview) -> int | None:
     """The next valid record after corrupt bytes, if there is one.
 
     Safe against forged records inside a body: a candidate must verify with the seed of the
@@ -314,8 +390,8 @@ def _resync(data: bytes, start: int, base_id: int, salt: int, view: memoryview) 
     found = data.find(_MARKER, start + _CRC_SIZE)
     while found >= 0:
         candidate = found - _CRC_SIZE
-        message = decode_record(data, candidate, seed=record_seed(salt, candidate), view=view)
-        if message is not None and _plausible_id(message.msg_id, base_id, candidate):
+        layout = _verify(data, candidate, record_seed(salt, candidate), view)
+        if layout is not None and _plausible_id(layout[0], base_id, candidate):
             return candidate
         found = data.find(_MARKER, found + 1)
     return None

@@ -25,14 +25,17 @@ recovery (``UnsupportedFormatError``): guessing at it could serve garbage.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hutch_broker.store import errors, layout, records, segments
 from hutch_broker.store.quarantine import Quarantine
-from hutch_broker.store.records import StoredMessage
+from hutch_broker.store.records import IndexedMessage
 from hutch_broker.store.segments import Segment
 
 log = logging.getLogger(__name__)
@@ -42,14 +45,14 @@ log = logging.getLogger(__name__)
 class RecoveredLog:
     segments: dict[int, Segment]  # every segment file found, sealed, some possibly empty
     moved: dict[int, int]  # msg_id -> position, for records that compaction copied
-    messages: list[StoredMessage]  # live messages in msg_id (= append) order
+    messages: list[IndexedMessage]  # live messages in msg_id (= append) order, no bodies
     next_number: int  # the first segment number never used in this directory
 
 
 @dataclass
 class _Scan:
     segments: dict[int, Segment] = field(default_factory=dict)
-    live: dict[int, StoredMessage] = field(default_factory=dict)  # position -> message
+    live: dict[int, IndexedMessage] = field(default_factory=dict)  # position -> message
     acked: set[int] = field(default_factory=set)  # positions of records acked on disk
     copies: dict[int, list[int]] = field(default_factory=dict)  # msg_id -> copy positions
 
@@ -153,36 +156,55 @@ class _SegmentFile:
 
 
 def _scan_one(segment: _SegmentFile, scan: _Scan) -> None:
-    data = segment.path.read_bytes()
-    header = records.parse_file_header(data)
-    if header.state is records.HeaderState.SHORT:
-        what = f"{len(data)} bytes, less than a file header"
-        if segment.may_be_torn:
-            _note_empty(segment, what, scan)
-        else:
-            _set_aside_unreadable(segment, f"{what}, though newer segments hold records")
-        return
-    if header.state is records.HeaderState.OTHER_VERSION:
-        raise errors.UnsupportedFormatError(
-            f"{segment.where}: segment format version {header.version}, this broker reads "
-            f"version {records.FORMAT_VERSION} only (version 1 was a pre-release format); "
-            "start the broker version that wrote it, or move the data directory away"
-        )
-    found = records.scan_segment(data, number=segment.number, salt=header.salt)
-    damaged_header = header.state is records.HeaderState.DAMAGED
-    if damaged_header and not found.records:
-        if len(data) > records.FILE_HEADER_SIZE:
-            _set_aside_unreadable(segment, "damaged file header, no record verifies with its salt")
-        else:
-            _note_empty(segment, "a damaged file header and no records", scan)
-        return
-    if found.skipped:
-        _report_skipped(segment, found)
-    if damaged_header:
-        _repair_header(segment, header.salt, len(found.records))
-    if found.valid_end < len(data):
-        _cut_tail(segment, data, found.valid_end)
-    _index(segment, found, scan, salt=header.salt)
+    cut: tuple[int, int] | None = None  # (valid end, file size): cut once the map is closed
+    with _mapped(segment.path) as data:
+        header = records.parse_file_header(data)
+        if header.state is records.HeaderState.SHORT:
+            what = f"{len(data)} bytes, less than a file header"
+            if segment.may_be_torn:
+                _note_empty(segment, what, scan)
+            else:
+                _set_aside_unreadable(segment, f"{what}, though newer segments hold records")
+            return
+        if header.state is records.HeaderState.OTHER_VERSION:
+            raise errors.UnsupportedFormatError(
+                f"{segment.where}: segment format version {header.version}, this broker reads "
+                f"version {records.FORMAT_VERSION} only (version 1 was a pre-release format); "
+                "start the broker version that wrote it, or move the data directory away"
+            )
+        found = records.scan_segment(data, number=segment.number, salt=header.salt)
+        damaged_header = header.state is records.HeaderState.DAMAGED
+        if damaged_header and not found.records:
+            if len(data) > records.FILE_HEADER_SIZE:
+                _set_aside_unreadable(
+                    segment, "damaged file header, no record verifies with its salt"
+                )
+            else:
+                _note_empty(segment, "a damaged file header and no records", scan)
+            return
+        if found.skipped:
+            _report_skipped(segment, found)
+        if damaged_header:
+            _repair_header(segment, header.salt, len(found.records))
+        if found.valid_end < len(data):
+            _keep_tail(segment, data, found.valid_end)
+            cut = found.valid_end, len(data)
+        _index(segment, found, scan, salt=header.salt)
+    if cut is not None:
+        os.truncate(segment.path, cut[0])
+
+
+@contextlib.contextmanager
+def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
+    """The file's bytes as a read-only map: scanning verifies every body without copying it
+    into the heap, and the pages it touched leave the process when the map is closed (file
+    pages the kernel may reclaim at any time, never anonymous memory)."""
+    with path.open("rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            yield b""  # an empty file cannot be mapped
+            return
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield data
 
 
 def _note_empty(segment: _SegmentFile, what: str, scan: _Scan) -> None:
@@ -254,13 +276,17 @@ def _report_skipped(segment: _SegmentFile, found: records.SegmentScan) -> None:
         )
 
 
-def _cut_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
-    """Keep the bytes, then cut the file: a tail is never served and never resurfaces."""
+def _keep_tail(segment: _SegmentFile, data: bytes | mmap.mmap, valid_end: int) -> None:
+    """Keep the bytes of a tail that is about to be cut: it is never served, never resurfaces.
+
+    The caller cuts the file once its map is closed.
+    """
     dropped = len(data) - valid_end
     torn = segment.may_be_torn and records.looks_torn(data, valid_end)
-    if data[valid_end:].strip(b"\0"):
+    tail = data[valid_end:]
+    if tail.strip(b"\0"):
         kept: object = segment.quarantine.keep(
-            data[valid_end:],
+            tail,
             name=f"{segment.path.name}.tail-from-{valid_end}",
             label=segment.label,
             reason=f"{segment.where}: {dropped} bytes cut from offset {valid_end}.",
@@ -278,7 +304,6 @@ def _cut_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
         dropped,
         kept,
     )
-    os.truncate(segment.path, valid_end)
 
 
 def _index(segment: _SegmentFile, found: records.SegmentScan, scan: _Scan, *, salt: int) -> None:

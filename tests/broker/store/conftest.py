@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_broker.store import MessageStore, QueueStore
+from hutch_broker.store import IndexedMessage, MessageStore, QueueStore, StoredMessage
 
 SMALL_SEGMENT = 1024
 
@@ -37,6 +37,30 @@ def fill_queue(store: QueueStore, count: int, *, body_size: int = 40, first: int
     ]
 
 
+def read_back_messages(queue: QueueStore) -> list[StoredMessage]:
+    """What a recovered queue serves: ``recover()``'s index (which holds no body), each body
+    read back from disk as a queue does when the message reaches its head; every index entry
+    must describe the record read back."""
+    served = []
+    for indexed in queue.recover():
+        stored = queue.read(indexed.msg_id)
+        assert indexed == index_of(stored), "the index does not describe its record"
+        served.append(stored)
+    return served
+
+
+def index_of(stored: StoredMessage) -> IndexedMessage:
+    return IndexedMessage(
+        stored.msg_id,
+        stored.enqueued_at_ms,
+        stored.expire_at_ms,
+        stored.exchange,
+        stored.routing_key,
+        stored.raw_properties,
+        len(stored.body),
+    )
+
+
 def segment_files(store: QueueStore, prefix: str = "msgs.") -> list[str]:
     return sorted(path.name for path in store.directory.iterdir() if path.name.startswith(prefix))
 
@@ -49,6 +73,11 @@ def fields() -> Callable[..., dict[str, Any]]:
 @pytest.fixture
 def fill() -> Callable[..., list[int]]:
     return fill_queue
+
+
+@pytest.fixture
+def read_back() -> Callable[[QueueStore], list[StoredMessage]]:
+    return read_back_messages
 
 
 @pytest.fixture

@@ -80,7 +80,8 @@ def run_child(data_dir: Path, out_path: Path, seed: int, mode: str, lifetime: fl
 def check_recovery(data_dir: Path, ledger: Ledger) -> int:
     store = MessageStore(data_dir, segment_size=SEGMENT_SIZE)
     try:
-        recovered = store.open_queue("/", "crash").recover()
+        queue = store.open_queue("/", "crash")
+        recovered = [queue.read(message.msg_id) for message in queue.recover()]
     finally:
         store.close()
     ids = [stored.msg_id for stored in recovered]

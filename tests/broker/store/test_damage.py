@@ -30,6 +30,7 @@ from hutch_broker.store import (
     CorruptDefinitionsError,
     DefinitionsStore,
     MessageStore,
+    QueueStore,
     StoredMessage,
     journal,
     layout,
@@ -118,11 +119,16 @@ def start_up(data_dir: Path) -> Started:
     durable = [(item["vhost"], item["name"]) for item in (document or {}).get("queues", [])]
     store = open_messages(data_dir)
     try:
-        recovered = {name: store.open_queue(vhost, name).recover() for vhost, name in durable}
+        recovered = {name: served(store.open_queue(vhost, name)) for vhost, name in durable}
         store.set_aside_unclaimed(durable)
         return Started(recovered, snapshot(data_dir))
     finally:
         store.close()
+
+
+def served(queue: QueueStore) -> list[StoredMessage]:
+    """Recovery keeps no body: a queue reads each back when the message reaches its head."""
+    return [queue.read(message.msg_id) for message in queue.recover()]
 
 
 def snapshot(data_dir: Path) -> dict[str, bytes]:

@@ -24,7 +24,7 @@ HOSTILE_NAMES = [
 ]
 
 
-def test_hostile_names_get_their_own_safe_directories(open_store, fields, data_dir):
+def test_hostile_names_get_their_own_safe_directories(open_store, fields, data_dir, read_back):
     store = open_store()
     ids = {}
     for index, (vhost, queue) in enumerate(HOSTILE_NAMES):
@@ -38,7 +38,7 @@ def test_hostile_names_get_their_own_safe_directories(open_store, fields, data_d
 
     assert reopened.existing_queues() == sorted(HOSTILE_NAMES)
     for index, names in enumerate(HOSTILE_NAMES):
-        (message,) = reopened.open_queue(*names).recover()
+        (message,) = read_back(reopened.open_queue(*names))
         assert (message.msg_id, message.body) == (ids[names], fields(index)["body"])
 
 

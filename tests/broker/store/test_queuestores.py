@@ -34,7 +34,7 @@ def reopen(open_store, store, queue="q"):
     return open_store().open_queue("/", queue)
 
 
-def test_round_trip_in_append_order_across_segments(open_store, fill, expected):
+def test_round_trip_in_append_order_across_segments(open_store, fill, expected, read_back):
     store = open_store()
     queue = store.open_queue("/", "q")
     assert queue.recover() == []
@@ -43,7 +43,7 @@ def test_round_trip_in_append_order_across_segments(open_store, fill, expected):
     assert len({msg_id >> 32 for msg_id in ids}) > 3  # the 1 KiB segments rotated
     queue.sync()
 
-    recovered = reopen(open_store, store).recover()
+    recovered = read_back(reopen(open_store, store))
 
     assert recovered == [expected(index, msg_id) for index, msg_id in enumerate(ids)]
 
@@ -156,7 +156,9 @@ def test_ids_keep_increasing_across_restarts_even_when_empty(open_store, fill):
 
 @pytest.mark.parametrize("segment_size", [64, 1024, 8 * 1024 * 1024])
 @pytest.mark.parametrize("body_size", [0, 1, 1000, 1100, 70_000])
-def test_messages_of_any_size_round_trip(open_store, fill, expected, segment_size, body_size):
+def test_messages_of_any_size_round_trip(
+    open_store, fill, expected, segment_size, body_size, read_back
+):
     store = open_store(segment_size=segment_size)
     queue = store.open_queue("/", "q")
     ids = fill(queue, 3, body_size=body_size)
@@ -164,13 +166,13 @@ def test_messages_of_any_size_round_trip(open_store, fill, expected, segment_siz
     queue.sync()
     assert queue.read(ids[1]) == expected(1, ids[1], body_size=body_size)
 
-    recovered = reopen(open_store, store).recover()
+    recovered = read_back(reopen(open_store, store))
 
     assert recovered == [expected(i, ids[i], body_size=body_size) for i in range(3)]
 
 
 @pytest.mark.slow
-def test_sixteen_mebibyte_body_across_small_segments(open_store, fields):
+def test_sixteen_mebibyte_body_across_small_segments(open_store, fields, read_back):
     store = open_store(segment_size=1024 * 1024)
     queue = store.open_queue("/", "q")
     body = bytes(range(256)) * (16 * 1024 * 1024 // 256)
@@ -180,7 +182,7 @@ def test_sixteen_mebibyte_body_across_small_segments(open_store, fields):
     assert len({small >> 32, big >> 32, after >> 32}) == 3
     assert queue.read(big).body == body
 
-    recovered = reopen(open_store, store).recover()
+    recovered = read_back(reopen(open_store, store))
 
     assert [message.msg_id for message in recovered] == [small, big, after]
     assert recovered[1].body == body
@@ -209,13 +211,13 @@ def test_names_and_stamps_are_validated(open_store, fields):
     assert queue.recover() == []
 
 
-def test_unicode_fields_round_trip(open_store, fields):
+def test_unicode_fields_round_trip(open_store, fields, read_back):
     store = open_store()
     queue = store.open_queue("/", "q")
     odd = {"exchange": "ex\u00e9\U0001f407", "routing_key": "\ud800lone.surrogate\x00"}
     msg_id = queue.append(**{**fields(1), **odd})
 
-    (recovered,) = reopen(open_store, store).recover()
+    (recovered,) = read_back(reopen(open_store, store))
 
     assert (recovered.msg_id, recovered.exchange, recovered.routing_key) == (
         msg_id,
@@ -224,7 +226,7 @@ def test_unicode_fields_round_trip(open_store, fields):
     )
 
 
-def test_sync_in_a_worker_thread_while_appending(open_store, fill, expected):
+def test_sync_in_a_worker_thread_while_appending(open_store, fill, expected, read_back):
     store = open_store(segment_size=64 * 1024)
     queue = store.open_queue("/", "q")
     done = threading.Event()
@@ -250,7 +252,7 @@ def test_sync_in_a_worker_thread_while_appending(open_store, fill, expected):
     store.sync()  # the unlinks of the first pass get their directory fsync
     assert not queue.dirty
 
-    recovered = reopen(open_store, store).recover()
+    recovered = read_back(reopen(open_store, store))
 
     assert recovered == [expected(i, ids[i]) for i in range(1000, 3000)]
 
@@ -276,7 +278,9 @@ def record_size(message_fields):
     )
 
 
-def test_compaction_bounds_disk_use_and_keeps_ids(open_store, fields, fill, expected, files_of):
+def test_compaction_bounds_disk_use_and_keeps_ids(
+    open_store, fields, fill, expected, files_of, read_back
+):
     store = open_store()
     queue = store.open_queue("/", "q")
     kept = linger_one_in_ten(queue, fill)
@@ -292,7 +296,7 @@ def test_compaction_bounds_disk_use_and_keeps_ids(open_store, fields, fill, expe
     for position, msg_id in enumerate(kept):
         assert queue.read(msg_id) == expected(position * 10, msg_id)
     queue.ack(kept[0])
-    recovered = reopen(open_store, store).recover()
+    recovered = read_back(reopen(open_store, store))
 
     assert recovered == [expected(i * 10, msg_id) for i, msg_id in enumerate(kept)][1:]
 

@@ -57,14 +57,14 @@ def _truncate(name, size):
     return damage
 
 
-def test_torn_tail_at_every_byte_of_the_last_record(pristine, damaged, fields):
+def test_torn_tail_at_every_byte_of_the_last_record(pristine, damaged, fields, read_back):
     template, ids, segment = pristine
     last = ids[-1] & segments.OFFSET_MASK
     end = segment.stat().st_size
     complete = _expected(fields, ids[:-1])
     for cut in range(last, end):
         store, queue = damaged(template, _truncate(segment.name, cut))
-        assert queue.recover() == complete, f"cut at {cut}"
+        assert read_back(queue) == complete, f"cut at {cut}"
         assert (queue.directory / segment.name).stat().st_size == last  # tail truncated
         store.close()
 
@@ -93,29 +93,31 @@ def _flip(name, position, mask=0x01):
     return damage
 
 
-def test_a_flipped_bit_anywhere_in_a_record_is_never_served(pristine, damaged, fields):
+def test_a_flipped_bit_anywhere_in_a_record_is_never_served(pristine, damaged, fields, read_back):
     template, ids, segment = pristine
     start, end = ids[2] & segments.OFFSET_MASK, ids[3] & segments.OFFSET_MASK
     originals = dict(zip(ids, _expected(fields, ids), strict=True))
     for position in range(start, end):
         store, queue = damaged(template, _flip(segment.name, position))
-        recovered = queue.recover()
+        recovered = read_back(queue)
         assert ids[2] not in [message.msg_id for message in recovered], f"flip at {position}"
         assert recovered == [originals[i] for i in ids if i != ids[2]], f"flip at {position}"
         store.close()
 
 
-def test_a_flipped_bit_in_the_file_header_does_not_hide_records(pristine, damaged, fields):
+def test_a_flipped_bit_in_the_file_header_does_not_hide_records(
+    pristine, damaged, fields, read_back
+):
     template, ids, segment = pristine
     _store, queue = damaged(template, _flip(segment.name, 1))
-    assert queue.recover() == _expected(fields, ids)
+    assert read_back(queue) == _expected(fields, ids)
 
 
-def test_a_flipped_version_byte_is_damage_not_another_format(pristine, damaged, fields):
+def test_a_flipped_version_byte_is_damage_not_another_format(pristine, damaged, fields, read_back):
     """It used to stop the broker (UnsupportedFormatError); the header checksum tells apart."""
     template, ids, segment = pristine
     _store, queue = damaged(template, _flip(segment.name, 4, mask=0x02))
-    assert queue.recover() == _expected(fields, ids)
+    assert read_back(queue) == _expected(fields, ids)
 
 
 def test_an_intact_header_of_another_format_version_is_refused(pristine, damaged):
@@ -129,7 +131,7 @@ def test_an_intact_header_of_another_format_version_is_refused(pristine, damaged
         damaged(template, older_format)
 
 
-def test_zero_filled_tail_after_a_power_cut_is_dropped(pristine, damaged, fields):
+def test_zero_filled_tail_after_a_power_cut_is_dropped(pristine, damaged, fields, read_back):
     template, ids, segment = pristine
 
     def damage(queue_dir):
@@ -137,7 +139,7 @@ def test_zero_filled_tail_after_a_power_cut_is_dropped(pristine, damaged, fields
             file.write(bytes(8192))
 
     _store, queue = damaged(template, damage)
-    assert queue.recover() == _expected(fields, ids)
+    assert read_back(queue) == _expected(fields, ids)
     assert (queue.directory / segment.name).stat().st_size == segment.stat().st_size
 
 
@@ -183,7 +185,7 @@ def test_garbage_ack_tail_is_ignored_and_acks_still_append(acked_pristine, damag
     assert found.offsets == [i & segments.OFFSET_MASK for i in ids[:4]]
 
 
-def test_stray_and_orphan_files(pristine, damaged, fields):
+def test_stray_and_orphan_files(pristine, damaged, fields, read_back):
     """An ack file without its segment is set aside, a segment torn at creation cleaned away."""
     template, ids, _ = pristine
     orphan = segments.ack_name(9999)
@@ -193,7 +195,7 @@ def test_stray_and_orphan_files(pristine, damaged, fields):
         (queue_dir / segments.segment_name(5000)).write_bytes(records.file_header(0)[:3])
 
     _store, queue = damaged(template, damage)
-    assert queue.recover() == _expected(fields, ids)
+    assert read_back(queue) == _expected(fields, ids)
     assert not (queue.directory / orphan).exists()
     queue.sync()
     assert not (queue.directory / segments.segment_name(5000)).exists()
