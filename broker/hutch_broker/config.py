@@ -81,6 +81,11 @@ class BrokerConfig:
     management_ssl_port: int | None = None  # management.ssl.port
     tls: TLSOptions = field(default_factory=TLSOptions)
     management_tls: TLSOptions = field(default_factory=TLSOptions)
+    # The management listener's bounds (server/httpguard.py). ``None``: a quarter of the file
+    # descriptor limit, at most 1,000. The request timeout runs from a connection's start or
+    # its last response until the next request's headers are complete (idle keep-alive too).
+    http_max_connections: int | None = None  # management.tcp.max_connections
+    http_request_timeout_s: float = 30.0  # management.tcp.request_timeout, in ms there
 
 
 def parse_size(text: str) -> int:
@@ -116,6 +121,17 @@ def _ratio(text: str) -> float:
 
 def _port_of(value: str) -> int:
     return int(value.rsplit(":", 1)[-1])
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ConfigError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _milliseconds(text: str) -> float:
+    return _positive(text) / 1000
 
 
 def _verify(text: str) -> bool:
@@ -175,6 +191,8 @@ _SIMPLE: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "max_message_size": ("max_message_size", _message_size),
     "total_memory_available_override_value": ("total_memory", parse_size),
     "disk_free_limit.absolute": ("disk_free_limit", parse_size),
+    "management.tcp.max_connections": ("http_max_connections", _positive),
+    "management.tcp.request_timeout": ("http_request_timeout_s", _milliseconds),
 }
 
 

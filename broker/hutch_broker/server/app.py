@@ -401,6 +401,7 @@ class BrokerServer:
 
         from hutch_broker.admin.app import make_app  # noqa: PLC0415
         from hutch_broker.admin.views.overview import NodeInfo  # noqa: PLC0415
+        from hutch_broker.server import httpguard  # noqa: PLC0415
 
         config = self.config
         node = NodeInfo(
@@ -420,9 +421,28 @@ class BrokerServer:
             operator_policy_changes_disabled=self.config.operator_policy_changes_disabled,
         )
         app.middlewares.append(self._durable_replies_middleware())  # innermost
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        limiter = httpguard.RateLimitedLog()
+        httpguard.SERVER_LOG.addFilter(httpguard.OneLineParseErrors(limiter))
+        fd_limit = httpguard.raise_fd_limit()
+        guard = httpguard.ConnectionGuard(
+            httpguard.connection_cap(config.http_max_connections, fd_limit), limiter
+        )
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=config.http_request_timeout_s,  # also bounds the first request
+            logger=httpguard.SERVER_LOG,
+        )
         await runner.setup()
         self._http_runner = runner
+        log.info(
+            "management: at most %d connections, %.0f s to send a request's headers "
+            "(file descriptor limit %d)",
+            guard.cap,
+            config.http_request_timeout_s,
+            fd_limit,
+        )
         sites = [
             ("HTTP", config.http_port, None),
             ("HTTPS", config.management_ssl_port, self.https_context),
@@ -430,7 +450,14 @@ class BrokerServer:
         for label, port, context in sites:
             if port is None:
                 continue
-            site = web.TCPSite(runner, config.bind, port, reuse_address=True, ssl_context=context)
+            site = httpguard.GuardedSite(
+                runner,
+                config.bind,
+                port,
+                guard=guard,
+                handshake_timeout_s=config.http_request_timeout_s,
+                ssl_context=context,
+            )
             await site.start()
             log.info("%s management listener on %s:%d", label, config.bind, port)
 
