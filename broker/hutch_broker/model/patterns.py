@@ -22,15 +22,22 @@ refused with ``UnsupportedPatternError``; RabbitMQ would accept them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from re import _compiler, _parser  # type: ignore[attr-defined]
 from re import _constants as sre  # type: ignore[attr-defined]
 from typing import Any, Final, Protocol
 
-MAX_PROGRAM: Final = 1000  # NFA instructions; a search costs at most this times len(name)
+from hutch_broker.model import automata
 
-_CHAR, _SPLIT, _JUMP, _ASSERT, _MATCH = range(5)
+MAX_PROGRAM: Final = 1000  # NFA instructions; one uncached DFA step costs at most about this
+
+_CHAR, _SPLIT, _JUMP, _ASSERT, _MATCH = (
+    automata.CHAR,
+    automata.SPLIT,
+    automata.JUMP,
+    automata.ASSERT,
+    automata.MATCH,
+)
 _LEAVES: Final = frozenset({sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN})
 _REPEATS: Final = frozenset({sre.MAX_REPEAT, sre.MIN_REPEAT})
 _UNSUPPORTED: Final = {
@@ -57,8 +64,18 @@ class UnsupportedPatternError(PatternError):
     """A valid regex that needs backtracking or is too large to search in bounded time."""
 
 
+class Searching(Protocol):
+    """One search under way: ``advance`` works up to a budget; ``result`` is None until known."""
+
+    result: bool | None
+
+    def advance(self, budget: int = ...) -> int: ...
+
+
 class Matcher(Protocol):
     def search(self, text: str) -> bool: ...
+
+    def begin(self, text: str) -> Searching: ...
 
 
 def compile_pattern(pattern: str) -> Matcher:
@@ -67,14 +84,14 @@ def compile_pattern(pattern: str) -> Matcher:
     _refuse_unsupported(parsed)
     if _is_simple(parsed):
         return _ReSearch(re.compile(pattern))
-    return _Builder(parsed.state.flags).program(list(parsed))
+    return automata.Automaton(_Builder(parsed.state.flags).program(list(parsed)))
 
 
 def compile_nfa(pattern: str) -> Matcher:
-    """Always the NFA, even where ``re`` would be safe (tests hold it to ``re.search``)."""
+    """Always the automaton, even where ``re`` would be safe (tests hold it to ``re.search``)."""
     parsed = _parse(pattern)
     _refuse_unsupported(parsed)
-    return _Builder(parsed.state.flags).program(list(parsed))
+    return automata.Automaton(_Builder(parsed.state.flags).program(list(parsed)))
 
 
 def _parse(pattern: str) -> Any:
@@ -143,80 +160,65 @@ class _ReSearch:
     def search(self, text: str) -> bool:
         return self.regex.search(text) is not None
 
+    def begin(self, text: str) -> Searching:
+        return _OneShot(self.regex, text)
 
-@dataclass(frozen=True, slots=True)
-class _Program:
-    """Instructions as parallel tuples; ``_CHAR`` and ``_ASSERT`` carry a one-position test."""
 
-    ops: tuple[int, ...]
-    targets: tuple[tuple[int, ...], ...]  # SPLIT: two; JUMP: one; others: none
-    tests: tuple[Callable[..., Any], ...]  # a leaf's re match; ``_no_test`` elsewhere
+class _OneShot:
+    """A ``re`` search as a ``Searching``: done in one call, charged by the name's length."""
 
-    def search(self, text: str) -> bool:
-        carried: list[int] = []
-        for position in range(len(text) + 1):
-            live, matched = self._closure([*carried, 0], text, position)  # 0: start here too
-            if matched:
-                return True
-            if position == len(text):
-                break
-            char = text[position]
-            tests = self.tests
-            carried = [pc + 1 for pc in live if tests[pc](char) is not None]
-        return False
+    __slots__ = ("regex", "result", "text")
 
-    def _closure(self, starts: list[int], text: str, position: int) -> tuple[list[int], bool]:
-        """Character-consuming states reachable without consuming; whether MATCH is one."""
-        ops, targets, tests = self.ops, self.targets, self.tests
-        seen: set[int] = set()
-        live: list[int] = []
-        pending = starts[::-1]  # explore in order; duplicates are skipped by ``seen``
-        while pending:
-            pc = pending.pop()
-            if pc in seen:
-                continue
-            seen.add(pc)
-            op = ops[pc]
-            if op == _CHAR:
-                live.append(pc)
-            elif op == _MATCH:
-                return live, True
-            elif op == _ASSERT:
-                if tests[pc](text, position) is not None:
-                    pending.append(pc + 1)
-            else:
-                pending.extend(reversed(targets[pc]))
-        return live, False
+    def __init__(self, regex: re.Pattern[str], text: str) -> None:
+        self.regex, self.text = regex, text
+        self.result: bool | None = None
+
+    def advance(self, budget: int = automata.UNLIMITED) -> int:
+        if self.result is not None:
+            return 0
+        self.result = self.regex.search(self.text) is not None
+        return 4 * (len(self.text) + 1)  # ``re`` here is at most quadratic, in C
 
 
 class _Builder:
-    """Compiles a parsed tree into a ``_Program``; leaves are compiled by ``re`` itself."""
+    """Compiles a parsed tree into a ``Program``; leaves are compiled by ``re`` itself, once
+    per distinct leaf (``(.)*`` repeated 240 times has one)."""
 
     def __init__(self, flags: int) -> None:
         self.flags = flags
         self.ops: list[int] = []
         self.targets: list[tuple[int, ...]] = []
-        self.tests: list[Callable[..., Any]] = []
+        self.leaves: list[int] = []
+        self.tests: list[re.Pattern[str]] = []
+        self.leaf_ids: dict[tuple[str, int], int] = {}
 
-    def program(self, nodes: list[Node]) -> _Program:
+    def program(self, nodes: list[Node]) -> automata.Program:
         try:
             self._sequence(nodes, self.flags)
         except RecursionError:
             raise UnsupportedPatternError("groups nest too deeply") from None
         self._emit(_MATCH)
-        return _Program(tuple(self.ops), tuple(self.targets), tuple(self.tests))
+        return automata.Program(
+            tuple(self.ops), tuple(self.targets), tuple(self.leaves), tuple(self.tests)
+        )
 
-    def _emit(
-        self, op: int, targets: tuple[int, ...] = (), test: Callable[..., Any] | None = None
-    ) -> int:
+    def _emit(self, op: int, targets: tuple[int, ...] = (), leaf: int = -1) -> int:
         if len(self.ops) >= MAX_PROGRAM:
             raise UnsupportedPatternError(
                 f"is too large: it expands to more than {MAX_PROGRAM} matching steps"
             )
         self.ops.append(op)
         self.targets.append(targets)
-        self.tests.append(test or _no_test)
+        self.leaves.append(leaf)
         return len(self.ops) - 1
+
+    def _leaf(self, node: Node, flags: int) -> int:
+        key = (repr(node), flags)
+        leaf = self.leaf_ids.get(key)
+        if leaf is None:
+            leaf = self.leaf_ids[key] = len(self.tests)
+            self.tests.append(_leaf(node, flags))
+        return leaf
 
     def _patch(self, pc: int, targets: tuple[int, ...]) -> None:
         self.targets[pc] = targets
@@ -228,9 +230,9 @@ class _Builder:
     def _node(self, node: Node, flags: int) -> None:
         op, arg = node
         if op in _LEAVES:
-            self._emit(_CHAR, test=_leaf(node, flags).fullmatch)
+            self._emit(_CHAR, leaf=self._leaf(node, flags))
         elif op is sre.AT:
-            self._emit(_ASSERT, test=_leaf(node, flags).match)
+            self._emit(_ASSERT, leaf=self._leaf(node, flags))
         elif op is sre.SUBPATTERN:
             _group, add_flags, del_flags, body = arg
             self._sequence(list(body), (flags | add_flags) & ~del_flags)
@@ -273,10 +275,6 @@ class _Builder:
         split = self._emit(_SPLIT)
         self._sequence(body, flags)
         return split
-
-
-def _no_test(*_: object) -> None:
-    """The test of an instruction that consumes nothing and asserts nothing."""
 
 
 def _leaf(node: Node, flags: int) -> re.Pattern[str]:

@@ -88,6 +88,11 @@ _STRINGS: Final = {
     "dead-letter-routing-key": "dead letter routing key",
     "alternate-exchange": "alternate exchange name",
 }
+_APPLIES: Final = {
+    "queue": frozenset({"all", "queues", "classic_queues"}),
+    "quorum_queue": frozenset({"all", "queues", "quorum_queues"}),
+    "exchange": frozenset({"all", "exchanges"}),
+}
 _OVERFLOW: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
 _QUEUE_MODES: Final = ("default", "lazy")
 
@@ -107,13 +112,21 @@ class Policy:
 
     def matches(self, name: str, kind: str) -> bool:
         """``kind`` is "queue" (classic), "quorum_queue" or "exchange" (``queue_kind``)."""
-        if kind == "queue" and self.apply_to not in ("all", "queues", "classic_queues"):
-            return False
-        if kind == "quorum_queue" and self.apply_to not in ("all", "queues", "quorum_queues"):
-            return False
-        if kind == "exchange" and self.apply_to not in ("all", "exchanges"):
-            return False
-        return self._matcher.search(name)
+        return self.applies_to(kind) and self._matcher.search(name)
+
+    def applies_to(self, kind: str) -> bool:
+        """Whether ``apply-to`` lets this policy apply to entities of ``kind`` at all."""
+        return self.apply_to in _APPLIES[kind]
+
+    def begin_search(self, name: str) -> patterns.Searching:
+        """A search of ``name`` that can be advanced in slices (``model/policychanges``)."""
+        return self._matcher.begin(name)
+
+    def outranks(self, other: Policy | None) -> bool:
+        """POL-2: a higher priority wins; at equal priority, the lower name."""
+        if other is None:
+            return True
+        return (self.priority, _neg(self.name)) > (other.priority, _neg(other.name))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -216,11 +229,14 @@ def best_match(policies: Iterable[Policy], name: str, kind: str) -> Policy | Non
     """POL-2: the highest priority match; ties go to the lowest name."""
     best: Policy | None = None
     for policy in policies:
-        if not policy.matches(name, kind):
-            continue
-        if best is None or (policy.priority, _neg(policy.name)) > (best.priority, _neg(best.name)):
+        if policy.outranks(best) and policy.matches(name, kind):
             best = policy
     return best
+
+
+def ranked(policies: Iterable[Policy]) -> list[Policy]:
+    """Best first (POL-2): the first that matches a name is the one that applies to it."""
+    return sorted(policies, key=lambda policy: (-policy.priority, policy.name))
 
 
 def _neg(name: str) -> tuple[int, ...]:
@@ -245,6 +261,11 @@ def apply_to_queue(
     kind = queue_kind(queue.quorum)
     queue.policy = best_match(policies, queue.name, kind)
     queue.operator_policy = best_match(operator_policies, queue.name, kind)
+    settle_queue(queue, clock=clock)
+
+
+def settle_queue(queue: Queue, *, clock: Callable[[], int]) -> None:
+    """Make the settings of ``queue.policy`` and ``queue.operator_policy`` effective."""
     old_expires = queue.settings.expires
     queue.apply_settings(
         settings_mod.effective(
@@ -263,7 +284,10 @@ def apply_to_exchange(exchange: Exchange, *, policies: Iterable[Policy]) -> None
     """Give ``exchange`` its policy's name and alternate exchange (operator policies have none)."""
     if exchange.name == "":
         return  # the default exchange never uses an AE (EX-2); amq.* ones may
-    policy = best_match(policies, exchange.name, "exchange")
+    install_on_exchange(exchange, best_match(policies, exchange.name, "exchange"))
+
+
+def install_on_exchange(exchange: Exchange, policy: Policy | None) -> None:
     exchange.policy_name = policy.name if policy else None
     value = policy.definition.get("alternate-exchange") if policy else None
     exchange.policy_alternate_exchange = value if isinstance(value, str) else None

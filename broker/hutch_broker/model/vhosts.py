@@ -15,11 +15,12 @@ import base64
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
-from hutch_broker.model import changes, deadletter, limits, paging, quorum, routing
+from hutch_broker.model import changes, deadletter, limits, paging, policychanges, quorum, routing
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
@@ -62,6 +63,8 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         self.policies: dict[str, policies_mod.Policy] = {}
         self.operator_policies: dict[str, policies_mod.Policy] = {}
+        # Policy changes not yet completely applied, oldest first (model/policychanges.py).
+        self.policy_changes: deque[policychanges.PolicyChange] = deque()
         # Wired by the broker: called when a durable definition changes (with what
         # changed), when a queue is created (store attach) or deleted (store cleanup).
         self.on_definitions_changed: changes.ChangeListener = changes.ignore
@@ -119,6 +122,7 @@ class VirtualHost:
         )
         self.exchanges[name] = exchange
         self._apply_exchange_policy(exchange)
+        self._include_in_policy_changes(exchange)
         if changes.exchange_persisted(exchange):
             self.on_definitions_changed(
                 Change("exchanges", changes.exchange_item(self.name, exchange))
@@ -261,6 +265,7 @@ class VirtualHost:
         queue.pager = self.pager
         self.queues[name] = queue
         self._apply_queue_policy(queue)
+        self._include_in_policy_changes(queue)
         self.on_queue_created(queue)
         self._queue_changed(queue)
         return queue, True
@@ -430,27 +435,30 @@ class VirtualHost:
     # -- policies -----------------------------------------------------
 
     def set_policy(self, policy: policies_mod.Policy, *, operator: bool) -> None:
-        table = self.operator_policies if operator else self.policies
-        table[policy.name] = policy
-        self.apply_policies()
-        self.on_definitions_changed(changes.policy_change(self.name, policy, operator=operator))
+        """Put a policy and apply it to every entity now (imports, recovery)."""
+        self.change_policy(policy.name, policy, operator=operator).run()
 
     def delete_policy(self, name: str, *, operator: bool) -> bool:
-        table = self.operator_policies if operator else self.policies
-        policy = table.pop(name, None)
-        if policy is None:
+        """Delete a policy and apply that now; False if there was none."""
+        if name not in (self.operator_policies if operator else self.policies):
             return False
-        self.apply_policies()
-        change = changes.policy_change(self.name, policy, operator=operator, deleted=True)
-        self.on_definitions_changed(change)
+        self.change_policy(name, None, operator=operator).run()
         return True
 
-    def apply_policies(self) -> None:
-        """POL-7: re-evaluate every entity after a policy change."""
-        for queue in self.queues.values():
-            self._apply_queue_policy(queue)
-        for exchange in self.exchanges.values():
-            self._apply_exchange_policy(exchange)
+    def change_policy(
+        self, name: str, policy: policies_mod.Policy | None, *, operator: bool
+    ) -> policychanges.PolicyChange:
+        """A put (or, with ``policy`` None, a delete), queued: ``run`` it, in slices or not.
+
+        POL-7: every entity is re-evaluated; the change is installed when all are.
+        """
+        change = policychanges.PolicyChange(self, name=name, policy=policy, operator=operator)
+        self.policy_changes.append(change)
+        return change
+
+    def _include_in_policy_changes(self, entity: Queue | Exchange) -> None:
+        for change in self.policy_changes:
+            change.include(entity)
 
     def _apply_queue_policy(self, queue: Queue) -> None:
         policies_mod.apply_to_queue(
