@@ -130,5 +130,19 @@ def make_app(
     )
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)
+        app.add_routes(with_trailing_slash(module.routes))
     app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/metrics/", metrics_endpoint)
     return app
+
+
+def with_trailing_slash(routes: web.RouteTableDef) -> list[web.RouteDef]:
+    """Every route again with a trailing slash: RabbitMQ's router ignores one (``/api/queues/``
+    is ``/api/queues``), and clients that join path segments rely on it. Routes, not a redirect
+    (aiohttp's ``normalize_path_middleware``), because a redirected PUT or DELETE is not
+    followed by every client, and RabbitMQ answers such paths directly."""
+    return [
+        web.RouteDef(route.method, route.path + "/", route.handler, route.kwargs)
+        for route in routes
+        if isinstance(route, web.RouteDef) and not route.path.endswith("/")
+    ]

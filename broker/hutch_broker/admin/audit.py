@@ -32,7 +32,9 @@ UNMATCHED: Final = "unmatched"
 def route_template(request: web.Request) -> str:
     """``/api/queues/{vhost}/{queue}`` for a matched route; a fixed word otherwise."""
     resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else UNMATCHED
+    if resource is None:
+        return UNMATCHED
+    return resource.canonical.removesuffix("/")  # the slash variant counts as its route
 
 
 @web.middleware
