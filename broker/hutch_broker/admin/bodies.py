@@ -11,7 +11,8 @@ RabbitMQ's JSON parser refuses ``NaN``, ``Infinity`` and numbers beyond a
 double (``1e400``) with ``not_json``; Python's accepts them, so they are
 refused here the same way, and so is nesting deeper than ``MAX_DEPTH``
 (every later walk over a body may then recurse safely) and a lone UTF-16
-surrogate escape (``"\ud800"``), which no later UTF-8 encoding survives.
+surrogate escape (``"\ud800"``), which no later UTF-8 encoding survives. A body must be
+UTF-8 (RFC 8259), strictly: the bytes of a lone surrogate are refused too.
 """
 
 from __future__ import annotations
@@ -81,7 +82,9 @@ def parse_json(raw: bytes) -> Body:
     if text in (b"", b"null", b"undefined"):
         return {}
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        # Decoded here, strictly: json.loads(bytes) decodes with "surrogatepass", which turns
+        # the CESU-8 bytes of a lone surrogate (ED A0 80) into "\ud800" without a word.
+        value = json.loads(text.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise errors.bad_request("not_json") from None
     if not _depth_within(value, MAX_DEPTH):
