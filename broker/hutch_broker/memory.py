@@ -65,6 +65,57 @@ def paging_threshold(watermark: Watermark, total_memory: int, ratio: float = PAG
     return math.floor(watermark.limit(total_memory) * ratio)
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveryBudget:
+    """How much delivery-side memory one connection may hold, derived from the watermark.
+
+    A consumer that stops reading its socket, or that sits on many large unacked messages,
+    must cost its own deliveries and nothing else; left unbounded, its frames and held bodies
+    trip the memory alarm, which blocks every publisher of every tenant. Three bounds:
+
+    - ``output_slice``: bytes of deliveries a connection may queue between two writes to its
+      socket. Once reached, its consumers get nothing more until the end of the loop turn
+      writes them out; then they resume if the socket took the bytes;
+    - ``write_high``/``write_low``: the transport's write-buffer marks. Above ``write_high``
+      the socket is not draining: no deliveries until it is back under ``write_low``;
+    - ``held_per_connection``: bodies of unacked messages kept in memory for redelivery
+      (those the store does not hold). A connection over it gets no new deliveries (but to
+      its no-ack consumers) until it acks, rejects or recovers some.
+
+    So one connection holds at most ``write_high + output_slice`` of output plus one message,
+    and ``held_per_connection`` plus one message of unacked bodies.
+    """
+
+    mem_limit: int  # the watermark limit it was derived from
+    output_slice: int
+    write_high: int
+    write_low: int
+    held_per_connection: int
+
+
+MIN_WRITE_HIGH: Final = 256 * 1024
+MAX_WRITE_HIGH: Final = 4 * 1024 * 1024
+MIN_HELD: Final = 1024 * 1024
+
+
+def delivery_budget(mem_limit: int) -> DeliveryBudget:
+    """The bounds for a watermark limit in bytes (0, a disabled watermark: as for 1 GiB x 0.4).
+
+    The write marks are 1/64 of the limit (within 256 KiB..4 MiB, 4 MiB being what a fast
+    consumer on loopback needs for full speed), unacked bodies 1/8 of it per connection: the
+    alarm stays out of reach of a few misbehaving consumers.
+    """
+    limit = mem_limit or Watermark().limit(FALLBACK_TOTAL_MEMORY)
+    write_high = min(max(limit // 64, MIN_WRITE_HIGH), MAX_WRITE_HIGH)
+    return DeliveryBudget(
+        mem_limit=mem_limit,
+        output_slice=write_high // 4,
+        write_high=write_high,
+        write_low=write_high // 4,
+        held_per_connection=max(limit // 8, MIN_HELD),
+    )
+
+
 def detect_total_memory(configured: int | None = None) -> int:
     """MEM-1: config (the operator's memory request), cgroup limit, MemTotal, 1 GiB."""
     if configured:

@@ -9,6 +9,12 @@ Publisher confirms are released strictly in publish order (so one
 durability generation it needs (0 = none) and whether it was refused; a
 confirm waits for every earlier one on the channel. A transaction's
 ``tx.commit-ok`` waits the same way for the writes of its publishes.
+
+Delivery-side memory (``memory.DeliveryBudget``): a delivery counts its body against the
+connection's output slice (``output_pending``: the connection stops taking deliveries until
+the end of the loop turn writes them out) and, while unacked, against the bytes the
+connection holds for redelivery (``held_bytes``). A body the store holds is not kept for
+redelivery: the encoded frame has its own copy, and a return reads it back from the store.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ class ChannelOwner(Member, Protocol):
 
     context: Context
     writable: bool
+    output_pending: int  # delivery bytes queued since the last write to the socket
+    output_slice: int  # ... at which the connection stops taking deliveries until that write
+    held_bytes: int  # unacked bodies kept in memory for redelivery, all channels
+    held_budget: int  # ... above which no consumer of the connection gets more
     publishes: int
     pressure: list[Any]  # queues over the flow high-water mark after a publish
     exclusive_queues: set[Any]
@@ -49,6 +59,13 @@ class ChannelOwner(Member, Protocol):
     def check_topic(self, kind: str, exchange: Any, routing_key: str) -> None: ...
 
     def remove_consumer(self, channel: Channel, consumer: Consumer, now_ms: int) -> bool: ...
+
+    def resume_deliveries(self, now_ms: int) -> None: ...
+
+
+# Bodies of stored messages at least this big are dropped once encoded (see the docstring):
+# below it, the new body-less Message would cost about what the body does.
+DROP_STORED_BODY_FROM = 4096
 
 
 class Channel:
@@ -79,13 +96,14 @@ class Channel:
             return True
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
             return False
-        return not (self.prefetch_count and len(self.unacked) >= self.prefetch_count)
+        if self.prefetch_count and len(self.unacked) >= self.prefetch_count:
+            return False
+        session = self.session
+        return session.held_bytes < session.held_budget
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
-        if not consumer.no_ack:
-            self.unacked[tag] = (queue, entry, consumer)
         message = entry.message
         session = self.session
         session.proto.send_deliver(
@@ -98,6 +116,14 @@ class Channel:
             message.raw_properties,
             message.body,
         )
+        size = len(message.body)
+        session.output_pending += size
+        if session.output_pending >= session.output_slice:
+            session.writable = False  # until the end of the turn writes it (server/amqp.py)
+        if not consumer.no_ack:
+            self.unacked[tag] = (queue, entry, consumer)
+            if size:
+                self._hold(entry, size)
         stats = session.context.stats
         stats.delivers += 1
         stats.deliveries["deliver_no_ack" if consumer.no_ack else "deliver"] += 1
@@ -134,11 +160,39 @@ class Channel:
     # -- basic.get ----------------------------------------------------
 
     def record_get(self, queue: Queue, entry: Entry, *, no_ack: bool) -> int:
+        """Track a basic.get; its body is held (counted) until ``got`` says it is encoded."""
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
         if not no_ack:
             self.unacked[tag] = (queue, entry, None)
+            self.session.held_bytes += len(entry.message.body)
         return tag
+
+    def got(self, entry: Entry, *, no_ack: bool) -> None:
+        """The get-ok is encoded: a stored body need not stay in memory any more."""
+        size = len(entry.message.body)
+        if not no_ack and size:
+            self.session.held_bytes -= size
+            self._hold(entry, size)
+
+    def _hold(self, entry: Entry, size: int) -> None:
+        """Keep an unacked entry's body for redelivery, unless the store already holds it."""
+        if entry.store_id is not None and size >= DROP_STORED_BODY_FROM:
+            entry.message = entry.message.with_body(b"")  # the queue reads it back if returned
+        else:
+            self.session.held_bytes += size
+
+    def _release(self, taken: list[tuple[Queue, Entry, Consumer | None]]) -> bool:
+        """Taken off the unacked list: their held bodies no longer count.
+
+        True when that brought the connection back under its budget: then all its consumers
+        may deliver again, not only this channel's (once the entries are settled or back).
+        """
+        session = self.session
+        over = session.held_bytes >= session.held_budget
+        for _, entry, _ in taken:
+            session.held_bytes -= len(entry.message.body)
+        return over and session.held_bytes < session.held_budget
 
     # -- settlement ---------------------------------------------------
 
@@ -166,6 +220,7 @@ class Channel:
     def settle(self, tag: int, multiple: bool, now_ms: int) -> None:
         touched: set[Queue] = set()
         taken = self.take_unacked(tag, multiple)
+        resume = self._release(taken)
         for queue, entry, consumer in taken:
             queue.settle(entry)
             if consumer is not None:
@@ -173,6 +228,8 @@ class Channel:
             touched.add(queue)
         self.session.context.stats.acks += len(taken)
         self._drain(touched, now_ms)
+        if resume:
+            self.session.resume_deliveries(now_ms)
 
     def reject(self, tag: int, multiple: bool, requeue: bool, now_ms: int) -> None:
         taken = self.take_unacked(tag, multiple)
@@ -192,6 +249,7 @@ class Channel:
         now_ms: int,
     ) -> None:
         touched: set[Queue] = set()
+        resume = self._release(taken)
         # Latest delivery first, so a full ring drops the oldest re-added message (RING-4).
         for queue, entry, consumer in reversed(taken) if requeue else taken:
             if consumer is not None:
@@ -205,6 +263,8 @@ class Channel:
             if requeue:
                 queue.after_requeue()
         self._drain(touched, now_ms)
+        if resume:
+            self.session.resume_deliveries(now_ms)
 
     def drain_consumers(self, now_ms: int) -> None:
         """Room appeared (qos, flow on, socket writable): every consumer's queue delivers."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import Protocol
 
+from hutch_broker import memory
 from hutch_broker.dispatch.commits import GroupCommit
 from hutch_broker.dispatch.flow import FlowControl, Publisher
 from hutch_broker.dispatch.replyto import ReplyConsumers
@@ -164,6 +165,8 @@ class Context:
         self.flow = FlowControl()
         self.replies = ReplyConsumers()  # direct reply-to (amq.rabbitmq.reply-to)
         self.ingress_bytes = 0  # body bytes published since the last memory sample
+        # Delivery-side bounds for new connections; the server follows the watermark.
+        self.delivery_budget = memory.delivery_budget(0)
         # Stamp a message_id on publishes that carry none (spark.md §2.3), unique across
         # restarts: a random boot prefix plus a counter.
         self.stamp_message_id = False

@@ -340,6 +340,7 @@ def basic_get(session: ChannelOwner, channel: Channel, m: commands.Basic.Get, no
         message.raw_properties,
         message.body,
     )
+    channel.got(entry, no_ack=m.no_ack)
     stats = session.context.stats
     stats.delivers += 1
     stats.deliveries["get_no_ack" if m.no_ack else "get"] += 1

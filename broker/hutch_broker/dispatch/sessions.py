@@ -61,6 +61,13 @@ class Session:
         self.exclusive_queues: set[Any] = set()
         self.dirty = False
         self.writable = True
+        budget = context.delivery_budget  # memory.DeliveryBudget; dispatch/channels.py uses it
+        self.output_pending = 0
+        # In-memory sessions (no transport, tests and tools) are never written between turns.
+        self.output_slice = budget.output_slice if transport is not None else 1 << 62
+        self.held_bytes = 0
+        self.held_budget = budget.held_per_connection
+        self._releasing = False
         self.closed = False
         self.blocked = False
         self.throttled = False
@@ -392,8 +399,16 @@ class Session:
                 vhost.remove_queue(queue)
         return handed_over
 
+    def resume_deliveries(self, now_ms: int) -> None:
+        """Room appeared on the whole connection (socket writable, held bodies released)."""
+        if self.closed or self._releasing or not self.writable:
+            return
+        for channel in list(self.channels.values()):
+            channel.drain_consumers(now_ms)
+
     def _release_all(self) -> None:
         now_ms = self.context.clock()
+        self._releasing = True  # a channel's requeue must not deliver to the next one
         for number in list(self.channels):
             self._drop_channel(number, now_ms)
         vhost = self.vhost

@@ -5,6 +5,12 @@ that feeds bytes to its dispatch ``Session`` and writes whatever the
 protocol produced once per event-loop tick (``flush``).  Write-side
 backpressure (``pause_writing``) stops deliveries to a slow consumer;
 reading stops while the connection is blocked by a resource alarm.
+
+Deliveries stop for two reasons, both ending in ``Session.resume_deliveries``: the session
+queued an output slice of deliveries this turn (``flush`` writes them, then resumes them
+unless the transport is over its high-water mark), or the transport is over that mark (its
+``resume_writing`` resumes them).  The marks and the slice follow the memory watermark
+(``memory.delivery_budget``, docs/isolation/memory.md).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from hutch_broker import memory
 from hutch_broker.dispatch.context import NO_TRANSPORT, Context
 from hutch_broker.dispatch.sessions import Session
 from hutch_broker.protocol import connection as proto_connection
@@ -42,13 +49,16 @@ class AMQPConnection(asyncio.Protocol):
         self.last_sent = self.last_received
         self.opened_at = self.last_received
         self.closing_since: float | None = None  # when the broker sent connection.close
+        self.write_paused = False  # the transport is over its high-water mark
+        self._budget: memory.DeliveryBudget | None = None  # the one this connection follows
 
     # -- asyncio.Protocol ---------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # TCP only (uvloop has its own class)
         self.transport = transport
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        budget = self._budget = self._current_budget()
+        transport.set_write_buffer_limits(high=budget.write_high, low=budget.write_low)
         peer = transport.get_extra_info("peername") or ("", 0)
         local = transport.get_extra_info("sockname") or ("", 0)
         proto = proto_connection.Connection(**self.protocol_options)
@@ -89,18 +99,38 @@ class AMQPConnection(asyncio.Protocol):
         self.context.request_flush()
 
     def pause_writing(self) -> None:
+        self.write_paused = True
         if self.session is not None:
             self.session.writable = False
 
     def resume_writing(self) -> None:
+        self.write_paused = False
         session = self.session
         if session is None:
             return
-        session.writable = True
-        now_ms = self.context.clock()
-        for channel in list(session.channels.values()):
-            channel.drain_consumers(now_ms)
+        if session.output_pending < session.output_slice:
+            session.writable = True
+            session.resume_deliveries(self.context.clock())
         self.context.request_flush()
+
+    # -- delivery budget (memory.DeliveryBudget) ----------------------------
+
+    def _current_budget(self) -> memory.DeliveryBudget:
+        """The context's budget, re-derived when the watermark changed (MEM-7)."""
+        context = self.context
+        limit = getattr(context.alarms, "mem_limit", 0)
+        if limit != context.delivery_budget.mem_limit:
+            context.delivery_budget = memory.delivery_budget(limit)
+        return context.delivery_budget
+
+    def _follow_budget(self, session: Session, transport: asyncio.Transport) -> None:
+        budget = self._current_budget()
+        if budget is self._budget:
+            return
+        self._budget = budget
+        session.output_slice = budget.output_slice
+        session.held_budget = budget.held_per_connection
+        transport.set_write_buffer_limits(high=budget.write_high, low=budget.write_low)
 
     # -- output -------------------------------------------------------------
 
@@ -112,6 +142,11 @@ class AMQPConnection(asyncio.Protocol):
         if data:
             transport.writelines(data)
             self.last_sent = time.monotonic()
+        session.output_pending = 0
+        if not session.writable and not self.write_paused:
+            # Stopped by its output slice, now written: the next slice, in a later turn.
+            session.writable = True
+            session.resume_deliveries(self.context.clock())
         proto = session.proto
         if proto.closed or proto.framing_lost:  # after a 501 no close-ok can be read
             transport.close()
@@ -136,6 +171,7 @@ class AMQPConnection(asyncio.Protocol):
         session = self.session
         if session is None or self.transport is None or self.transport.is_closing():
             return
+        self._follow_budget(session, self.transport)
         if self.closing_since is not None and now - self.closing_since > closing_timeout:
             # The broker sent connection.close and no close-ok came: RabbitMQ also drops
             # the socket after its 30 s closing timeout, heartbeats or not.

@@ -6,6 +6,12 @@ a torn or corrupt tail is truncated away so it can never resurface; acks are rea
 same torn-tail rule. A lost ack record only brings a message back (a redelivery), never loses
 one.
 
+Memory: the result is an index (``records.IndexedMessage``: fields, properties, body size), never
+a body, so a broker restarts with more data than memory; the queue reads each body back when its
+message reaches the head. A segment is scanned through a read-only ``mmap``: every body is still
+read once to verify its checksum, but into file pages the kernel can drop (one segment's worth,
+unmapped before the next), not into the heap.
+
 Compaction copies live records to a newer segment before the old one is unlinked, so a crash in
 between leaves two copies of a record under the same msg_id. The newest copy (the highest
 position) decides: acks always go to the newest copy, because compaction only copies live

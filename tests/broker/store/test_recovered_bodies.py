@@ -1,0 +1,124 @@
+"""Recovery keeps an index, not bodies; a body is read back when its message reaches the head.
+
+Before, recovery decoded every record with its body and the broker held them all, so a restart
+needed as much memory as the queues held on disk (isolation case 6). These tests pin the
+structural property (no body is held after recovery, in the store or in the queue) and what
+happens when a body cannot be read back later (not served, not lost).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import tracemalloc
+
+import pika
+import pytest
+from hutch_broker.model.messages import Entry, Message
+from hutch_broker.model.queues import Queue
+from hutch_broker.store import MessageStore, segments
+from hutch_testing.clients import connect
+from hutch_testing.management import Management
+
+MIB = 1024 * 1024
+
+
+def test_recovery_allocates_no_body(open_store, fields, read_back):
+    """Open and recover 32 MiB of bodies: the Python heap grows by the index alone."""
+    store = open_store(segment_size=8 * MIB)
+    queue = store.open_queue("/", "q")
+    count, size = 64, 512 * 1024
+    ids = [queue.append(**fields(index, body_size=size)) for index in range(count)]
+    store.close()
+
+    tracemalloc.start()
+    try:
+        reopened = open_store(segment_size=8 * MIB)
+        recovered = reopened.open_queue("/", "q").recover()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert peak < MIB, f"recovering {count * size // MIB} MiB allocated {peak / MIB:.1f} MiB"
+    assert [message.msg_id for message in recovered] == ids
+    assert {message.body_size for message in recovered} == {size}
+    reopened.close()
+    again = open_store(segment_size=8 * MIB).open_queue("/", "q")
+    assert [message.body for message in read_back(again)] == [
+        fields(index, body_size=size)["body"] for index in range(count)
+    ]
+
+
+def _restored_queue(store: MessageStore) -> Queue:
+    """What ``BrokerServer._restore`` builds: body-less entries over the recovered log."""
+    queue = Queue("q", durable=True)
+    queue.store = store.open_queue("/", "q")
+    for stored in queue.store.recover():
+        message = Message(stored.exchange, stored.routing_key, stored.raw_properties, b"")
+        entry = Entry(0, message, expire_at=stored.expire_at_ms, store_id=stored.msg_id)
+        queue.restore(entry, body_size=stored.body_size)
+    return queue
+
+
+def test_an_unreadable_body_is_not_served_and_stays_on_disk(
+    data_dir, fields, fill, caplog: pytest.LogCaptureFixture
+):
+    first = MessageStore(data_dir)
+    ids = fill(first.open_queue("/", "q"), 3, body_size=100)
+    first.close()
+    store = MessageStore(data_dir)
+    queue = _restored_queue(store)
+    assert queue.ready_count == 3
+    assert queue.ready_bytes == 300
+    assert all(entry.paged for entry in queue.ready_entries())
+    number, offset = segments.split_msg_id(ids[1])
+    path = queue.store.directory / segments.segment_name(number)  # type: ignore[union-attr]
+    with path.open("r+b") as file:  # damaged on disk after it was verified at start-up
+        file.seek(offset + 80)
+        byte = file.read(1)[0]
+        file.seek(offset + 80)
+        file.write(bytes([byte ^ 0x01]))
+
+    with caplog.at_level(logging.ERROR):
+        served = [queue.get(0, no_ack=True) for _ in range(3)]
+
+    assert [entry.message.body if entry else None for entry in served] == [
+        fields(0, body_size=100)["body"],
+        fields(2, body_size=100)["body"],
+        None,
+    ]
+    assert (queue.ready_count, queue.ready_bytes) == (0, 0)
+    assert any(f"{ids[1]:#x} not delivered" in record.message for record in caplog.records)
+    store.close()
+    reopened = MessageStore(data_dir)  # the damaged record was never acked: start-up sees it
+    try:
+        assert [message.msg_id for message in reopened.open_queue("/", "q").recover()] == []
+    finally:
+        reopened.close()
+    assert list((data_dir / "quarantine").iterdir()), "the damaged segment was set aside"
+
+
+def test_a_restarted_broker_holds_no_body_until_delivery(hutch_broker):
+    """The management API's messages_ram counts messages whose body is in memory."""
+    count = 200
+    connection = connect(hutch_broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("q", durable=True)
+    for n in range(count):
+        properties = pika.BasicProperties(delivery_mode=2, message_id=str(n))
+        channel.basic_publish("", "q", b"%d" % n * 1000, properties)
+    connection.close()
+    hutch_broker.kill(signal.SIGKILL)
+    hutch_broker.start()
+
+    queue = Management(hutch_broker).queue("q")
+    assert (queue["messages"], queue["messages_ram"], queue["message_bytes_ram"]) == (count, 0, 0)
+    assert queue["message_bytes"] == sum(len(b"%d" % n * 1000) for n in range(count))
+
+    channel = connect(hutch_broker).channel()
+    for n in range(count):
+        method, properties, body = channel.basic_get("q", auto_ack=True)
+        assert method is not None and method.redelivered
+        assert (properties.message_id, body) == (str(n), b"%d" % n * 1000)
+    assert channel.basic_get("q")[0] is None
