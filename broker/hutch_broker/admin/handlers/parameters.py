@@ -19,7 +19,7 @@ from aiohttp import web
 
 from hutch_broker.admin import auth, errors
 from hutch_broker.admin.handlers import support
-from hutch_broker.admin.handlers.policies import parse_policy
+from hutch_broker.admin.handlers.policies import apply_in_slices, parse_policy
 from hutch_broker.model import changes, limits
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.policies import erlang_term
@@ -106,18 +106,18 @@ async def put_parameter(request: web.Request) -> web.Response:
     vhost = _vhost(broker, support.path(request, "vhost"))
     if component == OPERATOR_POLICY:
         support.require_operator_policy_changes(request)
-        return _put_operator_policy(vhost, name, value)
+        return await _put_operator_policy(vhost, name, value)
     return _put_vhost_limits(broker, vhost, name, value)
 
 
-def _put_operator_policy(vhost: VirtualHost, name: str, value: Any) -> web.Response:
+async def _put_operator_policy(vhost: VirtualHost, name: str, value: Any) -> web.Response:
     if isinstance(value, dict):
         for key in ("pattern", "definition", "priority"):
             if key not in value:
                 raise errors.validation_failed(f'Key "{key}" not found in {name}')
     policy = parse_policy(value, vhost=vhost.name, name=name, operator=True)
     created = name not in vhost.operator_policies
-    vhost.set_policy(policy, operator=True)
+    await apply_in_slices(vhost.change_policy(name, policy, operator=True))
     return support.created_or_updated(created)
 
 
@@ -146,7 +146,8 @@ async def delete_parameter(request: web.Request) -> web.Response:
         raise errors.not_found()
     if component == OPERATOR_POLICY:
         support.require_operator_policy_changes(request)
-    if component == OPERATOR_POLICY and vhost.delete_policy(name, operator=True):
+    if component == OPERATOR_POLICY and name in vhost.operator_policies:
+        await apply_in_slices(vhost.change_policy(name, None, operator=True))
         return support.no_content()
     if component == limits.VHOST_COMPONENT and name == limits.VHOST_PARAMETER and vhost.limits:
         broker.replace_vhost_limits(vhost.name, {})
