@@ -1,0 +1,536 @@
+"""The noisy-neighbour cases: one attacking tenant each, run while a canary tenant is timed.
+
+Why: each case is one way a tenant's work grows with its own object count and, on hutch-broker's
+single event loop, becomes everybody's stall (the "Isolation and scale" issue). A case is two
+steps: ``prepare`` builds the attacker's objects before the canary starts (untimed; an admin may
+help, as an operator would), and ``attack`` is what the attacker does, with only the tags and
+permissions the case grants it, while the canary runs. ``run_case`` returns a ``CaseResult``
+whose ``problems`` lists every broken promise with the measured figures, so a failing test
+says how bad it was. The same cases run against hutch-broker in CI (tests/noisy) and against
+hutch-broker and RabbitMQ 3.10.8 side by side in bench/noisy.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any, Protocol
+
+import aio_pika
+import pika
+
+from hutch_testing import brokers, management, noisy
+
+MB = 1024 * 1024
+Facts = dict[str, Any]
+
+
+class Broker(noisy.Reachable, Protocol):
+    """A launched broker: the cases read its memory and limit its file descriptors."""
+
+    kind: str
+
+    def rss_bytes(self) -> int: ...
+
+    def group_pids(self) -> list[int]: ...
+
+
+@dataclass
+class CaseResult:
+    """One case on one broker: the canary's report, the attacker's own time, what broke."""
+
+    case: str
+    broker: str
+    canary: noisy.CanaryReport
+    attacker_s: float
+    facts: Facts = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        facts = ", ".join(f"{key} {value}" for key, value in self.facts.items())
+        lines = [
+            f"{self.case} on {self.broker}: attacker {self.attacker_s:.2f} s; {facts}",
+            f"  {self.canary.summary()}",
+        ]
+        lines += [f"  PROBLEM: {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Case:
+    """``prepare(broker) -> state`` untimed; ``attack(broker, state) -> (facts, problems)``."""
+
+    name: str
+    title: str
+    prepare: Callable[[Broker], Any]
+    attack: Callable[[Broker, Any], tuple[Facts, list[str]]]
+    hutch_config: tuple[str, ...] = ()  # hutch-broker.conf lines the case needs at start-up
+    rabbitmq_watermark_bytes: int | None = None
+
+
+def run_case(
+    broker: Broker, case: Case, *, bound: noisy.CanaryBound = noisy.CI_BOUND
+) -> CaseResult:
+    """Prepare, start the canary, attack, stop the canary; judge against ``bound``."""
+    canary_tenant = noisy.create_tenant(broker, "canary")
+    state = case.prepare(broker)
+    with noisy.Canary(broker, canary_tenant) as canary:
+        time.sleep(0.5)  # a quiet baseline first: the report covers before, during and after
+        began = time.monotonic()
+        facts, problems = case.attack(broker, state)
+        attacker_s = time.monotonic() - began
+        time.sleep(0.5)
+        report = canary.stop()
+    return CaseResult(
+        case=case.name,
+        broker=broker.kind,
+        canary=report,
+        attacker_s=attacker_s,
+        facts=facts,
+        problems=problems + report.violations(bound),
+    )
+
+
+SOURCE_ENV = "HUTCH_NOISY_SOURCE"
+
+
+class SourceBroker(brokers.HutchBroker):
+    """hutch-broker run from another source tree's broker/ folder (a baseline commit's, say).
+
+    Why: the suite proves a fix by failing before it; ``git archive <commit> broker | tar -x -C
+    DIR`` and ``HUTCH_NOISY_SOURCE=DIR/broker`` run the same cases against that commit's broker.
+    """
+
+    def __init__(self, *, source: Path | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+
+    def _environment(self) -> dict[str, str]:
+        env = super()._environment()
+        if self.source is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(self.source), env.get("PYTHONPATH", "")])
+        return env
+
+
+def start_hutch(
+    work_dir: Path, config_lines: tuple[str, ...] = (), source: Path | None = None
+) -> SourceBroker:
+    """A hutch-broker with these config lines, from ``source`` or $HUTCH_NOISY_SOURCE if set
+    (see ``SourceBroker``), else from this tree."""
+    if source is None and os.environ.get(SOURCE_ENV):
+        source = Path(os.environ[SOURCE_ENV])
+    work_dir.mkdir(parents=True, exist_ok=True)
+    config = work_dir / "hutch-broker.conf"
+    config.write_text("".join(f"{line}\n" for line in config_lines))
+    broker = SourceBroker(source=source, work_dir=work_dir, extra_args=["--config", str(config)])
+    return broker.start()
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def admin_tenant(broker: Broker, name: str, **kwargs: Any) -> noisy.Tenant:
+    """A tenant, and the broker's admin user allowed on its vhost to prepare its objects."""
+    tenant = noisy.create_tenant(broker, name, **kwargs)
+    user, _ = broker.credentials
+    body = {"configure": ".*", "write": ".*", "read": ".*"}
+    vhost = management.quote(name)
+    response = management.Management(broker).put(f"/permissions/{vhost}/{user}", body)
+    if not response.ok:
+        raise AssertionError(f"admin permissions on {name!r}: {response}")
+    return tenant
+
+
+@contextlib.contextmanager
+def blocking(broker: Broker, vhost: str, credentials: tuple[str, str]) -> Iterator[Any]:
+    """A pika channel on ``vhost`` (heartbeats off: a stalled broker must not end the setup)."""
+    user, password = credentials
+    params = pika.ConnectionParameters(
+        host=broker.host,
+        port=broker.amqp_port,
+        virtual_host=vhost,
+        credentials=pika.PlainCredentials(user, password),
+        heartbeat=0,
+        blocked_connection_timeout=None,
+    )
+    connection = pika.BlockingConnection(params)
+    try:
+        yield connection.channel()
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
+
+
+async def publish_confirmed(
+    url: str, exchange: str, routing_keys: list[str], body: bytes, *, window: int = 1000
+) -> list[float]:
+    """Publish one message per key, ``window`` in flight with confirms; seconds each took."""
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        target = await channel.get_exchange(exchange) if exchange else channel.default_exchange
+        limit = asyncio.Semaphore(window)
+
+        async def one(key: str) -> float:
+            async with limit:
+                began = time.monotonic()
+                await target.publish(aio_pika.Message(body, delivery_mode=2), routing_key=key)
+                return time.monotonic() - began
+
+        return list(await asyncio.gather(*(one(key) for key in routing_keys)))
+
+
+def _slowest(times: list[float]) -> str:
+    return f"{max(times):.2f} s" if times else "-"
+
+
+# --- case 1: a policy pattern that backtracks against every queue name --------------------------
+
+POLICY_QUEUES = 40  # as in the issue
+POLICY_PATTERN = "(.*)" * 240 + "b"
+
+
+def _prepare_policy(broker: Broker) -> noisy.Tenant:
+    tenant = admin_tenant(broker, "policymaker", tags="policymaker")
+    with blocking(broker, tenant.vhost, tenant.credentials) as channel:
+        for index in range(POLICY_QUEUES):
+            name = f"q{index:03d}-" + "a" * (255 - 5)
+            channel.queue_declare(name[:255])
+    return tenant
+
+
+def _attack_policy(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    api = management.Management(_as(broker, tenant), timeout=300.0)
+    began = time.monotonic()
+    response = api.put_policy("backtrack", POLICY_PATTERN, {"max-length": 1000}, vhost=tenant.vhost)
+    took = time.monotonic() - began
+    facts = {"queues": POLICY_QUEUES, "PUT": f"{response.status} in {took:.2f} s"}
+    return facts, [] if response.status in (201, 204, 400) else [f"PUT policy: {response}"]
+
+
+POLICY = Case(
+    name="case1-policy",
+    title=f"policymaker: a `(.*)`x240`b` policy over {POLICY_QUEUES} queues of 255-byte names",
+    prepare=_prepare_policy,
+    attack=_attack_policy,
+)
+
+
+@dataclass(frozen=True)
+class _As:
+    """The broker's management API, as the tenant's user."""
+
+    http_url: str
+    credentials: tuple[str, str]
+
+
+def _as(broker: Broker, tenant: noisy.Tenant) -> _As:
+    return _As(broker.http_url, tenant.credentials)
+
+
+# --- case 2: long routing keys through thousands of topic bindings ------------------------------
+
+TOPIC_WORDS = 8  # 3**8 = 6,561 binding keys over {a, *, #}, as in the issue
+TOPIC_PUBLISHES = 20
+TOPIC_KEY_WORDS = 127
+
+
+def _prepare_topic(broker: Broker) -> noisy.Tenant:
+    tenant = admin_tenant(broker, "router", permissions=(".*", ".*", "^$"))
+    with blocking(broker, tenant.vhost, broker.credentials) as channel:
+        channel.exchange_declare("topics", "topic")
+        channel.queue_declare("routed", arguments={"x-max-length": 100})
+        for words in product(("a", "*", "#"), repeat=TOPIC_WORDS):
+            channel.queue_bind("routed", "topics", ".".join(words))
+    return tenant
+
+
+def _attack_topic(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    keys = [".".join(["a"] * (TOPIC_KEY_WORDS - 1) + [f"k{i}"]) for i in range(TOPIC_PUBLISHES)]
+    times = asyncio.run(
+        publish_confirmed(tenant.amqp_url(broker, heartbeat=0), "topics", keys, b"x")
+    )
+    facts = {
+        "bindings": 3**TOPIC_WORDS,
+        "publishes": len(times),
+        "slowest confirm": _slowest(times),
+    }
+    return facts, []
+
+
+TOPIC = Case(
+    name="case2-topic",
+    title=f"configure+write: {TOPIC_PUBLISHES} {TOPIC_KEY_WORDS}-word keys into "
+    f"{3**TOPIC_WORDS:,} topic bindings",
+    prepare=_prepare_topic,
+    attack=_attack_topic,
+)
+
+
+# --- case 3: a management user listing 5,000 queues from 8 threads ------------------------------
+
+LISTED_QUEUES = 5000
+LISTING_THREADS = 8
+LISTING_SECONDS = 8.0
+
+
+def _prepare_listing(broker: Broker) -> noisy.Tenant:
+    tenant = admin_tenant(broker, "monitor", tags="management")
+    with blocking(broker, tenant.vhost, broker.credentials) as channel:
+        for index in range(LISTED_QUEUES):
+            channel.queue_declare(f"listed-{index:05d}")
+    return tenant
+
+
+def _attack_listing(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    api = management.Management(_as(broker, tenant), timeout=120.0)
+    path = f"/queues/{management.quote(tenant.vhost)}"
+    times: list[float] = []
+    failures: list[str] = []
+    deadline = time.monotonic() + LISTING_SECONDS
+
+    def poll() -> None:
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            response = api.get(path)
+            times.append(time.monotonic() - began)
+            if response.status != 200 or len(response.body) < LISTED_QUEUES:
+                failures.append(f"GET {path}: {response.status}")
+
+    threads = [threading.Thread(target=poll) for _ in range(LISTING_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    facts = {"queues": LISTED_QUEUES, "requests": len(times), "slowest request": _slowest(times)}
+    return facts, failures[:3]
+
+
+LISTING = Case(
+    name="case3-listing",
+    title=f"management: GET /api/queues/<vhost> ({LISTED_QUEUES:,} queues) from "
+    f"{LISTING_THREADS} threads for {LISTING_SECONDS:.0f} s",
+    prepare=_prepare_listing,
+    attack=_attack_listing,
+)
+
+
+# --- case 4: HTTP connections that never finish their request line ------------------------------
+
+SLOW_HTTP_CONNECTIONS = 1100
+BROKER_FD_LIMIT = 1024
+SLOW_HTTP_CLOSED_WITHIN_S = 75.0  # RabbitMQ 3.10.8 closed every one of them within 75 s
+
+
+def limit_fds(broker: Broker, limit: int = BROKER_FD_LIMIT) -> None:
+    """RLIMIT_NOFILE of every broker process, as a container's default of 1,024 would be."""
+    for pid in broker.group_pids():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def _prepare_slow_http(broker: Broker) -> noisy.Tenant:
+    limit_fds(broker)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = SLOW_HTTP_CONNECTIONS + 512
+    if soft < wanted:  # this process holds the slow connections
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+    return admin_tenant(broker, "latecomer")
+
+
+def _attack_slow_http(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    problems: list[str] = []
+    held: list[socket.socket] = []
+    try:
+        for _ in range(SLOW_HTTP_CONNECTIONS):
+            sock = socket.create_connection((broker.host, broker.http_port), timeout=5)
+            sock.sendall(b"GET /api/overview HTTP/1.1\r\nHo")  # and never another byte
+            held.append(sock)
+        time.sleep(1.0)
+        began = time.monotonic()
+        try:
+            with blocking(broker, tenant.vhost, tenant.credentials) as channel:
+                channel.queue_declare("", exclusive=True)
+            opened = f"opened in {time.monotonic() - began:.2f} s"
+        except Exception as error:  # noqa: BLE001 - the finding itself
+            opened = f"FAILED after {time.monotonic() - began:.2f} s ({type(error).__name__})"
+            problems.append(
+                f"a new AMQP connection failed while the slow HTTP ones were held: {error!r}"
+            )
+        closed_in = _wait_closed(held, SLOW_HTTP_CLOSED_WITHIN_S) if not problems else None
+        if closed_in is None:
+            still = sum(1 for sock in held if not _closed(sock))
+            problems.append(f"{still} slow HTTP connections still open (no request timeout)")
+    finally:
+        for sock in held:
+            sock.close()
+    facts = {"held": len(held), "new AMQP connection": opened,
+             "all closed in": "-" if closed_in is None else f"{closed_in:.1f} s"}  # fmt: skip
+    return facts, problems
+
+
+def _closed(sock: socket.socket) -> bool:
+    """True once the broker closed or reset it (an error page before the close is fine)."""
+    sock.setblocking(False)
+    try:
+        while sock.recv(65536):
+            pass
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # reset by the broker
+    return True
+
+
+def _wait_closed(held: list[socket.socket], within_s: float) -> float | None:
+    began = time.monotonic()
+    while time.monotonic() - began < within_s:
+        if all(_closed(sock) for sock in held):
+            return time.monotonic() - began
+        time.sleep(1.0)
+    return None
+
+
+SLOW_HTTP = Case(
+    name="case4-slow-http",
+    title=f"unauthenticated: {SLOW_HTTP_CONNECTIONS:,} HTTP connections that never finish "
+    f"their request line, broker RLIMIT_NOFILE {BROKER_FD_LIMIT:,}",
+    prepare=_prepare_slow_http,
+    attack=_attack_slow_http,
+)
+
+
+# --- case 5: a consumer that never reads its socket ---------------------------------------------
+
+WATERMARK_BYTES = 300 * MB
+STUCK_MESSAGES = 400
+STUCK_BODY = 1 * MB
+STUCK_SECONDS = 8.0  # the consumer sits there this long while RSS is sampled
+
+
+def _prepare_stuck(broker: Broker) -> noisy.Tenant:
+    tenant = admin_tenant(broker, "hoarder")
+    with blocking(broker, tenant.vhost, tenant.credentials) as channel:
+        channel.queue_declare("hoard", durable=True)
+    url = tenant.amqp_url(broker, heartbeat=0)
+    keys = ["hoard"] * STUCK_MESSAGES
+    asyncio.run(publish_confirmed(url, "", keys, b"m" * STUCK_BODY, window=20))
+    return tenant
+
+
+def _attack_stuck(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    before = broker.rss_bytes()
+    user, password = tenant.credentials
+    params = pika.ConnectionParameters(
+        host=broker.host,
+        port=broker.amqp_port,
+        virtual_host=tenant.vhost,
+        credentials=pika.PlainCredentials(user, password),
+        heartbeat=0,
+    )
+    consumer = pika.BlockingConnection(params)
+    channel = consumer.channel()
+    channel.basic_qos(prefetch_count=0)
+    channel.basic_consume("hoard", lambda *_: None)  # and nothing reads its socket from now on
+    peak = before
+    deadline = time.monotonic() + STUCK_SECONDS
+    while time.monotonic() < deadline:
+        peak = max(peak, broker.rss_bytes())
+        time.sleep(0.1)
+    with contextlib.suppress(Exception):
+        consumer.close()
+    facts = {"RSS before": f"{before // MB} MB", "RSS peak": f"{peak // MB} MB",
+             "watermark": f"{WATERMARK_BYTES // MB} MB"}  # fmt: skip
+    problems = []
+    if peak > WATERMARK_BYTES:
+        problems.append(f"broker RSS peaked at {peak // MB} MB, over the "
+                        f"{WATERMARK_BYTES // MB} MB watermark")  # fmt: skip
+    return facts, problems
+
+
+STUCK_CONSUMER = Case(
+    name="case5-stuck-consumer",
+    title=f"a prefetch-0 consumer that never reads, {STUCK_MESSAGES} x 1 MB persistent "
+    f"messages, watermark {WATERMARK_BYTES // MB} MB",
+    prepare=_prepare_stuck,
+    attack=_attack_stuck,
+    hutch_config=(f"vm_memory_high_watermark.absolute = {WATERMARK_BYTES}",),
+    rabbitmq_watermark_bytes=WATERMARK_BYTES,
+)
+
+
+# --- more cases where one tenant's work grows with its object count -----------------------------
+
+FANOUT_QUEUES = 5000
+FANOUT_PUBLISHES = 20
+
+
+def _prepare_fanout(broker: Broker) -> noisy.Tenant:
+    tenant = admin_tenant(broker, "broadcaster", permissions=(".*", ".*", "^$"))
+    with blocking(broker, tenant.vhost, broker.credentials) as channel:
+        channel.exchange_declare("fan", "fanout")
+        for index in range(FANOUT_QUEUES):
+            name = f"fan-{index:05d}"
+            channel.queue_declare(name, arguments={"x-max-length": 100})
+            channel.queue_bind(name, "fan")
+    return tenant
+
+
+def _attack_fanout(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    url = tenant.amqp_url(broker, heartbeat=0)
+    times = asyncio.run(publish_confirmed(url, "fan", [""] * FANOUT_PUBLISHES, b"f" * 16))
+    return {
+        "queues": FANOUT_QUEUES,
+        "publishes": len(times),
+        "slowest confirm": _slowest(times),
+    }, []
+
+
+FANOUT = Case(
+    name="fanout",
+    title=f"write: {FANOUT_PUBLISHES} publishes into a fanout exchange bound to "
+    f"{FANOUT_QUEUES:,} queues",
+    prepare=_prepare_fanout,
+    attack=_attack_fanout,
+)
+
+IMPORTED_QUEUES = 5000
+
+
+def _prepare_import(broker: Broker) -> noisy.Tenant:
+    # POST /api/definitions/<vhost> needs the administrator tag on RabbitMQ 3.10.8 too.
+    return admin_tenant(broker, "importer", tags="administrator")
+
+
+def _attack_import(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    queues = [
+        {"name": f"imported-{index:05d}", "durable": True, "auto_delete": False, "arguments": {}}
+        for index in range(IMPORTED_QUEUES)
+    ]
+    api = management.Management(_as(broker, tenant), timeout=300.0)
+    began = time.monotonic()
+    response = api.post(f"/definitions/{management.quote(tenant.vhost)}", {"queues": queues})
+    took = time.monotonic() - began
+    facts = {"queues": IMPORTED_QUEUES, "POST": f"{response.status} in {took:.2f} s"}
+    return facts, [] if response.ok else [f"definitions import: {response}"]
+
+
+IMPORT = Case(
+    name="definitions-import",
+    title=f"administrator of its vhost: POST /api/definitions/<vhost> with {IMPORTED_QUEUES:,} "
+    "durable queues",
+    prepare=_prepare_import,
+    attack=_attack_import,
+)
+
+
+CASES = (POLICY, TOPIC, LISTING, SLOW_HTTP, STUCK_CONSUMER, FANOUT, IMPORT)

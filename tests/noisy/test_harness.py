@@ -1,0 +1,73 @@
+"""The noisy-neighbour harness can fail: a quiet canary is fast, a frozen broker is seen.
+
+A harness that always passes proves nothing, so the canary is checked against both sides:
+on a quiet hutch-broker its round trips stay far below the suite's bound, and when the broker
+process is stopped (SIGSTOP) for 400 ms the canary reports a round trip of at least 300 ms
+(the message sent right after the stop waits it out, less at most one 20 ms interval).
+"""
+
+import signal
+import time
+
+from hutch_testing import noisy
+
+
+def test_a_canary_on_a_quiet_broker_has_small_round_trips(quiet_broker, tmp_path):
+    tenant = noisy.create_tenant(quiet_broker, "canary")
+    with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path) as canary:
+        time.sleep(2.0)
+        report = canary.stop()
+    assert report.count >= 50, report.summary()  # 2 s at one per 20 ms, on a busy machine
+    assert report.violations() == [], report.summary()
+    assert report.delivered == report.count
+
+
+def test_a_stalled_broker_shows_as_a_long_round_trip(quiet_broker, tmp_path):
+    tenant = noisy.create_tenant(quiet_broker, "canary")
+    with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path) as canary:
+        time.sleep(0.5)
+        quiet_broker.kill(signal.SIGSTOP)
+        time.sleep(0.4)
+        quiet_broker.kill(signal.SIGCONT)
+        time.sleep(0.5)
+        report = canary.stop()
+    assert report.max_ms >= 300, report.summary()
+    assert report.violations() != [], report.summary()
+    assert report.misses == 0, report.summary()  # late, not lost
+
+
+def test_a_canary_that_never_gets_its_messages_back_counts_misses(quiet_broker, tmp_path):
+    tenant = noisy.create_tenant(quiet_broker, "canary")
+    with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path) as canary:
+        quiet_broker.kill(signal.SIGSTOP)
+        try:
+            time.sleep(0.3)
+            report = canary.stop()  # waits MISS_AFTER_S for what is in flight, then gives up
+        finally:
+            quiet_broker.kill(signal.SIGCONT)
+    assert report.misses >= 5, report.summary()
+    assert report.max_ms >= noisy.MISS_AFTER_S * 1000, report.summary()
+    assert any("missed" in problem for problem in report.violations()), report.summary()
+
+
+def test_percentiles_are_nearest_rank():
+    samples = sorted(float(value) for value in range(1, 101))
+    assert noisy.percentile(samples, 50) == 50.0
+    assert noisy.percentile(samples, 99) == 99.0
+    assert noisy.percentile(samples, 100) == 100.0
+    assert noisy.percentile([], 99) == 0.0
+    assert noisy.percentile([7.0], 1) == 7.0
+
+
+def test_a_report_names_every_broken_bound():
+    bound = noisy.CanaryBound(max_ms=250, p99_ms=100)
+    report = noisy.CanaryReport.from_samples(
+        [1.0] * 98 + [150.0, 6000.0], misses=1, drops=1, lag_ms=3.0, errors=[]
+    )
+    assert report.violations(bound) == [
+        "1 canary messages missed (not back in 5.0s)",
+        "the canary's connection dropped 1 times",
+        "canary max 6000 ms > 250 ms",
+        "canary p99 150 ms > 100 ms",
+    ]
+    assert noisy.CanaryReport().violations(bound) == ["the canary sent nothing"]
