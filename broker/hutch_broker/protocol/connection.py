@@ -19,14 +19,18 @@ Connection states and what moves them (``--`` marks input we do not parse yet)::
     OPEN_PENDING -- accept_open()                     queue open-ok              RUNNING
     RUNNING         channel frames                    see the channel rules      RUNNING
     any above       connection.close                  queue close-ok,            CLOSED
-                                                      ConnectionCloseRequested
+                                                      ConnectionCloseRequested,
+                                                      ``closed_by_client``
     any above       close(error)                      queue connection.close     CLOSING
     CLOSING         connection.close                  queue close-ok             CLOSING
                     connection.close-ok               ConnectionCloseConfirmed   CLOSED
                     anything else, even broken frames ignored                    CLOSING
     CLOSED --       everything                        ignored                    CLOSED
 
-``closed`` turns true in CLOSED: flush ``data_to_send()`` and drop the socket.
+``closed`` turns true in CLOSED: flush ``data_to_send()`` and drop the socket, except after the
+client's own connection.close (``closed_by_client``): the client drops the socket once it has
+read close-ok, so the server keeps reading until then, bounded by a timeout, as RabbitMQ does.
+Dropping it first, with bytes of the client unread, makes the kernel answer with a reset.
 
 Rules (RabbitMQ's reader, rabbit_reader.erl, and the spec):
 
@@ -193,6 +197,7 @@ class Connection:
         self._buffer = bytearray()
         self._pos = 0
         self._framing_lost = False
+        self._closed_by_client = False
         self._outbound: list[bytes] = []
         self._channel_max = channel_max
         self._frame_max = frame_max
@@ -218,8 +223,15 @@ class Connection:
 
     @property
     def closed(self) -> bool:
-        """True once the socket should be dropped (after flushing ``data_to_send()``)."""
+        """True once the connection is over: flush ``data_to_send()``, then drop the socket
+        (or, when ``closed_by_client``, let the client drop it)."""
         return self._state is ConnectionState.CLOSED
+
+    @property
+    def closed_by_client(self) -> bool:
+        """True once the client's connection.close was answered with close-ok: keep reading
+        (every byte is ignored) until the client closes the socket, not drop it at once."""
+        return self._closed_by_client
 
     @property
     def framing_lost(self) -> bool:
@@ -435,6 +447,7 @@ class Connection:
     def _client_closed(self, method: commands.Connection.Close) -> events.Event:
         self._send0(commands.Connection.CloseOk())
         self._enter_closed()
+        self._closed_by_client = True
         return events.ConnectionCloseRequested(
             reply_code=method.reply_code or 0,
             reply_text=method.reply_text or "",

@@ -148,10 +148,27 @@ class AMQPConnection(asyncio.Protocol):
             session.writable = True
             session.resume_deliveries(self.context.clock())
         proto = session.proto
-        if proto.closed or proto.framing_lost:  # after a 501 no close-ok can be read
+        if proto.closed_by_client:
+            self._await_client_close()
+        elif proto.closed or proto.framing_lost:  # after a 501 no close-ok can be read
             transport.close()
         elif self.closing_since is None and proto.state is ConnectionState.CLOSING:
             self.closing_since = time.monotonic()
+
+    @property
+    def awaiting_client_close(self) -> bool:
+        """Its session is over but the socket is open until the client drops it: the server's
+        timer must keep calling ``tick``, which bounds the wait."""
+        session = self.session
+        return session is not None and session.proto.closed_by_client and self.transport is not None
+
+    def _await_client_close(self) -> None:
+        """close-ok went out for the client's connection.close: keep reading (the protocol
+        discards it all) until the client drops the socket, as RabbitMQ does. Dropping it
+        first, with client bytes unread, resets the connection; ``tick`` bounds the wait."""
+        if self.closing_since is None:
+            self.closing_since = time.monotonic()
+            self.resume_reading()  # a throttled publisher's socket too: its session is gone
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -172,13 +189,21 @@ class AMQPConnection(asyncio.Protocol):
         if session is None or self.transport is None or self.transport.is_closing():
             return
         self._follow_budget(session, self.transport)
+        proto = session.proto
+        if proto.closed_by_client:
+            # close-ok sent; the client has not dropped the socket. RabbitMQ waits its heartbeat
+            # timeout when that is shorter than the closing timeout.
+            bound = proto.heartbeat if 0 < proto.heartbeat < closing_timeout else closing_timeout
+            if self.closing_since is not None and now - self.closing_since > bound:
+                log.info("connection %s kept its socket after close-ok, closing it", session.id)
+                self.close_transport()
+            return
         if self.closing_since is not None and now - self.closing_since > closing_timeout:
             # The broker sent connection.close and no close-ok came: RabbitMQ also drops
             # the socket after its 30 s closing timeout, heartbeats or not.
             log.info("no close-ok from connection %s, closing its socket", session.id)
             self.close_transport()
             return
-        proto = session.proto
         if session.vhost is None:
             if now - self.opened_at > handshake_timeout:
                 log.info("handshake timeout for %s", session.peer_host)

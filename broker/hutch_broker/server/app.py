@@ -467,7 +467,8 @@ class BrokerServer:
             self.resources.sample()
             now = time.monotonic()
             for connection in list(self.connections):
-                if connection.session is not None and connection.session.closed:
+                closed = connection.session is not None and connection.session.closed
+                if closed and not connection.awaiting_client_close:
                     self.connections.discard(connection)
                     continue
                 connection.tick(now, self.config.handshake_timeout_s, self.config.closing_timeout_s)

@@ -85,3 +85,61 @@ def test_no_close_ok_drops_the_socket_after_the_closing_timeout():
     assert not transport.closed, "closed before the timeout"
     connection.tick(now + 31, handshake_timeout=10, closing_timeout=30)
     assert transport.closed
+
+
+def _client_closed_connection(heartbeat: int = 0):
+    """An in-memory connection whose client sent connection.close (heartbeat as negotiated)."""
+    broker = Broker()
+    broker.create_defaults()
+    connection = AMQPConnection(Context(broker, clock=lambda: 0), OPTIONS)
+    transport = inmemory.FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    frames = inmemory.handshake_frames()
+    if heartbeat:
+        frames = frames.replace(
+            frame.marshal(commands.Connection.TuneOk(16, 131072, 0), 0),
+            frame.marshal(commands.Connection.TuneOk(16, 131072, heartbeat), 0),
+        )
+    connection.data_received(frames)
+    connection.flush()
+    transport.written.clear()
+    connection.data_received(frame.marshal(commands.Connection.Close(200, "bye", 0, 0), 0))
+    connection.flush()
+    return connection, transport
+
+
+def test_after_the_client_s_close_the_socket_waits_for_the_client_up_to_the_closing_timeout():
+    """RabbitMQ answers close-ok and reads on until the client drops the socket: dropping it
+    first, with client bytes unread, resets the connection and can lose the close-ok."""
+    connection, transport = _client_closed_connection()
+    assert [type(f) for f in inmemory.decode_frames(b"".join(transport.written))] == [
+        commands.Connection.CloseOk
+    ]
+    assert not transport.closed
+    assert connection.awaiting_client_close
+    assert connection.session is not None and connection.session.closed  # resources released
+
+    sent = list(transport.written)
+    connection.data_received(b"\x08\x00\x00\x00\x00\x00\x00\xce" * 1000 + b"garbage")
+    connection.flush()
+    assert transport.written == sent, "later bytes are read and discarded"
+    assert not transport.closed
+
+    now = connection.closing_since
+    assert now is not None
+    connection.tick(now + 29, handshake_timeout=10, closing_timeout=30)
+    assert not transport.closed, "closed before the timeout"
+    connection.tick(now + 31, handshake_timeout=10, closing_timeout=30)
+    assert transport.closed
+
+
+def test_a_shorter_heartbeat_timeout_bounds_the_wait_instead():
+    connection, transport = _client_closed_connection(heartbeat=5)
+    now = connection.closing_since
+    assert now is not None
+    connection.tick(now + 4, handshake_timeout=10, closing_timeout=30)
+    assert not transport.closed
+    connection.tick(now + 6, handshake_timeout=10, closing_timeout=30)
+    assert transport.closed
+    sent = inmemory.decode_frames(b"".join(transport.written))
+    assert [type(f) for f in sent] == [commands.Connection.CloseOk], "no heartbeat after it"
