@@ -1,0 +1,125 @@
+"""A policymaker's expensive policy slows its own requests, not the other tenants (case 1).
+
+On a real hutch-broker: a user tagged `policymaker` in its own vhost declares 40 queues with
+255-byte names, PUTs a policy whose pattern is `(.*)` x 240 + `b`, then declares 40 more such
+queues; a canary connection in another vhost publishes (with confirms) and gets a message back
+every 20 ms meanwhile.  Before: the PUT took 39 s, each later declare about 1 s, and every
+connection of every vhost froze that long.  After: the canary's slowest round trip stays far
+below the bound, and the policy is on every queue when the PUT returns.
+"""
+
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+from hutch_testing import management
+from hutch_testing.clients import connect
+
+CANARY_BOUND_SECONDS = 0.25  # a loopback round trip takes ~1 ms; the freeze took 39 s
+ATTACK_PATTERN = "(.*)" * 240 + "b"
+
+
+@dataclass(frozen=True)
+class As:
+    """The broker's management API as another user."""
+
+    http_url: str
+    credentials: tuple[str, str]
+
+
+def attack_names(prefix: str) -> list[str]:
+    return [f"{prefix}{index:03d}-" + "a" * (250 - len(prefix)) + "b" for index in range(40)]
+
+
+class Canary(threading.Thread):
+    """Publish one message with a confirm and get it back, every 20 ms, timing each."""
+
+    def __init__(self, broker) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.round_trips: list[float] = []
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            conn = connect(self.broker, vhost="canary", heartbeat=2)
+            channel = conn.channel()
+            channel.confirm_delivery()
+            channel.queue_declare("canary")
+            self.ready.set()
+            while not self.stop.is_set():
+                started = time.perf_counter()
+                channel.basic_publish("", "canary", b"tweet")
+                method = None
+                while method is None:
+                    method, _properties, _body = channel.basic_get("canary", auto_ack=True)
+                self.round_trips.append(time.perf_counter() - started)
+                time.sleep(0.02)
+            conn.close()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            self.failure = exc
+            self.ready.set()
+
+
+@pytest.mark.timeout(120)
+def test_an_expensive_policy_does_not_stall_a_canary_in_another_vhost(hutch_broker):
+    admin = management.Management(hutch_broker)
+    for vhost in ("tenant-a", "canary"):
+        assert admin.put(f"/vhosts/{vhost}", {}).ok
+    assert admin.put("/users/mallory", {"password": "mallory", "tags": "policymaker"}).ok
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert admin.put("/permissions/tenant-a/mallory", everything).ok
+    assert admin.put("/permissions/canary/guest", everything).ok
+    mallory = management.Management(As(hutch_broker.http_url, ("mallory", "mallory")))
+    attacker = connect(hutch_broker, user="mallory", password="mallory", vhost="tenant-a")
+    attacker_channel = attacker.channel()
+    for name in attack_names("q"):
+        attacker_channel.queue_declare(name)
+
+    canary = Canary(hutch_broker)
+    canary.start()
+    assert canary.ready.wait(10)
+    time.sleep(0.2)
+    body = {"pattern": ATTACK_PATTERN, "definition": {"max-length": 1}, "apply-to": "queues"}
+    put = mallory.put("/policies/tenant-a/slow", body)
+    for name in attack_names("r"):  # each declare matches the name against the policy
+        attacker_channel.queue_declare(name)
+    time.sleep(0.2)
+    canary.stop.set()
+    canary.join(10)
+    attacker.close()
+
+    assert canary.failure is None
+    assert put.status == 201
+    assert len(canary.round_trips) >= 10
+    assert max(canary.round_trips) < CANARY_BOUND_SECONDS
+    queues = {queue["name"]: queue for queue in admin.get("/queues/tenant-a").body}
+    assert len(queues) == 80
+    assert {queue["policy"] for queue in queues.values()} == {"slow"}
+
+
+@pytest.mark.timeout(120)
+def test_deleting_the_expensive_policy_leaves_the_queues_without_it(hutch_broker):
+    admin = management.Management(hutch_broker)
+    assert admin.put("/vhosts/tenant-a", {}).ok
+    assert admin.put(
+        "/permissions/tenant-a/guest", {"configure": ".*", "write": ".*", "read": ".*"}
+    ).ok
+    channel = connect(hutch_broker, vhost="tenant-a").channel()
+    for name in attack_names("q"):
+        channel.queue_declare(name)
+    body = {"pattern": ATTACK_PATTERN, "definition": {"max-length": 1}, "priority": 1}
+    assert admin.put("/policies/tenant-a/slow", body).status == 201
+    assert admin.put(
+        "/policies/tenant-a/plain", {"pattern": "^q00", "definition": {"max-length": 2}}
+    ).ok
+
+    assert admin.delete("/policies/tenant-a/slow").status == 204
+
+    policies = {queue["name"]: queue["policy"] for queue in admin.get("/queues/tenant-a").body}
+    assert {name: policy for name, policy in policies.items() if policy} == dict.fromkeys(
+        attack_names("q")[:10], "plain"
+    )
