@@ -20,7 +20,6 @@ NOT_FIXED = {
     "case2-topic": 2,
     "case3-listing": 3,
     "case4-slow-http": 4,
-    "case5-stuck-consumer": 5,
     "fanout": "fanout",
     "definitions-import": "definitions-import",
 }
