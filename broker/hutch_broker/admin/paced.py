@@ -33,8 +33,11 @@ MAX_LISTINGS: Final = 2  # listings in progress at once, all users together
 MAX_LISTINGS_PER_USER: Final = 1
 
 T = TypeVar("T")
+R = TypeVar("R", bound=tuple[Any, ...])
 Item = listing.Item
 _COMPACT: Final = (",", ":")
+# One encoder for every item: json.dumps with separators builds a new one per call.
+_ENCODER: Final = json.JSONEncoder(separators=_COMPACT)
 
 
 class Pacer:
@@ -102,7 +105,7 @@ class ListingGate:
 
 
 async def render_list(
-    objects: Iterable[T],
+    objects: Sequence[T],
     render: Callable[[T], Item],
     query: listing.ListQuery,
     *,
@@ -110,24 +113,47 @@ async def render_list(
     pacer: Pacer,
 ) -> bytes:
     """The JSON body of a list response; ``objects`` must be a snapshot (a list), not a view
-    of a dict the model may change while the listing waits for its next slice."""
-    items = await pacer.map(render, objects)
+    of a dict the model may change while the listing waits for its next slice.
+
+    A rendered item lives only as long as one step: its sort key and its JSON (or, when
+    paging, its name) are kept and the item is dropped, so a big listing leaves few objects
+    behind for the garbage collector to walk. A page's items are rendered again, once sorted.
+    """
     keys = listing.sort_keys(query, default_sort)
-    if keys:
-        items = await pacer.sorted(items, key=lambda item: listing.sort_key(item, keys))
-    if query.sort_reverse:
-        items.reverse()
-    if query.paging is None:
-        return await _encode_list(items, query.columns, pacer)
-    paging, total = query.paging, len(items)
-    if paging.name:
-        matcher = listing.name_matcher(paging)
-        matched = await pacer.map(lambda item: matcher.search(str(item.get("name", ""))), items)
-        items = [item for item, match in zip(items, matched, strict=True) if match]
-    envelope = listing.page_envelope(paging, filtered=len(items), total=total)
+    paging = query.paging
+    if paging is None:
+        rows = await pacer.map(lambda obj: _row(render(obj), keys, query.columns), objects)
+        encoded = [row[1] for row in await _ordered(rows, keys, query.sort_reverse, pacer)]
+        return b"[" + b",".join(encoded) + b"]"
+    matcher = listing.name_matcher(paging) if paging.name else None
+
+    def probe(index: int) -> tuple[Any, int] | None:
+        item = render(objects[index])
+        if matcher is not None and not matcher.search(str(item.get("name", ""))):
+            return None
+        return (listing.sort_key(item, keys) if keys else None, index)
+
+    probes = await pacer.map(probe, range(len(objects)))
+    matched = [found for found in probes if found is not None]
+    envelope = listing.page_envelope(paging, filtered=len(matched), total=len(objects))
+    ordered = await _ordered(matched, keys, query.sort_reverse, pacer)
     offset = (paging.page - 1) * paging.page_size
-    encoded = await _encode_list(items[offset : offset + paging.page_size], query.columns, pacer)
-    return _encode_envelope(envelope, encoded)
+    window = ordered[offset : offset + paging.page_size]
+    page = await pacer.map(lambda row: _row(render(objects[row[1]]), (), query.columns)[1], window)
+    return _encode_envelope(envelope, b"[" + b",".join(page) + b"]")
+
+
+def _row(item: Item, keys: Sequence[str], columns: listing.Columns | None) -> tuple[Any, bytes]:
+    selected = listing.select_columns(item, columns)
+    encoded = _ENCODER.encode(selected).encode()
+    return (listing.sort_key(item, keys) if keys else None, encoded)
+
+
+async def _ordered(rows: list[R], keys: Sequence[str], reverse: bool, pacer: Pacer) -> list[R]:
+    """``rows`` (sort key first) in RabbitMQ's order: stable by key, then reversed if asked."""
+    if keys:
+        rows = await pacer.sorted(rows, key=lambda row: row[0])
+    return rows[::-1] if reverse else rows
 
 
 async def encode(value: Any, pacer: Pacer) -> bytes:
@@ -142,7 +168,7 @@ async def encode(value: Any, pacer: Pacer) -> bytes:
         encoded = (
             await _encode_list(member, None, pacer)
             if isinstance(member, list)
-            else json.dumps(member, separators=_COMPACT).encode()
+            else _ENCODER.encode(member).encode()
         )
         parts.append(json.dumps(str(key)).encode() + b":" + encoded)
         await pacer.tick()
@@ -153,7 +179,7 @@ async def _encode_list(
     items: Sequence[Item], columns: listing.Columns | None, pacer: Pacer
 ) -> bytes:
     def one(item: Item) -> bytes:
-        return json.dumps(listing.select_columns(item, columns), separators=_COMPACT).encode()
+        return _ENCODER.encode(listing.select_columns(item, columns)).encode()
 
     return b"[" + b",".join(await pacer.map(one, items)) + b"]"
 

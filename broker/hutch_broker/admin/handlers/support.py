@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -105,7 +105,7 @@ async def paced_work(request: web.Request) -> AsyncIterator[paced.Pacer]:
 
 async def paced_list_response(
     request: web.Request,
-    objects: Iterable[T],
+    objects: Sequence[T],
     render: Callable[[T], dict[str, Any]],
     default_sort: Sequence[str] = listing.DEFAULT_SORT,
 ) -> web.Response:
@@ -118,7 +118,7 @@ async def paced_list_response(
 async def paced_list(
     request: web.Request,
     pacer: paced.Pacer,
-    objects: Iterable[T],
+    objects: Sequence[T],
     render: Callable[[T], dict[str, Any]],
     default_sort: Sequence[str] = listing.DEFAULT_SORT,
 ) -> web.Response:

@@ -1,0 +1,88 @@
+"""Case 3 of "Isolation and scale": a management user polling a 5,000-queue listing from
+several threads must slow itself down, not an AMQP client of another vhost.
+
+Before listings were paced, each ``GET /api/queues/<vhost>`` held the event loop for about half
+a second and six pollers gave the canary round trips of seconds. The bound asserted here is
+loose (250 ms, where the target on a quiet machine is about 50 ms) so it holds on a busy CI
+machine and still tells a frozen loop from a working one.
+"""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from hutch_testing import management
+
+QUEUES = 5000
+POLLERS = 6
+ATTACK_S = 4.0
+CANARY = Path(__file__).with_name("listing_canary.py")
+MAX_ROUND_TRIP_MS = 250.0
+
+
+class As:
+    """The broker's address with another user's credentials, for ``management.Management``."""
+
+    def __init__(self, broker, user: str, password: str) -> None:
+        self.http_url = broker.http_url
+        self.credentials = (user, password)
+
+
+def prepare(broker) -> management.Management:
+    admin = management.Management(broker, timeout=120.0)
+    queues = [
+        {"name": f"listed-{index:05d}", "vhost": "monitor", "durable": False, "auto_delete": False,
+         "arguments": {}}
+        for index in range(QUEUES)
+    ]  # fmt: skip
+    steps = [
+        admin.put("/vhosts/monitor", {}),
+        admin.put("/users/monitor", {"password": "monitor-secret", "tags": "management"}),
+        admin.put("/permissions/monitor/monitor", {"configure": "", "write": "", "read": ".*"}),
+        admin.post("/definitions", {"queues": queues}),
+    ]
+    assert all(step.ok for step in steps), steps
+    return management.Management(As(broker, "monitor", "monitor-secret"), timeout=120.0)
+
+
+@pytest.mark.timeout(180)
+def test_pollers_of_a_big_listing_do_not_delay_another_vhost(hutch_broker):
+    monitor = prepare(hutch_broker)
+    url = f"amqp://guest:guest@127.0.0.1:{hutch_broker.amqp_port}/%2F?heartbeat=0"
+    canary = subprocess.Popen(
+        [sys.executable, str(CANARY), url, str(ATTACK_S + 1.0)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert canary.stdout is not None
+    assert canary.stdout.readline().strip() == "ready"
+
+    sizes: list[int] = []
+    failures: list[str] = []
+    deadline = time.monotonic() + ATTACK_S
+    path = "/queues/" + urllib.parse.quote("monitor", safe="")
+
+    def poll() -> None:
+        while time.monotonic() < deadline:
+            response = monitor.get(path)
+            if response.status != 200:
+                failures.append(f"{response.status}: {response.body}")
+            else:
+                sizes.append(len(response.body))
+
+    pollers = [threading.Thread(target=poll) for _ in range(POLLERS)]
+    for poller in pollers:
+        poller.start()
+    for poller in pollers:
+        poller.join()
+    report = json.loads(canary.communicate(timeout=60)[0].strip().splitlines()[-1])
+
+    assert failures == []
+    assert sizes and set(sizes) == {QUEUES}  # the pollers got whole listings, more than once
+    assert report["misses"] == 0
+    assert report["max_ms"] <= MAX_ROUND_TRIP_MS, report
