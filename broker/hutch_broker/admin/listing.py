@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from hutch_broker.admin import errors
+from hutch_broker.model import patterns
 
 DEFAULT_PAGE_SIZE: Final = 100
 MAX_PAGE_SIZE: Final = 500
@@ -123,12 +124,15 @@ def sort_items(items: Sequence[Item], keys: Sequence[str], *, reverse: bool) -> 
 # -- filtering and paging -----------------------------------------------------------------
 
 
-def name_matcher(paging: Paging) -> re.Pattern[str]:
+def name_matcher(paging: Paging) -> re.Pattern[str] | patterns.Matcher:
+    """``?name=`` as a case-insensitive search; with ``use_regex``, through the policy
+    patterns' bounded matcher, as a ``re`` search over every name of a listing could
+    backtrack for minutes on one pattern such as ``(a+)+$``."""
     if not paging.use_regex:
         return re.compile(re.escape(paging.name or ""), re.IGNORECASE)
     try:
-        return re.compile(paging.name or "", re.IGNORECASE)
-    except re.error as exc:
+        return patterns.compile_pattern("(?i)" + (paging.name or ""))
+    except patterns.PatternError as exc:
         raise errors.bad_request(f"invalid regular expression in name: {exc}") from None
 
 
