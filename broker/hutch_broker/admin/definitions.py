@@ -8,6 +8,8 @@ then a rehearsal into a scratch ``Broker`` holding a copy of the current
 state, including what the export leaves out but an import can collide with:
 exclusive queues and server-named ``amq.*`` queues.  Any error in either pass
 is a 400 and the real broker is untouched; only then is it imported for real.
+Policies are matched once per entity, after the import, a slice per loop turn (the
+rehearsal never matches them: no refusal depends on which policy applies).
 The per-vhost forms use RabbitMQ's vhost export shape: only the vhost's
 objects, without ``vhost`` fields, imported into the vhost named in the URL.
 """
@@ -17,10 +19,11 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from hutch_broker.admin import bodies, errors
+from hutch_broker.admin import bodies, errors, slicing
 from hutch_broker.model import limits
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.queues import Queue
+from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors as amqp_errors
 
 VHOST_SECTIONS: Final = ("parameters", "policies", "queues", "exchanges", "bindings")
@@ -57,9 +60,10 @@ def _reason(exc: Exception) -> str:
     return str(exc)
 
 
-def _apply(broker: Broker, definitions: dict[str, Any]) -> None:
+def _apply(broker: Broker, definitions: dict[str, Any]) -> list[VirtualHost]:
+    """Import with policy matching deferred; returns the vhosts whose entities must be matched."""
     try:
-        broker.import_definitions(definitions, source="http")
+        return broker.import_definitions(definitions, source="http", defer_policies=True)
     except amqp_errors.AMQPError as exc:
         raise errors.bad_request(errors.detail_of(exc)) from None
     except IMPORT_ERRORS as exc:
@@ -196,7 +200,8 @@ def rehearse(broker: Broker, definitions: dict[str, Any]) -> None:
         raise errors.bad_request(_reason(exc) or type(exc).__name__) from None
 
 
-def import_definitions(broker: Broker, definitions: dict[str, Any]) -> None:
+async def import_definitions(broker: Broker, definitions: dict[str, Any]) -> None:
     check(definitions)
-    rehearse(broker, definitions)
-    _apply(broker, definitions)
+    rehearse(broker, definitions)  # a scratch broker: its paused vhosts are never matched
+    for vhost in _apply(broker, definitions):
+        await slicing.apply_in_slices(vhost.resume_policies())

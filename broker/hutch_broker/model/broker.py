@@ -344,8 +344,14 @@ class Broker:
         *,
         source: str = "http",
         set_aside: SetAside | None = None,
-    ) -> None:
+        defer_policies: bool = False,
+    ) -> list[VirtualHost]:
         """Idempotent import; raises ValueError with a reason on a bad document.
+
+        With ``defer_policies``, the vhosts the document touches store its policies without
+        matching them and declare its entities without policies; the caller gets those vhosts
+        back and must ``resume_policies()`` on each, then run the change that returns (in
+        slices, from the management API): every entity is matched once, not once per policy.
 
         With ``set_aside`` (recovery), an item this version cannot apply is handed to it and
         skipped instead: definitions a previous version accepted and stored must never stop the
@@ -354,7 +360,17 @@ class Broker:
         """
         if not isinstance(definitions, dict):
             raise ValueError("definitions must be a JSON object")
-        _import(self, definitions, source, set_aside)
+        if not defer_policies:
+            _import(self, definitions, source, set_aside, paused=None)
+            return []
+        paused: list[VirtualHost] = []
+        try:
+            _import(self, definitions, source, set_aside, paused=paused)
+        except BaseException:
+            for vhost in paused:
+                vhost.resume_policies().run()  # a failed import still leaves every entity right
+            raise
+        return paused
 
 
 def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool) -> None:
@@ -390,7 +406,12 @@ def _items(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 
 def _import(
-    broker: Broker, definitions: dict[str, Any], source: str, set_aside: SetAside | None
+    broker: Broker,
+    definitions: dict[str, Any],
+    source: str,
+    set_aside: SetAside | None,
+    *,
+    paused: list[VirtualHost] | None,
 ) -> None:
     def each(key: str, kind: str, apply: Callable[[dict[str, Any]], object]) -> None:
         for item in _items(definitions, key):
@@ -403,6 +424,8 @@ def _import(
                 set_aside(kind, item, str(exc) or type(exc).__name__)
 
     each("vhosts", "vhost", lambda item: _import_vhost(broker, item))
+    if paused is not None:
+        paused.extend(_pause_policies(broker, definitions))
     each("users", "user", lambda item: _import_user(broker, item))
     each("permissions", "permission", lambda item: _import_permission(broker, item))
     each(
@@ -420,6 +443,23 @@ def _import(
     each("exchanges", "exchange", lambda item: _import_exchange(broker, item))
     each("queues", "queue", lambda item: _import_queue(broker, item, source))
     each("bindings", "binding", lambda item: _import_binding(broker, item))
+
+
+_POLICY_SECTIONS: Final = ("policies", "parameters", "queues", "exchanges")
+
+
+def _pause_policies(broker: Broker, definitions: dict[str, Any]) -> list[VirtualHost]:
+    """Pause policy matching in the existing vhosts the document's entities or policies name."""
+    names = {
+        item["vhost"]
+        for section in _POLICY_SECTIONS
+        for item in _items(definitions, section)
+        if isinstance(item.get("vhost"), str)
+    }
+    touched = [broker.vhosts[name] for name in names if name in broker.vhosts]
+    for vhost in touched:
+        vhost.pause_policies()
+    return touched
 
 
 def _import_vhost(broker: Broker, item: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ class PolicyChange:
     def __init__(self, host: Host, *, name: str, policy: Policy | None, operator: bool) -> None:
         self.host, self.name, self.policy, self.operator = host, name, policy, operator
         self.finished = False
+        self.everything = False  # re-evaluate every entity against the table as it is (imports)
         self._phase = "waiting"
         self._todo: deque[Entity] = deque()
         self._ranked: list[Policy] = []
@@ -112,7 +113,9 @@ class PolicyChange:
         table = self._table()
         self._old = dict(table)
         after = dict(table)
-        if self.policy is None:
+        if self.everything:
+            pass
+        elif self.policy is None:
             after.pop(self.name, None)
         else:
             after[self.name] = self.policy
@@ -161,7 +164,7 @@ class PolicyChange:
             self._decide(entity, None)
             return
         current = self._current(entity)
-        if current is not None and current.name == self.name:
+        if self.everything or (current is not None and current.name == self.name):
             self._candidates = [p for p in self._ranked if p.applies_to(kind)]
             return
         self._fallback = current
@@ -171,13 +174,15 @@ class PolicyChange:
 
     def _decide(self, entity: Entity, policy: Policy | None) -> None:
         current = self._current(entity)
-        if policy is not current:
+        if policy is not current or self.everything:  # everything: definitions may have changed
             self._results.append((entity, current, policy))
         self._entity, self._candidates, self._next, self._search = None, [], 0, None
 
     def _install(self) -> None:
         table = self._table()
-        if self.policy is None:
+        if self.everything:
+            pass  # the table is already what it should be: only the entities are behind
+        elif self.policy is None:
             removed = table.pop(self.name, None)
             if removed is not None:
                 self._persist(removed, deleted=True)

@@ -65,6 +65,8 @@ class VirtualHost:
         self.operator_policies: dict[str, policies_mod.Policy] = {}
         # Policy changes not yet completely applied, oldest first (model/policychanges.py).
         self.policy_changes: deque[policychanges.PolicyChange] = deque()
+        # An import in progress: policies are stored but matched once, at the end (resume).
+        self.policies_paused = False
         # Wired by the broker: called when a durable definition changes (with what
         # changed), when a queue is created (store attach) or deleted (store cleanup).
         self.on_definitions_changed: changes.ChangeListener = changes.ignore
@@ -436,6 +438,10 @@ class VirtualHost:
 
     def set_policy(self, policy: policies_mod.Policy, *, operator: bool) -> None:
         """Put a policy and apply it to every entity now (imports, recovery)."""
+        if self.policies_paused:
+            (self.operator_policies if operator else self.policies)[policy.name] = policy
+            self.on_definitions_changed(changes.policy_change(self.name, policy, operator=operator))
+            return
         self.change_policy(policy.name, policy, operator=operator).run()
 
     def delete_policy(self, name: str, *, operator: bool) -> bool:
@@ -444,6 +450,22 @@ class VirtualHost:
             return False
         self.change_policy(name, None, operator=operator).run()
         return True
+
+    def pause_policies(self) -> None:
+        """Store policies without matching them, and declare entities without policies, until
+        ``resume_policies``: an import matches every entity once, not once per policy."""
+        self.policies_paused = True
+
+    def resume_policies(self) -> policychanges.PolicyChange:
+        """Queue the re-evaluation of every entity against both tables; ``run`` it."""
+        self.policies_paused = False
+        change = policychanges.PolicyChange(self, name="", policy=None, operator=False)
+        change.everything = True
+        self.policy_changes.append(change)
+        change = policychanges.PolicyChange(self, name="", policy=None, operator=True)
+        change.everything = True
+        self.policy_changes.append(change)
+        return change
 
     def change_policy(
         self, name: str, policy: policies_mod.Policy | None, *, operator: bool
@@ -461,6 +483,8 @@ class VirtualHost:
             change.include(entity)
 
     def _apply_queue_policy(self, queue: Queue) -> None:
+        if self.policies_paused:
+            return
         policies_mod.apply_to_queue(
             queue,
             policies=self.policies.values(),
@@ -469,6 +493,8 @@ class VirtualHost:
         )
 
     def _apply_exchange_policy(self, exchange: Exchange) -> None:
+        if self.policies_paused:
+            return
         policies_mod.apply_to_exchange(exchange, policies=self.policies.values())
 
     # -- timers -------------------------------------------------------

@@ -15,6 +15,7 @@ import time
 
 import pytest
 from hutch_broker.model import automata, patterns, policies, policychanges
+from hutch_broker.model.broker import Broker
 from hutch_broker.model.vhosts import VirtualHost
 
 ATTACK_PATTERN = "(.*)" * 240 + "b"
@@ -241,3 +242,37 @@ def test_sliced_changes_with_churn_give_every_entity_its_best_match(seed):
             _churn(vhost, rng)
         _churn(vhost, rng)
         _assert_every_entity_has_its_best_match(vhost)
+
+
+def test_an_import_defers_matching_to_one_sliced_pass_over_the_entities():
+    broker = Broker()
+    broker.add_vhost("/")
+    broker.vhosts["/"].declare_queue("z-" + "a" * 250 + "b")  # existing: re-matched too
+    document = {
+        "policies": [
+            {"vhost": "/", "name": f"p{index}", "pattern": ATTACK_PATTERN, "priority": index,
+             "apply-to": "queues", "definition": {"max-length": index + 1}}
+            for index in range(20)
+        ],
+        "queues": [
+            {"vhost": "/", "name": name, "durable": True, "arguments": {}}
+            for name in attack_names()
+        ],
+    }  # fmt: skip
+
+    paused = broker.import_definitions(document, defer_policies=True)
+
+    vhost = broker.vhosts["/"]
+    assert paused == [vhost]
+    assert len(vhost.policies) == 20
+    assert all(queue.policy is None for queue in vhost.queues.values())
+    assert all(policy._matcher.cached() == (0, 0, 0) for policy in vhost.policies.values())
+    change = vhost.resume_policies()
+    slices = 1
+    while not change.run(2_000):
+        slices += 1
+    assert slices > 5
+    assert {queue.policy.name for queue in vhost.queues.values()} == {"p19"}
+    assert all(queue.settings.max_length == 20 for queue in vhost.queues.values())
+    # p19 ranks first and matches: one search per queue, not one per policy
+    assert vhost.policies["p0"]._matcher.cached() == (0, 0, 0)

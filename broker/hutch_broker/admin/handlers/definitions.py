@@ -22,7 +22,7 @@ async def export_all(request: web.Request) -> web.Response:
 async def import_all(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     body = await support.body(request)
-    definitions.import_definitions(support.state(request).broker, body)
+    await definitions.import_definitions(support.state(request).broker, body)
     return support.no_content()
 
 
@@ -45,5 +45,5 @@ async def import_vhost(request: web.Request) -> web.Response:
     if name not in broker.vhosts:
         raise errors.not_found()
     body = await support.body(request)
-    definitions.import_definitions(broker, definitions.scoped_to_vhost(body, name))
+    await definitions.import_definitions(broker, definitions.scoped_to_vhost(body, name))
     return support.no_content()

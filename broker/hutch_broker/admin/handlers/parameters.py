@@ -17,9 +17,9 @@ from typing import Any
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, errors
+from hutch_broker.admin import auth, errors, slicing
 from hutch_broker.admin.handlers import support
-from hutch_broker.admin.handlers.policies import apply_in_slices, parse_policy
+from hutch_broker.admin.handlers.policies import parse_policy
 from hutch_broker.model import changes, limits
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.policies import erlang_term
@@ -117,7 +117,7 @@ async def _put_operator_policy(vhost: VirtualHost, name: str, value: Any) -> web
                 raise errors.validation_failed(f'Key "{key}" not found in {name}')
     policy = parse_policy(value, vhost=vhost.name, name=name, operator=True)
     created = name not in vhost.operator_policies
-    await apply_in_slices(vhost.change_policy(name, policy, operator=True))
+    await slicing.apply_in_slices(vhost.change_policy(name, policy, operator=True))
     return support.created_or_updated(created)
 
 
@@ -147,7 +147,7 @@ async def delete_parameter(request: web.Request) -> web.Response:
     if component == OPERATOR_POLICY:
         support.require_operator_policy_changes(request)
     if component == OPERATOR_POLICY and name in vhost.operator_policies:
-        await apply_in_slices(vhost.change_policy(name, None, operator=True))
+        await slicing.apply_in_slices(vhost.change_policy(name, None, operator=True))
         return support.no_content()
     if component == limits.VHOST_COMPONENT and name == limits.VHOST_PARAMETER and vhost.limits:
         broker.replace_vhost_limits(vhost.name, {})

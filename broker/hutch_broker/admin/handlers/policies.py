@@ -14,34 +14,19 @@ its new policy, as before.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, bodies, errors
+from hutch_broker.admin import auth, bodies, errors, slicing
 from hutch_broker.admin.handlers import support
-from hutch_broker.model import access, policychanges
+from hutch_broker.model import access
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.vhosts import VirtualHost
 
 routes = web.RouteTableDef()
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-_running: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
-
-
-async def apply_in_slices(change: policychanges.PolicyChange) -> None:
-    """Run ``change`` a slice per loop turn; a client that goes away does not stop it halfway."""
-    task = asyncio.get_running_loop().create_task(_slices(change))
-    _running.add(task)
-    task.add_done_callback(_running.discard)
-    await asyncio.shield(task)
-
-
-async def _slices(change: policychanges.PolicyChange) -> None:
-    while not change.run(policychanges.SLICE_UNITS):  # noqa: ASYNC110 - yields, waits on nothing
-        await asyncio.sleep(0)
 
 
 def _table(vhost: VirtualHost, *, operator: bool) -> dict[str, policies_mod.Policy]:
@@ -127,7 +112,7 @@ def _put(*, operator: bool) -> Handler:
         body = await support.body(request)
         policy = parse_policy(body, vhost=vhost.name, name=name, operator=operator)
         created = name not in _table(vhost, operator=operator)
-        await apply_in_slices(vhost.change_policy(name, policy, operator=operator))
+        await slicing.apply_in_slices(vhost.change_policy(name, policy, operator=operator))
         return support.created_or_updated(created)
 
     return handler
@@ -142,7 +127,7 @@ def _delete(*, operator: bool) -> Handler:
         name = support.path(request, "name")
         if name not in _table(vhost, operator=operator):
             raise errors.not_found()
-        await apply_in_slices(vhost.change_policy(name, None, operator=operator))
+        await slicing.apply_in_slices(vhost.change_policy(name, None, operator=operator))
         return support.no_content()
 
     return handler
