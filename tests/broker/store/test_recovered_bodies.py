@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 import tracemalloc
 
 import pika
@@ -122,3 +123,40 @@ def test_a_restarted_broker_holds_no_body_until_delivery(hutch_broker):
         assert method is not None and method.redelivered
         assert (properties.message_id, body) == (str(n), b"%d" % n * 1000)
     assert channel.basic_get("q")[0] is None
+
+
+def test_recovered_bodies_come_back_for_expiry_dead_lettering_and_priorities(hutch_broker):
+    """Every way out of a queue reads the body back: TTL at the head into a dead-letter
+    exchange, and a priority queue's levels, rebuilt from the stored content headers (a guard
+    for the body-less entries: the bodies were in memory before, so this passed then too)."""
+    connection = connect(hutch_broker)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.exchange_declare("dlx", "fanout", durable=True)
+    channel.queue_declare("dead", durable=True)
+    channel.queue_bind("dead", "dlx")
+    channel.queue_declare(
+        "ttl", durable=True, arguments={"x-message-ttl": 4000, "x-dead-letter-exchange": "dlx"}
+    )
+    channel.queue_declare("prio", durable=True, arguments={"x-max-priority": 5})
+    for n in range(5):
+        persistent = pika.BasicProperties(delivery_mode=2, priority=n % 3 * 2)
+        channel.basic_publish("", "ttl", b"ttl %d " % n * 500, persistent)
+        channel.basic_publish("", "prio", b"prio %d " % n * 500, persistent)
+    connection.close()
+    hutch_broker.kill(signal.SIGKILL)
+    hutch_broker.start()
+
+    waiting = Management(hutch_broker).queue("ttl")
+    assert (waiting["messages"], waiting["messages_ram"]) == (5, 0), "expired before the restart"
+    channel = connect(hutch_broker).channel()
+    served = [channel.basic_get("prio", auto_ack=True) for _ in range(5)]
+    assert [(props.priority, body) for _, props, body in served] == [
+        (n % 3 * 2, b"prio %d " % n * 500) for n in (2, 1, 4, 0, 3)
+    ]
+    deadline = time.monotonic() + 15
+    while Management(hutch_broker).queue("dead")["messages"] < 5:
+        assert time.monotonic() < deadline, "the recovered messages did not expire"
+        time.sleep(0.1)
+    dead = [channel.basic_get("dead", auto_ack=True)[2] for _ in range(5)]
+    assert dead == [b"ttl %d " % n * 500 for n in range(5)]
