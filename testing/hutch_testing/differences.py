@@ -95,14 +95,17 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "used for routing, absent from `routing-keys` (observed)",
         section="not yet in §1 (DLX-2)",
     ),
-    # Observed on 3.10.8 by tests/sidebyside/test_single_active_consumer.py (issue 14): when the
-    # single active consumer cancels while messages wait in the queue, the new active consumer
-    # gets neither those nor later publishes, not even after the old channel acks. Stranded
-    # messages look like a 3.10 defect; Hutch delivers them at once.
+    # Observed on 3.10.8 by tests/sidebyside/test_single_active_consumer.py (issue 14, and
+    # "Broker trust II" item 6): when the single active consumer of a classic queue cancels
+    # while messages are ready, they are not delivered, not even after the old channel acks;
+    # the next delivery crashes the queue process ({badmatch,false} in attempt_delivery), which
+    # restarts empty: the ready messages, that (confirmed) publish and every consumer are lost.
+    # 3.10.8's quorum queues hand over at once, and nothing waits for the old consumer's unacked
+    # messages to be settled, on either queue type. Hutch hands over at once on every queue.
     "sac-cancel-handover": Difference(
-        "Ready messages when the single active consumer cancels",
-        "delivered to the next active consumer at once",
-        "stay in the queue, and so do later publishes, even after the old channel acks (observed)",
+        "Ready messages when the single active consumer of a classic queue cancels",
+        "delivered to the next active consumer at once (as 3.10.8's quorum queues do)",
+        "not delivered; the next publish crashes the queue, which restarts empty (observed)",
         section="not yet in §1 (issue 14)",
     ),
     # Deliberate differences from the "Broker trust" work (issue 11), not yet §1 rows; the

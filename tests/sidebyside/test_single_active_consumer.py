@@ -1,8 +1,9 @@
 """Single active consumer (`x-single-active-consumer`) side by side with RabbitMQ 3.10.8.
 
 One consumer at a time gets deliveries; when it cancels or its channel or connection closes, the
-next one takes over, after the closed channel's unacked messages went back in order. The
-management API shows which one is active.
+next one takes over, after the closed channel's unacked messages went back in order. A cancel
+hands over at once: neither broker waits until the cancelled consumer's unacked messages are
+settled. The management API shows which one is active.
 """
 
 import time
@@ -52,9 +53,12 @@ class Consumers:
         return self.log
 
 
-def _declare(target):
+def _declare(target, *, quorum=False):
     q = target.name("q")
-    target.channel().queue_declare(q, arguments=SAC)
+    if quorum:
+        target.channel().queue_declare(q, durable=True, arguments={**SAC, "x-queue-type": "quorum"})
+    else:
+        target.channel().queue_declare(q, arguments=SAC)
     return q
 
 
@@ -87,6 +91,54 @@ def test_the_next_consumer_takes_over_after_a_cancel(target):
 
     later = target.expect("sac-cancel-handover", hutch=[("second", "c", False)], rabbitmq=[])
     assert consumers.wait(len(handed) + len(later)) == handed + later
+    # 3.10.8's queue process crashed delivering "c" and restarted empty: "b", the confirmed
+    # "c" and both consumers are gone. Hutch holds nothing ready and keeps "second".
+    left = ch.queue_declare(q, passive=True).method
+    assert (left.message_count, left.consumer_count) == target.expect(
+        "sac-cancel-handover", hutch=(0, 1), rabbitmq=(0, 0)
+    )
+
+
+def test_unacked_messages_of_a_cancelled_consumer_do_not_hold_back_the_next_one(target):
+    """3.10.8 activates the next consumer at the cancel, while the old channel still holds
+    unacked messages; it does not wait until they are settled. Acking them later changes
+    nothing, a requeued one goes to the new active consumer."""
+    q = _declare(target)
+    consumers = Consumers(target, q)
+    first = consumers.consume("first")
+    consumers.consume("second")
+    ch = target.channel()
+    publish(ch, q, "a")
+    publish(ch, q, "b")
+    consumers.wait(2)
+    first.basic_cancel("first")  # "a" and "b" stay unacked on its channel
+    publish(ch, q, "c")
+    assert consumers.wait(3)[2:] == [("second", "c", False)]  # before any settlement
+
+    first.basic_ack(1)
+    first.basic_nack(2, requeue=True)
+    publish(ch, q, "d")
+    assert consumers.wait(5)[3:] == [("second", "b", True), ("second", "d", False)]
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_a_quorum_queue_hands_ready_messages_to_the_next_consumer_at_the_cancel(target, prefetch):
+    """What Hutch does for every queue type; 3.10.8's classic queues differ (see the
+    "sac-cancel-handover" difference), its quorum queues do not."""
+    q = _declare(target, quorum=True)
+    consumers = Consumers(target, q)
+    first = consumers.consume("first", prefetch=prefetch)
+    consumers.consume("second")
+    ch = target.channel()
+    for body in "abc":
+        publish(ch, q, body)
+    held = list(consumers.wait(prefetch))
+    first.basic_cancel("first")  # its deliveries stay unacked on its channel
+
+    handed = [("second", body, False) for body in "abc"[prefetch:]]
+    assert consumers.wait(prefetch + len(handed)) == held + handed
+    publish(ch, q, "d")
+    assert consumers.wait(prefetch + len(handed) + 1)[-1] == ("second", "d", False)
 
 
 def test_after_a_cancel_with_nothing_ready_the_next_consumer_gets_new_messages(target):
