@@ -209,8 +209,14 @@ def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
         if os.fstat(file.fileno()).st_size == 0:
             yield b""  # an empty file cannot be mapped
             return
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            yield data
+        try:
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as exc:  # a filesystem without mmap: one segment in the heap instead
+            log.warning("%s: cannot be mapped (%s), read into memory instead", path, exc)
+            yield file.read()
+            return
+        with mapped:
+            yield mapped
 
 
 def _note_empty(segment: _SegmentFile, what: str, scan: _Scan) -> None:

@@ -17,7 +17,7 @@ import pika
 import pytest
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
-from hutch_broker.store import MessageStore, segments
+from hutch_broker.store import MessageStore, recovery, segments
 from hutch_testing.clients import connect
 from hutch_testing.management import Management
 
@@ -48,6 +48,18 @@ def test_recovery_allocates_no_body(open_store, fields, read_back):
     assert [message.body for message in read_back(again)] == [
         fields(index, body_size=size)["body"] for index in range(count)
     ]
+
+
+def test_a_filesystem_without_mmap_still_recovers(open_store, fill, read_back, monkeypatch):
+    store = open_store()
+    ids = fill(store.open_queue("/", "q"), 20)
+    store.close()
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise OSError(19, "No such device")  # what mmap says on a filesystem without it
+
+    monkeypatch.setattr(recovery.mmap, "mmap", refuse)
+    assert [message.msg_id for message in read_back(open_store().open_queue("/", "q"))] == ids
 
 
 def _restored_queue(store: MessageStore) -> Queue:
