@@ -21,7 +21,7 @@ import asyncio
 import heapq
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar
 
@@ -81,8 +81,23 @@ class Pacer:
         return await self.map(lambda pair: items[pair[1]], heapq.merge(*runs))
 
 
+class Admission:
+    """A listing let in by the gate: ``done_working`` gives the overall slot back once the body
+    is built, while the caller keeps its user's slot until the body is sent."""
+
+    def __init__(self, total: asyncio.Semaphore) -> None:
+        self._total: asyncio.Semaphore | None = total
+
+    def done_working(self) -> None:
+        if self._total is not None:
+            self._total.release()
+            self._total = None
+
+
 class ListingGate:
-    """At most ``total`` listings at once, and ``per_user`` of them for any one user."""
+    """At most ``total`` listings built at once, and ``per_user`` of them for any one user from
+    the start of the build to the end of sending (a client that does not read its response
+    then holds one body of its own, not everyone's slots)."""
 
     def __init__(self, *, total: int = MAX_LISTINGS, per_user: int = MAX_LISTINGS_PER_USER):
         self.per_user = per_user
@@ -90,12 +105,17 @@ class ListingGate:
         self._users: dict[str, tuple[asyncio.Semaphore, int]] = {}
 
     @asynccontextmanager
-    async def admit(self, user: str) -> Any:
+    async def admit(self, user: str) -> AsyncIterator[Admission]:
         semaphore, holders = self._users.get(user) or (asyncio.Semaphore(self.per_user), 0)
         self._users[user] = (semaphore, holders + 1)
         try:
-            async with semaphore, self._total:
-                yield
+            async with semaphore:
+                await self._total.acquire()
+                admission = Admission(self._total)
+                try:
+                    yield admission
+                finally:
+                    admission.done_working()
         finally:
             semaphore, holders = self._users[user]
             if holders == 1:

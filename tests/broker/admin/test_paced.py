@@ -161,3 +161,33 @@ async def test_a_backtracking_name_regex_costs_bounded_time():
     body = json.loads(await in_slices(items, params, slice_s=0.002))
     assert [item["name"] for item in body["items"]] == ["AAAA"]  # caseless, as RabbitMQ
     assert json.loads(one_go(items, params))["items"] == body["items"]
+
+
+async def test_a_built_listing_gives_back_the_overall_slot_but_keeps_its_users():
+    """Sending happens after ``done_working``: a client that does not read its body blocks its
+    own user's next listing, not other users' builds."""
+    gate = paced.ListingGate(total=1, per_user=1)
+    sending = asyncio.Event()
+    client_reads = asyncio.Event()
+    order: list[str] = []
+
+    async def slow_reader() -> None:
+        async with gate.admit("alice") as admission:
+            order.append("alice built")
+            admission.done_working()
+            sending.set()
+            await client_reads.wait()
+        order.append("alice sent")
+
+    async def listing_by(user: str) -> None:
+        async with gate.admit(user):
+            order.append(f"{user} built")
+
+    first = asyncio.create_task(slow_reader())
+    await sending.wait()
+    alice_again = asyncio.create_task(listing_by("alice"))
+    await asyncio.wait_for(listing_by("bob"), timeout=1.0)  # the overall slot is free
+    assert order == ["alice built", "bob built"]  # alice's second listing still waits
+    client_reads.set()
+    await asyncio.gather(first, alice_again)
+    assert order[2:] == ["alice sent", "alice built"]

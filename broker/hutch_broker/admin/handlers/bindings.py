@@ -70,22 +70,22 @@ def _location(request: web.Request, binding: Binding, vhost: str) -> str:
 
 
 @routes.get("/api/bindings")
-async def list_bindings(request: web.Request) -> web.Response:
+async def list_bindings(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
-    async with support.paced_work(request) as pacer:
+    async with support.paced_work(request) as work:
         items = []
         for vhost in vhosts:
-            items.extend(await _vhost_items(vhost, pacer))
-        return await support.paced_list(request, pacer, items, _same, default_sort=())
+            items.extend(await _vhost_items(vhost, work.pacer))
+        return await support.paced_list(request, work, items, _same, default_sort=())
 
 
 @routes.get("/api/bindings/{vhost}")
-async def list_vhost_bindings(request: web.Request) -> web.Response:
+async def list_vhost_bindings(request: web.Request) -> web.StreamResponse:
     vhost = support.vhost_to_read(request)
-    async with support.paced_work(request) as pacer:
-        items = await _vhost_items(vhost, pacer)
-        return await support.paced_list(request, pacer, items, _same, default_sort=())
+    async with support.paced_work(request) as work:
+        items = await _vhost_items(vhost, work.pacer)
+        return await support.paced_list(request, work, items, _same, default_sort=())
 
 
 async def _vhost_items(vhost: VirtualHost, pacer: paced.Pacer) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ def _sessions(request: web.Request, user: access.User, vhost: str | None) -> Ite
         yield session
 
 
-async def _connections(request: web.Request, vhost: str | None) -> web.Response:
+async def _connections(request: web.Request, vhost: str | None) -> web.StreamResponse:
     admin = support.state(request)
     found = list(_sessions(request, support.user(request), vhost))
     render = functools.partial(
@@ -40,7 +40,7 @@ async def _connections(request: web.Request, vhost: str | None) -> web.Response:
     return await support.paced_list_response(request, found, render, ("name",))
 
 
-async def _channels(request: web.Request, vhost: str | None) -> web.Response:
+async def _channels(request: web.Request, vhost: str | None) -> web.StreamResponse:
     admin = support.state(request)
     found = [
         (session, channel)
@@ -61,12 +61,12 @@ def _known_vhost(request: web.Request) -> str:
 
 
 @routes.get("/api/connections")
-async def list_connections(request: web.Request) -> web.Response:
+async def list_connections(request: web.Request) -> web.StreamResponse:
     return await _connections(request, None)
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
-async def list_vhost_connections(request: web.Request) -> web.Response:
+async def list_vhost_connections(request: web.Request) -> web.StreamResponse:
     return await _connections(request, _known_vhost(request))
 
 
@@ -105,10 +105,10 @@ async def close_connection(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/channels")
-async def list_channels(request: web.Request) -> web.Response:
+async def list_channels(request: web.Request) -> web.StreamResponse:
     return await _channels(request, None)
 
 
 @routes.get("/api/vhosts/{vhost}/channels")
-async def list_vhost_channels(request: web.Request) -> web.Response:
+async def list_vhost_channels(request: web.Request) -> web.StreamResponse:
     return await _channels(request, _known_vhost(request))

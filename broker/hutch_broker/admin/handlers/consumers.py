@@ -21,7 +21,7 @@ from hutch_broker.model.vhosts import VirtualHost
 routes = web.RouteTableDef()
 
 
-async def _consumers(request: web.Request, vhosts: Iterable[VirtualHost]) -> web.Response:
+async def _consumers(request: web.Request, vhosts: Iterable[VirtualHost]) -> web.StreamResponse:
     admin = support.state(request)
     queues = itertools.chain.from_iterable(vhost.queues.values() for vhost in vhosts)
     found = list(itertools.chain.from_iterable(queue.consumers for queue in queues))
@@ -32,12 +32,12 @@ async def _consumers(request: web.Request, vhosts: Iterable[VirtualHost]) -> web
 
 
 @routes.get("/api/consumers")
-async def list_consumers(request: web.Request) -> web.Response:
+async def list_consumers(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
     return await _consumers(request, vhosts)
 
 
 @routes.get("/api/consumers/{vhost}")
-async def list_vhost_consumers(request: web.Request) -> web.Response:
+async def list_vhost_consumers(request: web.Request) -> web.StreamResponse:
     return await _consumers(request, [support.vhost_to_read(request)])

@@ -11,7 +11,7 @@ routes = web.RouteTableDef()
 
 
 @routes.get("/api/definitions")
-async def export_all(request: web.Request) -> web.Response:
+async def export_all(request: web.Request) -> web.StreamResponse:
     auth.require_admin(support.user(request))
     return await support.paced_json_response(
         request, support.state(request).broker.export_definitions()
@@ -27,7 +27,7 @@ async def import_all(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/definitions/{vhost}")
-async def export_vhost(request: web.Request) -> web.Response:
+async def export_vhost(request: web.Request) -> web.StreamResponse:
     auth.require_admin(support.user(request))
     broker = support.state(request).broker
     name = support.path(request, "vhost")

@@ -43,7 +43,7 @@ def _builtin_refusal(vhost: VirtualHost, name: str) -> errors.ApiError | None:
 
 
 @routes.get("/api/exchanges")
-async def list_exchanges(request: web.Request) -> web.Response:
+async def list_exchanges(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
     found = list(itertools.chain.from_iterable(vhost.exchanges.values() for vhost in vhosts))
@@ -51,7 +51,7 @@ async def list_exchanges(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/exchanges/{vhost}")
-async def list_vhost_exchanges(request: web.Request) -> web.Response:
+async def list_vhost_exchanges(request: web.Request) -> web.StreamResponse:
     vhost = support.vhost_to_read(request)
     found = list(vhost.exchanges.values())
     return await support.paced_list_response(request, found, exchanges_view.exchange_item)

@@ -37,7 +37,7 @@ def _not_exclusive(vhost: VirtualHost, queue: Queue) -> None:
 
 
 @routes.get("/api/queues")
-async def list_queues(request: web.Request) -> web.Response:
+async def list_queues(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
     queues = list(itertools.chain.from_iterable(vhost.queues.values() for vhost in vhosts))
@@ -46,7 +46,7 @@ async def list_queues(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/queues/{vhost}")
-async def list_vhost_queues(request: web.Request) -> web.Response:
+async def list_vhost_queues(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhost = support.vhost_to_read(request)
     render = functools.partial(queues_view.queue_item, node=admin.node_name)

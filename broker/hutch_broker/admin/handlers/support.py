@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -96,11 +97,20 @@ def list_response(
     return json_response(listing.render_list(items, query, default_sort))
 
 
+SEND_CHUNK = 256 * 1024  # a big body is written in pieces, each waiting for the client to drain
+
+
+@dataclass(frozen=True, slots=True)
+class PacedWork:
+    pacer: paced.Pacer
+    admission: paced.Admission
+
+
 @contextlib.asynccontextmanager
-async def paced_work(request: web.Request) -> AsyncIterator[paced.Pacer]:
+async def paced_work(request: web.Request) -> AsyncIterator[PacedWork]:
     """A slot behind the listing gate (overall and per user) and a fresh time budget."""
-    async with state(request).listings.admit(user(request).name):
-        yield paced.Pacer()
+    async with state(request).listings.admit(user(request).name) as admission:
+        yield PacedWork(paced.Pacer(), admission)
 
 
 async def paced_list_response(
@@ -108,38 +118,51 @@ async def paced_list_response(
     objects: Sequence[T],
     render: Callable[[T], dict[str, Any]],
     default_sort: Sequence[str] = listing.DEFAULT_SORT,
-) -> web.Response:
+) -> web.StreamResponse:
     """A list that grows with the broker: ``render`` is applied per object in slices that yield
     to the loop (``paced``), behind the listing gate. ``objects`` is a snapshot (a list)."""
-    async with paced_work(request) as pacer:
-        return await paced_list(request, pacer, objects, render, default_sort)
+    async with paced_work(request) as work:
+        return await paced_list(request, work, objects, render, default_sort)
 
 
 async def paced_list(
     request: web.Request,
-    pacer: paced.Pacer,
+    work: PacedWork,
     objects: Sequence[T],
     render: Callable[[T], dict[str, Any]],
     default_sort: Sequence[str] = listing.DEFAULT_SORT,
-) -> web.Response:
+) -> web.StreamResponse:
     query = listing.parse_query(request.query)
+    pacer = work.pacer
     body = await paced.render_list(objects, render, query, default_sort=default_sort, pacer=pacer)
-    return _json_bytes_response(body)
+    work.admission.done_working()
+    return await send_json(request, body)
 
 
-async def paced_json_response(request: web.Request, data: Any) -> web.Response:
+async def paced_json_response(request: web.Request, data: Any) -> web.StreamResponse:
     """A large document (a definitions export) encoded in slices, behind the listing gate."""
-    async with paced_work(request) as pacer:
-        return _json_bytes_response(await paced.encode(data, pacer))
+    async with paced_work(request) as work:
+        body = await paced.encode(data, work.pacer)
+        work.admission.done_working()
+        return await send_json(request, body)
 
 
-def _json_bytes_response(body: bytes) -> web.Response:
-    return web.Response(
-        body=body,
-        content_type="application/json",
-        charset="utf-8",
-        headers={"Cache-Control": "no-cache"},
-    )
+async def send_json(request: web.Request, body: bytes) -> web.StreamResponse:
+    """Sent from the handler, still holding the user's listing slot, in pieces that wait for
+    the client to read: one user's unread listings cost one body, however many it asks for."""
+    response = web.StreamResponse(headers={"Cache-Control": "no-cache"})
+    response.content_type = "application/json"
+    response.charset = "utf-8"
+    response.content_length = len(body)
+    try:
+        await response.prepare(request)
+        view = memoryview(body)
+        for start in range(0, len(body), SEND_CHUNK):
+            await response.write(view[start : start + SEND_CHUNK])
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client left; aiohttp closes the connection
+    return response
 
 
 def item_response(request: web.Request, item: dict[str, Any]) -> web.Response:
