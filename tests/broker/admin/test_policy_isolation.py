@@ -123,3 +123,27 @@ def test_deleting_the_expensive_policy_leaves_the_queues_without_it(hutch_broker
     assert {name: policy for name, policy in policies.items() if policy} == dict.fromkeys(
         attack_names("q")[:10], "plain"
     )
+
+
+@pytest.mark.timeout(120)
+def test_a_long_pattern_is_compiled_without_stalling_a_canary(hutch_broker):
+    """`re`'s parser takes about half a second for a 100 KB pattern: it runs off the loop."""
+    admin = management.Management(hutch_broker)
+    assert admin.put("/vhosts/canary", {}).ok
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert admin.put("/permissions/canary/guest", everything).ok
+    canary = Canary(hutch_broker)
+    canary.start()
+    assert canary.ready.wait(10)
+    time.sleep(0.2)
+
+    long = {"pattern": "^" + "[ab]" * 25_000, "definition": {"max-length": 1}}
+    put = admin.put("/policies/%2F/long", long)
+    operator = admin.put("/parameters/operator_policy/%2F/long", {"value": {**long, "priority": 0}})
+    time.sleep(0.2)
+    canary.stop.set()
+    canary.join(10)
+
+    assert canary.failure is None
+    assert (put.status, operator.status) == (201, 201)
+    assert max(canary.round_trips) < CANARY_BOUND_SECONDS

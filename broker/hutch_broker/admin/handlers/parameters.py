@@ -19,7 +19,7 @@ from aiohttp import web
 
 from hutch_broker.admin import auth, errors, slicing
 from hutch_broker.admin.handlers import support
-from hutch_broker.admin.handlers.policies import parse_policy
+from hutch_broker.admin.handlers.policies import parse_off_loop
 from hutch_broker.model import changes, limits
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.policies import erlang_term
@@ -115,7 +115,7 @@ async def _put_operator_policy(vhost: VirtualHost, name: str, value: Any) -> web
         for key in ("pattern", "definition", "priority"):
             if key not in value:
                 raise errors.validation_failed(f'Key "{key}" not found in {name}')
-    policy = parse_policy(value, vhost=vhost.name, name=name, operator=True)
+    policy = await parse_off_loop(value, vhost=vhost.name, name=name, operator=True)
     created = name not in vhost.operator_policies
     await slicing.apply_in_slices(vhost.change_policy(name, policy, operator=True))
     return support.created_or_updated(created)

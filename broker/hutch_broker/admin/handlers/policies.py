@@ -9,11 +9,12 @@ RabbitMQ's ``Validation failed`` body.
 A change is applied to the vhost's queues and exchanges in slices of bounded work
 (``model/policychanges``), awaiting between slices: the request waits for its own matching,
 the other connections on the event loop do not.  The response is sent once every entity has
-its new policy, as before.
+its new policy, as before.  The body's pattern is parsed and compiled in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -67,6 +68,15 @@ def parse_policy(body: object, *, vhost: str, name: str, operator: bool) -> poli
     return policy
 
 
+async def parse_off_loop(
+    body: object, *, vhost: str, name: str, operator: bool
+) -> policies_mod.Policy:
+    """``parse_policy`` in a worker thread: parsing and compiling a long pattern takes up to
+    hundreds of ms (``re``'s own parser), and a thread gives the loop the interpreter back
+    every few ms (``sys.getswitchinterval``) where the loop itself would not."""
+    return await asyncio.to_thread(parse_policy, body, vhost=vhost, name=name, operator=operator)
+
+
 def _list_all(*, operator: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         broker = support.state(request).broker
@@ -110,7 +120,7 @@ def _put(*, operator: bool) -> Handler:
             support.require_operator_policy_changes(request)
         name = support.path(request, "name")
         body = await support.body(request)
-        policy = parse_policy(body, vhost=vhost.name, name=name, operator=operator)
+        policy = await parse_off_loop(body, vhost=vhost.name, name=name, operator=operator)
         created = name not in _table(vhost, operator=operator)
         await slicing.apply_in_slices(vhost.change_policy(name, policy, operator=operator))
         return support.created_or_updated(created)
