@@ -122,8 +122,10 @@ class Channel:
             session.writable = False  # until the end of the turn writes it (server/amqp.py)
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
-            if size:
-                self._hold(entry, size)
+            if entry.store_id is None or size < DROP_STORED_BODY_FROM:  # _hold, inlined
+                session.held_bytes += size
+            else:
+                entry.message = message.with_body(b"")
         stats = session.context.stats
         stats.delivers += 1
         stats.deliveries["deliver_no_ack" if consumer.no_ack else "deliver"] += 1
