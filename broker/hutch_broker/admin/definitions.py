@@ -9,18 +9,20 @@ state, including what the export leaves out but an import can collide with:
 exclusive queues and server-named ``amq.*`` queues.  Any error in either pass
 is a 400 and the real broker is untouched; only then is it imported for real.
 Policies are matched once per entity, after the import, a slice per loop turn (the
-rehearsal never matches them: no refusal depends on which policy applies).
+rehearsal never matches them: no refusal depends on which policy applies), and their
+patterns are compiled once, ahead, in a worker thread.
 The per-vhost forms use RabbitMQ's vhost export shape: only the vhost's
 objects, without ``vhost`` fields, imported into the vhost named in the URL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, Final
 
 from hutch_broker.admin import bodies, errors, slicing
-from hutch_broker.model import limits
+from hutch_broker.model import limits, patterns
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
@@ -202,6 +204,29 @@ def rehearse(broker: Broker, definitions: dict[str, Any]) -> None:
 
 async def import_definitions(broker: Broker, definitions: dict[str, Any]) -> None:
     check(definitions)
-    rehearse(broker, definitions)  # a scratch broker: its paused vhosts are never matched
-    for vhost in _apply(broker, definitions):
+    wanted = _policy_patterns(definitions) + _current_patterns(broker)  # the rehearsal's too
+    compiled = await asyncio.to_thread(patterns.compile_ahead, wanted)
+    with patterns.precompiled(compiled):
+        rehearse(broker, definitions)  # a scratch broker: its paused vhosts are never matched
+        paused = _apply(broker, definitions)
+    for vhost in paused:
         await slicing.apply_in_slices(vhost.resume_policies())
+
+
+def _current_patterns(broker: Broker) -> list[str]:
+    return [
+        policy.pattern
+        for vhost in broker.vhosts.values()
+        for table in (vhost.policies, vhost.operator_policies)
+        for policy in table.values()
+    ]
+
+
+def _policy_patterns(definitions: dict[str, Any]) -> list[str]:
+    """The document's policy and operator-policy patterns (``check`` has vetted the shapes)."""
+    found = [item.get("pattern") for item in definitions.get("policies", [])]
+    for item in definitions.get("parameters", []):
+        value = item.get("value")
+        if item.get("component") == "operator_policy" and isinstance(value, dict):
+            found.append(value.get("pattern"))
+    return [pattern for pattern in found if isinstance(pattern, str)]

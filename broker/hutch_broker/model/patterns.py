@@ -22,6 +22,8 @@ refused with ``UnsupportedPatternError``; RabbitMQ would accept them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from re import _compiler, _parser  # type: ignore[attr-defined]
 from re import _constants as sre  # type: ignore[attr-defined]
@@ -78,8 +80,40 @@ class Matcher(Protocol):
     def begin(self, text: str) -> Searching: ...
 
 
+# Patterns compiled ahead of a definitions import, off the event loop (``precompiled``).
+_precompiled: dict[str, Matcher | PatternError] = {}
+
+
+def compile_ahead(patterns: Iterable[str]) -> dict[str, Matcher | PatternError]:
+    """Each distinct pattern compiled, or the error compiling it raised (run in a thread)."""
+    compiled: dict[str, Matcher | PatternError] = {}
+    for pattern in patterns:
+        if pattern not in compiled:
+            try:
+                compiled[pattern] = compile_pattern(pattern)
+            except PatternError as exc:
+                compiled[pattern] = exc
+    return compiled
+
+
+@contextmanager
+def precompiled(compiled: dict[str, Matcher | PatternError]) -> Iterator[None]:
+    """Within the block, ``compile_pattern`` answers from ``compiled`` first (an import)."""
+    _precompiled.update(compiled)
+    try:
+        yield
+    finally:
+        for pattern in compiled:
+            _precompiled.pop(pattern, None)
+
+
 def compile_pattern(pattern: str) -> Matcher:
     """A matcher whose ``search`` finds ``pattern`` anywhere in a name, like ``re.search``."""
+    ready = _precompiled.get(pattern)
+    if isinstance(ready, PatternError):
+        raise ready
+    if ready is not None:
+        return ready
     parsed = _parse(pattern)
     _refuse_unsupported(parsed)
     if _is_simple(parsed):

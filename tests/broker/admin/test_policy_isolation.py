@@ -147,3 +147,40 @@ def test_a_long_pattern_is_compiled_without_stalling_a_canary(hutch_broker):
     assert canary.failure is None
     assert (put.status, operator.status) == (201, 201)
     assert max(canary.round_trips) < CANARY_BOUND_SECONDS
+
+
+@pytest.mark.timeout(120)
+def test_a_definitions_import_of_expensive_policies_does_not_stall_a_canary(hutch_broker):
+    """20 distinct attack patterns and 40 long queue names in one POST /api/definitions."""
+    admin = management.Management(hutch_broker)
+    assert admin.put("/vhosts/canary", {}).ok
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert admin.put("/permissions/canary/guest", everything).ok
+    document = {
+        "vhosts": [{"name": "tenant-a"}],
+        "policies": [
+            {"vhost": "tenant-a", "name": f"p{index:02d}", "pattern": "(.*)" * (240 - index) + "b",
+             "apply-to": "queues", "priority": index, "definition": {"max-length": index + 1}}
+            for index in range(20)
+        ],
+        "queues": [
+            {"vhost": "tenant-a", "name": name, "durable": True, "arguments": {}}
+            for name in attack_names("q")
+        ],
+    }  # fmt: skip
+    canary = Canary(hutch_broker)
+    canary.start()
+    assert canary.ready.wait(10)
+    time.sleep(0.2)
+
+    posted = admin.post("/definitions", document)
+    time.sleep(0.2)
+    canary.stop.set()
+    canary.join(10)
+
+    assert canary.failure is None
+    assert posted.status == 204
+    assert max(canary.round_trips) < CANARY_BOUND_SECONDS
+    queues = admin.get("/queues/tenant-a").body
+    assert len(queues) == 40
+    assert {queue["policy"] for queue in queues} == {"p19"}

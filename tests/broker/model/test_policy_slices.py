@@ -276,3 +276,16 @@ def test_an_import_defers_matching_to_one_sliced_pass_over_the_entities():
     assert all(queue.settings.max_length == 20 for queue in vhost.queues.values())
     # p19 ranks first and matches: one search per queue, not one per policy
     assert vhost.policies["p0"]._matcher.cached() == (0, 0, 0)
+
+
+def test_patterns_compiled_ahead_are_used_within_the_block_only():
+    compiled = patterns.compile_ahead([ATTACK_PATTERN, "(", ATTACK_PATTERN])
+    assert len(compiled) == 2
+    with patterns.precompiled(compiled):
+        assert patterns.compile_pattern(ATTACK_PATTERN) is compiled[ATTACK_PATTERN]
+        with pytest.raises(patterns.InvalidPatternError):
+            patterns.compile_pattern("(")
+        assert policies.validate({"pattern": "(", "definition": {"max-length": 1}}, operator=False)[
+            1
+        ]
+    assert patterns.compile_pattern(ATTACK_PATTERN) is not compiled[ATTACK_PATTERN]
