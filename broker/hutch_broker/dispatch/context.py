@@ -21,6 +21,7 @@ from hutch_broker import memory
 from hutch_broker.dispatch.commits import GroupCommit
 from hutch_broker.dispatch.flow import FlowControl, Publisher
 from hutch_broker.dispatch.replyto import ReplyConsumers
+from hutch_broker.dispatch.turns import Turns
 from hutch_broker.model import access
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.vhosts import VirtualHost
@@ -164,6 +165,7 @@ class Context:
         self.channel_count = 0
         self.flow = FlowControl()
         self.replies = ReplyConsumers()  # direct reply-to (amq.rabbitmq.reply-to)
+        self.turns = Turns(request_flush)  # publishes routed over several loop turns
         self.ingress_bytes = 0  # body bytes published since the last memory sample
         # Delivery-side bounds for new connections; the server follows the watermark.
         self.delivery_budget = memory.delivery_budget(0)

@@ -5,6 +5,11 @@ What only AMQP has is added here: ``basic.return`` for an unroutable mandatory m
 publisher flow control when a queue with consumers backs up, and the publisher confirm,
 which waits for the group commit when the publish wrote a durable record
 (``dispatch.commits``).
+
+Routing is metered (``dispatch.turns``): a publish whose routing does not fit in what the
+loop turn has left is parked, its connection stops reading and processing frames, and the
+routing goes on a slice per turn; once routed, it is enqueued, confirmed or returned as
+if it had been routed at once, and the connection picks up its next frame.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from hutch_broker.dispatch import replyto
 from hutch_broker.dispatch.channels import Channel, ChannelOwner
 from hutch_broker.dispatch.commits import NOT_DURABLE
-from hutch_broker.model import publishes
+from hutch_broker.model import budgets, publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Message
 from hutch_broker.protocol import errors, events
@@ -43,9 +48,70 @@ def publish(
     if channel.transactional:
         channel.tx_publishes.append(event)
         return
-    generation, rejected = route_and_enqueue(session, channel, event, now_ms, exchange=exchange)
+    if not event.exchange and event.routing_key.startswith(replyto.PREFIX):
+        generation, rejected = _direct_reply(session, channel, event), False
+    else:
+        settled = _route_or_park(session, channel, event, now_ms, exchange)
+        if settled is None:
+            return
+        generation, rejected = settled
     if channel.confirm_mode:
         channel.add_confirm(generation, nack=rejected)
+
+
+def _route_or_park(
+    session: ChannelOwner,
+    channel: Channel,
+    event: events.PublishReceived,
+    now_ms: int,
+    exchange: Exchange,
+) -> tuple[int, bool] | None:
+    """Publish now if routing fits in the turn's meter; else park it (None)."""
+    context = session.context
+    message = Message(event.exchange, event.routing_key, event.raw_properties, event.body)
+    outcome = publishes.publish_within(
+        session.open_vhost,
+        exchange,
+        message,
+        now_ms,
+        meter=context.turns.inline_meter(),
+        message_ids=context.next_message_id if context.stamp_message_id else None,
+    )
+    if isinstance(outcome, publishes.PendingPublish):
+        session.park_reading()
+        context.turns.park(ParkedPublish(session, channel, event, outcome))
+        return None
+    return _settle(session, channel, event, outcome)
+
+
+class ParkedPublish:
+    """A publish being routed over several loop turns, with everything needed to finish it."""
+
+    def __init__(
+        self,
+        session: ChannelOwner,
+        channel: Channel,
+        event: events.PublishReceived,
+        pending: publishes.PendingPublish,
+    ) -> None:
+        self.session = session
+        self.channel = channel
+        self.event = event
+        self.pending = pending
+
+    def advance(self, meter: budgets.Meter) -> bool:
+        session = self.session
+        if session.closed:
+            return True  # the connection went: nothing was confirmed, nothing to finish
+        if not self.pending.advance(meter):
+            return False
+        outcome = self.pending.finish(session.context.clock())
+        channel = self.channel
+        generation, rejected = _settle(session, channel, self.event, outcome)
+        if channel.confirm_mode:
+            channel.add_confirm(generation, nack=rejected)
+        session.resume_parked()
+        return True
 
 
 def route_and_enqueue(
@@ -72,6 +138,17 @@ def route_and_enqueue(
         now_ms,
         message_ids=context.next_message_id if context.stamp_message_id else None,
     )
+    return _settle(session, channel, event, outcome)
+
+
+def _settle(
+    session: ChannelOwner,
+    channel: Channel,
+    event: events.PublishReceived,
+    outcome: publishes.Published,
+) -> tuple[int, bool]:
+    """AMQP's side of a routed publish: return or drop, flow pressure, the write to wait for."""
+    context = session.context
     if not outcome.queues:
         _unroutable(session, channel, event)
         return NOT_DURABLE, False

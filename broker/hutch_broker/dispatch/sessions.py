@@ -71,6 +71,7 @@ class Session:
         self.closed = False
         self.blocked = False
         self.throttled = False
+        self.parked = False  # a publish is being routed over later loop turns (dispatch.turns)
         self.pressure: list[Any] = []  # queues over the flow high-water mark after a publish
         self.notified_blocked = False
         self.held_publish: events.PublishReceived | None = None
@@ -98,7 +99,7 @@ class Session:
     def _process(self) -> None:
         proto = self.proto
         self._update_channel_refusal()
-        while not self.closed and not self.blocked and not self.throttled:
+        while not self.closed and not self.blocked and not self.throttled and not self.parked:
             try:
                 event = proto.next_event()
                 if event is proto_connection.NEED_DATA:
@@ -130,7 +131,7 @@ class Session:
         if not self.throttled or self.closed:
             return
         self.throttled = False
-        if not self.blocked:
+        if not self.blocked and not self.parked:
             self.transport.resume_reading()
         self._process()
 
@@ -165,7 +166,24 @@ class Session:
                 self.fail_channel(exc)
             except errors.HardError as exc:
                 self.fail_connection(exc)
-        if not self.throttled:
+        if not self.throttled and not self.parked:
+            self.transport.resume_reading()
+        self._process()
+
+    # -- publishes routed over several loop turns (dispatch/turns.py) ----------
+
+    def park_reading(self) -> None:
+        """A publish is routed over later turns: read and process nothing until it is done,
+        so the connection's frames keep their order and its buffered input stays small."""
+        self.parked = True
+        self.transport.pause_reading()
+
+    def resume_parked(self) -> None:
+        """The parked publish is done: go on with the frames already read, then read again."""
+        self.parked = False
+        if self.pressure:
+            self._throttle()
+        if not self.blocked and not self.throttled:
             self.transport.resume_reading()
         self._process()
 

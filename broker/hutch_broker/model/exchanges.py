@@ -7,16 +7,20 @@ for topic, and a linear scan for headers (whose bindings are few in
 practice).  An exchange returns the *bindings' destinations*; following
 exchange-to-exchange bindings and alternate exchanges is the vhost's job
 (``vhosts.VirtualHost.route``), because it needs the whole graph and a visited set.
+
+Each type matches three ways (``budgets``): ``match`` runs to the end, ``match_within``
+charges a meter and stops before overdrawing it, ``match_steps`` is resumable.  Only topic
+and headers matching can grow with the bindings; direct and fanout return their index.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from hutch_broker.model import topics
+from hutch_broker.model import budgets, topics
 from hutch_broker.protocol import errors
 
 if TYPE_CHECKING:
@@ -125,8 +129,21 @@ class Exchange:
     def validate_binding(self, binding: Binding) -> None:
         """Refuse a binding this type cannot use (headers checks x-match)."""
 
-    def match(self, routing_key: str, headers: HeadersSource) -> Iterable[Queue | Exchange]:
+    def match(self, routing_key: str, headers: HeadersSource) -> Sequence[Queue | Exchange]:
         raise NotImplementedError
+
+    def match_within(
+        self, routing_key: str, headers: HeadersSource, meter: budgets.Meter
+    ) -> Sequence[Queue | Exchange]:
+        """``match``, charging ``meter`` for the work that grows with the bindings."""
+        return self.match(routing_key, headers)
+
+    def match_steps(
+        self, routing_key: str, headers: HeadersSource
+    ) -> budgets.Steps[Sequence[Queue | Exchange]]:
+        """``match`` as a resumable computation (``budgets.Steps``)."""
+        yield 1
+        return self.match(routing_key, headers)
 
     def _index_add(self, binding: Binding) -> None:
         raise NotImplementedError
@@ -142,7 +159,12 @@ class DirectExchange(Exchange):
         super().__init__(name, **kwargs)
         self._by_key: dict[str, list[Queue | Exchange]] = {}
 
-    def match(self, routing_key: str, headers: HeadersSource) -> Iterable[Queue | Exchange]:
+    def match(self, routing_key: str, headers: HeadersSource) -> Sequence[Queue | Exchange]:
+        return self._by_key.get(routing_key, ())
+
+    def match_within(
+        self, routing_key: str, headers: HeadersSource, meter: budgets.Meter
+    ) -> Sequence[Queue | Exchange]:
         return self._by_key.get(routing_key, ())
 
     def _index_add(self, binding: Binding) -> None:
@@ -162,7 +184,12 @@ class FanoutExchange(Exchange):
         super().__init__(name, **kwargs)
         self._targets: list[Queue | Exchange] = []
 
-    def match(self, routing_key: str, headers: HeadersSource) -> Iterable[Queue | Exchange]:
+    def match(self, routing_key: str, headers: HeadersSource) -> Sequence[Queue | Exchange]:
+        return self._targets
+
+    def match_within(
+        self, routing_key: str, headers: HeadersSource, meter: budgets.Meter
+    ) -> Sequence[Queue | Exchange]:
         return self._targets
 
     def _index_add(self, binding: Binding) -> None:
@@ -176,7 +203,9 @@ class TopicExchange(Exchange):
     """`*` matches one word, `#` zero or more; results cached per routing key.
 
     The matching itself is ``topics.TopicTrie``: bounded by routing-key words
-    times trie nodes, whatever ``#`` words the bindings hold.
+    times trie nodes, whatever ``#`` words the bindings hold, with its transitions
+    memoised and its steps metered.  A resumable match that saw the bindings change
+    under it is not cached.
     """
 
     kind = "topic"
@@ -186,15 +215,36 @@ class TopicExchange(Exchange):
         self._trie: topics.TopicTrie[Queue | Exchange] = topics.TopicTrie()
         self._cache: dict[str, list[Queue | Exchange]] = {}
 
-    def match(self, routing_key: str, headers: HeadersSource) -> Iterable[Queue | Exchange]:
+    def match(self, routing_key: str, headers: HeadersSource) -> Sequence[Queue | Exchange]:
+        return self.match_within(routing_key, headers, budgets.unlimited())
+
+    def match_within(
+        self, routing_key: str, headers: HeadersSource, meter: budgets.Meter
+    ) -> Sequence[Queue | Exchange]:
         cached = self._cache.get(routing_key)
         if cached is not None:
             return cached
-        found = self._trie.match(routing_key)
+        found = self._trie.match_within(routing_key, meter)
+        self._remember(routing_key, found)
+        return found
+
+    def match_steps(
+        self, routing_key: str, headers: HeadersSource
+    ) -> budgets.Steps[Sequence[Queue | Exchange]]:
+        cached = self._cache.get(routing_key)
+        if cached is not None:
+            yield 1
+            return cached
+        version = self._trie.version
+        found = yield from self._trie.match_steps(routing_key)
+        if self._trie.version == version:
+            self._remember(routing_key, found)
+        return found
+
+    def _remember(self, routing_key: str, found: list[Queue | Exchange]) -> None:
         if len(self._cache) >= _TOPIC_CACHE_LIMIT:
             self._cache.clear()
         self._cache[routing_key] = found
-        return found
 
     def _index_add(self, binding: Binding) -> None:
         self._trie.add(binding.routing_key, binding.destination)
@@ -218,7 +268,11 @@ class HeadersExchange(Exchange):
                 "all-with-x, or any-with-x"
             )
 
-    def match(self, routing_key: str, headers: HeadersSource) -> Iterable[Queue | Exchange]:
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self._weight = 0  # steps of one full scan: a binding and each of its arguments
+
+    def match(self, routing_key: str, headers: HeadersSource) -> Sequence[Queue | Exchange]:
         if not self.bindings:
             return ()
         message_headers = headers()
@@ -228,11 +282,38 @@ class HeadersExchange(Exchange):
             if headers_match(binding.arguments, message_headers)
         ]
 
+    def match_within(
+        self, routing_key: str, headers: HeadersSource, meter: budgets.Meter
+    ) -> Sequence[Queue | Exchange]:
+        meter.charge(self._weight)
+        return self.match(routing_key, headers)
+
+    def match_steps(
+        self, routing_key: str, headers: HeadersSource
+    ) -> budgets.Steps[Sequence[Queue | Exchange]]:
+        """The scan, a ``CHUNK`` of steps at a time, over the bindings as they were when
+        it started (a binding added meanwhile is not seen, as if it came later)."""
+        found: list[Queue | Exchange] = []
+        if not self.bindings:
+            return found
+        message_headers = headers()
+        scanned = 0
+        for binding in list(self.bindings.values()):
+            if headers_match(binding.arguments, message_headers):
+                found.append(binding.destination)
+            scanned += 1 + len(binding.arguments)
+            if scanned >= budgets.CHUNK:
+                yield scanned
+                scanned = 0
+        yield scanned
+        return found
+
     def _index_add(self, binding: Binding) -> None:
-        """The binding dict itself is the index."""
+        """The binding dict itself is the index; only its scan cost is kept."""
+        self._weight += 1 + len(binding.arguments)
 
     def _index_remove(self, binding: Binding) -> None:
-        """The binding dict itself is the index."""
+        self._weight -= 1 + len(binding.arguments)
 
 
 def _normalise(value: Any) -> Any:

@@ -9,6 +9,11 @@ flow control (``dispatch.publishing``), HTTP its JSON reply (``admin.messaging``
 
 This is the broker's hottest code, one call per message: it decodes the content header only
 when routing needs it (CC/BCC, headers exchanges).
+
+``publish_within`` is the same operation for a caller that can wait (``basic.publish``):
+when routing would overdraw its step meter it returns a ``PendingPublish`` instead, whose
+routing goes on a slice at a time (``budgets``, ``routing.route_steps``) and which enqueues
+once routed, so one publish's routing never holds the event loop for long.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from hutch_broker.model import budgets, routing
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import PUBLISH_REJECTED, PUBLISH_SYNC, Queue
 from hutch_broker.protocol import errors, properties, rewrite
@@ -56,15 +62,70 @@ def publish(
     message is then unroutable. ``message_ids`` stamps a ``message_id`` on a message that
     has none (spark.md §2.3).
     """
+    message = _stamped(message, message_ids)
+    if exchange is None:
+        return Published()
+    exchange.stats_publish_in += 1
+    queues = vhost.route(exchange, routing_keys(message), message)
+    return enqueue(exchange, message, queues, now_ms)
+
+
+def publish_within(
+    vhost: VirtualHost,
+    exchange: Exchange | None,
+    message: Message,
+    now_ms: int,
+    *,
+    meter: budgets.Meter,
+    message_ids: Callable[[], str] | None = None,
+) -> Published | PendingPublish:
+    """``publish`` if its routing fits in ``meter``, else the publish waiting to be routed."""
+    message = _stamped(message, message_ids)
+    if exchange is None:
+        return Published()
+    exchange.stats_publish_in += 1
+    keys = routing_keys(message)
+    try:
+        queues = routing.route(vhost, exchange, keys, message, meter)
+    except budgets.OverBudgetError:
+        steps = routing.route_steps(vhost, exchange, keys, message)
+        return PendingPublish(exchange, message, budgets.Resumable(steps))
+    return enqueue(exchange, message, queues, now_ms)
+
+
+class PendingPublish:
+    """A publish whose routing goes on over several event-loop turns."""
+
+    __slots__ = ("exchange", "message", "routing")
+
+    def __init__(
+        self, exchange: Exchange, message: Message, routing: budgets.Resumable[list[Queue]]
+    ) -> None:
+        self.exchange = exchange
+        self.message = message
+        self.routing = routing
+
+    def advance(self, meter: budgets.Meter) -> bool:
+        """Route for at most ``meter``'s steps (plus one chunk); True once routed."""
+        return self.routing.advance(meter)
+
+    def finish(self, now_ms: int) -> Published:
+        """Enqueue on the queues it reached that still exist."""
+        queues = [queue for queue in self.routing.result if not queue.deleted]
+        return enqueue(self.exchange, self.message, queues, now_ms)
+
+
+def _stamped(message: Message, message_ids: Callable[[], str] | None) -> Message:
     if message_ids is not None and not rewrite.has_message_id(message.raw_properties):
         message = message.with_properties(
             rewrite.with_message_id(message.raw_properties, message_ids())
         )
+    return message
+
+
+def enqueue(exchange: Exchange, message: Message, queues: list[Queue], now_ms: int) -> Published:
+    """Hand a routed message to every queue it reached."""
     outcome = Published()
-    if exchange is None:
-        return outcome
-    exchange.stats_publish_in += 1
-    queues = vhost.route(exchange, routing_keys(message), message)
     if not queues:
         return outcome
     exchange.stats_publish_out += 1

@@ -309,6 +309,7 @@ class BrokerServer:
             return  # nothing more goes out (see _fail_stop)
         if self._definitions_dirty and not self._save_definitions():
             return
+        self.context.turns.end_of_turn()  # a slice of each publish still being routed
         self._maybe_start_sync()
         self.context.commits.release()
         self.context.release_throttled()

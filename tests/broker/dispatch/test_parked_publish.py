@@ -1,0 +1,118 @@
+"""A publish routed over several loop turns keeps AMQP's order, returns and confirms.
+
+In memory, with the server's end of turn called by hand: an expensive, unroutable,
+mandatory publish is followed by a cheap one on the same connection.  The first parks; the
+connection must not process the second until the first is routed (publish order, and the
+basic.return before either ack, exactly as if routing had been instant), and each end of
+turn advances the routing by a bounded slice.
+"""
+
+import collections
+import itertools
+
+from hutch_broker.dispatch import turns
+from hutch_broker.dispatch.context import Context
+from hutch_broker.dispatch.sessions import Session
+from hutch_broker.model.broker import Broker
+from hutch_broker.protocol import connection as proto_connection
+from hutch_testing import inmemory
+from pamqp import body, commands, frame, header
+
+# 127 words, none 'z': matches no binding (each ends in 'z'), after ~35,000 trie steps.
+EXPENSIVE_KEY = ".".join(["a"] * 127)
+
+
+class Client:
+    def __init__(self) -> None:
+        broker = Broker()
+        broker.create_defaults()
+        self.requests = 0
+        self.context = Context(broker, clock=lambda: 0, request_flush=self._requested)
+        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
+        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
+        self.session.handle_data(inmemory.handshake_frames())
+        self.send(commands.Channel.Open())
+        self.send(commands.Confirm.Select())
+        self.send(commands.Exchange.Declare(exchange="t", exchange_type="topic"))
+        self.send(commands.Queue.Declare(queue="q"))
+        self.send(commands.Queue.Declare(queue="never"))
+        vhost = broker.vhosts["/"]
+        for words in itertools.product("a*#", repeat=7):  # 2,187 bindings, all ending in 'z'
+            vhost.bind("t", vhost.queues["never"], ".".join([*words, "z"]))
+        self.replies()
+
+    def _requested(self) -> None:
+        self.requests += 1
+
+    def send(self, method: object, channel: int = 1) -> None:
+        self.session.handle_data(frame.marshal(method, channel))
+
+    def publish_frames(self, exchange: str, key: str, payload: bytes, **kw: bool) -> bytes:
+        data = frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=key, **kw), 1)
+        data += frame.marshal(header.ContentHeader(0, len(payload), commands.Basic.Properties()), 1)
+        return data + frame.marshal(body.ContentBody(payload), 1)
+
+    def replies(self) -> list[object]:
+        return inmemory.decode_frames(b"".join(self.proto.data_to_send()))
+
+
+def confirmed(acks: list) -> set[int]:
+    """The delivery tags the acks cover (an ack with ``multiple`` covers all before it)."""
+    tags: set[int] = set()
+    for ack in acks:
+        tags |= set(range(1, ack.delivery_tag + 1)) if ack.multiple else {ack.delivery_tag}
+    return tags
+
+
+def test_an_expensive_publish_parks_its_connection_and_keeps_amqp_order():
+    client = Client()
+    queue = client.context.broker.vhosts["/"].queues["q"]
+    data = client.publish_frames("t", EXPENSIVE_KEY, b"first", mandatory=True)
+    data += client.publish_frames("", "q", b"second")
+
+    client.session.handle_data(data)
+
+    assert client.session.parked
+    assert client.replies() == []  # no return, no ack yet
+    assert queue.ready_count == 0, "the publish after the parked one waits its turn"
+    turns_taken = 0
+    while client.session.parked:
+        client.context.turns.end_of_turn()
+        turns_taken += 1
+        assert turns_taken < 1000
+    assert turns_taken >= 2, "the routing was spread over several turns"
+    client.context.commits.release()  # what the server does next in the same end of turn
+    replies = client.replies()
+    kinds = [type(reply).__name__ for reply in replies]
+    assert kinds[:3] == ["Return", "ContentHeader", "ContentBody"]  # returned before its ack
+    assert replies[0].reply_code == 312
+    assert set(kinds[3:]) == {"Ack"}
+    assert confirmed(replies[3:]) == {1, 2}
+    assert queue.ready_count == 1
+    assert client.context.turns.parked == collections.deque()
+
+
+def test_cheap_publishes_never_park_even_when_the_turn_is_spent():
+    client = Client()
+    client.context.turns.meter.left = 0  # another connection spent this turn's allowance
+    data = b"".join(client.publish_frames("", "q", b"m%d" % index) for index in range(50))
+
+    client.session.handle_data(data)
+
+    assert not client.session.parked
+    client.context.commits.release()
+    acks = [reply for reply in client.replies() if isinstance(reply, commands.Basic.Ack)]
+    assert confirmed(acks) == set(range(1, 51))
+    assert client.context.turns.meter.left >= turns.FLOOR - 2
+
+
+def test_a_connection_closed_while_parked_drops_its_publish_unconfirmed():
+    client = Client()
+    client.session.handle_data(client.publish_frames("t", EXPENSIVE_KEY, b"first"))
+    assert client.session.parked
+    client.session.connection_lost()
+
+    client.context.turns.end_of_turn()
+
+    assert not client.context.turns.parked
+    assert [r for r in client.replies() if isinstance(r, commands.Basic.Ack)] == []
