@@ -85,7 +85,12 @@ class PolicyChange:
         spent = 0
         while not self.finished and spent < budget:
             head = queue[0]
-            spent += head._work(budget - spent)
+            try:
+                spent += head._work(budget - spent)
+            except BaseException:
+                head.finished = True  # never retried forever: the changes behind it go on
+                queue.popleft()
+                raise
             if head.finished:
                 queue.popleft()
         return self.finished

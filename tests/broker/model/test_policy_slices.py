@@ -289,3 +289,23 @@ def test_patterns_compiled_ahead_are_used_within_the_block_only():
             1
         ]
     assert patterns.compile_pattern(ATTACK_PATTERN) is not compiled[ATTACK_PATTERN]
+
+
+def test_a_change_that_fails_does_not_block_the_changes_behind_it(monkeypatch):
+    vhost = vhost_with_attack_queues()
+    failing = vhost.change_policy(
+        "bad", policies.Policy("tenant-a", "bad", "a", {}), operator=False
+    )
+    later = vhost.change_policy("ok", policies.Policy("tenant-a", "ok", "b$", {}), operator=False)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("settle failed")
+
+    monkeypatch.setattr(policies, "settle_queue", broken)
+    with pytest.raises(RuntimeError):
+        failing.run()
+    monkeypatch.undo()
+
+    assert later.run()
+    assert not vhost.policy_changes
+    assert set(vhost.policies) == {"bad", "ok"}
