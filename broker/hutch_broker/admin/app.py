@@ -116,6 +116,7 @@ def make_app(
     memory: MemoryMonitor | None = None,
     node: NodeInfo | None = None,
     operator_policy_changes_disabled: bool = False,
+    send_stall_s: float = 30.0,
 ) -> web.Application:
     """The management application for one broker; the server runs it with an AppRunner."""
     app = web.Application(
@@ -127,6 +128,7 @@ def make_app(
         memory=memory if memory is not None else FixedMemory(),
         node=node if node is not None else NodeInfo(started_at_ms=context.clock()),
         operator_policy_changes_disabled=operator_policy_changes_disabled,
+        send_stall_s=send_stall_s,
     )
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)

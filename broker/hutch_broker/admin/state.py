@@ -40,6 +40,8 @@ class AdminState:
     operator_policy_changes_disabled: bool = False  # config: management.restrictions.*
     writes: WriteCounter = field(default_factory=WriteCounter)
     listings: ListingGate = field(default_factory=ListingGate)  # paced listings at once
+    # A client that reads nothing of a response for this long is disconnected (admin/paced.py).
+    send_stall_s: float = 30.0
 
     @property
     def broker(self) -> Broker:

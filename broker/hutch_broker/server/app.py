@@ -420,6 +420,7 @@ class BrokerServer:
             memory=self.resources,
             node=node,
             operator_policy_changes_disabled=self.config.operator_policy_changes_disabled,
+            send_stall_s=config.http_request_timeout_s,
         )
         app.middlewares.append(self._durable_replies_middleware())  # innermost
         limiter = httpguard.RateLimitedLog()

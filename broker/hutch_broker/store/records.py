@@ -53,7 +53,6 @@ file there: a torn tail is never served and never resurfaces.
 from __future__ import annotations
 
 import enum
-import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -82,8 +81,7 @@ _CRC_SIZE = 4
 HEADER_SIZE = _HEADER.size
 ACK_RECORD_SIZE = _ACK.size
 
-Buffer = bytes | bytearray | memoryview | mmap.mmap
-Scannable = bytes | bytearray | mmap.mmap  # a whole segment file: what has ``find``
+Buffer = bytes | bytearray | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,8 +263,8 @@ def _verify(data: Buffer, offset: int, seed: int, view: memoryview) -> _Layout |
     """The fixed fields and field boundaries of a record whose checksum and framing hold:
     (msg_id, enqueued, expire-at, routing-key start, properties start, body start, end).
 
-    The hot path of recovery, hence in one piece: the CRC runs over the mapped file (no copy of
-    the body is ever made here).
+    The hot path of recovery, hence in one piece; the CRC runs over a view (no copy of the body
+    is made here).
     """
     start = offset + HEADER_SIZE
     if start > len(data):
@@ -351,10 +349,10 @@ class SegmentScan:
 
 
 def scan_segment(
-    data: Scannable, *, number: int, salt: int, start: int = FILE_HEADER_SIZE
+    data: bytes, *, number: int, salt: int, start: int = FILE_HEADER_SIZE
 ) -> SegmentScan:
-    """Every valid record of segment ``number``'s file bytes, in file order, bodies verified
-    and left where they are (``data`` may be a read-only ``mmap`` of the file)."""
+    """Every valid record of segment ``number``'s file bytes, in file order: each one verified,
+    body included, and indexed without its body."""
     records: list[tuple[int, int, IndexedMessage]] = []
     skipped: list[tuple[int, int]] = []
     shared = _Shared()
@@ -381,7 +379,7 @@ def _plausible_id(msg_id: int, base_id: int, offset: int) -> bool:
     return msg_id == base_id | offset or (1 << 32) <= msg_id < base_id
 
 
-def _resync(data: Scannable, start: int, base_id: int, salt: int, view: memoryview) -> int | None:
+def _resync(data: bytes, start: int, base_id: int, salt: int, view: memoryview) -> int | None:
     """The next valid record after corrupt bytes, if there is one.
 
     Safe against forged records inside a body: a candidate must verify with the seed of the

@@ -8,9 +8,10 @@ one.
 
 Memory: the result is an index (``records.IndexedMessage``: fields, properties, body size), never
 a body, so a broker restarts with more data than memory; the queue reads each body back when its
-message reaches the head. A segment is scanned through a read-only ``mmap``: every body is still
-read once to verify its checksum, but into file pages the kernel can drop (one segment's worth,
-unmapped before the next), not into the heap.
+message reaches the head. Every body is still read once, to verify its checksum, one segment
+file at a time (freed before the next). Not through ``mmap``, which would save that copy: an I/O
+error under a mapping is a SIGBUS that stops the whole broker at every start, where ``read``
+raises an ``OSError`` that sets just that queue's log aside (``messages``).
 
 Compaction copies live records to a newer segment before the old one is unlinked, so a crash in
 between leaves two copies of a record under the same msg_id. The newest copy (the highest
@@ -31,11 +32,8 @@ recovery (``UnsupportedFormatError``): guessing at it could serve garbage.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import mmap
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,61 +160,36 @@ class _SegmentFile:
 
 
 def _scan_one(segment: _SegmentFile, scan: _Scan) -> None:
-    cut: tuple[int, int] | None = None  # (valid end, file size): cut once the map is closed
-    with _mapped(segment.path) as data:
-        header = records.parse_file_header(data)
-        if header.state is records.HeaderState.SHORT:
-            what = f"{len(data)} bytes, less than a file header"
-            if segment.may_be_torn:
-                _note_empty(segment, what, scan)
-            else:
-                _set_aside_unreadable(segment, f"{what}, though newer segments hold records")
-            return
-        if header.state is records.HeaderState.OTHER_VERSION:
-            raise errors.UnsupportedFormatError(
-                f"{segment.where}: segment format version {header.version}, this broker reads "
-                f"version {records.FORMAT_VERSION} only (version 1 was a pre-release format); "
-                "start the broker version that wrote it, or move the data directory away"
-            )
-        found = records.scan_segment(data, number=segment.number, salt=header.salt)
-        damaged_header = header.state is records.HeaderState.DAMAGED
-        if damaged_header and not found.records:
-            if len(data) > records.FILE_HEADER_SIZE:
-                _set_aside_unreadable(
-                    segment, "damaged file header, no record verifies with its salt"
-                )
-            else:
-                _note_empty(segment, "a damaged file header and no records", scan)
-            return
-        if found.skipped:
-            _report_skipped(segment, found)
-        if damaged_header:
-            _repair_header(segment, header.salt, len(found.records))
-        if found.valid_end < len(data):
-            _keep_tail(segment, data, found.valid_end)
-            cut = found.valid_end, len(data)
-        _index(segment, found, scan, salt=header.salt)
-    if cut is not None:
-        os.truncate(segment.path, cut[0])
-
-
-@contextlib.contextmanager
-def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
-    """The file's bytes as a read-only map: scanning verifies every body without copying it
-    into the heap, and the pages it touched leave the process when the map is closed (file
-    pages the kernel may reclaim at any time, never anonymous memory)."""
-    with path.open("rb") as file:
-        if os.fstat(file.fileno()).st_size == 0:
-            yield b""  # an empty file cannot be mapped
-            return
-        try:
-            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as exc:  # a filesystem without mmap: one segment in the heap instead
-            log.warning("%s: cannot be mapped (%s), read into memory instead", path, exc)
-            yield file.read()
-            return
-        with mapped:
-            yield mapped
+    data = segment.path.read_bytes()
+    header = records.parse_file_header(data)
+    if header.state is records.HeaderState.SHORT:
+        what = f"{len(data)} bytes, less than a file header"
+        if segment.may_be_torn:
+            _note_empty(segment, what, scan)
+        else:
+            _set_aside_unreadable(segment, f"{what}, though newer segments hold records")
+        return
+    if header.state is records.HeaderState.OTHER_VERSION:
+        raise errors.UnsupportedFormatError(
+            f"{segment.where}: segment format version {header.version}, this broker reads "
+            f"version {records.FORMAT_VERSION} only (version 1 was a pre-release format); "
+            "start the broker version that wrote it, or move the data directory away"
+        )
+    found = records.scan_segment(data, number=segment.number, salt=header.salt)
+    damaged_header = header.state is records.HeaderState.DAMAGED
+    if damaged_header and not found.records:
+        if len(data) > records.FILE_HEADER_SIZE:
+            _set_aside_unreadable(segment, "damaged file header, no record verifies with its salt")
+        else:
+            _note_empty(segment, "a damaged file header and no records", scan)
+        return
+    if found.skipped:
+        _report_skipped(segment, found)
+    if damaged_header:
+        _repair_header(segment, header.salt, len(found.records))
+    if found.valid_end < len(data):
+        _cut_tail(segment, data, found.valid_end)
+    _index(segment, found, scan, salt=header.salt)
 
 
 def _note_empty(segment: _SegmentFile, what: str, scan: _Scan) -> None:
@@ -288,17 +261,13 @@ def _report_skipped(segment: _SegmentFile, found: records.SegmentScan) -> None:
         )
 
 
-def _keep_tail(segment: _SegmentFile, data: bytes | mmap.mmap, valid_end: int) -> None:
-    """Keep the bytes of a tail that is about to be cut: it is never served, never resurfaces.
-
-    The caller cuts the file once its map is closed.
-    """
+def _cut_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
+    """Keep the bytes, then cut the file: a tail is never served and never resurfaces."""
     dropped = len(data) - valid_end
     torn = segment.may_be_torn and records.looks_torn(data, valid_end)
-    tail = data[valid_end:]
-    if tail.strip(b"\0"):
+    if data[valid_end:].strip(b"\0"):
         kept: object = segment.quarantine.keep(
-            tail,
+            data[valid_end:],
             name=f"{segment.path.name}.tail-from-{valid_end}",
             label=segment.label,
             reason=f"{segment.where}: {dropped} bytes cut from offset {valid_end}.",
@@ -316,6 +285,7 @@ def _keep_tail(segment: _SegmentFile, data: bytes | mmap.mmap, valid_end: int) -
         dropped,
         kept,
     )
+    os.truncate(segment.path, valid_end)
 
 
 def _index(segment: _SegmentFile, found: records.SegmentScan, scan: _Scan, *, salt: int) -> None:

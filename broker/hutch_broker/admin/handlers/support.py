@@ -7,8 +7,10 @@ lists honour sorting, paging and ``?columns=``, single items honour
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -20,6 +22,7 @@ from hutch_broker.admin.state import STATE, USER, AdminState
 from hutch_broker.model import access
 from hutch_broker.model.vhosts import VirtualHost
 
+log = logging.getLogger(__name__)
 DEFAULT_EXCHANGE_PATH = "amq.default"
 T = TypeVar("T")
 
@@ -149,19 +152,30 @@ async def paced_json_response(request: web.Request, data: Any) -> web.StreamResp
 
 async def send_json(request: web.Request, body: bytes) -> web.StreamResponse:
     """Sent from the handler, still holding the user's listing slot, in pieces that wait for
-    the client to read: one user's unread listings cost one body, however many it asks for."""
+    the client to read: one user's unread listings cost one body, however many it asks for.
+    A client that reads nothing for ``send_stall_s`` is disconnected, which frees the slot."""
     response = web.StreamResponse(headers={"Cache-Control": "no-cache"})
     response.content_type = "application/json"
     response.charset = "utf-8"
     response.content_length = len(body)
     try:
-        await response.prepare(request)
-        view = memoryview(body)
-        for start in range(0, len(body), SEND_CHUNK):
-            await response.write(view[start : start + SEND_CHUNK])
-        await response.write_eof()
+        async with asyncio.timeout(state(request).send_stall_s) as deadline:
+            await response.prepare(request)
+            view = memoryview(body)
+            for start in range(0, len(body), SEND_CHUNK):
+                deadline.reschedule(asyncio.get_running_loop().time() + state(request).send_stall_s)
+                await response.write(view[start : start + SEND_CHUNK])
+            await response.write_eof()
     except ConnectionResetError:
         pass  # the client left; aiohttp closes the connection
+    except TimeoutError:
+        log.warning(
+            "stopped sending a listing to %s: it read nothing for %.1f s",
+            request.remote,
+            state(request).send_stall_s,
+        )
+        if request.transport is not None:
+            request.transport.abort()
     return response
 
 
