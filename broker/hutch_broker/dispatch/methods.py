@@ -16,7 +16,6 @@ from pamqp import commands
 
 from hutch_broker.dispatch import publishing, replyto
 from hutch_broker.dispatch.channels import Channel, ChannelOwner
-from hutch_broker.dispatch.commits import NOT_DURABLE
 from hutch_broker.model import arguments as arguments_mod
 from hutch_broker.model import quorum
 from hutch_broker.model.queues import Consumer, Queue
@@ -420,19 +419,17 @@ def tx_commit(session: ChannelOwner, channel: Channel, m: commands.Tx.Commit, no
         raise errors.precondition_failed("channel is not transactional")
     publishes, channel.tx_publishes = channel.tx_publishes, []
     acks, channel.tx_acks = channel.tx_acks, []
-    generation = NOT_DURABLE
-    vhost = session.open_vhost
-    for event in publishes:
-        written, _ = publishing.route_and_enqueue(
-            session, channel, event, now_ms, exchange=vhost.exchanges.get(event.exchange)
-        )
-        generation = max(generation, written)
-    for kind, tag, multiple, requeue in acks:
-        if kind == "ack":
-            channel.settle(tag, multiple, now_ms)
-        else:
-            channel.reject(tag, multiple, requeue, now_ms)
-    channel.add_commit(generation)  # commit-ok once its persistent messages are on disk
+
+    def settle_acks(generation: int, _rejected: bool) -> None:
+        for kind, tag, multiple, requeue in acks:
+            if kind == "ack":
+                channel.settle(tag, multiple, now_ms)
+            else:
+                channel.reject(tag, multiple, requeue, now_ms)
+        channel.add_commit(generation)  # commit-ok once its persistent messages are on disk
+
+    # Routed in order within the loop turn's meter, or over later turns (dispatch.turns).
+    publishing.publish_in_order(session, channel, publishes, settle_acks)
 
 
 def tx_rollback(

@@ -9,10 +9,16 @@ which waits for the group commit when the publish wrote a durable record
 Routing is metered (``dispatch.turns``): a publish whose routing does not fit in what the
 loop turn has left is parked, its connection stops reading and processing frames, and the
 routing goes on a slice per turn; once routed, it is enqueued, confirmed or returned as
-if it had been routed at once, and the connection picks up its next frame.
+if it had been routed at once, and the connection picks up its next frame.  A
+transaction's commit routes its publishes the same way, in order, before its acks and
+``tx.commit-ok``.
 """
 
 from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable
+from functools import partial
 
 from hutch_broker.dispatch import replyto
 from hutch_broker.dispatch.channels import Channel, ChannelOwner
@@ -78,67 +84,121 @@ def _route_or_park(
         message_ids=context.next_message_id if context.stamp_message_id else None,
     )
     if isinstance(outcome, publishes.PendingPublish):
+        job = ParkedPublishes(session, channel, (), partial(_confirm, channel))
+        job.current, job.pending = event, outcome
         session.park_reading()
-        context.turns.park(ParkedPublish(session, channel, event, outcome))
+        context.turns.park(job)
         return None
     return _settle(session, channel, event, outcome)
 
 
-class ParkedPublish:
-    """A publish being routed over several loop turns, with everything needed to finish it."""
+def _confirm(channel: Channel, generation: int, rejected: bool) -> None:
+    if channel.confirm_mode:
+        channel.add_confirm(generation, nack=rejected)
+
+
+Finish = Callable[[int, bool], None]  # (write generation to wait for, a queue refused one)
+
+
+class ParkedPublishes:
+    """Publishes of one channel routed in order over as many loop turns as they need.
+
+    ``finish`` runs once every one is enqueued: the confirm of a parked ``basic.publish``,
+    or a transaction's acks and ``tx.commit-ok``.  The connection reads nothing meanwhile.
+    """
 
     def __init__(
         self,
         session: ChannelOwner,
         channel: Channel,
-        event: events.PublishReceived,
-        pending: publishes.PendingPublish,
+        waiting: Iterable[events.PublishReceived],
+        finish: Finish,
     ) -> None:
         self.session = session
         self.channel = channel
-        self.event = event
-        self.pending = pending
+        self.waiting = collections.deque(waiting)
+        self.finish = finish
+        self.current: events.PublishReceived | None = None
+        self.pending: publishes.PendingPublish | None = None
+        self.generation = NOT_DURABLE
+        self.rejected = False
 
     def advance(self, meter: budgets.Meter) -> bool:
+        """``dispatch.turns.Parked``: go on while ``meter`` lasts; True when done."""
         session = self.session
         if session.closed:
             return True  # the connection went: nothing was confirmed, nothing to finish
-        if not self.pending.advance(meter):
+        if not self.run(meter):
             return False
-        outcome = self.pending.finish(session.context.clock())
-        channel = self.channel
-        generation, rejected = _settle(session, channel, self.event, outcome)
-        if channel.confirm_mode:
-            channel.add_confirm(generation, nack=rejected)
         session.resume_parked()
         return True
 
+    def run(self, meter: budgets.Meter) -> bool:
+        """Route and enqueue in order while ``meter`` lasts; True once all are finished."""
+        while True:
+            pending, event = self.pending, self.current
+            if pending is not None and event is not None:
+                if not pending.advance(meter):
+                    return False
+                self.pending = self.current = None
+                self._settled(event, pending.finish(self.session.context.clock()))
+            if not self.waiting:
+                self.finish(self.generation, self.rejected)
+                return True
+            self._start(self.waiting.popleft(), meter)
 
-def route_and_enqueue(
+    def _start(self, event: events.PublishReceived, meter: budgets.Meter) -> None:
+        session, channel = self.session, self.channel
+        if not event.exchange and event.routing_key.startswith(replyto.PREFIX):
+            self.generation = max(self.generation, _direct_reply(session, channel, event))
+            return
+        vhost = session.open_vhost
+        outcome = _publish_within(
+            session,
+            event,
+            vhost.exchanges.get(event.exchange),
+            meter,  # None if it went
+        )
+        if isinstance(outcome, publishes.PendingPublish):
+            self.current, self.pending = event, outcome
+        else:
+            self._settled(event, outcome)
+
+    def _settled(self, event: events.PublishReceived, outcome: publishes.Published) -> None:
+        generation, rejected = _settle(self.session, self.channel, event, outcome)
+        self.generation = max(self.generation, generation)
+        self.rejected = self.rejected or rejected
+
+
+def publish_in_order(
     session: ChannelOwner,
     channel: Channel,
-    event: events.PublishReceived,
-    now_ms: int,
-    *,
-    exchange: Exchange | None,
-) -> tuple[int, bool]:
-    """Publish one message: the write generation its reply must wait for, and whether a
-    queue refused it (overflow=reject-publish*: its confirm is a nack).
+    waiting: Iterable[events.PublishReceived],
+    finish: Finish,
+) -> None:
+    """A transaction's publishes, routed within the turn's meter; parked if they need more."""
+    job = ParkedPublishes(session, channel, waiting, finish)
+    if not job.run(session.context.turns.inline_meter()):
+        session.park_reading()
+        session.context.turns.park(job)
 
-    A transaction's commit passes the exchange as it is now (None if it is gone).
-    """
+
+def _publish_within(
+    session: ChannelOwner,
+    event: events.PublishReceived,
+    exchange: Exchange | None,
+    meter: budgets.Meter,
+) -> publishes.Published | publishes.PendingPublish:
     context = session.context
-    if not event.exchange and event.routing_key.startswith(replyto.PREFIX):
-        return _direct_reply(session, channel, event), False
     message = Message(event.exchange, event.routing_key, event.raw_properties, event.body)
-    outcome = publishes.publish(
+    return publishes.publish_within(
         session.open_vhost,
         exchange,
         message,
-        now_ms,
+        context.clock(),
+        meter=meter,
         message_ids=context.next_message_id if context.stamp_message_id else None,
     )
-    return _settle(session, channel, event, outcome)
 
 
 def _settle(
