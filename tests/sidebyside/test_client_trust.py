@@ -6,8 +6,12 @@ handed back unchanged to consumers and shown by the management API. And where Ra
 Hutch refuses the same way: ``channel.flow(active=false)`` closes the connection with 540.
 """
 
+import struct
+import time
+
 import pytest
 from hutch_testing.management import quote
+from hutch_testing.rawamqp import open_connection, publish_frames
 from hutch_testing.steps import closed_by_broker, get, publish
 
 pytestmark = pytest.mark.rabbitmq
@@ -60,6 +64,27 @@ def test_an_http_publish_takes_any_64_bit_timestamp(target):
     got = [get(target.channel(), q) for _ in TIMESTAMPS]
 
     assert [fetched[1].timestamp for fetched in got if fetched] == TIMESTAMPS
+
+
+def test_a_header_timestamp_past_year_9999_is_carried_unchanged(target):
+    """The same in a headers table ('T'); pika cannot encode one, so a raw client sends it."""
+    q = target.name("q")
+    target.channel().queue_declare(q)
+    stamp = b"T" + struct.pack(">Q", 2**64 - 1)
+    entries = b"\x01t" + stamp
+    raw_properties = b"\x20\x00" + struct.pack(">I", len(entries)) + entries
+    sock = open_connection(target.broker)
+    sock.sendall(publish_frames(q, raw_properties, b"m"))
+    body = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
+
+    deadline = time.monotonic() + 5
+    shown = target.api.post(f"/queues/%2F/{quote(q)}/get", body).body
+    while not shown and time.monotonic() < deadline:
+        time.sleep(0.05)
+        shown = target.api.post(f"/queues/%2F/{quote(q)}/get", body).body
+    sock.close()
+
+    assert [message["properties"]["headers"] for message in shown] == [{"t": 2**64 - 1}]
 
 
 def test_channel_flow_on_is_confirmed(target):

@@ -9,58 +9,24 @@ the client gets.
 """
 
 import socket
-import struct
 import time
 
 import pytest
+from hutch_testing.rawamqp import HEARTBEAT, open_connection, read_frame
 from pamqp import commands, frame
 
 pytestmark = pytest.mark.rabbitmq
 
-HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
-
-
-def _read_exact(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
-def _read_frame(sock: socket.socket):
-    head = _read_exact(sock, 7)
-    size = struct.unpack(">I", head[3:7])[0]
-    rest = _read_exact(sock, size + 1)
-    return frame.unmarshal(head + rest)[2]
-
 
 def _open(target, heartbeat: int = 0) -> socket.socket:
     """A raw client through the handshake, with channel 1 open."""
-    user, password = target.broker.credentials
-    sock = socket.create_connection(("127.0.0.1", target.broker.amqp_port), timeout=5)
-    sock.sendall(b"AMQP\x00\x00\x09\x01")
-    _read_frame(sock)  # start
-    response = f"\0{user}\0{password}"
-    start_ok = commands.Connection.StartOk(
-        client_properties={}, mechanism="PLAIN", response=response, locale="en_US"
-    )
-    sock.sendall(frame.marshal(start_ok, 0))
-    _read_frame(sock)  # tune
-    sock.sendall(frame.marshal(commands.Connection.TuneOk(2047, 131072, heartbeat), 0))
-    sock.sendall(frame.marshal(commands.Connection.Open("/"), 0))
-    assert isinstance(_read_frame(sock), commands.Connection.OpenOk)
-    sock.sendall(frame.marshal(commands.Channel.Open(), 1))
-    assert isinstance(_read_frame(sock), commands.Channel.OpenOk)
-    return sock
+    return open_connection(target.broker, heartbeat=heartbeat)
 
 
 def _reply_to_close(sock: socket.socket) -> str:
     """What the client reads after its close: "close-ok", "eof" or "reset"."""
     try:
-        reply = _read_frame(sock)
+        reply = read_frame(sock)
     except EOFError:
         return "eof"
     except ConnectionResetError:

@@ -9,13 +9,14 @@ values.  So the broker keeps ``raw`` (the header from the property flags on) and
   reads as "absent" (None).
 - ``validate``: the structural check the frame parser runs once per publish, so that everything
   downstream may assume ``decode_properties`` succeeds.  Strict about what pamqp could not decode
-  (bad UTF-8 in short strings or table keys, unknown field types, timestamps in tables that
-  pamqp cannot turn into a datetime, trailing bytes, nesting deeper than ``MAX_DEPTH``).
+  (bad UTF-8 in short strings or table keys, unknown field types, trailing bytes, nesting deeper
+  than ``MAX_DEPTH``).
 - ``decode_properties`` / ``headers``: full decode through pamqp, for the rare paths that need
-  values (headers exchange, dead-lettering, management API).  The ``timestamp`` property is the
-  exception: it is any 64-bit value, as RabbitMQ takes and hands it back, so it is read and
-  written as a plain integer (pamqp would read values above 2**32 as milliseconds and fail
-  past year 9999).
+  values (headers exchange, dead-lettering, management API).  Timestamps are the exception, as
+  RabbitMQ takes any 64-bit value and hands it back: the ``timestamp`` property is read and
+  written as a plain integer (pamqp would read values above 2**32 as milliseconds and fail past
+  year 9999), and a table timestamp pamqp cannot hold in a datetime is a ``Timestamp``, an
+  integer that is encoded back as a timestamp (``decode_table``).
 - ``encode_properties``: pamqp's encoder, for messages the broker makes itself, except for
   field-table keys: pamqp cuts keys longer than 128 bytes (a warning in the log), so tables are
   encoded here and a key is either carried whole (up to a shortstr's 255 bytes) or refused.
@@ -30,6 +31,7 @@ word follows", bit 1 is reserved)::
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from typing import Any
 
@@ -66,8 +68,7 @@ _FLAG_EXPIRATION = 0x0100
 _NOT_A_PROPERTY = 0x0003  # continuation + reserved: never used for the 14 basic properties
 
 MAX_DEPTH = 64  # nested tables/arrays; pamqp recurses twice per level
-MAX_TIMESTAMP_SECONDS = 253402300799  # 9999-12-31T23:59:59Z, datetime's ceiling (in tables)
-MAX_TIMESTAMP = 2**64 - 1  # the timestamp property: any 64-bit value, as in RabbitMQ
+MAX_TIMESTAMP = 2**64 - 1  # timestamps are any 64-bit value, as in RabbitMQ
 _UINT32 = struct.Struct(">I")
 _UINT64 = struct.Struct(">Q")
 
@@ -99,6 +100,11 @@ _KINDS_BY_FLAGS: dict[int, tuple[int, ...]] = {}
 
 class MalformedPropertiesError(ValueError):
     """The raw properties cannot be decoded (or fail ``validate``)."""
+
+
+class Timestamp(int):
+    """A field-table timestamp ('T') past what a datetime holds (year 9999): the 64-bit value as
+    sent, so it is shown as that integer and encoded back as a 'T', unchanged."""
 
 
 # -- hot-path accessors ---------------------------------------------------------------------
@@ -192,10 +198,53 @@ def headers(raw: bytes) -> common.FieldTable | None:
     span = headers_span(raw)
     if span is None:
         return None
+    return decode_table(raw[span[0] : span[1]])
+
+
+def decode_table(table: bytes) -> common.FieldTable:
+    """A field table (length prefix included) as pamqp decodes it, but a timestamp pamqp cannot
+    turn into a datetime is a ``Timestamp`` instead of an error.  pamqp decodes the common case;
+    only a table it fails on is walked here."""
+    with contextlib.suppress(Exception):  # pamqp lets stdlib errors through: walked below
+        return decode.field_table(table)[1]
     try:
-        return decode.field_table(raw[span[0] : span[1]])[1]
+        end = 4 + _UINT32.unpack_from(table, 0)[0]
+        return _walk_table(table, 4, end, 1)
     except Exception as exc:  # pamqp lets stdlib errors through on garbage
         raise MalformedPropertiesError("cannot decode the headers table") from exc
+
+
+def _walk_table(raw: bytes, offset: int, end: int, depth: int) -> dict[str, Any]:
+    if end > len(raw) or depth > MAX_DEPTH:
+        raise MalformedPropertiesError("table too long or nested too deep")
+    result: dict[str, Any] = {}
+    while offset < end:
+        key_end = offset + 1 + raw[offset]
+        key = raw[offset + 1 : key_end].decode("utf-8")
+        result[key], offset = _walk_value(raw, key_end, depth)
+    return result
+
+
+def _walk_value(raw: bytes, offset: int, depth: int) -> tuple[Any, int]:
+    """(value, offset after it) of the tagged value at ``offset``."""
+    tag = raw[offset]
+    if tag == _TIMESTAMP_TAG:
+        try:
+            return decode.timestamp(raw[offset + 1 : offset + 9])[1], offset + 9
+        except (ValueError, OverflowError, OSError):  # past year 9999
+            return Timestamp(_UINT64.unpack_from(raw, offset + 1)[0]), offset + 9
+    if tag in (_TABLE_TAG, _ARRAY_TAG):
+        end = offset + 5 + _UINT32.unpack_from(raw, offset + 1)[0]
+        if tag == _TABLE_TAG:
+            return _walk_table(raw, offset + 5, end, depth + 1), end
+        items, position = [], offset + 5
+        while position < end:
+            item, position = _walk_value(raw, position, depth + 1)
+            items.append(item)
+        return items, end
+    width = _FIXED_WIDTH.get(tag)
+    end = offset + 1 + (width if width is not None else 4 + _UINT32.unpack_from(raw, offset + 1)[0])
+    return decode.embedded_value(raw[offset:end])[1], end
 
 
 def decode_properties(raw: bytes) -> dict[str, Any]:
@@ -213,6 +262,9 @@ def decode_properties(raw: bytes) -> dict[str, Any]:
                 continue
             if kind == TIMESTAMP:
                 consumed, result[name] = 8, _UINT64.unpack_from(data)[0]
+            elif kind == TABLE:
+                consumed = 4 + _UINT32.unpack_from(data)[0]
+                result[name] = decode_table(data[:consumed])
             else:
                 consumed, result[name] = decode.by_type(
                     data, commands.Basic.Properties.amqp_type(name)
@@ -260,6 +312,8 @@ def encode_table(table: dict[str, Any]) -> bytes:
 
 
 def _encode_value(value: Any) -> bytes:
+    if isinstance(value, Timestamp):
+        return b"T" + _UINT64.pack(value)
     if isinstance(value, dict):
         return b"F" + encode_table(value)
     if isinstance(value, list):
@@ -342,20 +396,10 @@ def _check_value(raw: bytes, offset: int, end: int, depth: int) -> int:
     elif tag == _ARRAY_TAG:
         value_end = offset + 4 + _UINT32.unpack_from(raw, offset)[0]
         _check_array(raw, offset + 4, value_end, depth + 1)
-    elif tag == _TIMESTAMP_TAG:
+    elif tag == _TIMESTAMP_TAG:  # any 64-bit value, as in RabbitMQ
         value_end = offset + 8
-        _check_timestamp(raw, offset)
     else:
         raise MalformedPropertiesError(f"unknown field type {tag:#04x}")
     if value_end > end:
         raise MalformedPropertiesError("field value runs past its table")
     return value_end
-
-
-def _check_timestamp(raw: bytes, offset: int) -> None:
-    """pamqp reads values above 2**32 as milliseconds and builds a datetime: stay in range."""
-    seconds = _UINT64.unpack_from(raw, offset)[0]
-    if seconds > 0xFFFFFFFF:
-        seconds //= 1000
-    if seconds > MAX_TIMESTAMP_SECONDS:
-        raise MalformedPropertiesError("timestamp beyond year 9999")

@@ -17,8 +17,6 @@ import datetime
 import struct
 from typing import Any
 
-from pamqp import decode
-
 from hutch_broker.protocol import properties
 
 _U32 = struct.Struct(">I")
@@ -96,7 +94,7 @@ def decode_value(tagged: bytes) -> Any:
     """Decode one tagged value (as produced by ``split_table``) with pamqp."""
     key = b"\x01v"
     table = _U32.pack(len(key) + len(tagged)) + key + tagged
-    return decode.field_table(table)[1]["v"]
+    return properties.decode_table(table)["v"]
 
 
 # -- typed encoder -------------------------------------------------------------
@@ -111,6 +109,8 @@ def encode_value(value: Any) -> bytes:
     """One tagged value with the broker's fixed type choices (IMPL-3)."""
     if isinstance(value, bool):
         return b"t" + (b"\x01" if value else b"\x00")
+    if isinstance(value, properties.Timestamp):  # a publisher's, past year 9999: as it came
+        return b"T" + struct.pack(">Q", value)
     if isinstance(value, int):
         return b"l" + struct.pack(">q", value)
     if isinstance(value, float):

@@ -190,7 +190,6 @@ def test_encode_properties_round_trips():
         (b"\x20\x00" + table(("k", b"S\x00\x00\x00\x09ab")), "runs past"),
         (b"\x20\x00" + table((b"\xff".decode("latin-1"), b"V")), "undecodable"),
         (b"\x20\x00" + struct.pack(">I", 50) + b"\x01k", "table too long"),
-        (b"\x20\x00" + table(("k", b"T" + b"\xff" * 8)), "timestamp beyond year 9999"),
     ],
 )
 def test_validate_rejects_what_pamqp_cannot_decode(raw, reason):
@@ -221,6 +220,30 @@ def test_the_timestamp_property_is_any_64_bit_value_carried_as_is(value):
     properties.validate(raw)
     assert properties.decode_properties(raw) == {"timestamp": value}
     assert properties.encode_properties(timestamp=value) == raw
+
+
+@pytest.mark.parametrize("value", [253402300800 * 1000, 2**63, 2**64 - 1])
+def test_a_table_timestamp_past_year_9999_is_carried_as_is(value):
+    """pamqp cannot hold it in a datetime; RabbitMQ takes it and shows the integer."""
+    tagged = b"T" + struct.pack(">Q", value)
+    raw = b"\x20\x00" + table(("t", tagged), ("n", b"F" + table(("t", tagged))))
+    properties.validate(raw)
+
+    headers = properties.headers(raw)
+    assert headers == {"t": value, "n": {"t": value}}
+    assert isinstance(headers["t"], properties.Timestamp)
+    assert properties.decode_properties(raw) == {"headers": headers}
+    assert properties.encode_properties(headers=headers) == b"\x20\x00" + properties.encode_table(
+        headers
+    )
+    assert b"T" + struct.pack(">Q", value) in properties.encode_properties(headers=headers)
+
+
+def test_a_table_timestamp_a_datetime_holds_is_still_a_datetime():
+    raw = b"\x20\x00" + table(("t", b"T" + struct.pack(">Q", 1_700_000_000)))
+    assert properties.headers(raw) == {
+        "t": datetime.datetime.fromtimestamp(1_700_000_000, tz=datetime.UTC)
+    }
 
 
 @pytest.mark.parametrize("value", [-1, 2**64])
