@@ -16,7 +16,9 @@ key, so two more things bound it:
   state; the set reached from it by a word is computed once and kept, keyed by the
   word, where every word that appears in no binding key shares one class.  A repeated
   key, or one that differs only in words no binding names (ids, timestamps), then costs
-  one or two dict lookups per word.  The automaton is dropped on every bind or unbind
+  one or two dict lookups per word.  Only sets of at most ``MEMO_NODES`` nodes are kept:
+  the common case; the huge sets of adversarial bindings are walked, metered, each time.
+  The automaton is dropped on every bind or unbind
   and cleared when it holds more node references than twice the trie's nodes (plus
   1,024), so its memory, and the work of a full garbage collection over it, stays
   proportional to the bindings.
@@ -43,6 +45,10 @@ HASH = "#"
 # The class of every word that no binding key names: "." can never be a word of a key.
 OTHER: Final = "."
 MAX_STATES: Final = 4096  # automaton states kept per exchange before it is cleared
+# Larger node sets are walked but not memoised: interning one (a frozenset, its hash, an
+# equality check) costs as much as the step it would save, unmetered, and only adversarial
+# binding sets produce them (the 6,561-binding case keeps thousands of nodes active).
+MEMO_NODES: Final = 256
 CHUNK: Final = budgets.CHUNK
 
 
@@ -61,10 +67,11 @@ class TrieNode(Generic[T]):
 class State(Generic[T]):
     """A set of active trie nodes (closed under ``#`` edges) and its known successors."""
 
-    __slots__ = ("following", "nodes", "targets")
+    __slots__ = ("following", "memoised", "nodes", "targets")
 
-    def __init__(self, nodes: list[TrieNode[T]]) -> None:
+    def __init__(self, nodes: list[TrieNode[T]], *, memoised: bool = True) -> None:
         self.nodes = nodes
+        self.memoised = memoised  # interned: its transitions and targets are kept
         self.following: dict[str, State[T]] = {}  # word (or OTHER) -> next state
         self.targets: list[T] | None = None  # computed the first time a key ends here
 
@@ -82,6 +89,8 @@ class Automaton(Generic[T]):
         self._clear()
 
     def intern(self, nodes: list[TrieNode[T]]) -> State[T]:
+        if len(nodes) > MEMO_NODES:
+            return State(nodes, memoised=False)
         key = frozenset(nodes)
         state = self.states.get(key)
         if state is None:
@@ -109,8 +118,9 @@ class Automaton(Generic[T]):
 
     def link(self, state: State[T], word: str, nodes: list[TrieNode[T]]) -> State[T]:
         following = self.intern(nodes)
-        state.following[word] = following
-        self.size += 1
+        if state.memoised and following.memoised:
+            state.following[word] = following
+            self.size += 1
         return following
 
 
@@ -183,7 +193,9 @@ class TopicTrie(Generic[T]):
         targets = state.targets
         if targets is None:
             meter.charge(len(state.nodes))
-            targets = state.targets = _targets(state.nodes)
+            targets = _targets(state.nodes)
+            if state.memoised:
+                state.targets = targets
         return targets
 
     def match_steps(self, routing_key: str) -> budgets.Steps[list[T]]:
@@ -206,9 +218,12 @@ class TopicTrie(Generic[T]):
                 walked = 0
             if not state.nodes:
                 return []
-        if state.targets is None:
-            state.targets = yield from _targets_steps(state.nodes)
-        return state.targets
+        targets = state.targets
+        if targets is None:
+            targets = yield from _targets_steps(state.nodes)
+            if state.memoised:
+                state.targets = targets
+        return targets
 
     def _new_automaton(self) -> Automaton[T]:
         start = _closure([self.root], budgets.unlimited())  # one chain of '#': the key depth
@@ -276,12 +291,15 @@ def _closure(nodes: list[TrieNode[T]], meter: budgets.Meter) -> list[TrieNode[T]
         return nodes
     seen = set(nodes)
     closed = list(nodes)
+    room = meter.left + len(nodes)
     for node in closed:  # grows while iterating: a chain '#.#.#' is followed to its end
         child = node.hash_child
         if child is not None and child not in seen:
-            meter.charge(1)
             seen.add(child)
             closed.append(child)
+            if len(closed) > room:
+                raise budgets.OverBudgetError
+    meter.left -= len(closed) - len(nodes)
     return closed
 
 
