@@ -154,7 +154,12 @@ async def send_json(request: web.Request, body: bytes) -> web.StreamResponse:
     """Sent from the handler, still holding the user's listing slot, in pieces that wait for
     the client to read: one user's unread listings cost one body, however many it asks for.
     A client that reads nothing for ``send_stall_s`` is disconnected, which frees the slot."""
-    response = web.StreamResponse(headers={"Cache-Control": "no-cache"})
+    headers = {"Cache-Control": "no-cache"}
+    if request.method == "HEAD":  # aiohttp leaves the body out of a Response, not of a stream
+        return web.Response(
+            body=body, content_type="application/json", charset="utf-8", headers=headers
+        )
+    response = web.StreamResponse(headers=headers)
     response.content_type = "application/json"
     response.charset = "utf-8"
     response.content_length = len(body)
