@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from hutch_broker import memory
 from hutch_broker.dispatch.context import NO_TRANSPORT, Context
@@ -31,8 +31,14 @@ from hutch_broker.server import tlsinfo
 
 log = logging.getLogger(__name__)
 
+# Sockets kept open after close-ok until their clients drop them. Their sessions are gone, so no
+# connection limit counts them: past this many, a client's close drops the socket at once.
+MAX_AWAITING_CLIENT_CLOSE = 1024
+
 
 class AMQPConnection(asyncio.Protocol):
+    awaiting_client_close_count: ClassVar[int] = 0  # in this process, see the constant above
+
     def __init__(
         self,
         context: Context,
@@ -49,6 +55,7 @@ class AMQPConnection(asyncio.Protocol):
         self.last_sent = self.last_received
         self.opened_at = self.last_received
         self.closing_since: float | None = None  # when the broker sent connection.close
+        self._counted_awaiting = False  # counted in awaiting_client_close_count
         self.write_paused = False  # the transport is over its high-water mark
         self._budget: memory.DeliveryBudget | None = None  # the one this connection follows
 
@@ -94,6 +101,9 @@ class AMQPConnection(asyncio.Protocol):
         if session is not None:
             session.connection_lost()
             session.transport = NO_TRANSPORT
+        if self._counted_awaiting:
+            self._counted_awaiting = False
+            AMQPConnection.awaiting_client_close_count -= 1
         self.transport = None
         self._on_lost(self)
         self.context.request_flush()
@@ -166,9 +176,15 @@ class AMQPConnection(asyncio.Protocol):
         """close-ok went out for the client's connection.close: keep reading (the protocol
         discards it all) until the client drops the socket, as RabbitMQ does. Dropping it
         first, with client bytes unread, resets the connection; ``tick`` bounds the wait."""
-        if self.closing_since is None:
-            self.closing_since = time.monotonic()
-            self.resume_reading()  # a throttled publisher's socket too: its session is gone
+        if self.closing_since is not None:
+            return
+        if AMQPConnection.awaiting_client_close_count >= MAX_AWAITING_CLIENT_CLOSE:
+            self.close_transport()
+            return
+        AMQPConnection.awaiting_client_close_count += 1
+        self._counted_awaiting = True
+        self.closing_since = time.monotonic()
+        self.resume_reading()  # a throttled publisher's socket too: its session is gone
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

@@ -10,6 +10,7 @@ import time
 
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model.broker import Broker
+from hutch_broker.server import amqp
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_testing import inmemory
 from pamqp import commands, frame
@@ -131,6 +132,7 @@ def test_after_the_client_s_close_the_socket_waits_for_the_client_up_to_the_clos
     assert not transport.closed, "closed before the timeout"
     connection.tick(now + 31, handshake_timeout=10, closing_timeout=30)
     assert transport.closed
+    connection.connection_lost(None)  # what asyncio calls after the close
 
 
 def test_a_shorter_heartbeat_timeout_bounds_the_wait_instead():
@@ -143,3 +145,25 @@ def test_a_shorter_heartbeat_timeout_bounds_the_wait_instead():
     assert transport.closed
     sent = inmemory.decode_frames(b"".join(transport.written))
     assert [type(f) for f in sent] == [commands.Connection.CloseOk], "no heartbeat after it"
+    connection.connection_lost(None)
+
+
+def test_past_the_cap_on_waiting_sockets_a_client_s_close_drops_the_socket_at_once(monkeypatch):
+    """Waiting sockets belong to no session, so no connection limit counts them: a client
+    opening and closing connections without ever closing its side could pile them up."""
+    waiting = AMQPConnection.awaiting_client_close_count
+    monkeypatch.setattr(amqp, "MAX_AWAITING_CLIENT_CLOSE", waiting + 1)
+    first, first_transport = _client_closed_connection()
+    assert not first_transport.closed
+    assert AMQPConnection.awaiting_client_close_count == waiting + 1
+
+    second, second_transport = _client_closed_connection()
+    assert second_transport.closed, "over the cap: closed after its close-ok, as before"
+    assert inmemory.decode_frames(b"".join(second_transport.written))  # the close-ok went out
+
+    first.connection_lost(None)
+    second.connection_lost(None)
+    assert AMQPConnection.awaiting_client_close_count == waiting
+    third, third_transport = _client_closed_connection()
+    assert not third_transport.closed, "room again once a waiting socket is gone"
+    third.connection_lost(None)
