@@ -384,6 +384,8 @@ class Queue:
         return entry
 
     def _pop_ready(self) -> Entry | None:
+        """The head with its body; a head whose body cannot be read back leaves the queue
+        (``paging.read_body``) and the next one is taken. The hot path: kept inline."""
         while True:
             entry = self._ready.pop()
             if entry is None:
@@ -392,6 +394,18 @@ class Queue:
             self.ready_bytes -= entry.size
             if not entry.size or entry.message.body or self._page_in(entry):
                 return entry
+
+    def _take_head(self) -> Entry | None:
+        """Exactly the head, body or not (``expire_head`` judged this one)."""
+        entry = self._ready.pop()
+        if entry is not None:
+            self.ready_count -= 1
+            self.ready_bytes -= entry.size
+        return entry
+
+    def _has_body(self, entry: Entry) -> bool:
+        """True once a paged-out (or recovered) entry's body is back; False if unreadable."""
+        return not entry.size or bool(entry.message.body) or self._page_in(entry)
 
     def _peek_ready(self) -> Entry | None:
         return self._ready.peek()
@@ -411,9 +425,10 @@ class Queue:
             entry = self._peek_ready()
             if entry is None or not entry.expire_at or entry.expire_at > now_ms:
                 return expired
-            self._pop_ready()
-            self._drop(entry, "expired")
-            expired += 1
+            self._take_head()  # this entry, not the next one should its body be unreadable
+            if self._has_body(entry):
+                self._drop(entry, "expired")
+                expired += 1
 
     # -- settling -----------------------------------------------------
 

@@ -76,13 +76,7 @@ def test_an_unreadable_body_is_not_served_and_stays_on_disk(
     assert queue.ready_count == 3
     assert queue.ready_bytes == 300
     assert all(entry.paged for entry in queue.ready_entries())
-    number, offset = segments.split_msg_id(ids[1])
-    path = queue.store.directory / segments.segment_name(number)  # type: ignore[union-attr]
-    with path.open("r+b") as file:  # damaged on disk after it was verified at start-up
-        file.seek(offset + 80)
-        byte = file.read(1)[0]
-        file.seek(offset + 80)
-        file.write(bytes([byte ^ 0x01]))
+    _damage_body(queue, ids[1])  # damaged on disk after it was verified at start-up
 
     with caplog.at_level(logging.ERROR):
         served = [queue.get(0, no_ack=True) for _ in range(3)]
@@ -101,6 +95,32 @@ def test_an_unreadable_body_is_not_served_and_stays_on_disk(
     finally:
         reopened.close()
     assert list((data_dir / "quarantine").iterdir()), "the damaged segment was set aside"
+
+
+def _damage_body(queue: Queue, msg_id: int) -> None:
+    number, offset = segments.split_msg_id(msg_id)
+    path = queue.store.directory / segments.segment_name(number)  # type: ignore[union-attr]
+    with path.open("r+b") as file:
+        file.seek(offset + 80)
+        byte = file.read(1)[0]
+        file.seek(offset + 80)
+        file.write(bytes([byte ^ 0x01]))
+
+
+def test_an_expired_head_with_an_unreadable_body_takes_nobody_with_it(data_dir, fields, fill):
+    first = MessageStore(data_dir)
+    ids = fill(first.open_queue("/", "q"), 2, body_size=100)  # expires in 2027, never
+    first.close()
+    store = MessageStore(data_dir)
+    queue = _restored_queue(store)
+    _damage_body(queue, ids[0])
+
+    assert queue.expire_head(1_900_000_000_000) == 0  # it left, unread: not an expiry
+
+    assert (queue.ready_count, queue.ready_bytes) == (1, 100)
+    entry = queue.get(1_900_000_000_000, no_ack=True)
+    assert entry is not None and entry.message.body == fields(1, body_size=100)["body"]
+    store.close()
 
 
 def test_a_restarted_broker_holds_no_body_until_delivery(hutch_broker):
