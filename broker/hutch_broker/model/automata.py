@@ -76,17 +76,10 @@ class Automaton:
 
     def __init__(self, program: Program) -> None:
         self.program = program
-        self._char_tests = [
-            (index, test.fullmatch)
-            for index, test in enumerate(program.tests)
-            if any(
-                op == CHAR and leaf == index
-                for op, leaf in zip(program.ops, program.leaves, strict=True)
-            )
-        ]
-        assert_leaves = sorted(
-            {leaf for op, leaf in zip(program.ops, program.leaves, strict=True) if op == ASSERT}
-        )
+        pairs = list(zip(program.ops, program.leaves, strict=True))
+        char_leaves = sorted({leaf for op, leaf in pairs if op == CHAR})
+        self._char_tests = [(leaf, program.tests[leaf].fullmatch) for leaf in char_leaves]
+        assert_leaves = sorted({leaf for op, leaf in pairs if op == ASSERT})
         self._assert_tests = [program.tests[leaf].match for leaf in assert_leaves]
         self._assert_bit = {leaf: 1 << bit for bit, leaf in enumerate(assert_leaves)}
         self._amask_span = 1 << len(assert_leaves)
