@@ -50,6 +50,7 @@ class Program:
     targets: tuple[tuple[int, ...], ...]  # SPLIT: two; JUMP: one; others: none
     leaves: tuple[int, ...]  # -1 where the instruction has no test
     tests: tuple[re.Pattern[str], ...]  # distinct leaves: one character test or one anchor
+    literals: tuple[str | None, ...] = ()  # per test: the one character it matches, if known
 
 
 class Search:
@@ -78,7 +79,15 @@ class Automaton:
         self.program = program
         pairs = list(zip(program.ops, program.leaves, strict=True))
         char_leaves = sorted({leaf for op, leaf in pairs if op == CHAR})
-        self._char_tests = [(leaf, program.tests[leaf].fullmatch) for leaf in char_leaves]
+        literals = program.literals or (None,) * len(program.tests)
+        self._literals: dict[str, list[int]] = {}  # character -> the literal tests it passes
+        for leaf in char_leaves:
+            literal = literals[leaf]
+            if literal is not None:
+                self._literals.setdefault(literal, []).append(leaf)
+        self._char_tests = [
+            (leaf, program.tests[leaf].fullmatch) for leaf in char_leaves if literals[leaf] is None
+        ]
         assert_leaves = sorted({leaf for op, leaf in pairs if op == ASSERT})
         self._assert_tests = [program.tests[leaf].match for leaf in assert_leaves]
         self._assert_bit = {leaf: 1 << bit for bit, leaf in enumerate(assert_leaves)}
@@ -148,7 +157,12 @@ class Automaton:
 
     def _classify(self, char: str) -> int:
         """The class of ``char``: the set of character tests it passes (may flush the cache)."""
-        passed = frozenset(index for index, test in self._char_tests if test(char) is not None)
+        passed = frozenset(
+            [
+                *self._literals.get(char, ()),
+                *(index for index, test in self._char_tests if test(char) is not None),
+            ]
+        )
         cls = self._class_ids.get(passed)
         if cls is None:
             if len(self._classes) >= MAX_CHARACTERS:

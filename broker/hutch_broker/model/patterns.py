@@ -224,6 +224,7 @@ class _Builder:
         self.targets: list[tuple[int, ...]] = []
         self.leaves: list[int] = []
         self.tests: list[re.Pattern[str]] = []
+        self.literals: list[str | None] = []
         self.leaf_ids: dict[tuple[str, int], int] = {}
 
     def program(self, nodes: list[Node]) -> automata.Program:
@@ -233,7 +234,11 @@ class _Builder:
             raise UnsupportedPatternError("groups nest too deeply") from None
         self._emit(_MATCH)
         return automata.Program(
-            tuple(self.ops), tuple(self.targets), tuple(self.leaves), tuple(self.tests)
+            tuple(self.ops),
+            tuple(self.targets),
+            tuple(self.leaves),
+            tuple(self.tests),
+            tuple(self.literals),
         )
 
     def _emit(self, op: int, targets: tuple[int, ...] = (), leaf: int = -1) -> int:
@@ -252,6 +257,7 @@ class _Builder:
         if leaf is None:
             leaf = self.leaf_ids[key] = len(self.tests)
             self.tests.append(_leaf(node, flags))
+            self.literals.append(_literal(node, flags))
         return leaf
 
     def _patch(self, pc: int, targets: tuple[int, ...]) -> None:
@@ -309,6 +315,14 @@ class _Builder:
         split = self._emit(_SPLIT)
         self._sequence(body, flags)
         return split
+
+
+def _literal(node: Node, flags: int) -> str | None:
+    """The one character a leaf matches, when that needs no ``re`` call to know."""
+    op, arg = node
+    if op is sre.LITERAL and not flags & (sre.SRE_FLAG_IGNORECASE | sre.SRE_FLAG_LOCALE):
+        return chr(arg)
+    return None
 
 
 def _leaf(node: Node, flags: int) -> re.Pattern[str]:
