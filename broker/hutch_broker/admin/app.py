@@ -16,7 +16,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from hutch_broker.admin import audit, auth, errors, metrics
+from hutch_broker.admin import audit, auth, errors, metrics, paced
 from hutch_broker.admin.handlers import (
     access,
     bindings,
@@ -40,6 +40,7 @@ from hutch_broker.protocol import errors as amqp_errors
 
 log = logging.getLogger(__name__)
 
+METRICS_SLOT: Final = "\x00/metrics"  # the listing gate's "user" for scrapes: no real name has NUL
 # Definitions files and base64 payloads (16 MiB bodies) are larger than aiohttp's 1 MiB default.
 MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 ROUTE_MODULES: Final = (
@@ -104,10 +105,18 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
-async def metrics_endpoint(request: web.Request) -> web.Response:
+async def metrics_endpoint(request: web.Request) -> web.StreamResponse:
+    """Open to anybody, so paced, one render at a time and shared by concurrent scrapes
+    (``paced.SharedRender``), and sent in pieces that wait for the client."""
     state = request.app[STATE]
-    body = metrics.render(state.context, state.memory, state.writes)
-    return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+    async def render() -> bytes:
+        async with state.listings.admit(METRICS_SLOT):
+            pacer = paced.Pacer()
+            return await metrics.render_paced(state.context, state.memory, state.writes, pacer)
+
+    body = await state.metrics.get(render)
+    return await support.send_body(request, body, {"Content-Type": metrics.CONTENT_TYPE})
 
 
 def make_app(

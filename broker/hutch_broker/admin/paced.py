@@ -21,7 +21,7 @@ import asyncio
 import heapq
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar
 
@@ -122,6 +122,38 @@ class ListingGate:
                 del self._users[user]
             else:
                 self._users[user] = (semaphore, holders - 1)
+
+
+class SharedRender:
+    """One render at a time, its result served to every caller for ``max_age_s``: for
+    ``/metrics``, which anybody may ask for as often as they like, so that many scrapers cost
+    one render a second between them and one body in memory."""
+
+    def __init__(
+        self, *, max_age_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.renders = 0
+        self._body: bytes | None = None
+        self._rendered_at = 0.0
+        self._pending: asyncio.Future[bytes] | None = None
+
+    async def get(self, render: Callable[[], Awaitable[bytes]]) -> bytes:
+        if self._body is not None and self.clock() - self._rendered_at < self.max_age_s:
+            return self._body
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._render(render))
+        return await asyncio.shield(self._pending)
+
+    async def _render(self, render: Callable[[], Awaitable[bytes]]) -> bytes:
+        try:
+            self.renders += 1
+            body = await render()
+            self._body, self._rendered_at = body, self.clock()
+            return body
+        finally:
+            self._pending = None
 
 
 async def render_list(

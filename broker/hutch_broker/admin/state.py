@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from hutch_broker.admin.memory import MemoryMonitor
-from hutch_broker.admin.paced import ListingGate
+from hutch_broker.admin.paced import ListingGate, SharedRender
 from hutch_broker.admin.views.overview import NodeInfo
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model import access
@@ -42,6 +42,7 @@ class AdminState:
     listings: ListingGate = field(default_factory=ListingGate)  # paced listings at once
     # A client that reads nothing of a response for this long is disconnected (admin/paced.py).
     send_stall_s: float = 30.0
+    metrics: SharedRender = field(default_factory=SharedRender)  # /metrics, at most 1 s old
 
     @property
     def broker(self) -> Broker:

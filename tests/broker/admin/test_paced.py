@@ -191,3 +191,41 @@ async def test_a_built_listing_gives_back_the_overall_slot_but_keeps_its_users()
     client_reads.set()
     await asyncio.gather(first, alice_again)
     assert order[2:] == ["alice sent", "alice built"]
+
+
+async def test_paced_metrics_are_the_one_go_metrics(broker, context, memory):
+    from hutch_broker.admin import metrics
+    from hutch_broker.admin.state import WriteCounter
+
+    for vhost_name in ("a", 'b"\\\n'):
+        broker.add_vhost(vhost_name)
+        for index in range(250):
+            broker.vhosts[vhost_name].declare_queue(
+                f"q-{index}", durable=False, auto_delete=False, arguments={}, now_ms=0
+            )
+    writes = WriteCounter()
+    writes.record("PUT", "/api/queues/{vhost}/{queue}", 201)
+    expected = metrics.render(context, memory, writes)
+    pacer = paced.Pacer(slice_s=0.0)
+    assert await metrics.render_paced(context, memory, writes, pacer) == expected
+    assert pacer.slices > 500  # every queue read and every hundred written is a step
+
+
+async def test_a_shared_render_serves_concurrent_and_recent_callers_one_render():
+    now = [0.0]
+    shared = paced.SharedRender(max_age_s=1.0, clock=lambda: now[0])
+    gate = asyncio.Event()
+
+    async def render() -> bytes:
+        await gate.wait()
+        return b"body-%d" % shared.renders
+
+    waiting = [asyncio.create_task(shared.get(render)) for _ in range(10)]
+    await asyncio.sleep(0)
+    gate.set()
+    assert set(await asyncio.gather(*waiting)) == {b"body-1"}
+    now[0] = 0.9
+    assert await shared.get(render) == b"body-1"  # still fresh
+    now[0] = 1.5
+    assert await shared.get(render) == b"body-2"
+    assert shared.renders == 2

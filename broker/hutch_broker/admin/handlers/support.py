@@ -154,14 +154,17 @@ async def send_json(request: web.Request, body: bytes) -> web.StreamResponse:
     """Sent from the handler, still holding the user's listing slot, in pieces that wait for
     the client to read: one user's unread listings cost one body, however many it asks for.
     A client that reads nothing for ``send_stall_s`` is disconnected, which frees the slot."""
-    headers = {"Cache-Control": "no-cache"}
+    headers = {"Cache-Control": "no-cache", "Content-Type": "application/json; charset=utf-8"}
+    return await send_body(request, body, headers)
+
+
+async def send_body(
+    request: web.Request, body: bytes, headers: dict[str, str]
+) -> web.StreamResponse:
+    """``body`` in pieces that wait for the client to drain (``send_json``)."""
     if request.method == "HEAD":  # aiohttp leaves the body out of a Response, not of a stream
-        return web.Response(
-            body=body, content_type="application/json", charset="utf-8", headers=headers
-        )
+        return web.Response(body=body, headers=headers)
     response = web.StreamResponse(headers=headers)
-    response.content_type = "application/json"
-    response.charset = "utf-8"
     response.content_length = len(body)
     try:
         async with asyncio.timeout(state(request).send_stall_s) as deadline:
