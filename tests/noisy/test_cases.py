@@ -16,7 +16,6 @@ import pytest
 from hutch_testing import noisy_cases
 
 NOT_FIXED = {
-    "case1-policy": 1,
     "case2-topic": 2,
     "case3-listing": 3,
     "case4-slow-http": 4,
