@@ -165,7 +165,8 @@ class Context:
         self.channel_count = 0
         self.flow = FlowControl()
         self.replies = ReplyConsumers()  # direct reply-to (amq.rabbitmq.reply-to)
-        self.turns = Turns(request_flush)  # publishes routed over several loop turns
+        # Publishes and dead letters routed over several loop turns.
+        self.turns = Turns(request_flush, scheduler=broker.scheduler)
         self.ingress_bytes = 0  # body bytes published since the last memory sample
         # Delivery-side bounds for new connections; the server follows the watermark.
         self.delivery_budget = memory.delivery_budget(0)

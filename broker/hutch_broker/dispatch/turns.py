@@ -14,6 +14,9 @@ parked jobs and the step allowance of the current turn.
   again for the next turn's inline work.  A turn thus spends at most two allowances plus
   ``FLOOR`` per connection on routing, however many connections wait or how big their
   routes are: the attacker's connections slow down, nobody else does.
+- Dead letters are routed against the same allowance; a vhost's dead letters that do not
+  fit wait in its backlog (``model.deadletter``), which takes its turn like a parked
+  publish.
 """
 
 from __future__ import annotations
@@ -31,19 +34,29 @@ FLOOR: Final = 64  # steps any publish may spend inline, even when the turn's ar
 
 
 class Parked(Protocol):
-    """A job waiting for later turns (``dispatch.publishing``'s parked publish)."""
+    """A job waiting for later turns: a parked publish (``dispatch.publishing``) or a
+    vhost's backlog of dead letters (``model.budgets.Backlog``)."""
 
     def advance(self, meter: budgets.Meter) -> bool:
         """Work while ``meter`` lasts; True when finished (or abandoned)."""
 
 
 class Turns:
-    def __init__(self, request_turn: Callable[[], None], *, turn_steps: int = TURN_STEPS):
+    def __init__(
+        self,
+        request_turn: Callable[[], None],
+        *,
+        turn_steps: int = TURN_STEPS,
+        scheduler: budgets.Scheduler | None = None,
+    ) -> None:
         self.turn_steps = turn_steps
         self.meter = budgets.Meter(turn_steps)
         self.parked: collections.deque[Parked] = collections.deque()
         self.slices = 0  # slices run for parked jobs since start (for tests and metrics)
         self._request_turn = request_turn
+        if scheduler is not None:  # the model's deferred work (dead letters) comes here too
+            scheduler.meter = self.meter
+            scheduler.park = self.park
 
     def inline_meter(self) -> budgets.Meter:
         """The meter a publish routes against now: the turn's, topped up to ``FLOOR``."""

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from hutch_broker.model import access, changes, limits, paging
+from hutch_broker.model import access, budgets, changes, limits, paging
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.queues import Queue
@@ -49,6 +49,8 @@ class Broker:
         self.cluster_name = cluster_name
         self.clock = clock
         self.pager = paging.Pager(paging_store)
+        # Where vhosts defer routing that does not fit in a loop turn: wired by dispatch.
+        self.scheduler = budgets.Scheduler()
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
@@ -107,6 +109,7 @@ class Broker:
         if self.clock is not None:
             vhost.clock = self.clock
         vhost.pager = self.pager
+        vhost.backlog = budgets.Backlog(self.scheduler)
         self.vhosts[name] = vhost
         self._definitions_changed(Change("vhosts", changes.vhost_item(vhost)))
         return vhost, True

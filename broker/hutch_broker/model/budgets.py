@@ -21,8 +21,9 @@ Nothing here reads a clock: steps are a count, so tests assert them exactly.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Generic, TypeVar
+import collections
+from collections.abc import Callable, Generator
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -95,3 +96,52 @@ class Resumable(Generic[T]):
         """Run to the end in one go (callers that cannot wait, such as dead-lettering)."""
         self.advance(unlimited())
         return self.result
+
+
+class Job(Protocol):
+    """Deferred work: ``advance`` goes on while the meter lasts; True when finished."""
+
+    def advance(self, meter: Meter) -> bool: ...
+
+
+class Scheduler:
+    """Where the model's deferred work goes: the dispatch layer sets ``meter`` to its loop
+    turn's allowance and ``park`` to its queue of parked work (``dispatch.turns``).  Left
+    unset (a model on its own, tools, tests), deferred work runs at once."""
+
+    def __init__(self) -> None:
+        self.meter = unlimited()
+        self.park: Callable[[Job], None] | None = None
+
+
+class Backlog:
+    """Jobs of one vhost that did not fit in the turn (dead letters), run in order."""
+
+    def __init__(self, scheduler: Scheduler | None = None) -> None:
+        self.scheduler = scheduler or Scheduler()
+        self.jobs: collections.deque[Job] = collections.deque()
+
+    @property
+    def meter(self) -> Meter:
+        """The allowance an inline attempt may spend now."""
+        return self.scheduler.meter
+
+    def defer(self, job: Job) -> None:
+        """Run ``job`` after the jobs before it, over later turns (at once if unscheduled)."""
+        park = self.scheduler.park
+        if park is None:
+            while not job.advance(unlimited()):
+                pass
+            return
+        self.jobs.append(job)
+        if len(self.jobs) == 1:
+            park(self)
+
+    def advance(self, meter: Meter) -> bool:
+        """``Job``: run the jobs in order while ``meter`` lasts; True once none is left."""
+        jobs = self.jobs
+        while jobs:
+            if not jobs[0].advance(meter):
+                return False
+            jobs.popleft()
+        return True

@@ -6,6 +6,14 @@ dead-letter exchange (with ``x-death`` and the first/last-death headers, and wit
 close a cycle.  ``republish`` applies them: it routes the new message through the vhost's
 graph (``routing``) and enqueues it; a queue's ``on_dead_letter`` hook lands there through
 its vhost.
+
+Routing a dead letter can be as expensive as routing a publish (a DLX with thousands of
+topic bindings), and it happens inside a publish (overflow), an ack or a TTL sweep, none of
+which can wait.  So it is metered like a publish (``budgets``): what does not fit in the
+loop turn goes to the vhost's backlog and is routed over later turns, in order behind the
+vhost's earlier dead letters.  Dead-lettering was already at most once (the message has
+left its queue); a deferred dead letter is, in addition, lost if the broker stops before
+its turn comes, as on RabbitMQ when a node goes down with dead letters in flight.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from hutch_broker.model import routing
+from hutch_broker.model import budgets, routing
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import properties, rewrite
@@ -133,13 +141,50 @@ def republish(
         dead_letter_exchange=name,
         dead_letter_routing_key=settings.dead_letter_routing_key,
     )
-    for target in routing.route(graph, exchange, keys, message):
+    backlog = graph.backlog
+    if not backlog.jobs:  # else behind the vhost's earlier dead letters, in order
+        try:
+            targets = routing.route(graph, exchange, keys, message, backlog.meter)
+        except budgets.OverBudgetError:
+            pass
+        else:
+            _deliver(message, queue, targets, now_ms)
+            return
+    steps = routing.route_steps(graph, exchange, keys, message)
+    backlog.defer(DeferredDeadLetter(message, queue, budgets.Resumable(steps), clock))
+
+
+class DeferredDeadLetter:
+    """A dead letter routed over later loop turns (``budgets.Job``)."""
+
+    def __init__(
+        self,
+        message: Message,
+        source: Queue,
+        routing_run: budgets.Resumable[list[Queue]],
+        clock: Callable[[], int],
+    ) -> None:
+        self.message = message
+        self.source = source
+        self.routing = routing_run
+        self.clock = clock
+
+    def advance(self, meter: budgets.Meter) -> bool:
+        if not self.routing.advance(meter):
+            return False
+        targets = [target for target in self.routing.result if not target.deleted]
+        _deliver(self.message, self.source, targets, self.clock())
+        return True
+
+
+def _deliver(message: Message, source: Queue, targets: list[Queue], now_ms: int) -> None:
+    for target in targets:
         if is_cycle(message, target.name):
             log.warning(
                 "dead-letter cycle: message from queue '%s' not delivered to '%s' in vhost '%s'",
-                queue.name,
+                source.name,
                 target.name,
-                queue.vhost,
+                source.vhost,
             )
             continue
         target.publish(message, now_ms)

@@ -36,6 +36,10 @@ class Graph(Protocol):
     @property
     def default_exchange(self) -> Exchange: ...
 
+    @property
+    def backlog(self) -> budgets.Backlog:
+        """Where routing that does not fit in the loop turn waits (dead letters)."""
+
 
 def route(
     graph: Graph,

@@ -20,7 +20,16 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from hutch_broker.model import arguments as args_mod
-from hutch_broker.model import changes, deadletter, limits, paging, policychanges, quorum, routing
+from hutch_broker.model import (
+    budgets,
+    changes,
+    deadletter,
+    limits,
+    paging,
+    policychanges,
+    quorum,
+    routing,
+)
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
@@ -74,6 +83,9 @@ class VirtualHost:
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
         self.clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
         self.pager: paging.Pager | None = None
+        # Dead letters waiting for a later loop turn (model/budgets.py); the broker wires
+        # its scheduler, alone a vhost routes them at once.
+        self.backlog = budgets.Backlog()
         self.default_exchange = make_exchange("", "direct", durable=True, vhost=name)
         for exchange_name, kind, internal in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = make_exchange(

@@ -156,3 +156,41 @@ def test_a_transaction_commit_routes_in_slices_and_keeps_its_order():
     assert kinds == ["Return", "ContentHeader", "ContentBody", "DeclareOk"]
     assert later == ["CommitOk"]
     assert queue.ready_count == 1
+
+
+def test_dead_letters_too_expensive_for_the_turn_wait_in_their_vhosts_backlog():
+    """A DLX with thousands of topic bindings: dead-lettering happens inside a publish (here
+    max-length overflow), which cannot wait, so the routing goes to the vhost's backlog and
+    is done over later turns, in order; the publisher itself goes on."""
+    client = Client()
+    vhost = client.context.broker.vhosts["/"]
+    client.send(commands.Queue.Declare(queue="dlq"))
+    client.send(commands.Queue.Bind(queue="dlq", exchange="t", routing_key="#"))
+    arguments = {
+        "x-dead-letter-exchange": "t",
+        "x-dead-letter-routing-key": EXPENSIVE_KEY,
+        "x-max-length": 0,
+    }
+    client.send(commands.Queue.Declare(queue="src", arguments=arguments))
+    client.replies()
+    dlq = vhost.queues["dlq"]
+
+    client.session.handle_data(
+        client.publish_frames("", "src", b"one") + client.publish_frames("", "src", b"two")
+    )
+
+    assert not client.session.parked
+    assert dlq.ready_count == 0
+    assert len(vhost.backlog.jobs) >= 1
+    turns_taken = 0
+    while vhost.backlog.jobs:
+        client.context.turns.end_of_turn()
+        turns_taken += 1
+        assert turns_taken < 1000
+    assert turns_taken >= 2
+    assert not client.context.turns.parked
+    client.replies()
+    client.send(commands.Basic.Get(queue="dlq", no_ack=True))
+    client.send(commands.Basic.Get(queue="dlq", no_ack=True))
+    bodies = [reply.value for reply in client.replies() if isinstance(reply, body.ContentBody)]
+    assert bodies == [b"one", b"two"]
