@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from hutch_broker.admin import bodies, errors
 from hutch_broker.admin.views import formatting
-from hutch_broker.model import publishes
+from hutch_broker.model import budgets, publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
@@ -137,11 +137,15 @@ def publish(
     request: PublishRequest,
     now_ms: int,
     *,
+    meter: budgets.Meter,
     message_ids: Callable[[], str] | None = None,
-) -> publishes.Published:
-    """Route and enqueue through the model's one publish operation (as basic.publish)."""
+) -> publishes.Published | publishes.PendingPublish:
+    """Route and enqueue through the model's one publish operation (as basic.publish), or
+    the publish still to be routed when routing does not fit in ``meter``."""
     message = Message(exchange.name, request.routing_key, request.raw_properties, request.body)
-    return publishes.publish(vhost, exchange, message, now_ms, message_ids=message_ids)
+    return publishes.publish_within(
+        vhost, exchange, message, now_ms, meter=meter, message_ids=message_ids
+    )
 
 
 # -- get ----------------------------------------------------------------------------------

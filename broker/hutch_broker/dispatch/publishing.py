@@ -170,6 +170,32 @@ class ParkedPublishes:
         self.rejected = self.rejected or rejected
 
 
+class RoutedLater:
+    """A publish from outside AMQP (the management API) routed over later loop turns:
+    ``done`` gets its outcome, unless the requester gave up first (``abandoned``)."""
+
+    def __init__(
+        self,
+        pending: publishes.PendingPublish,
+        clock: Callable[[], int],
+        done: Callable[[publishes.Published], object],
+        abandoned: Callable[[], bool],
+    ) -> None:
+        self.pending = pending
+        self.clock = clock
+        self.done = done
+        self.abandoned = abandoned
+
+    def advance(self, meter: budgets.Meter) -> bool:
+        """``dispatch.turns.Parked``; an abandoned publish is dropped, never enqueued."""
+        if self.abandoned():
+            return True
+        if not self.pending.advance(meter):
+            return False
+        self.done(self.pending.finish(self.clock()))
+        return True
+
+
 def publish_in_order(
     session: ChannelOwner,
     channel: Channel,

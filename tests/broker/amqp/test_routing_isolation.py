@@ -18,7 +18,9 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from hutch_testing import inmemory, management
@@ -129,9 +131,9 @@ class RawClient:
         return tags
 
 
-def make_tenant(mgmt: management.Management, name: str) -> None:
+def make_tenant(mgmt: management.Management, name: str, tags: str = "") -> None:
     assert mgmt.put(f"/vhosts/{name}", {}).ok
-    assert mgmt.put(f"/users/{name}", {"password": PASSWORD, "tags": ""}).ok
+    assert mgmt.put(f"/users/{name}", {"password": PASSWORD, "tags": tags}).ok
     everything = {"configure": ".*", "write": ".*", "read": ".*"}
     assert mgmt.put(f"/permissions/{name}/{name}", everything).ok
 
@@ -153,19 +155,14 @@ def stop_canary(canary: subprocess.Popen[str]) -> dict[str, float]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.timeout(240)
-def test_expensive_topic_routing_slows_only_its_own_connection(hutch_broker):
-    mgmt = management.Management(hutch_broker)
-    make_tenant(mgmt, ATTACKER)
-    make_tenant(mgmt, CANARY)
-    keys = attack_keys()
+def bind_pathologically(broker, keys: list[str]) -> RawClient:
+    """The attacker's connection, with the exchange "t", its queues and bindings declared."""
     bindings = pathological_bindings()
     # Every queue holds a pattern of '*' and at least one '#', which matches any key of 8
     # words or more: each of q0..q3 must get every publish.
     for queue in ("q0", "q1", "q2", "q3"):
         assert any(set(k.split(".")) <= {"*", "#"} and "#" in k for q, k in bindings if q == queue)
-
-    attacker = RawClient(hutch_broker.amqp_port, vhost=ATTACKER, user=ATTACKER, password=PASSWORD)
+    attacker = RawClient(broker.amqp_port, vhost=ATTACKER, user=ATTACKER, password=PASSWORD)
     queues = ["q0", "q1", "q2", "q3", "exact", "none"]
     attacker.send(
         [commands.Exchange.Declare(exchange="t", exchange_type="topic")]
@@ -181,6 +178,16 @@ def test_expensive_topic_routing_slows_only_its_own_connection(hutch_broker):
         ]
     )
     attacker.read_until(commands.Confirm.SelectOk)
+    return attacker
+
+
+@pytest.mark.timeout(240)
+def test_expensive_topic_routing_slows_only_its_own_connection(hutch_broker):
+    mgmt = management.Management(hutch_broker)
+    make_tenant(mgmt, ATTACKER)
+    make_tenant(mgmt, CANARY)
+    keys = attack_keys()
+    attacker = bind_pathologically(hutch_broker, keys)
 
     canary = start_canary(hutch_broker)
     try:
@@ -205,3 +212,48 @@ def test_expensive_topic_routing_slows_only_its_own_connection(hutch_broker):
         assert drain(channel, name) == expected, name
     assert drain(channel, "exact") == [b"m%d" % EXACT_INDEX]
     assert drain(channel, "none") == []
+
+
+@pytest.mark.timeout(240)
+def test_expensive_http_publishes_slow_only_their_own_requests(hutch_broker):
+    """The same graph, published to over the management API by a user with the management
+    tag, each publish carrying 6 CC keys: 7 expensive routes per request."""
+    mgmt = management.Management(hutch_broker)
+    make_tenant(mgmt, ATTACKER, tags="management")
+    make_tenant(mgmt, CANARY)
+    keys = attack_keys()
+    bind_pathologically(hutch_broker, keys)
+    as_attacker = management.Management(
+        SimpleNamespace(http_url=hutch_broker.http_url, credentials=(ATTACKER, PASSWORD)),
+        timeout=120,
+    )
+    replies: list[object] = []
+
+    def publish(index: int) -> None:
+        cc = keys[index * 4 + 1 : index * 4 + 4] + keys[index * 4 + 5 : index * 4 + 8]
+        body = {
+            "properties": {"headers": {"CC": cc}},
+            "routing_key": keys[index * 4],
+            "payload": f"h{index}",
+            "payload_encoding": "string",
+        }
+        replies.append(as_attacker.post(f"/exchanges/{ATTACKER}/t/publish", body).body)
+
+    canary = start_canary(hutch_broker)
+    try:
+        time.sleep(0.5)
+        threads = [threading.Thread(target=publish, args=(index,)) for index in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=180)
+        time.sleep(0.3)
+    finally:
+        report = stop_canary(canary)
+
+    assert replies == [{"routed": True}] * 4
+    assert report["misses"] == 0
+    assert report["max"] < CANARY_BOUND_SECONDS, report
+    channel = connect(hutch_broker, user=ATTACKER, password=PASSWORD, vhost=ATTACKER).channel()
+    for name in ("q0", "q1", "q2", "q3"):
+        assert sorted(drain(channel, name)) == [b"h0", b"h1", b"h2", b"h3"], name

@@ -9,6 +9,7 @@ held.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from aiohttp import web
@@ -17,7 +18,8 @@ from hutch_broker.admin import auth, bodies, errors, messaging
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.admin.views import exchanges as exchanges_view
-from hutch_broker.dispatch import replyto
+from hutch_broker.dispatch import publishing, replyto
+from hutch_broker.model import publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors as amqp_errors
@@ -141,8 +143,14 @@ async def publish(request: web.Request) -> web.Response:
         exchange,
         message,
         admin.now_ms(),
+        meter=context.turns.inline_meter(),
         message_ids=message_ids,
     )
+    if isinstance(published, publishes.PendingPublish):  # routed over later loop turns
+        routed: asyncio.Future[publishes.Published] = asyncio.get_running_loop().create_future()
+        later = publishing.RoutedLater(published, admin.now_ms, routed.set_result, routed.done)
+        context.turns.park(later)
+        published = await routed
     context.stats.publishes += 1
     if published.wrote:
         context.commits.wrote()  # not confirmed (as in RabbitMQ), but synced promptly
