@@ -25,17 +25,8 @@ def _flag(name: str, default: bool) -> bool:
 
 
 def sync_period() -> float:
-    """Seconds between drift sweeps of one object; 0 disables the sweep timers."""
+    """Seconds between two drift-sweep passes over one (broker, kind); 0 turns the sweep off."""
     return _number("HUTCH_SYNC_PERIOD", 300.0)
-
-
-def snapshot_ttl() -> float:
-    """Seconds a broker listing is shared by sweep ticks: ``min(60, period / 5)`` by default.
-
-    ``HUTCH_SNAPSHOT_TTL`` overrides it (tests use a long window to show that the operator's
-    own writes, not the window, decide when a listing is stale).
-    """
-    return _number("HUTCH_SNAPSHOT_TTL", min(60.0, sync_period() / 5))
 
 
 def workers() -> int | None:

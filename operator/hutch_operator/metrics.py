@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import prometheus_client
@@ -21,8 +22,27 @@ SWEEP_LIST_SECONDS = prometheus_client.Histogram(
 DRIFT_CORRECTIONS = prometheus_client.Counter(
     "hutch_drift_corrections_total", "Drift corrected by the sweep.", ["kind"]
 )
+SWEEP_PASS_SECONDS = prometheus_client.Histogram(
+    "hutch_sweep_pass_seconds", "Time of one drift-sweep pass over one (broker, kind).", ["kind"]
+)
+SWEEP_OBJECTS = prometheus_client.Counter(
+    "hutch_sweep_objects_total", "Objects judged by drift-sweep passes.", ["kind"]
+)
+SWEEP_STATUS_WRITES = prometheus_client.Counter(
+    "hutch_sweep_status_writes_total", "Status patches written by drift-sweep passes.", ["kind"]
+)
+TASKS = prometheus_client.Gauge(
+    "hutch_operator_asyncio_tasks",
+    "Tasks on the operator's event loop: constant in the number of objects once they settle.",
+)
 
 _started = False
+
+
+def count_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Report ``loop``'s task count on every scrape (asyncio.all_tasks retries a WeakSet that
+    changed size under it, so reading from the metrics server's thread is safe)."""
+    TASKS.set_function(lambda: len(asyncio.all_tasks(loop)))
 
 
 def serve() -> None:

@@ -388,8 +388,15 @@ async def declare(ctx: Context, *, cause: str, retry: int) -> None:
         and conditions.is_true(ctx.status.get("conditions"), READY)
     ):
         return
-    with metrics.RECONCILE_SECONDS.labels(ctx.ops.kind.kind).time():
+    with (
+        snapshots.handling(uid(ctx)),
+        metrics.RECONCILE_SECONDS.labels(ctx.ops.kind.kind).time(),
+    ):
         await _declare_timed(ctx, retry)
+
+
+def uid(ctx: Context) -> str:
+    return str(ctx.body.metadata.get("uid") or "")
 
 
 async def _declare_timed(ctx: Context, retry: int) -> None:
@@ -445,7 +452,7 @@ async def declare_into(ctx: Context, target: references.Target, model: Any, name
         raise errors.VhostNotFoundError(f"vhost {model.vhost!r} not found: {exc}") from exc
     finally:
         # Even a refused declare may have written part of it (a limit changed in place).
-        snapshots.wrote(target.key)
+        snapshots.wrote(uid(ctx))
 
 
 async def refuse_unowned(
@@ -496,10 +503,8 @@ async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
         if not conflicts.owns(ctx.status, target.key):
             _not_owned(ctx, name)
             return
-        try:
+        with snapshots.handling(uid(ctx)):
             kept = await ctx.ops.delete(target, model, name)
-        finally:
-            snapshots.wrote(target.key)
     except (errors.BrokerNotFoundError, errors.ConnectionSecretInvalidError) as exc:
         kopf.warn(ctx.body, reason="BrokerGone", message=f"{exc}; finalizer released")
         return
@@ -559,10 +564,7 @@ async def clean_abandoned(
     )
     if claimants:
         return f"left in the broker: now managed by {ops.kind.kind} {claimants[0].ref}"
-    try:
-        kept = await ops.delete(target, model, name)
-    finally:
-        snapshots.wrote(target.key)
+    kept = await ops.delete(target, model, name)
     return f"left in the broker: {kept[1]}" if kept else "deleted"
 
 

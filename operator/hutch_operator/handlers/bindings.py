@@ -63,8 +63,11 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
     request = translators.Request("GET", f"/api/bindings/{translators.segment(spec.vhost)}")
-    items = await snapshots.get(target.client, target.key, "binding", request)
-    found = any(translators.binding_matches(spec, item) for item in items)
+    listing = await snapshots.get(target.client, target.key, "binding", request)
+    ends = listing.all(
+        source=spec.source, destination=spec.destination, destination_type=spec.destination_type
+    )
+    found = any(translators.binding_matches(spec, item) for item in ends)
     return reconciling.Observation(missing=not found)
 
 

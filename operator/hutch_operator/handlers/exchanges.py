@@ -26,8 +26,8 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
     request = translators.Request("GET", f"/api/exchanges/{translators.segment(spec.vhost)}")
-    items = await snapshots.get(target.client, target.key, "exchange", request)
-    listed = next((item for item in items if item.get("name") == name), None)
+    listing = await snapshots.get(target.client, target.key, "exchange", request)
+    listed = listing.first(name=name)
     if listed is None:
         return reconciling.Observation(missing=True)
     return reconciling.Observation(mismatched=translators.exchange_differences(spec, listed))

@@ -53,10 +53,8 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
     request = translators.Request("GET", "/api/permissions")
-    items = await snapshots.get(target.client, target.key, "permission", request)
-    listed = next(
-        (i for i in items if i.get("vhost") == spec.vhost and i.get("user") == spec.user), None
-    )
+    listing = await snapshots.get(target.client, target.key, "permission", request)
+    listed = listing.first(vhost=spec.vhost, user=spec.user)
     if listed is None:
         return reconciling.Observation(missing=True)
     return reconciling.Observation(changed=tenancy.permission_differences(spec, listed))

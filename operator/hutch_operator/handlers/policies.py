@@ -26,10 +26,10 @@ def policy_ops(kind: Any, *, operator: bool) -> reconciling.KindOps:
 
     async def observe(target: references.Target, spec: Any, name: str) -> reconciling.Observation:
         path = translators.policy_path(spec.vhost, "", operator=operator).rstrip("/")
-        items = await snapshots.get(
+        listing = await snapshots.get(
             target.client, target.key, label, translators.Request("GET", path)
         )
-        listed = next((item for item in items if item.get("name") == name), None)
+        listed = listing.first(name=name)
         if listed is None:
             return reconciling.Observation(missing=True)
         return reconciling.Observation(changed=translators.policy_differences(spec, listed))

@@ -89,10 +89,10 @@ def _keep_reason(spec: Spec, name: str, listed: dict[str, Any]) -> tuple[str, st
 
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
-    items = await snapshots.get(
+    listing = await snapshots.get(
         target.client, target.key, "queue", translators.queue_list(spec.vhost)
     )
-    listed = next((item for item in items if item.get("name") == name), None)
+    listed = listing.first(name=name)
     if listed is None:
         return reconciling.Observation(missing=True)
     hutch = await target.client.is_hutch()

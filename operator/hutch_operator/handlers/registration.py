@@ -1,28 +1,36 @@
 """Registers one topology kind's Kopf handlers from its ``KindOps``.
 
-Every topology kind has the same five handlers (conflict index; create/update/resume stacked on
-one idempotent function; delete with the finalizer; the drift-sweep timer), each one call into
-``reconciling``/``sweeping``; writing them out five times would only multiply the places where
-they could drift apart. The per-kind modules keep what differs: their KindOps.
+Every topology kind has the same handlers (conflict index; create/update/resume stacked on one
+idempotent function; delete with the finalizer; the index of desired objects the drift sweep
+walks), each one call into ``reconciling``/``sweeping``; writing them out nine times would only
+multiply the places where they could drift apart. The per-kind modules keep what differs: their
+KindOps. There is no per-object timer: one ``sweeping.Sweeper`` task, started at operator
+start-up (``startup``), sweeps every kind's ``desired`` index.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import kopf
 
-from hutch_operator import config, reconciling, sweeping
+from hutch_operator import reconciling, sweeping
 from hutch_operator.models import common
 
 BROKER_INDEX = "broker_facts"
 VHOST_CLAIMS = "vhosts_claims"  # the Vhost kind's claims: who owns a vhost (reconciling)
 REGISTRY: dict[str, reconciling.KindOps] = {}  # kind → ops (the Broker cleans orphans)
 WAITING_INDEXES: list[str] = []  # one per kind: objects waiting for their Broker (design §5.6)
+SWEPT: dict[str, tuple[reconciling.KindOps, str]] = {}  # desired index id → (ops, claims id)
 
 
 def claims_index(ops: reconciling.KindOps) -> str:
     return f"{ops.kind.plural}_claims"
+
+
+def desired_index(ops: reconciling.KindOps) -> str:
+    return f"{ops.kind.plural}_desired"
 
 
 def _context(ops: reconciling.KindOps, body: kopf.Body, patch: kopf.Patch, kwargs: Any) -> Any:
@@ -51,6 +59,13 @@ def register(ops: reconciling.KindOps) -> None:
 
     WAITING_INDEXES.append(f"{ops.kind.plural}_waiting")
 
+    @kopf.index(*resource, id=desired_index(ops))
+    async def desired(body: kopf.Body, **_: Any) -> Any:
+        sweeping.remember_posting()
+        return sweeping.index_desired(body, now=time.monotonic())
+
+    SWEPT[desired_index(ops)] = (ops, claims_index(ops))
+
     @kopf.on.resume(*resource, id="declare")
     @kopf.on.create(*resource, id="declare")
     @kopf.on.update(*resource, id="declare")
@@ -66,11 +81,3 @@ def register(ops: reconciling.KindOps) -> None:
     ) -> None:
         ctx = _context(ops, body, patch, kwargs)
         await reconciling.delete(ctx, runtime=runtime.total_seconds(), retry=retry)
-
-    period = config.sync_period()
-    if period > 0:
-
-        @kopf.timer(*resource, id="sweep", interval=period, initial_delay=sweeping.initial_delay)
-        async def sweep(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
-            ctx = _context(ops, body, patch, kwargs)
-            await sweeping.tick(ctx, retry=int(kwargs.get("retry") or 0))

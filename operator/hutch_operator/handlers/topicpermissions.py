@@ -60,8 +60,9 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
     request = translators.Request("GET", "/api/topic-permissions")
-    items = await snapshots.get(target.client, target.key, "topicpermission", request)
-    listed = tenancy.topic_permission_of(items, spec.vhost, spec.user, spec.exchange)
+    listing = await snapshots.get(target.client, target.key, "topicpermission", request)
+    mine = listing.all(vhost=spec.vhost, user=spec.user)
+    listed = tenancy.topic_permission_of(mine, spec.vhost, spec.user, spec.exchange)
     if listed is None:
         return reconciling.Observation(missing=True)
     return reconciling.Observation(changed=tenancy.topic_permission_differences(spec, listed))

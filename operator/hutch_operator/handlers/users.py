@@ -75,14 +75,14 @@ async def observe(target: references.Target, spec: Spec, name: str) -> reconcili
     subject = reconciling.subject()
     current = await usersecrets.version(subject.namespace, spec, subject.name)
     request = translators.Request("GET", "/api/users")
-    items = await snapshots.get(target.client, target.key, "user", request)
-    listed = next((item for item in items if item.get("name") == name), None)
+    listing = await snapshots.get(target.client, target.key, "user", request)
+    listed = listing.first(name=name)
     if listed is None:
         return reconciling.Observation(missing=True)
     changed = tenancy.user_differences(spec, listed)
     request = translators.Request("GET", "/api/user-limits")
     limits = await snapshots.get(target.client, target.key, "user-limits", request)
-    applied = tenancy.listed_limits([i for i in limits if i.get("user") == name])
+    applied = tenancy.listed_limits(limits.all(user=name))
     if applied != tenancy.limit_values(spec.limits):
         changed.append("limits")
     if current != subject.status.get("credentialsVersion"):

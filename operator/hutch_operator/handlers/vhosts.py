@@ -48,14 +48,14 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
     request = translators.Request("GET", "/api/vhosts")
-    items = await snapshots.get(target.client, target.key, "vhost", request)
-    listed = next((item for item in items if item.get("name") == name), None)
+    listing = await snapshots.get(target.client, target.key, "vhost", request)
+    listed = listing.first(name=name)
     if listed is None:
         return reconciling.Observation(missing=True)
     changed, fixed = tenancy.vhost_differences(spec, listed)
     request = translators.Request("GET", "/api/vhost-limits")
     limits = await snapshots.get(target.client, target.key, "vhost-limits", request)
-    current = tenancy.listed_limits([i for i in limits if i.get("vhost") == name])
+    current = tenancy.listed_limits(limits.all(vhost=name))
     if current != tenancy.limit_values(spec.limits):
         changed.append("limits")
     return reconciling.Observation(changed=changed, mismatched=fixed)
