@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -214,6 +216,7 @@ class Canary:
 
     def __init__(self, broker: Reachable, tenant: Tenant, *, work_dir: Path | None = None) -> None:
         self.url = tenant.amqp_url(broker)
+        self._owns_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="hutch-canary-"))
         self.report_path = self.work_dir / "canary-report.json"
         self.ready_path = self.work_dir / "canary-ready"
@@ -229,7 +232,7 @@ class Canary:
                 [sys.executable, "-m", "hutch_testing.noisy", "canary", "--url", self.url,
                  "--report", str(self.report_path), "--ready", str(self.ready_path)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only
             )  # fmt: skip
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self.ready_path.exists():
@@ -264,6 +267,8 @@ class Canary:
     def __exit__(self, *_: object) -> None:
         if self._process is not None and self._process.poll() is None:
             self._kill()
+        if self._owns_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def _kill(self) -> None:
         if self._process is not None:
@@ -275,6 +280,15 @@ class Canary:
         with contextlib.suppress(OSError):
             return self.log_path.read_text(errors="replace")[-4000:]
         return ""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL it when the test process dies without stopping it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 # --- the canary process, child side -------------------------------------------------------------
