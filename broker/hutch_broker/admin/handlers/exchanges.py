@@ -10,7 +10,9 @@ held.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+from typing import Any
 
 from aiohttp import web
 
@@ -160,22 +162,32 @@ async def publish(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}/bindings/source")
-async def bindings_from(request: web.Request) -> web.Response:
-    return _exchange_bindings(request, as_source=True)
+async def bindings_from(request: web.Request) -> web.StreamResponse:
+    return await _exchange_bindings(request, as_source=True)
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}/bindings/destination")
-async def bindings_to(request: web.Request) -> web.Response:
-    return _exchange_bindings(request, as_source=False)
+async def bindings_to(request: web.Request) -> web.StreamResponse:
+    return await _exchange_bindings(request, as_source=False)
 
 
-def _exchange_bindings(request: web.Request, *, as_source: bool) -> web.Response:
+async def _exchange_bindings(request: web.Request, *, as_source: bool) -> web.StreamResponse:
+    """Paced: the default exchange's source bindings are one per queue of the vhost, and a
+    fanout exchange may have as many; ``bindings_view.exchange_bindings``'s order, in slices."""
     vhost = support.vhost_to_read(request)
     exchange = _exchange(vhost, support.exchange_path(request, "exchange"))
     if exchange is vhost.default_exchange and as_source:
-        items = [
-            bindings_view.default_binding_item(queue, vhost.name) for queue in vhost.queues.values()
-        ]
-    else:
-        items = bindings_view.exchange_bindings(exchange, vhost.name, as_source=as_source)
-    return support.list_response(request, items, default_sort=())
+        queues = list(vhost.queues.values())
+        render = functools.partial(bindings_view.default_binding_item, vhost=vhost.name)
+        return await support.paced_list_response(request, queues, render, default_sort=())
+    edges = list(exchange.bindings.values() if as_source else exchange.incoming.values())
+    async with support.paced_work(request) as work:
+        items = await work.pacer.map(
+            functools.partial(bindings_view.binding_item, vhost=vhost.name), edges
+        )
+        items = await work.pacer.sorted(items, key=bindings_view.explicit_order)
+        return await support.paced_list(request, work, items, _same, default_sort=())
+
+
+def _same(item: dict[str, Any]) -> dict[str, Any]:
+    return item
