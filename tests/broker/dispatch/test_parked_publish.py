@@ -13,6 +13,7 @@ import itertools
 from hutch_broker.dispatch import turns
 from hutch_broker.dispatch.context import Context
 from hutch_broker.dispatch.sessions import Session
+from hutch_broker.model import publishes
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import connection as proto_connection
 from hutch_testing import inmemory
@@ -109,7 +110,8 @@ def test_cheap_publishes_never_park_even_when_the_turn_is_spent():
     client.context.commits.release()
     acks = [reply for reply in client.replies() if isinstance(reply, commands.Basic.Ack)]
     assert confirmed(acks) == set(range(1, 51))
-    assert client.context.turns.meter.left >= turns.FLOOR - 2
+    # Each publish was topped up to the floor and spent a key and one queue's enqueue.
+    assert client.context.turns.meter.left == turns.FLOOR - 1 - publishes.ENQUEUE_STEPS
 
 
 def test_a_connection_closed_while_parked_drops_its_publish_unconfirmed():
@@ -194,3 +196,29 @@ def test_dead_letters_too_expensive_for_the_turn_wait_in_their_vhosts_backlog():
     client.send(commands.Basic.Get(queue="dlq", no_ack=True))
     bodies = [reply.value for reply in client.replies() if isinstance(reply, body.ContentBody)]
     assert bodies == [b"one", b"two"]
+
+
+def test_a_fanout_to_thousands_of_queues_is_enqueued_over_several_turns():
+    """Handing one message to 3,000 queues took tens of milliseconds in one go."""
+    client = Client()
+    vhost = client.context.broker.vhosts["/"]
+    client.send(commands.Exchange.Declare(exchange="f", exchange_type="fanout"))
+    queues = [vhost.declare_queue(f"wide{index}")[0] for index in range(3000)]
+    for queue in queues:
+        vhost.bind("f", queue, "")
+    client.replies()
+
+    client.session.handle_data(client.publish_frames("f", "", b"wide"))
+
+    assert client.session.parked
+    turns_taken = 0
+    while client.session.parked:
+        assert sum(queue.ready_count for queue in queues) < 3000
+        client.context.turns.end_of_turn()
+        turns_taken += 1
+        assert turns_taken < 1000
+    client.context.commits.release()
+    assert turns_taken >= 3
+    assert all(queue.ready_count == 1 for queue in queues)
+    acks = [reply for reply in client.replies() if isinstance(reply, commands.Basic.Ack)]
+    assert confirmed(acks) == {1}
