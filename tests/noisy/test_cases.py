@@ -33,7 +33,7 @@ def _param(case: noisy_cases.Case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [_param(case) for case in noisy_cases.CASES])
+@pytest.mark.parametrize("case", [_param(case) for case in noisy_cases.CI_CASES])
 def test_one_tenant_cannot_stall_another(case: noisy_cases.Case, tmp_path):
     broker = noisy_cases.start_hutch(tmp_path / "broker", case.hutch_config)
     try:
