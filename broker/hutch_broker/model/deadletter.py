@@ -145,40 +145,58 @@ def republish(
     if not backlog.jobs:  # else behind the vhost's earlier dead letters, in order
         try:
             targets = routing.route(graph, exchange, keys, message, backlog.meter)
+            backlog.meter.charge(DELIVER_STEPS * len(targets))
         except budgets.OverBudgetError:
             pass
         else:
-            _deliver(message, queue, targets, now_ms)
+            for _ in _deliver(message, queue, targets, now_ms):
+                pass
             return
     steps = routing.route_steps(graph, exchange, keys, message)
-    backlog.defer(DeferredDeadLetter(message, queue, budgets.Resumable(steps), clock))
+    backlog.defer(DeferredDeadLetter(message, queue, budgets.Resumable(steps), now_ms))
 
 
 class DeferredDeadLetter:
-    """A dead letter routed over later loop turns (``budgets.Job``)."""
+    """A dead letter routed, then delivered, over later loop turns (``budgets.Job``)."""
 
     def __init__(
         self,
         message: Message,
         source: Queue,
         routing_run: budgets.Resumable[list[Queue]],
-        clock: Callable[[], int],
+        now_ms: int,
     ) -> None:
         self.message = message
         self.source = source
         self.routing = routing_run
-        self.clock = clock
+        self.now_ms = now_ms  # when it died: its new queues' TTLs count from then
+        self._delivering: budgets.Resumable[None] | None = None
 
     def advance(self, meter: budgets.Meter) -> bool:
-        if not self.routing.advance(meter):
-            return False
-        targets = [target for target in self.routing.result if not target.deleted]
-        _deliver(self.message, self.source, targets, self.clock())
-        return True
+        delivering = self._delivering
+        if delivering is None:
+            if not self.routing.advance(meter):
+                return False
+            steps = _deliver(self.message, self.source, self.routing.result, self.now_ms)
+            delivering = self._delivering = budgets.Resumable(steps)
+        return delivering.advance(meter)
 
 
-def _deliver(message: Message, source: Queue, targets: list[Queue], now_ms: int) -> None:
+DELIVER_STEPS = 8  # steps charged per target queue, as for a publish's enqueue
+
+
+def _deliver(
+    message: Message, source: Queue, targets: list[Queue], now_ms: int
+) -> budgets.Steps[None]:
+    """Hand the dead letter to its targets, yielding every few (deleted ones are skipped)."""
+    done = 0
     for target in targets:
+        if target.deleted:
+            continue
+        done += DELIVER_STEPS
+        if done >= budgets.CHUNK:
+            yield done
+            done = 0
         if is_cycle(message, target.name):
             log.warning(
                 "dead-letter cycle: message from queue '%s' not delivered to '%s' in vhost '%s'",

@@ -222,3 +222,27 @@ def test_a_fanout_to_thousands_of_queues_is_enqueued_over_several_turns():
     assert all(queue.ready_count == 1 for queue in queues)
     acks = [reply for reply in client.replies() if isinstance(reply, commands.Basic.Ack)]
     assert confirmed(acks) == {1}
+
+
+def test_a_dead_letter_to_thousands_of_queues_is_delivered_over_several_turns():
+    client = Client()
+    vhost = client.context.broker.vhosts["/"]
+    client.send(commands.Exchange.Declare(exchange="dlx", exchange_type="fanout"))
+    queues = [vhost.declare_queue(f"dead{index}")[0] for index in range(3000)]
+    for queue in queues:
+        vhost.bind("dlx", queue, "")
+    arguments = {"x-dead-letter-exchange": "dlx", "x-max-length": 0}
+    client.send(commands.Queue.Declare(queue="src", arguments=arguments))
+    client.replies()
+
+    client.session.handle_data(client.publish_frames("", "src", b"gone"))
+
+    assert not client.session.parked
+    turns_taken = 0
+    while vhost.backlog.jobs:
+        assert sum(queue.ready_count for queue in queues) < 3000
+        client.context.turns.end_of_turn()
+        turns_taken += 1
+        assert turns_taken < 1000
+    assert turns_taken >= 3
+    assert all(queue.ready_count == 1 for queue in queues)
