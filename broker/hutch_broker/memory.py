@@ -80,10 +80,11 @@ class DeliveryBudget:
       the socket is not draining: no deliveries until it is back under ``write_low``;
     - ``held_per_connection``: bodies of unacked messages kept in memory for redelivery
       (those the store does not hold). A connection over it gets no new deliveries (but to
-      its no-ack consumers) until it acks, rejects or recovers some.
-
-    So one connection holds at most ``write_high + output_slice`` of output plus one message,
-    and ``held_per_connection`` plus one message of unacked bodies.
+      its no-ack consumers) until it acks, rejects or recovers some;
+    - ``output_total``/``held_total``: the same over all connections (``DeliveryTotals``).
+      While a total is over, the connections holding a large share of it (``output_must_wait``,
+      ``held_must_wait``) get no more deliveries; those that hold little are never stopped by
+      the others.
     """
 
     mem_limit: int  # the watermark limit it was derived from
@@ -91,6 +92,8 @@ class DeliveryBudget:
     write_high: int
     write_low: int
     held_per_connection: int
+    output_total: int
+    held_total: int
 
 
 MIN_WRITE_HIGH: Final = 256 * 1024
@@ -102,8 +105,9 @@ def delivery_budget(mem_limit: int) -> DeliveryBudget:
     """The bounds for a watermark limit in bytes (0, a disabled watermark: as for 1 GiB x 0.4).
 
     The write marks are 1/64 of the limit (within 256 KiB..4 MiB, 4 MiB being what a fast
-    consumer on loopback needs for full speed), unacked bodies 1/8 of it per connection: the
-    alarm stays out of reach of a few misbehaving consumers.
+    consumer on loopback needs for full speed), unacked bodies 1/8 of it per connection, and
+    each kind 1/4 of it over all connections: the alarm stays out of reach of any number of
+    misbehaving consumers.
     """
     limit = mem_limit or Watermark().limit(FALLBACK_TOTAL_MEMORY)
     write_high = min(max(limit // 64, MIN_WRITE_HIGH), MAX_WRITE_HIGH)
@@ -113,7 +117,33 @@ def delivery_budget(mem_limit: int) -> DeliveryBudget:
         write_high=write_high,
         write_low=write_high // 4,
         held_per_connection=max(limit // 8, MIN_HELD),
+        output_total=limit // 4,
+        held_total=limit // 4,
     )
+
+
+@dataclass(slots=True)
+class DeliveryTotals:
+    """Buffered output and held unacked bodies over all connections, as each last reported
+    them (at its writes and once a second)."""
+
+    output: int = 0
+    held: int = 0
+
+
+def output_must_wait(budget: DeliveryBudget, totals: DeliveryTotals, *, output: int) -> bool:
+    """Should a connection with ``output`` bytes unsent get its write marks lowered to
+    ``write_low``? Only while the total is over its bound and its own buffer is over
+    ``write_low``: a consumer whose socket drains keeps its buffer under that and is never
+    slowed down by the others."""
+    return output > budget.write_low and totals.output > budget.output_total
+
+
+def held_must_wait(budget: DeliveryBudget, totals: DeliveryTotals, *, held: int) -> bool:
+    """Should a connection holding ``held`` bytes of unacked bodies get no more deliveries for
+    now? Only while the total is over its bound and it holds over a quarter of its own budget:
+    one that acks as it goes is never slowed down by the others."""
+    return held > budget.held_per_connection // 4 and totals.held > budget.held_total
 
 
 def detect_total_memory(configured: int | None = None) -> int:

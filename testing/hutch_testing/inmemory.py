@@ -57,6 +57,9 @@ class FakeTransport:
     def writelines(self, data: list[bytes]) -> None:
         self.written.extend(data)
 
+    def get_write_buffer_size(self) -> int:
+        return 0  # the peer reads everything at once
+
     def is_closing(self) -> bool:
         return self.closed
 

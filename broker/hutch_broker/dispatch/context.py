@@ -170,6 +170,7 @@ class Context:
         self.ingress_bytes = 0  # body bytes published since the last memory sample
         # Delivery-side bounds for new connections; the server follows the watermark.
         self.delivery_budget = memory.delivery_budget(0)
+        self.delivery_totals = memory.DeliveryTotals()  # kept by the server's connections
         # Stamp a message_id on publishes that carry none (spark.md §2.3), unique across
         # restarts: a random boot prefix plus a counter.
         self.stamp_message_id = False

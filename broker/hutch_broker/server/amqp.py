@@ -6,11 +6,15 @@ protocol produced once per event-loop tick (``flush``).  Write-side
 backpressure (``pause_writing``) stops deliveries to a slow consumer;
 reading stops while the connection is blocked by a resource alarm.
 
-Deliveries stop for two reasons, both ending in ``Session.resume_deliveries``: the session
+Deliveries stop for three reasons, all ending in ``Session.resume_deliveries``: the session
 queued an output slice of deliveries this turn (``flush`` writes them, then resumes them
-unless the transport is over its high-water mark), or the transport is over that mark (its
-``resume_writing`` resumes them).  The marks and the slice follow the memory watermark
-(``memory.delivery_budget``, docs/isolation/memory.md).
+unless the transport is over its high-water mark), the transport is over that mark (its
+``resume_writing`` resumes them), or a broker-wide total is over its bound and this
+connection holds a large share of it.  For buffered output its write marks are lowered to
+``write_low`` (the transport pauses it at once; ``resume_writing`` restores them); for held
+bodies it waits (``waiting``) until a later ``tick`` finds the total back under.  The marks,
+slice and totals follow the memory watermark (``memory.delivery_budget``,
+docs/isolation/memory.md).
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ class AMQPConnection(asyncio.Protocol):
         self._counted_awaiting = False  # counted in awaiting_client_close_count
         self.write_paused = False  # the transport is over its high-water mark
         self._budget: memory.DeliveryBudget | None = None  # the one this connection follows
+        self._buffered = 0  # its transport's buffer and held bodies, as last added to the
+        self._held = 0  # context's delivery_totals
+        self.waiting = False  # stopped until the broker-wide held total is back under its bound
+        self.lowered = False  # write marks lowered for the broker-wide output total
 
     # -- asyncio.Protocol ---------------------------------------------------
 
@@ -101,6 +109,10 @@ class AMQPConnection(asyncio.Protocol):
         if session is not None:
             session.connection_lost()
             session.transport = NO_TRANSPORT
+        totals = self.context.delivery_totals
+        totals.output -= self._buffered
+        totals.held -= self._held
+        self._buffered = self._held = 0
         if self._counted_awaiting:
             self._counted_awaiting = False
             AMQPConnection.awaiting_client_close_count -= 1
@@ -115,10 +127,14 @@ class AMQPConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if self.lowered and self.transport is not None and self._budget is not None:
+            self.lowered = False
+            budget = self._budget
+            self.transport.set_write_buffer_limits(high=budget.write_high, low=budget.write_low)
         session = self.session
         if session is None:
             return
-        if session.output_pending < session.output_slice:
+        if session.output_pending < session.output_slice and not self.waiting:
             session.writable = True
             session.resume_deliveries(self.context.clock())
         self.context.request_flush()
@@ -133,11 +149,35 @@ class AMQPConnection(asyncio.Protocol):
             context.delivery_budget = memory.delivery_budget(limit)
         return context.delivery_budget
 
+    def _report(self, session: Session, transport: asyncio.Transport) -> None:
+        """Update this connection's share of the broker-wide totals and obey them."""
+        totals = self.context.delivery_totals
+        buffered = transport.get_write_buffer_size()
+        held = session.held_bytes
+        totals.output += buffered - self._buffered
+        totals.held += held - self._held
+        self._buffered, self._held = buffered, held
+        budget = self.context.delivery_budget
+        if not self.lowered and memory.output_must_wait(budget, totals, output=buffered):
+            self.lowered = True  # over the lowered mark: the transport pauses it at once
+            transport.set_write_buffer_limits(high=budget.write_low, low=budget.write_low // 4)
+        self.waiting = memory.held_must_wait(budget, totals, held=held)
+
+    def _resume_if_allowed(self, session: Session, transport: asyncio.Transport) -> None:
+        """After a write or a timer tick: deliveries go on unless the socket or the totals say
+        wait (the socket's ``resume_writing`` or a later tick lets them go then)."""
+        self._report(session, transport)
+        if session.writable or self.write_paused or self.waiting:
+            return
+        session.writable = True
+        session.resume_deliveries(self.context.clock())
+
     def _follow_budget(self, session: Session, transport: asyncio.Transport) -> None:
         budget = self._current_budget()
         if budget is self._budget:
             return
         self._budget = budget
+        self.lowered = False
         session.output_slice = budget.output_slice
         session.held_budget = budget.held_per_connection
         transport.set_write_buffer_limits(high=budget.write_high, low=budget.write_low)
@@ -153,10 +193,9 @@ class AMQPConnection(asyncio.Protocol):
             transport.writelines(data)
             self.last_sent = time.monotonic()
         session.output_pending = 0
-        if not session.writable and not self.write_paused:
+        if not session.writable:
             # Stopped by its output slice, now written: the next slice, in a later turn.
-            session.writable = True
-            session.resume_deliveries(self.context.clock())
+            self._resume_if_allowed(session, transport)
         proto = session.proto
         if proto.closed_by_client:
             self._await_client_close()
@@ -205,6 +244,7 @@ class AMQPConnection(asyncio.Protocol):
         if session is None or self.transport is None or self.transport.is_closing():
             return
         self._follow_budget(session, self.transport)
+        self._resume_if_allowed(session, self.transport)  # the totals are refreshed here too
         proto = session.proto
         if proto.closed_by_client:
             # close-ok sent; the client has not dropped the socket. RabbitMQ waits its heartbeat

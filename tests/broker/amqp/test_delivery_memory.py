@@ -342,3 +342,33 @@ def test_stored_bodies_dropped_once_sent_come_back_whole(hutch_broker):
     returned = [ch.basic_get("quorum", auto_ack=True)[2] for _ in range(6)]
     assert sorted(returned) == sorted(body_for(n, size) for n in range(6))
     conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_many_stuck_consumers_together_stay_under_the_broker_wide_bound(
+    hutch_broker_factory, tmp_path
+):
+    """40 consumers that never read, on one queue of 1,000 x 128 KiB: each is within its own
+    bounds (2 MiB write marks, 512 KiB slice at this watermark), and all of them together stay
+    under the broker-wide bound on buffered output (1/4 of the watermark) with a margin. The
+    kernel's socket buffers take much of each consumer's share here, so the broker-wide bound
+    itself is checked in memory (tests/broker/server/test_delivery_slices.py)."""
+    watermark, count, size, consumers = 128 * MiB, 1000, 128 * 1024, 40
+    broker = start_broker(hutch_broker_factory, tmp_path, watermark)
+    publish(broker, "shared", count, size, persistent=True)
+    time.sleep(1.5)
+    before = broker.rss_bytes()
+    stuck = [RawConsumer(broker.amqp_port) for _ in range(consumers)]
+    with RSSWatch(broker) as watch:
+        for consumer in stuck:
+            consumer.consume("shared")
+        time.sleep(3)
+        elapsed = other_tenant_publishes(broker)
+    assert elapsed < 5, f"a publisher in another vhost needed {elapsed:.1f} s"
+    growth = watch.peak - before
+    assert growth < watermark // 4 + 16 * MiB, (
+        f"broker RSS grew by {growth / MiB:.0f} MiB for {consumers} consumers that read nothing"
+    )
+    for consumer in stuck:
+        consumer.close()
