@@ -70,6 +70,10 @@ class ChannelOwner(Member, Protocol):
 # Bodies of stored messages at least this big are dropped once encoded (see the docstring):
 # below it, the new body-less Message would cost about what the body does.
 DROP_STORED_BODY_FROM = 4096
+# What a delivery costs of the output slice besides its body: its frames, its objects, and
+# above all its share of the loop turn, so a slice of tiny messages is about a thousand
+# deliveries (a few milliseconds of the loop), not ten thousand.
+DELIVERY_OVERHEAD = 1024
 
 
 class Channel:
@@ -121,7 +125,7 @@ class Channel:
             message.body,
         )
         size = len(message.body)
-        session.output_pending += size
+        session.output_pending += size + DELIVERY_OVERHEAD
         if session.output_pending >= session.output_slice:
             session.writable = False  # until the end of the turn writes it (server/amqp.py)
         if not consumer.no_ack:
