@@ -130,6 +130,8 @@ def write_figures(args: argparse.Namespace, samples: list[dict[str, Any]]) -> No
     source = f"this tree at commit {commit()} (with any uncommitted changes)"
     if args.hutch_source:
         source = f"another source tree ({args.note or args.hutch_source})"
+    if args.merge:
+        source += "; the cells of other hutch-broker labels come from an earlier run"
     cases = [case for case in noisy_cases.CASES if any(s["case"] == case.name for s in samples)]
     kinds = sorted({str(s["broker"]) for s in samples})  # hutch, then rabbitmq
     titles = "\n".join(f"- `{case.name}`: {case.title}" for case in cases)
@@ -159,6 +161,11 @@ the target (max and p99 {TARGET.max_ms:.0f} ms).
     print(f"figures: {args.output}")
 
 
+def label(args: argparse.Namespace, kind: str) -> str:
+    """The broker column: ``--hutch-label`` tells two hutch-broker source trees apart."""
+    return args.hutch_label if kind == "hutch" else kind
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -169,6 +176,7 @@ def main() -> int:
     parser.add_argument("--brokers", default="hutch,rabbitmq", type=lambda v: v.split(","))
     parser.add_argument("--hutch-source", type=Path, help="a broker/ folder to run hutch from")
     parser.add_argument("--note", default="", help="what --hutch-source is, for figures.md")
+    parser.add_argument("--hutch-label", default="hutch", help="its name in the broker column")
     parser.add_argument("--output", type=Path, default=FIGURES)
     parser.add_argument("--json", type=Path, help="default bench/results/noisy-<stamp>.json")
     parser.add_argument("--merge", type=Path, help="an earlier JSON: re-measure only these cells")
@@ -185,14 +193,15 @@ def main() -> int:
         )
     samples: list[dict[str, Any]] = []
     if args.merge:  # keep an earlier run's samples of the cells not measured again
-        redone = {(case.name, kind) for case in cases for kind in args.brokers}
+        redone = {(case.name, label(args, kind)) for case in cases for kind in args.brokers}
         earlier = json.loads(args.merge.read_text())["samples"]
         samples = [s for s in earlier if (s["case"], s["broker"]) not in redone]
     for index, order in enumerate(rounds.orders(args.brokers, args.rounds)):
         print(f"--- round {index + 1}/{args.rounds}: {' then '.join(order)} ---", flush=True)
         for case in cases:
             for kind in order:
-                samples.append(run_one(kind, case, args.hutch_source) | {"round": index})
+                sample = run_one(kind, case, args.hutch_source) | {"round": index}
+                samples.append(sample | {"broker": label(args, kind)})
     rounds.write_results({"samples": samples, "rounds": args.rounds}, args.json, "noisy")
     write_figures(args, samples)
     return 0

@@ -16,10 +16,6 @@ import pytest
 from hutch_testing import noisy_cases
 
 NOT_FIXED = {
-    "case2-topic": 2,
-    "case3-listing": 3,
-    "case4-slow-http": 4,
-    "fanout": "fanout",
     "definitions-import": "definitions-import",
 }
 
