@@ -17,6 +17,7 @@ transaction's commit routes its publishes the same way, in order, before its ack
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Callable, Iterable
 from functools import partial
 
@@ -29,6 +30,8 @@ from hutch_broker.model.messages import Message
 from hutch_broker.protocol import errors, events
 
 NO_ROUTE = 312
+
+log = logging.getLogger(__name__)
 
 
 def publish(
@@ -128,9 +131,13 @@ class ParkedPublishes:
         session = self.session
         if session.closed:
             return True  # the connection went: nothing was confirmed, nothing to finish
-        if not self.run(meter):
-            return False
-        session.resume_parked()
+        try:
+            if not self.run(meter):
+                return False
+        except Exception:  # as data_received does for a publish routed at once
+            log.exception("internal error on connection %s", getattr(session, "id", "?"))
+            session.fail_connection(errors.internal_error("internal error"))
+        session.resume_parked()  # reads on: the rest of its frames, or the close-ok
         return True
 
     def run(self, meter: budgets.Meter) -> bool:
@@ -180,19 +187,26 @@ class RoutedLater:
         clock: Callable[[], int],
         done: Callable[[publishes.Published], object],
         abandoned: Callable[[], bool],
+        failed: Callable[[BaseException], object],
     ) -> None:
         self.pending = pending
         self.clock = clock
         self.done = done
         self.abandoned = abandoned
+        self.failed = failed
 
     def advance(self, meter: budgets.Meter) -> bool:
         """``dispatch.turns.Parked``; an abandoned publish is dropped, never enqueued."""
         if self.abandoned():
             return True
-        if not self.pending.advance(meter):
-            return False
-        self.done(self.pending.finish(self.clock()))
+        try:
+            if not self.pending.advance(meter):
+                return False
+            outcome = self.pending.finish(self.clock())
+        except Exception as exc:  # noqa: BLE001 - the requester gets it (a 500); the loop goes on
+            self.failed(exc)
+            return True
+        self.done(outcome)
         return True
 
 

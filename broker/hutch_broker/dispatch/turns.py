@@ -22,6 +22,7 @@ parked jobs and the step allowance of the current turn.
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Callable
 from typing import Final, Protocol
 
@@ -31,6 +32,8 @@ from hutch_broker.model import budgets
 # examined); 2-2.5 ms measured while the machine was shared and loaded.
 TURN_STEPS: Final = 5_000
 FLOOR: Final = 64  # steps any publish may spend inline, even when the turn's are gone
+
+log = logging.getLogger(__name__)
 
 
 class Parked(Protocol):
@@ -79,7 +82,12 @@ class Turns:
                 break
             job = parked.popleft()
             self.slices += 1
-            if not job.advance(meter):
+            try:
+                finished = job.advance(meter)
+            except Exception:  # last resort: the jobs handle their own errors
+                log.exception("parked work failed and was dropped")
+                continue
+            if not finished:
                 parked.append(job)
         meter.left = self.turn_steps
         if parked:

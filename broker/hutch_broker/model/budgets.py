@@ -22,6 +22,7 @@ Nothing here reads a clock: steps are a count, so tests assert them exactly.
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Callable, Generator
 from typing import Generic, Protocol, TypeVar
 
@@ -31,6 +32,8 @@ T = TypeVar("T")
 Steps = Generator[int, None, T]
 
 CHUNK = 256  # steps between two yields of a resumable computation
+
+log = logging.getLogger(__name__)
 
 
 class OverBudgetError(Exception):
@@ -141,7 +144,10 @@ class Backlog:
         """``Job``: run the jobs in order while ``meter`` lasts; True once none is left."""
         jobs = self.jobs
         while jobs:
-            if not jobs[0].advance(meter):
-                return False
+            try:
+                if not jobs[0].advance(meter):
+                    return False
+            except Exception:  # one broken job must not stop the vhost's others
+                log.exception("deferred work failed and was dropped")
             jobs.popleft()
         return True

@@ -246,3 +246,32 @@ def test_a_dead_letter_to_thousands_of_queues_is_delivered_over_several_turns():
         assert turns_taken < 1000
     assert turns_taken >= 3
     assert all(queue.ready_count == 1 for queue in queues)
+
+
+def test_an_error_while_finishing_a_parked_publish_closes_only_its_connection(monkeypatch):
+    """As for a publish routed at once: 541 on that connection, the turns go on."""
+    client = Client()
+    other = Client.__new__(Client)  # a second connection on the same broker and turns
+    other.context, other.requests = client.context, 0
+    other.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
+    other.session = Session(client.context, other.proto, peer_host="127.0.0.1")
+    other.session.handle_data(inmemory.handshake_frames())
+    other.send(commands.Channel.Open())
+    other.replies()
+    vhost = client.context.broker.vhosts["/"]
+    client.send(commands.Queue.Bind(queue="q", exchange="t", routing_key="#"))
+    client.replies()
+
+    def broken(message, now_ms):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(vhost.queues["q"], "publish", broken)
+    client.session.handle_data(client.publish_frames("t", EXPENSIVE_KEY, b"first"))
+    assert client.session.parked
+    while client.session.parked:
+        client.context.turns.end_of_turn()
+
+    closes = [r for r in client.replies() if isinstance(r, commands.Connection.Close)]
+    assert [close.reply_code for close in closes] == [541]
+    other.session.handle_data(other.publish_frames("", "never", b"fine"))
+    assert vhost.queues["never"].ready_count == 1

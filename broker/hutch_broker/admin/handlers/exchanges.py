@@ -150,7 +150,9 @@ async def publish(request: web.Request) -> web.Response:
     )
     if isinstance(published, publishes.PendingPublish):  # routed over later loop turns
         routed: asyncio.Future[publishes.Published] = asyncio.get_running_loop().create_future()
-        later = publishing.RoutedLater(published, admin.now_ms, routed.set_result, routed.done)
+        later = publishing.RoutedLater(
+            published, admin.now_ms, routed.set_result, routed.done, routed.set_exception
+        )
         context.turns.park(later)
         published = await routed
     context.stats.publishes += 1
