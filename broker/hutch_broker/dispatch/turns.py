@@ -28,8 +28,8 @@ from typing import Final, Protocol
 
 from hutch_broker.model import budgets
 
-# About 1 ms of routing on an idle 2-core machine (a step is one trie node or binding
-# examined); 2-2.5 ms measured while the machine was shared and loaded.
+# About 0.7 ms of routing in a process of its own (a step is one trie node or binding
+# examined); 1.5-1.9 ms of CPU measured in the broker on a loaded, shared 2-core machine.
 TURN_STEPS: Final = 5_000
 FLOOR: Final = 64  # steps any publish may spend inline, even when the turn's are gone
 

@@ -268,7 +268,8 @@ class AMQPConnection(asyncio.Protocol):
         interval = proto.heartbeat
         if not interval:
             return
-        if now - self.last_received > 2 * interval and not session.blocked:
+        # Blocked or parked (a publish routed over later turns), it is not read on purpose.
+        if now - self.last_received > 2 * interval and not session.blocked and not session.parked:
             log.info("missed heartbeats from connection %s, closing", session.id)
             self.close_transport()
             return
