@@ -593,5 +593,42 @@ CHANNELS = Case(
 )
 
 
-CASES = (POLICY, TOPIC, LISTING, SLOW_HTTP, STUCK_CONSUMER, FANOUT, IMPORT, CHANNELS)
+CHURN_SECONDS = 8.0
+CHURN_PARALLEL = 16
+
+
+async def _churn(url: str) -> tuple[int, int]:
+    """Connections opened and closed by ``CHURN_PARALLEL`` loops; failures."""
+    deadline = time.monotonic() + CHURN_SECONDS
+    counts = [0, 0]
+
+    async def loop() -> None:
+        while time.monotonic() < deadline:
+            try:
+                connection = await aiormq.connect(url)
+                await connection.close()
+                counts[0] += 1
+            except Exception:  # noqa: BLE001 - refused or reset: the attacker's own loss
+                counts[1] += 1
+
+    await asyncio.gather(*(loop() for _ in range(CHURN_PARALLEL)))
+    return counts[0], counts[1]
+
+
+def _attack_churn(broker: Broker, tenant: noisy.Tenant) -> tuple[Facts, list[str]]:
+    opened, failed = asyncio.run(_churn(tenant.amqp_url(broker, heartbeat=0)))
+    return {"connections": opened, "failed": failed,
+            "per second": f"{opened / CHURN_SECONDS:.0f}"}, []  # fmt: skip
+
+
+CHURN = Case(
+    name="churn",
+    title=f"any user: AMQP connections opened and closed by {CHURN_PARALLEL} loops for "
+    f"{CHURN_SECONDS:.0f} s",
+    prepare=lambda broker: admin_tenant(broker, "churner"),
+    attack=_attack_churn,
+)
+
+
+CASES = (POLICY, TOPIC, LISTING, SLOW_HTTP, STUCK_CONSUMER, FANOUT, IMPORT, CHANNELS, CHURN)
 CI_CASES = tuple(case for case in CASES if case.in_ci)
