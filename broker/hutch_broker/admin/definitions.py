@@ -8,6 +8,9 @@ then a rehearsal into a scratch ``Broker`` holding a copy of the current
 state, including what the export leaves out but an import can collide with:
 exclusive queues and server-named ``amq.*`` queues.  Any error in either pass
 is a 400 and the real broker is untouched; only then is it imported for real.
+Every pass is a generator of short steps (an item each) run a slice per loop turn
+(``slicing.run_steps``), and imports run one at a time; a change another client makes
+while the import applies is handled item by item (``_Refusals``; docs/isolation/definitions.md).
 Policies are matched once per entity, after the import, a slice per loop turn (the
 rehearsal never matches them: no refusal depends on which policy applies), and their
 patterns are compiled once, ahead, in a worker thread.
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import weakref
+from collections.abc import Generator
 from typing import Any, Final
 
 from hutch_broker.admin import bodies, errors, slicing
-from hutch_broker.model import limits, patterns
-from hutch_broker.model.broker import Broker
+from hutch_broker.model import limits, patterns, policychanges
+from hutch_broker.model.broker import Broker, import_steps
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors as amqp_errors
@@ -31,6 +36,28 @@ from hutch_broker.protocol import errors as amqp_errors
 VHOST_SECTIONS: Final = ("parameters", "policies", "queues", "exchanges", "bindings")
 _HEADER_KEYS: Final = ("rabbit_version", "rabbitmq_version", "product_name", "product_version")
 IMPORT_ERRORS: Final = (ValueError, KeyError, TypeError, AttributeError, re.error)
+_PER_STEP: Final = 50  # items looked at per step where a step is a filter, not an import
+
+
+async def export(broker: Broker, vhost: str | None = None) -> dict[str, Any]:
+    """The full export (or the per-vhost one), built a slice of items per loop turn."""
+    full = await slicing.run_steps(broker.export_steps(vhost=vhost))
+    if vhost is None:
+        return full
+    return await slicing.run_steps(_vhost_export_steps(full, vhost))
+
+
+def _vhost_export_steps(full: dict[str, Any], vhost: str) -> Generator[None, None, dict[str, Any]]:
+    result: dict[str, Any] = {key: full[key] for key in _HEADER_KEYS if key in full}
+    for section in VHOST_SECTIONS:
+        result[section] = []
+        for item in full.get(section, []):
+            if item.get("vhost") == vhost:
+                result[section].append(
+                    {key: value for key, value in item.items() if key != "vhost"}
+                )
+            yield
+    return result
 
 
 def vhost_export(full: dict[str, Any], vhost: str) -> dict[str, Any]:
@@ -56,20 +83,26 @@ def scoped_to_vhost(body: dict[str, Any], vhost: str) -> dict[str, Any]:
     return scoped
 
 
+def scoped_steps(body: dict[str, Any], vhost: str) -> Generator[None, None, dict[str, Any]]:
+    """``scoped_to_vhost`` as steps of one item each."""
+    scoped: dict[str, Any] = {}
+    for section in VHOST_SECTIONS:
+        items = body.get(section, [])
+        if not isinstance(items, list):
+            raise errors.bad_request(f"'{section}' must be a list of objects")
+        scoped[section] = []
+        for item in items:
+            if not isinstance(item, dict):
+                raise errors.bad_request(f"'{section}' must be a list of objects")
+            scoped[section].append({**item, "vhost": vhost})
+            yield
+    return scoped
+
+
 def _reason(exc: Exception) -> str:
     if isinstance(exc, KeyError):
         return f"missing key {exc}"
     return str(exc)
-
-
-def _apply(broker: Broker, definitions: dict[str, Any]) -> list[VirtualHost]:
-    """Import with policy matching deferred; returns the vhosts whose entities must be matched."""
-    try:
-        return broker.import_definitions(definitions, source="http", defer_policies=True)
-    except amqp_errors.AMQPError as exc:
-        raise errors.bad_request(errors.detail_of(exc)) from None
-    except IMPORT_ERRORS as exc:
-        raise errors.bad_request(_reason(exc)) from None
 
 
 # -- the shape pass --------------------------------------------------------------------------
@@ -137,46 +170,79 @@ def _check_item(section: str, item: dict[str, Any]) -> None:
 
 def check(definitions: dict[str, Any]) -> None:
     """Every item's shape, names and keys; a 400 before anything is applied."""
+    for _ in check_steps(definitions):
+        pass
+
+
+def check_steps(definitions: dict[str, Any]) -> Generator[None, None, None]:
+    """``check``, one item per step."""
+    if not isinstance(definitions, dict):
+        raise errors.bad_request("definitions must be a JSON object")
     for section in _STRINGS:
         items = definitions.get(section, [])
-        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        if not isinstance(items, list):
             raise errors.bad_request(f"'{section}' must be a list of objects")
         for item in items:
+            if not isinstance(item, dict):
+                raise errors.bad_request(f"'{section}' must be a list of objects")
             _check_item(section, item)
+            yield
 
 
 # -- the rehearsal ------------------------------------------------------------------------
 
 
-def _hidden_queues(broker: Broker) -> list[tuple[str, Queue]]:
+def _hidden_queues(broker: Broker) -> Generator[None, None, list[tuple[str, Queue]]]:
     """Queues the export leaves out or the importer refuses: exclusive and ``amq.*`` ones."""
-    return [
-        (vhost.name, queue)
-        for vhost in broker.vhosts.values()
-        for queue in vhost.queues.values()
-        if queue.exclusive_owner is not None or queue.name.startswith("amq.")
-    ]
+    hidden: list[tuple[str, Queue]] = []
+    for vhost in list(broker.vhosts.values()):
+        queues = list(vhost.queues.values())
+        for start in range(0, len(queues), _PER_STEP):
+            hidden.extend(
+                (vhost.name, queue)
+                for queue in queues[start : start + _PER_STEP]
+                if queue.exclusive_owner is not None or queue.name.startswith("amq.")
+            )
+            yield
+    return hidden
 
 
-def _scratch_copy(broker: Broker) -> Broker:
-    """A broker with ``broker``'s definitions, loaded as an import would see them."""
+def _kept(items: list[dict[str, Any]], drop: Any) -> Generator[None, None, list[dict[str, Any]]]:
+    kept: list[dict[str, Any]] = []
+    for start in range(0, len(items), _PER_STEP):
+        kept.extend(item for item in items[start : start + _PER_STEP] if not drop(item))
+        yield
+    return kept
+
+
+def _scratch_copy(broker: Broker) -> Generator[None, None, Broker]:
+    """A broker with ``broker``'s definitions, loaded as an import would see them.
+
+    The walk spans loop turns, so what it copies is the broker as it was while it ran, not at
+    one instant: an item that cannot be loaded (its queue went meanwhile) is left out.
+    """
     scratch = Broker(cluster_name=broker.cluster_name)
     scratch.loopback_users = list(broker.loopback_users)
-    current = broker.export_definitions()
-    hidden = _hidden_queues(broker)
+    current = yield from broker.export_steps()
+    hidden = yield from _hidden_queues(broker)
     hidden_names = {(vhost, queue.name) for vhost, queue in hidden}
-    current["queues"] = [
-        item for item in current["queues"] if (item["vhost"], item["name"]) not in hidden_names
-    ]
-    hidden_bindings = [
-        item
-        for item in current["bindings"]
-        if item["destination_type"] == "queue"
-        and (item["vhost"], item["destination"]) in hidden_names
-    ]
-    current["bindings"] = [item for item in current["bindings"] if item not in hidden_bindings]
-    _apply(scratch, current)
+    yield
+    current["queues"] = yield from _kept(
+        current["queues"], lambda item: (item["vhost"], item["name"]) in hidden_names
+    )
+
+    def hidden_binding(item: dict[str, Any]) -> bool:
+        return (
+            item["destination_type"] == "queue"
+            and (item["vhost"], item["destination"]) in hidden_names
+        )
+
+    hidden_bindings = [item for item in current["bindings"] if hidden_binding(item)]
+    current["bindings"] = yield from _kept(current["bindings"], hidden_binding)
+    yield from import_steps(scratch, current, "http", _ignore, paused=[])
     for vhost_name, queue in hidden:
+        if vhost_name not in scratch.vhosts:
+            continue
         stand_in = Queue(
             queue.name,
             vhost=vhost_name,
@@ -187,30 +253,116 @@ def _scratch_copy(broker: Broker) -> Broker:
         )
         stand_in.declared_via = queue.declared_via
         scratch.vhosts[vhost_name].queues[queue.name] = stand_in
-    _apply(scratch, {"bindings": hidden_bindings})
+        yield
+    yield from import_steps(scratch, {"bindings": hidden_bindings}, "http", _ignore, paused=[])
     return scratch
 
 
-def rehearse(broker: Broker, definitions: dict[str, Any]) -> None:
-    """Import into a scratch copy of ``broker``; raises a 400 if anything fails."""
-    scratch = _scratch_copy(broker)
+def _ignore(kind: str, item: dict[str, Any], reason: str) -> None:
+    """The scratch copy's items that no longer load: gone or changed while it was walked."""
+
+
+def rehearse_steps(broker: Broker, definitions: dict[str, Any]) -> Generator[None, None, None]:
+    """Import into a scratch copy of ``broker``; raises a 400 if anything fails.
+
+    The scratch vhosts' policies stay paused: they are never matched (no refusal depends on it).
+    """
+    scratch = yield from _scratch_copy(broker)
     try:
-        _apply(scratch, definitions)
+        yield from import_steps(scratch, definitions, "http", None, paused=[])
     except errors.ApiError:
         raise
+    except amqp_errors.AMQPError as exc:
+        raise errors.bad_request(errors.detail_of(exc)) from None
     except Exception as exc:  # noqa: BLE001 - any refusal here must leave the broker untouched
         raise errors.bad_request(_reason(exc) or type(exc).__name__) from None
 
 
-async def import_definitions(broker: Broker, definitions: dict[str, Any]) -> None:
-    check(definitions)
-    wanted = _policy_patterns(definitions) + _current_patterns(broker)  # the rehearsal's too
-    compiled = await asyncio.to_thread(patterns.compile_ahead, wanted)
-    with patterns.precompiled(compiled):
-        rehearse(broker, definitions)  # a scratch broker: its paused vhosts are never matched
-        paused = _apply(broker, definitions)
+def rehearse(broker: Broker, definitions: dict[str, Any]) -> None:
+    for _ in rehearse_steps(broker, definitions):
+        pass
+
+
+# -- the import ----------------------------------------------------------------------------
+
+
+class _Refusals:
+    """What the real broker refused after a rehearsal that passed: another client's change
+    made while the import ran.  An item whose vhost, exchange or queue is gone is skipped, as
+    if that delete had come right after the import.  Anything else (say, the same queue
+    declared meanwhile with other arguments) is skipped and named in a 409 at the end."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.conflicts: list[str] = []
+
+    def __call__(self, kind: str, item: dict[str, Any], reason: str) -> None:
+        if not self._gone(kind, item):
+            self.conflicts.append(f"{kind} {item.get('name', '')!r}: {reason}".replace(" ''", ""))
+
+    def _gone(self, kind: str, item: dict[str, Any]) -> bool:
+        vhost = self.broker.vhosts.get(str(item.get("vhost")))
+        if vhost is None:
+            return "vhost" in item
+        if kind != "binding":
+            return False
+        table = vhost.exchanges if item.get("destination_type") == "exchange" else vhost.queues
+        source = str(item.get("source"))
+        return (source != "" and source not in vhost.exchanges) or str(
+            item.get("destination")
+        ) not in table
+
+    def raise_any(self) -> None:
+        if self.conflicts:
+            shown = "; ".join(self.conflicts[:10])
+            more = f" (and {len(self.conflicts) - 10} more)" if len(self.conflicts) > 10 else ""
+            reason = f"imported, except what changed meanwhile: {shown}{more}"
+            raise errors.ApiError(409, {"error": "conflict", "reason": reason})
+
+
+def _apply_steps(broker: Broker, definitions: dict[str, Any]) -> Generator[None, None, None]:
+    """The real import; policy matching paused in the vhosts it touches, then one sliced pass."""
+    paused: list[VirtualHost] = []
+    refusals = _Refusals(broker)
+    failure: errors.ApiError | None = None
+    try:
+        yield from import_steps(broker, definitions, "http", refusals, paused=paused)
+    except IMPORT_ERRORS as exc:  # not expected after a rehearsal; still a clear answer
+        failure = errors.bad_request(_reason(exc))
+    except BaseException:
+        for vhost in paused:
+            vhost.resume_policies().run()  # every entity still ends with its policy
+        raise
     for vhost in paused:
-        await slicing.apply_in_slices(vhost.resume_policies())
+        change = vhost.resume_policies()
+        while not change.run(policychanges.SLICE_UNITS):
+            yield
+    if failure is not None:
+        raise failure
+    refusals.raise_any()
+
+
+_imports: weakref.WeakKeyDictionary[Broker, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+async def import_definitions(broker: Broker, definitions: dict[str, Any]) -> None:
+    """Check, rehearse, then apply: each in slices, one import at a time per broker."""
+    lock = _imports.setdefault(broker, asyncio.Lock())
+    async with lock:
+        await slicing.run_steps(check_steps(definitions))
+        wanted = _policy_patterns(definitions) + _current_patterns(broker)  # the rehearsal's too
+        compiled = await asyncio.to_thread(patterns.compile_ahead, wanted)
+        with patterns.precompiled(compiled):
+            await slicing.run_steps(rehearse_steps(broker, definitions))
+            await slicing.run_steps_to_the_end(_apply_steps(broker, definitions))
+
+
+async def import_vhost_definitions(broker: Broker, body: dict[str, Any], vhost: str) -> None:
+    """The per-vhost form: every item placed in ``vhost``."""
+    if not isinstance(body, dict):
+        raise errors.bad_request("definitions must be a JSON object")
+    scoped = await slicing.run_steps(scoped_steps(body, vhost))
+    await import_definitions(broker, scoped)
 
 
 def _current_patterns(broker: Broker) -> list[str]:

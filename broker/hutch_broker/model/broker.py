@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
 from hutch_broker.model import access, budgets, changes, limits, paging
@@ -313,7 +313,31 @@ class Broker:
 
     def export_definitions(self, *, durable_only: bool = False) -> dict[str, Any]:
         """The 3.10.8 export shape (API-12); ``durable_only`` for the on-disk copy."""
-        definitions: dict[str, Any] = {
+        definitions = self._export_globals()
+        for vhost in self.vhosts.values():
+            _export_vhost(vhost, definitions, durable_only=durable_only)
+        return definitions
+
+    def export_steps(
+        self, *, vhost: str | None = None, per_step: int = 50
+    ) -> Generator[None, None, dict[str, Any]]:
+        """``export_definitions()`` (of one vhost only, when named) as a generator that yields
+        after about ``per_step`` items and returns the export.
+
+        Why: the HTTP export of a broker with many objects must not walk it all in one loop
+        turn. Each vhost's queues, exchanges and bindings are listed at one instant, in one
+        step (list copies), then encoded ``per_step`` at a time, so the export never holds a
+        binding whose queue was declared after the queues were listed.
+        """
+        definitions = self._export_globals()
+        chosen = list(self.vhosts.values()) if vhost is None else [self.vhosts[vhost]]
+        for host in chosen:
+            yield from _export_vhost_steps(host, definitions, per_step)
+        return definitions
+
+    def _export_globals(self) -> dict[str, Any]:
+        """The header and the sections outside vhosts; the vhost sections empty."""
+        return {
             "rabbit_version": COMPAT_VERSION,
             "rabbitmq_version": COMPAT_VERSION,
             "product_name": "Hutch",
@@ -337,9 +361,6 @@ class Broker:
             "exchanges": [],
             "bindings": [],
         }
-        for vhost in self.vhosts.values():
-            _export_vhost(vhost, definitions, durable_only=durable_only)
-        return definitions
 
     def import_definitions(
         self,
@@ -401,6 +422,43 @@ def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool
     )
 
 
+def _export_vhost_steps(
+    vhost: VirtualHost, out: dict[str, Any], per_step: int
+) -> Generator[None, None, None]:
+    name = vhost.name
+    out["policies"].extend(policy.as_json() for policy in vhost.policies.values())
+    out["parameters"].extend(
+        changes.operator_policy_item(name, policy) for policy in vhost.operator_policies.values()
+    )
+    if vhost.limits:
+        out["parameters"].append(changes.vhost_limits_item(vhost))
+    queues = list(vhost.queues.values())
+    exchanges = list(vhost.exchanges.values())
+    bindings = vhost.bindings()
+    yield
+    for start in range(0, len(queues), per_step):
+        out["queues"].extend(
+            changes.queue_item(name, queue)
+            for queue in queues[start : start + per_step]
+            if changes.queue_exported(queue, durable_only=False)
+        )
+        yield
+    for start in range(0, len(exchanges), per_step):
+        out["exchanges"].extend(
+            changes.exchange_item(name, exchange)
+            for exchange in exchanges[start : start + per_step]
+            if changes.exchange_exported(exchange, durable_only=False)
+        )
+        yield
+    for start in range(0, len(bindings), per_step):
+        out["bindings"].extend(
+            changes.binding_item(name, binding)
+            for binding in bindings[start : start + per_step]
+            if changes.binding_exported(binding, durable_only=False)
+        )
+        yield
+
+
 def _items(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:
     items = definitions.get(key, [])
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
@@ -416,36 +474,57 @@ def _import(
     *,
     paused: list[VirtualHost] | None,
 ) -> None:
-    def each(key: str, kind: str, apply: Callable[[dict[str, Any]], object]) -> None:
+    for _ in import_steps(broker, definitions, source, set_aside, paused=paused):
+        pass
+
+
+def import_steps(
+    broker: Broker,
+    definitions: dict[str, Any],
+    source: str,
+    set_aside: SetAside | None,
+    *,
+    paused: list[VirtualHost] | None,
+) -> Generator[None, None, None]:
+    """The import, one item per step: the management API advances it a slice per loop turn.
+
+    With ``paused`` (a list), policy matching is paused in the vhosts the document touches and
+    they are appended to it; the caller resumes them (``Broker.import_definitions`` explains).
+    """
+
+    def each(
+        key: str, kind: str, apply: Callable[[dict[str, Any]], object]
+    ) -> Generator[None, None, None]:
         for item in _items(definitions, key):
             if set_aside is None:
                 apply(item)
-                continue
-            try:
-                apply(item)
-            except _UNAPPLIABLE as exc:
-                set_aside(kind, item, str(exc) or type(exc).__name__)
+            else:
+                try:
+                    apply(item)
+                except _UNAPPLIABLE as exc:
+                    set_aside(kind, item, str(exc) or type(exc).__name__)
+            yield
 
-    each("vhosts", "vhost", lambda item: _import_vhost(broker, item))
+    yield from each("vhosts", "vhost", lambda item: _import_vhost(broker, item))
     if paused is not None:
         paused.extend(_pause_policies(broker, definitions))
-    each("users", "user", lambda item: _import_user(broker, item))
-    each("permissions", "permission", lambda item: _import_permission(broker, item))
-    each(
+    yield from each("users", "user", lambda item: _import_user(broker, item))
+    yield from each("permissions", "permission", lambda item: _import_permission(broker, item))
+    yield from each(
         "topic_permissions",
         "topic-permission",
         lambda item: _import_topic_permission(broker, item),
     )
-    each("policies", "policy", lambda item: _import_policy(broker, item, operator=False))
-    each("parameters", "parameter", lambda item: _import_parameter(broker, item))
-    each(
+    yield from each("policies", "policy", lambda item: _import_policy(broker, item, operator=False))
+    yield from each("parameters", "parameter", lambda item: _import_parameter(broker, item))
+    yield from each(
         "global_parameters",
         "global-parameter",
         lambda item: broker.set_global_parameter(str(item["name"]), item["value"]),
     )
-    each("exchanges", "exchange", lambda item: _import_exchange(broker, item))
-    each("queues", "queue", lambda item: _import_queue(broker, item, source))
-    each("bindings", "binding", lambda item: _import_binding(broker, item))
+    yield from each("exchanges", "exchange", lambda item: _import_exchange(broker, item))
+    yield from each("queues", "queue", lambda item: _import_queue(broker, item, source))
+    yield from each("bindings", "binding", lambda item: _import_binding(broker, item))
 
 
 _POLICY_SECTIONS: Final = ("policies", "parameters", "queues", "exchanges")

@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
-from hutch_broker.admin import auth, definitions, errors
+from hutch_broker.admin import auth, bodies, definitions, errors
 from hutch_broker.admin.handlers import support
 
 routes = web.RouteTableDef()
+THREAD_PARSE_BYTES = 64 * 1024  # a bigger document is parsed and vetted in a worker thread
+
+
+async def _document(request: web.Request) -> bodies.Body:
+    """The body; a big one is parsed off the loop (1 MB: about 60 ms, a pure function)."""
+    raw = await request.read()
+    if len(raw) <= THREAD_PARSE_BYTES:
+        return bodies.parse_json(raw)
+    return await asyncio.to_thread(bodies.parse_json, raw)
 
 
 @routes.get("/api/definitions")
 async def export_all(request: web.Request) -> web.StreamResponse:
     auth.require_admin(support.user(request))
-    return await support.paced_json_response(
-        request, support.state(request).broker.export_definitions()
-    )
+    exported = await definitions.export(support.state(request).broker)
+    return await support.paced_json_response(request, exported)
 
 
 @routes.post("/api/definitions")
 async def import_all(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
-    body = await support.body(request)
+    body = await _document(request)
     await definitions.import_definitions(support.state(request).broker, body)
     return support.no_content()
 
@@ -33,7 +43,7 @@ async def export_vhost(request: web.Request) -> web.StreamResponse:
     name = support.path(request, "vhost")
     if name not in broker.vhosts:
         raise errors.not_found()
-    exported = definitions.vhost_export(broker.export_definitions(), name)
+    exported = await definitions.export(broker, name)
     return await support.paced_json_response(request, exported)
 
 
@@ -44,6 +54,6 @@ async def import_vhost(request: web.Request) -> web.Response:
     name = support.path(request, "vhost")
     if name not in broker.vhosts:
         raise errors.not_found()
-    body = await support.body(request)
-    await definitions.import_definitions(broker, definitions.scoped_to_vhost(body, name))
+    body = await _document(request)
+    await definitions.import_vhost_definitions(broker, body, name)
     return support.no_content()
