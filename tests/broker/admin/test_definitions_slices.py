@@ -7,6 +7,7 @@ Changes another client makes between two slices are handled item by item.
 """
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -139,8 +140,21 @@ def test_export_steps_give_the_export():
 async def test_an_import_runs_over_many_turns_and_lands_whole():
     broker = Broker()
     broker.create_defaults()
-    _, turns = await while_ticking(definitions.import_definitions(broker, document()))
-    assert turns > 50  # before: the import ran in the turn that started it
+    seen: list[int] = []  # the queue count of vhost "a" at each loop turn
+
+    async def sample() -> None:
+        while True:
+            vhost = broker.vhosts.get("a")
+            seen.append(len(vhost.queues) if vhost is not None else 0)
+            await asyncio.sleep(0)
+
+    sampler = asyncio.create_task(sample())
+    await definitions.import_definitions(broker, document())
+    sampler.cancel()
+    growth = [later - earlier for earlier, later in itertools.pairwise(seen)]
+    most = 200  # slicing.SLICE_STEPS; before, all 2,000 queues came in one turn
+    assert max(growth) <= most
+    assert sum(1 for step in growth if step) >= QUEUES // most
     vhost = broker.vhosts["a"]
     assert len(vhost.queues) == QUEUES
     assert sum(len(x.bindings) for x in vhost.exchanges.values()) == QUEUES
