@@ -91,7 +91,10 @@ def publish_within(
     keys = routing_keys(message)
     try:
         queues = routing.route(vhost, exchange, keys, message, meter)
-        meter.charge(ENQUEUE_STEPS * len(queues))
+        left = meter.left - ENQUEUE_STEPS * len(queues)  # meter.charge, inlined
+        if left < 0:
+            raise budgets.OverBudgetError
+        meter.left = left
     except budgets.OverBudgetError:
         steps = routing.route_steps(vhost, exchange, keys, message)
         return PendingPublish(exchange, message, budgets.Resumable(steps), now_ms)
