@@ -262,3 +262,25 @@ async def test_imports_run_one_at_a_time():
     await asyncio.gather(first, second)
     assert not seen_both_applying
     assert len(broker.vhosts["a"].queues) == len(broker.vhosts["b"].queues) == QUEUES
+
+
+async def test_the_rehearsal_copy_is_taken_apart_in_slices_not_left_to_the_collector():
+    """Left whole, the scratch copy of 2,000 queues was ~30,000 objects of cyclic garbage
+    that a collection freed in one pause; dismantled a slice per turn, refcounts free it."""
+    import gc
+
+    broker = Broker()
+    broker.create_defaults()
+    broker.import_definitions(document(queues=QUEUES))
+    bad = document("b", queues=QUEUES)
+    bad["bindings"].append({**bad["bindings"][0], "destination": "nowhere"})
+    gc.collect()
+    gc.disable()
+    try:
+        await definitions.import_definitions(broker, document("c", queues=QUEUES))
+        with pytest.raises(errors.ApiError):
+            await definitions.import_definitions(broker, bad)
+        garbage = gc.collect()
+    finally:
+        gc.enable()
+    assert garbage < 1000, garbage
