@@ -243,7 +243,9 @@ def test_a_256mi_broker_restarts_with_600mib_on_disk_and_drains_everything(
     assert final["containerID"] == restarted["containerID"], final
     assert not oom_killed(final), final
     assert brokerpods.oom_kills(broker.pod_cgroup()) == 0
-    assert max(delete_peak, kill_peak, drain_peak) < LIMIT_BYTES
+    # Recovery holds no body: the peak stays under the watermark, far from the limit (before
+    # the change it passed the limit 2 s into start-up, and the kernel killed the broker).
+    assert max(delete_peak, kill_peak, drain_peak) < (watermark.high_watermark_bytes or 0)
     # Reading the data once fits the startup probe's budget with room to spare.
     assert max(after_delete, after_kill) < probe_budget / 3, (after_delete, after_kill)
 
