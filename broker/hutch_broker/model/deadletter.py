@@ -11,9 +11,10 @@ Routing a dead letter can be as expensive as routing a publish (a DLX with thous
 topic bindings), and it happens inside a publish (overflow), an ack or a TTL sweep, none of
 which can wait.  So it is metered like a publish (``budgets``): what does not fit in the
 loop turn goes to the vhost's backlog and is routed over later turns, in order behind the
-vhost's earlier dead letters.  Dead-lettering was already at most once (the message has
-left its queue); a deferred dead letter is, in addition, lost if the broker stops before
-its turn comes, as on RabbitMQ when a node goes down with dead letters in flight.
+vhost's earlier dead letters.  The dying message's own record is acked only when its dead
+letter is in its new queues (``settled``), so a broker that stops before a deferred dead
+letter's turn finds the message back in its source queue on restart: dead-lettering stays
+at least once across a crash, as the durability contract says.
 """
 
 from __future__ import annotations
@@ -120,9 +121,20 @@ def is_cycle(message: Message, target_queue: str) -> bool:
 
 
 def republish(
-    graph: routing.Graph, queue: Queue, entry: Entry, reason: str, *, clock: Callable[[], int]
+    graph: routing.Graph,
+    queue: Queue,
+    entry: Entry,
+    reason: str,
+    settled: Callable[[], None],
+    *,
+    clock: Callable[[], int],
 ) -> None:
     """Republish a message dying in ``queue`` to its DLX (DLX-1..DLX-4).
+
+    ``settled`` is called once the dead letter is in every target queue (at once, or when a
+    deferred one finishes): the caller acks the dying message's own record only then, so the
+    group commit still writes the copy before the removal of its original and a crash in
+    between dead-letters it again rather than losing it (at least once).
 
     The clock is read only when there is a DLX to publish to: an overflowing queue without
     one drops a message on every publish.
@@ -131,6 +143,7 @@ def republish(
     name = settings.dead_letter_exchange
     exchange = graph.exchanges.get(name) if name is not None else None
     if name is None or exchange is None:
+        settled()
         return  # a missing DLX drops the message silently (DLX-2)
     now_ms = clock()
     message, keys = dead_letter(
@@ -151,9 +164,11 @@ def republish(
         else:
             for _ in _deliver(message, queue, targets, now_ms):
                 pass
+            settled()
             return
     steps = routing.route_steps(graph, exchange, keys, message)
-    backlog.defer(DeferredDeadLetter(message, queue, budgets.Resumable(steps), now_ms))
+    job = DeferredDeadLetter(message, queue, budgets.Resumable(steps), now_ms, settled)
+    backlog.defer(job)
 
 
 class DeferredDeadLetter:
@@ -165,11 +180,13 @@ class DeferredDeadLetter:
         source: Queue,
         routing_run: budgets.Resumable[list[Queue]],
         now_ms: int,
+        settled: Callable[[], None],
     ) -> None:
         self.message = message
         self.source = source
         self.routing = routing_run
         self.now_ms = now_ms  # when it died: its new queues' TTLs count from then
+        self.settled = settled  # acks the source's record: only once delivered
         self._delivering: budgets.Resumable[None] | None = None
 
     def advance(self, meter: budgets.Meter) -> bool:
@@ -179,7 +196,10 @@ class DeferredDeadLetter:
                 return False
             steps = _deliver(self.message, self.source, self.routing.result, self.now_ms)
             delivering = self._delivering = budgets.Resumable(steps)
-        return delivering.advance(meter)
+        if not delivering.advance(meter):
+            return False
+        self.settled()
+        return True
 
 
 DELIVER_STEPS = 8  # steps charged per target queue, as for a publish's enqueue

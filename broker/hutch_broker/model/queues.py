@@ -74,7 +74,10 @@ class Consumer:
         self.priority = priority if isinstance(priority, int) else 0
 
 
-DeadLetterHook = Callable[["Queue", Entry, str], None]
+# (queue, dying entry, reason, settled): ``settled`` is called once the dead letter is in its
+# new queues, which may be turns later (``model.deadletter``); only then may the dying
+# message's own record be acked, so a crash in between brings it back instead of losing it.
+DeadLetterHook = Callable[["Queue", Entry, str, Callable[[], None]], None]
 
 PUBLISH_OK = 0  # enqueued or delivered, nothing written; confirm now
 PUBLISH_SYNC = 1  # a store record was written (enqueued or delivered); confirm after its fsync
@@ -510,7 +513,8 @@ class Queue:
             self._body_back(entry)
             if self.quorum:
                 entry.message = quorum.without_delivery_count(entry.message)
-            self.on_dead_letter(self, entry, reason)
+            self.on_dead_letter(self, entry, reason, lambda: self._forget(entry))
+            return
         self._forget(entry)
 
     def _forget(self, entry: Entry) -> None:

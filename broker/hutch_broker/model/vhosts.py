@@ -442,9 +442,11 @@ class VirtualHost:
 
     # -- dead-lettering (model/deadletter.py) ---------------------------
 
-    def dead_letter(self, queue: Queue, entry: Entry, reason: str) -> None:
-        """Republish a dying message to the queue's DLX (DLX-1..DLX-4)."""
-        deadletter.republish(self, queue, entry, reason, clock=self.clock)
+    def dead_letter(
+        self, queue: Queue, entry: Entry, reason: str, settled: Callable[[], None]
+    ) -> None:
+        """Republish a dying message to the queue's DLX (DLX-1..DLX-4); then ``settled()``."""
+        deadletter.republish(self, queue, entry, reason, settled, clock=self.clock)
 
     # -- policies -----------------------------------------------------
 

@@ -6,9 +6,11 @@ over AMQP; here the same rules are pinned on the model with explicit time and no
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hutch_broker.model import policies, quorum, settings
-from hutch_broker.model.messages import Message
+from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors, properties
 
@@ -53,7 +55,12 @@ def test_returns_count_go_to_the_back_and_dead_letter_without_the_count() -> Non
         arguments={**QUORUM, "x-delivery-limit": 1, "x-dead-letter-exchange": "dlx"},
     )
     dead: list[tuple[str, Message]] = []
-    queue.on_dead_letter = lambda _queue, entry, reason: dead.append((reason, entry.message))
+
+    def dead_letter(_queue: object, entry: Entry, reason: str, settled: Callable[[], None]) -> None:
+        dead.append((reason, entry.message))
+        settled()
+
+    queue.on_dead_letter = dead_letter
     for body in (b"a", b"b"):
         queue.publish(Message("", "q", raw, body), now_ms=0)
 
