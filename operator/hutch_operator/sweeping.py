@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 SLICE = 16  # objects judged between two yields to the event loop (~1-3 ms on a busy 2-core)
 STATUS_KEEP = frozenset({"kopf"})  # status keys the sweep never reads (Kopf's bookkeeping)
+INTERNED_LENGTH = 24  # strings up to this long repeat across objects (reasons, types, vhosts)
 METADATA = ("name", "namespace", "uid", "generation", "creationTimestamp", "resourceVersion")
 
 
@@ -111,14 +113,27 @@ def index_desired(body: kopf.Body, *, now: float) -> dict[tuple[str, str, str], 
     if group is None:
         return {}
     metadata = {key: meta.get(key) for key in METADATA}
-    raw = {
+    raw = compact({
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": metadata,
         "spec": dict(body.spec),
         "status": {k: v for k, v in body.status.items() if k not in STATUS_KEEP},
-    }
+    })  # fmt: skip
     return {group: Desired(raw, now, pending=kopf_pending(body.status.get("kopf")))}
+
+
+def compact(value: Any) -> Any:
+    """A copy whose dict keys and short strings are interned: every watch event is parsed on its
+    own, so each entry would otherwise hold its own copy of "observedGeneration", "Ready",
+    "Declared", ... (about half of an entry's memory at 10,000 Queues)."""
+    if isinstance(value, Mapping):
+        return {sys.intern(str(key)): compact(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [compact(item) for item in value]
+    if isinstance(value, str) and len(value) <= INTERNED_LENGTH:
+        return sys.intern(value)
+    return value
 
 
 def kopf_pending(bookkeeping: Any) -> bool:

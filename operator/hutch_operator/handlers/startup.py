@@ -18,8 +18,19 @@ from typing import Any
 
 import kopf
 
-from hutch_operator import brokerclient, config, kube, metrics, references, snapshots, sweeping
+from hutch_operator import (
+    brokerclient,
+    config,
+    kopfpatches,
+    kube,
+    metrics,
+    references,
+    snapshots,
+    sweeping,
+)
 from hutch_operator.handlers import registration
+
+kopfpatches.apply()  # before kopf.run builds its ToggleSets: a linear start-up with indexes
 
 PREFIX = "hutch.dev"
 PROGRESS_FIELD = "status.kopf.progress"
