@@ -71,3 +71,37 @@ def test_an_invalid_document_of_5000_queues_changes_nothing(hutch_broker):
     assert refused.status == 400, refused
     assert "no-such-queue" in refused.body["reason"]
     assert admin.get("/definitions").body == before
+
+
+@pytest.mark.timeout(240)
+def test_an_import_racing_with_amqp_deletes_ends_consistent(hutch_broker):
+    """A client deletes the document's queues while the import applies: each delete is either
+    before the queue's declare (then the import declares it) or after (then its bindings go
+    too); the import answers 204 and no binding is left pointing at a missing queue."""
+    import threading
+
+    from hutch_testing.clients import connect
+
+    noisy.create_tenant(hutch_broker, "race", tags="administrator")
+    admin = management.Management(hutch_broker, timeout=180.0)
+    assert admin.put("/permissions/race/guest", {"configure": ".*", "write": ".*", "read": ".*"}).ok
+    answer: list[management.Response] = []
+    importer = threading.Thread(
+        target=lambda: answer.append(admin.post("/definitions/race", document(QUEUES)))
+    )
+    connection = connect(hutch_broker, vhost="race")
+    channel = connection.channel()
+    importer.start()
+    deleted = 0
+    while importer.is_alive():
+        for index in range(0, QUEUES, 97):
+            channel.queue_delete(f"imported-{index:05d}")
+            deleted += 1
+    importer.join()
+    connection.close()
+    assert answer[0].status == 204, answer[0]
+    assert deleted > 0
+    exported = admin.get("/definitions/race").body
+    queues = {item["name"] for item in exported["queues"]}
+    assert all(item["destination"] in queues for item in exported["bindings"])
+    assert admin.post("/definitions/race", exported).status == 204  # and it imports as it is
