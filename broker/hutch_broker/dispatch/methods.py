@@ -10,14 +10,16 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pamqp import commands
 
-from hutch_broker.dispatch import publishing, replyto
+from hutch_broker.dispatch import declares, publishing, replyto
 from hutch_broker.dispatch.channels import Channel, ChannelOwner
 from hutch_broker.model import arguments as arguments_mod
 from hutch_broker.model import quorum
+from hutch_broker.model.policymatch import PolicyMatch
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
@@ -66,16 +68,25 @@ def exchange_declare(
             )
             session.check_permission("read", "exchange", m.exchange)
             session.check_permission("write", "exchange", _text(alternate))
-        exchange, created = vhost.declare_exchange(
-            m.exchange,
-            m.exchange_type,
-            durable=m.durable,
-            auto_delete=m.auto_delete,
-            internal=m.internal,
-            arguments=m.arguments or {},
-        )
-        if created and session.user is not None:
-            exchange.declared_by = session.user.name
+
+        def finish(matched: PolicyMatch | None, _now_ms: int) -> None:
+            exchange, created = vhost.declare_exchange(
+                m.exchange,
+                m.exchange_type,
+                durable=m.durable,
+                auto_delete=m.auto_delete,
+                internal=m.internal,
+                arguments=m.arguments or {},
+                matched=matched,
+            )
+            if created and session.user is not None:
+                exchange.declared_by = session.user.name
+            _reply(session, channel, commands.Exchange.DeclareOk(), m.nowait)
+
+        # Policy matching within the turn's allowance, or over later turns (dispatch.declares).
+        begin = partial(vhost.begin_exchange_match, m.exchange)
+        declares.declare(session, channel, m, begin, finish, now_ms)
+        return
     _reply(session, channel, commands.Exchange.DeclareOk(), m.nowait)
 
 
@@ -150,25 +161,42 @@ def queue_declare(
     if m.passive:
         queue = _queue(session, m.queue)
         queue.last_used_ms = now_ms
-    else:
-        name = m.queue
-        if name:
-            session.check_permission("configure", "queue", name)
-            if name not in vhost.queues:
-                _check_dead_letter_permissions(session, vhost.name, name, m.arguments or {})
+        reply = commands.Queue.DeclareOk(queue.name, queue.ready_count, queue.consumer_count())
+        _reply(session, channel, reply, m.nowait)
+        return
+    name = m.queue
+    if name:
+        session.check_permission("configure", "queue", name)
+        if name not in vhost.queues:
+            _check_dead_letter_permissions(session, vhost.name, name, m.arguments or {})
+
+    def finish(matched: PolicyMatch | None, at_ms: int) -> None:
         queue, created = vhost.declare_queue(
             name,
             durable=m.durable,
             exclusive_owner=session if m.exclusive else None,
             auto_delete=m.auto_delete,
             arguments=m.arguments or {},
-            now_ms=now_ms,
+            now_ms=at_ms,
             default_type=True,
+            matched=matched,
         )
         if created and m.exclusive:
             session.exclusive_queues.add(queue)
-    reply = commands.Queue.DeclareOk(queue.name, queue.ready_count, queue.consumer_count())
-    _reply(session, channel, reply, m.nowait)
+        reply = commands.Queue.DeclareOk(queue.name, queue.ready_count, queue.consumer_count())
+        _reply(session, channel, reply, m.nowait)
+
+    # Policy matching within the turn's allowance, or over later turns (dispatch.declares).
+    begin = partial(
+        vhost.begin_queue_match,
+        name,
+        durable=m.durable,
+        exclusive=m.exclusive,
+        auto_delete=m.auto_delete,
+        arguments=m.arguments or {},
+        default_type=True,
+    )
+    declares.declare(session, channel, m, begin, finish, now_ms)
 
 
 def _check_dead_letter_permissions(

@@ -34,6 +34,7 @@ from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.exchanges import Binding, Exchange, binding_identity, make_exchange
 from hutch_broker.model.messages import Entry, Message
+from hutch_broker.model.policymatch import PolicyMatch
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors
 
@@ -110,8 +111,13 @@ class VirtualHost:
         auto_delete: bool = False,
         internal: bool = False,
         arguments: dict[str, Any] | None = None,
+        matched: PolicyMatch | None = None,
     ) -> tuple[Exchange, bool]:
-        """Create or check an exchange; returns (exchange, created) (EX-3)."""
+        """Create or check an exchange; returns (exchange, created) (EX-3).
+
+        ``matched``: its policy, found beforehand in slices (``begin_exchange_match``); used
+        if it is finished and still current, else the policies are matched here.
+        """
         arguments = dict(arguments or {})
         existing = self.exchanges.get(name)
         if existing is not None:
@@ -135,7 +141,7 @@ class VirtualHost:
             vhost=self.name,
         )
         self.exchanges[name] = exchange
-        self._apply_exchange_policy(exchange)
+        self._apply_exchange_policy(exchange, matched)
         self._include_in_policy_changes(exchange)
         if changes.exchange_persisted(exchange):
             self.on_definitions_changed(
@@ -208,6 +214,7 @@ class VirtualHost:
         source: str = "amqp",
         check_limits: bool = True,
         default_type: bool = False,
+        matched: PolicyMatch | None = None,
     ) -> tuple[Queue, bool]:
         """Create or check a queue; returns (queue, created) (Q-1..Q-3).
 
@@ -219,13 +226,15 @@ class VirtualHost:
         the vhost's clock when no time is given (a definitions import), never at 0.
         ``check_limits=False`` (definitions import and recovery) skips the vhost's
         max-queues: queues that exist on disk are never refused for a limit set later.
+        ``matched``: its policies, found beforehand in slices (``begin_queue_match``, which
+        also chose a generated name); used if finished and still current, else matched here.
         """
         if now_ms is None:
             now_ms = self.clock()
         arguments = dict(arguments or {})
         generated = not name
         if generated:
-            name = generated_queue_name()
+            name = matched.name if matched is not None else generated_queue_name()
         existing = self.queues.get(name)
         if default_type:
             arguments = self._typed(
@@ -278,7 +287,7 @@ class VirtualHost:
         queue.on_dead_letter = self.dead_letter
         queue.pager = self.pager
         self.queues[name] = queue
-        self._apply_queue_policy(queue)
+        self._apply_queue_policy(queue, matched)
         self._include_in_policy_changes(queue)
         self.on_queue_created(queue)
         self._queue_changed(queue)
@@ -492,12 +501,58 @@ class VirtualHost:
         self.policy_changes.append(change)
         return change
 
+    def begin_queue_match(
+        self,
+        name: str,
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        default_type: bool = False,
+    ) -> PolicyMatch | None:
+        """The policy search a ``declare_queue`` of a new queue would run, to be advanced in
+        slices and passed back as ``matched``; None when there is nothing to search (the queue
+        exists, the vhost has no policy, or an import has paused matching).
+
+        An empty ``name`` gets its generated name here, so the search is of the name the queue
+        will have.
+        """
+        if self.policies_paused or name in self.queues:
+            return None
+        if not self.policies and not self.operator_policies:
+            return None
+        generated = not name
+        arguments = dict(arguments or {})
+        if default_type:
+            arguments = self._typed(
+                arguments, None, durable=durable, exclusive=exclusive,
+                auto_delete=auto_delete, generated=generated,
+            )  # fmt: skip
+        kind = policies_mod.queue_kind(quorum.is_quorum(arguments))
+        if generated:
+            name = generated_queue_name()
+        return PolicyMatch(name, kind, self.policies, self.operator_policies)
+
+    def begin_exchange_match(self, name: str) -> PolicyMatch | None:
+        """As ``begin_queue_match``, for ``declare_exchange`` (user policies only)."""
+        if self.policies_paused or not self.policies or name in self.exchanges:
+            return None
+        if not name or name.startswith("amq."):
+            return None  # refused by the declare, or the default exchange: nothing to match
+        return PolicyMatch(name, "exchange", self.policies, None)
+
     def _include_in_policy_changes(self, entity: Queue | Exchange) -> None:
         for change in self.policy_changes:
             change.include(entity)
 
-    def _apply_queue_policy(self, queue: Queue) -> None:
+    def _apply_queue_policy(self, queue: Queue, matched: PolicyMatch | None = None) -> None:
         if self.policies_paused:
+            return
+        kind = policies_mod.queue_kind(queue.quorum)
+        if matched is not None and matched.done and matched.current(kind):
+            queue.policy, queue.operator_policy = matched.policy, matched.operator_policy
+            policies_mod.settle_queue(queue, clock=self.clock)
             return
         policies_mod.apply_to_queue(
             queue,
@@ -506,8 +561,13 @@ class VirtualHost:
             clock=self.clock,
         )
 
-    def _apply_exchange_policy(self, exchange: Exchange) -> None:
+    def _apply_exchange_policy(
+        self, exchange: Exchange, matched: PolicyMatch | None = None
+    ) -> None:
         if self.policies_paused:
+            return
+        if matched is not None and matched.done and matched.current("exchange"):
+            policies_mod.install_on_exchange(exchange, matched.policy)
             return
         policies_mod.apply_to_exchange(exchange, policies=self.policies.values())
 
