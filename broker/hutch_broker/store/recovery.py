@@ -21,6 +21,13 @@ and every older copy gets an ack record (so the old segment drains and is delete
 ack on an older copy therefore means nothing); if it is acked, the message is gone. A copy that
 never became durable simply is not there, and the older one, still unacked, serves.
 
+A crash while a retired segment is deleted is not damage: ``Segment.unlink`` renames the
+segment to a tombstone ``msgs.N.deleted`` before it removes the ack file and then the tombstone,
+so each crash point leaves a state of its own (the segment with its ack file; a tombstone with
+or without the ack file), and recovery finishes a deletion it finds a tombstone for, at INFO
+(``finish_deletions``). An ack file with neither its segment nor a tombstone is no crash state
+of the broker's: the segment was lost, and that stays an ERROR.
+
 Damage is reported, never hidden, and nothing is deleted (``quarantine``): cut tails are kept
 as bytes, a segment with skipped corrupt bytes or a damaged header is copied aside before it is
 repaired, and a segment none of whose records verifies (its salt is gone, see ``records``) is
@@ -32,6 +39,7 @@ recovery (``UnsupportedFormatError``): guessing at it could serve garbage.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -63,7 +71,8 @@ class _Scan:
 
 def recover_directory(directory: Path, *, quarantine: Quarantine) -> RecoveredLog:
     """Scan, repair and index every segment in ``directory``."""
-    segment_numbers, ack_numbers = _list_numbers(directory)
+    segment_numbers, ack_numbers, tombstones = _list_numbers(directory)
+    finish_deletions(directory, tombstones - segment_numbers, ack_numbers)
     for orphan in sorted(ack_numbers - segment_numbers):
         _set_aside_orphan_acks(directory / segments.ack_name(orphan), quarantine)
     scan = _Scan()
@@ -87,13 +96,15 @@ def recover_directory(directory: Path, *, quarantine: Quarantine) -> RecoveredLo
         segments=scan.segments,
         moved=moved,
         messages=messages,
-        next_number=max(segment_numbers | ack_numbers, default=0) + 1,
+        next_number=max(segment_numbers | ack_numbers | tombstones, default=0) + 1,
     )
 
 
-def _list_numbers(directory: Path) -> tuple[set[int], set[int]]:
+def _list_numbers(directory: Path) -> tuple[set[int], set[int], set[int]]:
+    """The numbers of the segment files, ack files and tombstones in ``directory``."""
     segment_numbers: set[int] = set()
     ack_numbers: set[int] = set()
+    tombstones: set[int] = set()
     for entry in os.scandir(directory):
         number = segments.parse_number(entry.name, segments.SEGMENT_PREFIX)
         if number is not None:
@@ -101,7 +112,32 @@ def _list_numbers(directory: Path) -> tuple[set[int], set[int]]:
         number = segments.parse_number(entry.name, segments.ACK_PREFIX)
         if number is not None:
             ack_numbers.add(number)
-    return segment_numbers, ack_numbers
+        number = segments.parse_tombstone(entry.name)
+        if number is not None:
+            tombstones.add(number)
+    return segment_numbers, ack_numbers, tombstones
+
+
+def finish_deletions(directory: Path, numbers: set[int], ack_numbers: set[int]) -> None:
+    """Finish deleting the segments a crash interrupted ``Segment.unlink`` for.
+
+    A tombstone ``msgs.N.deleted`` exists only between the rename that started a deletion and
+    the unlink that ends it, so segment N was retired: fully acked, or a compaction original
+    whose copies were durable first. Its ack file, if still there, goes with it. Normal after
+    a crash, hence INFO; removes ``numbers`` from ``ack_numbers``. (A tombstone beside a
+    ``msgs.N`` of the same number cannot come from the broker: the caller leaves those alone
+    and the files are recovered as usual.)
+    """
+    for number in sorted(numbers):
+        for name in (segments.ack_name(number), segments.tombstone_name(number)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+        ack_numbers.discard(number)
+        log.info(
+            "%s: finished deleting segment %d, which a stop interrupted (a normal crash state)",
+            directory,
+            number,
+        )
 
 
 def _newest_with_records(directory: Path, numbers: set[int]) -> int | None:
@@ -119,16 +155,15 @@ def _newest_with_records(directory: Path, numbers: set[int]) -> int | None:
 
 
 def _set_aside_orphan_acks(path: Path, quarantine: Quarantine) -> None:
-    """An ack file whose segment is gone: normal only if a crash hit ``Segment.unlink``
-    between its two unlinks; otherwise the segment and its messages were lost."""
+    """An ack file whose segment is gone, with no tombstone: the segment and its messages
+    were lost (a crash inside ``Segment.unlink`` leaves a tombstone, ``finish_deletions``)."""
     entry = quarantine.move(
         path,
         label=f"{path.parent.name}-{path.name}",
         reason=f"{path}: ack file without its segment file; the segment is missing.",
     )
     log.error(
-        "%s: ack file without its segment (the segment was lost, unless the broker stopped "
-        "while deleting it); moved to %s",
+        "%s: ack file without its segment (the segment was lost); moved to %s",
         path,
         entry,
     )

@@ -15,6 +15,7 @@ its ``sync()`` closes the write fd, so a worker thread never fsyncs a recycled d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -24,6 +25,7 @@ from hutch_broker.store import records
 FLUSH_THRESHOLD = 1024 * 1024
 SEGMENT_PREFIX = "msgs."
 ACK_PREFIX = "acks."
+TOMBSTONE_SUFFIX = ".deleted"
 OFFSET_BITS = 32
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
@@ -34,6 +36,17 @@ def segment_name(number: int) -> str:
 
 def ack_name(number: int) -> str:
     return f"{ACK_PREFIX}{number:010d}"
+
+
+def tombstone_name(number: int) -> str:
+    """What ``msgs.N`` is renamed to while it is deleted (see ``Segment.unlink``)."""
+    return f"{segment_name(number)}{TOMBSTONE_SUFFIX}"
+
+
+def parse_tombstone(name: str) -> int | None:
+    """The segment number of a ``msgs.N.deleted`` name, None for any other name."""
+    stem = name.removesuffix(TOMBSTONE_SUFFIX)
+    return None if stem == name else parse_number(stem, SEGMENT_PREFIX)
 
 
 def parse_number(name: str, prefix: str) -> int | None:
@@ -198,10 +211,25 @@ class Segment:
         self.ack_fd = -1
 
     def unlink(self) -> None:
-        """Remove the segment file first: an ack file without its segment is ignored."""
+        """Remove both files so that a crash at any point leaves a state recovery recognises.
+
+        Two unlinks cannot be atomic: removing the segment first left, after a crash between
+        them, an ack file without its segment, which is also what a lost segment looks like
+        (damage); removing the ack file first would bring every acked message of the segment
+        back. So the segment file is first renamed to a tombstone (atomic: ``msgs.N`` is
+        gone), then the ack file is removed, then the tombstone. A tombstone found at start-up
+        says "this segment was being deleted": recovery finishes the job quietly
+        (``recovery.finish_deletions``), while an ack file without a segment or a tombstone
+        stays what it is: damage.
+        """
         self.close_files()
-        for path in (self.path, self.ack_path):
-            path.unlink(missing_ok=True)
+        tombstone = self.directory / tombstone_name(self.number)
+        with contextlib.suppress(FileNotFoundError):  # a file set aside by recovery
+            os.rename(self.path, tombstone)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.ack_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tombstone)
 
 
 def _pwrite_all(fd: int, data: bytearray, offset: int) -> None:
