@@ -319,7 +319,7 @@ class Broker:
         return definitions
 
     def export_steps(
-        self, *, vhost: str | None = None, per_step: int = 50
+        self, *, vhost: str | None = None, per_step: int = 50, durable_only: bool = False
     ) -> Generator[None, None, dict[str, Any]]:
         """``export_definitions()`` (of one vhost only, when named) as a generator that yields
         after about ``per_step`` items and returns the export.
@@ -332,7 +332,7 @@ class Broker:
         definitions = self._export_globals()
         chosen = list(self.vhosts.values()) if vhost is None else [self.vhosts[vhost]]
         for host in chosen:
-            yield from _export_vhost_steps(host, definitions, per_step)
+            yield from _export_vhost_steps(host, definitions, per_step, durable_only=durable_only)
         return definitions
 
     def _export_globals(self) -> dict[str, Any]:
@@ -423,7 +423,7 @@ def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool
 
 
 def _export_vhost_steps(
-    vhost: VirtualHost, out: dict[str, Any], per_step: int
+    vhost: VirtualHost, out: dict[str, Any], per_step: int, *, durable_only: bool = False
 ) -> Generator[None, None, None]:
     name = vhost.name
     out["policies"].extend(policy.as_json() for policy in vhost.policies.values())
@@ -440,21 +440,21 @@ def _export_vhost_steps(
         out["queues"].extend(
             changes.queue_item(name, queue)
             for queue in queues[start : start + per_step]
-            if changes.queue_exported(queue, durable_only=False)
+            if changes.queue_exported(queue, durable_only=durable_only)
         )
         yield
     for start in range(0, len(exchanges), per_step):
         out["exchanges"].extend(
             changes.exchange_item(name, exchange)
             for exchange in exchanges[start : start + per_step]
-            if changes.exchange_exported(exchange, durable_only=False)
+            if changes.exchange_exported(exchange, durable_only=durable_only)
         )
         yield
     for start in range(0, len(bindings), per_step):
         out["bindings"].extend(
             changes.binding_item(name, binding)
             for binding in bindings[start : start + per_step]
-            if changes.binding_exported(binding, durable_only=False)
+            if changes.binding_exported(binding, durable_only=durable_only)
         )
         yield
 

@@ -2,7 +2,9 @@
 
 End of tick (``_end_of_tick``, scheduled at most once per loop iteration):
 1. save definitions if a durable definition changed: the tick's changes appended to the
-   definitions journal with one fdatasync (a whole snapshot only when compaction is due);
+   definitions journal with one fdatasync. When the journal has grown enough, a compaction
+   starts in the background (``_compact_in_background``): the model exported in slices, the
+   snapshot encoded and written in a worker thread, while the journal keeps taking appends;
 2. start the group-commit fsync of the message store in a worker thread if
    anything was appended and no sync is running (P-3);
 3. release publisher confirms that need no sync, and throttled publishers (whose buffered
@@ -90,13 +92,15 @@ class BrokerServer:
         self._servers: list[asyncio.AbstractServer] = []
         self._stopped = asyncio.Event()
         self._done = asyncio.Event()
+        self._compaction: asyncio.Task[None] | None = None  # see _compact_in_background
         self.started_at = time.time()
 
     # -- start-up --------------------------------------------------------
 
     def recover(self) -> None:
         """Definitions, then durable messages (P-1, P-2)."""
-        stored = self.definitions.recover()
+        # Message logs without a snapshot refuse the start (MissingDefinitionsError).
+        stored = self.definitions.recover(other_data=bool(self.store.existing_queues()))
         if stored is None:
             self.broker.create_defaults(
                 user=self.config.default_user, password=self.config.default_pass
@@ -201,8 +205,9 @@ class BrokerServer:
         """
         self._definitions_dirty = False
         saving = self._changes_made
+        background = self.definitions.can_compact_in_background
         try:
-            if self._snapshot_due or self.definitions.compaction_due:
+            if self._snapshot_due or (self.definitions.compaction_due and not background):
                 self._compact_definitions()
             else:
                 self.definitions.commit()
@@ -211,17 +216,45 @@ class BrokerServer:
             self._fail_stop("saving definitions", exc)
             return False
         self._definitions_saved(saving, None)
-        if self.definitions.compaction_due:
-            try:
-                self._compact_definitions()
-            except (OSError, StoreError):  # the committed journal still holds everything
-                log.exception("could not compact the definitions journal")
+        if self.definitions.compaction_due and self._compaction is None:
+            if self.definitions.can_compact_in_background:
+                self._compaction = self.loop.create_task(self._compact_in_background())
+            else:
+                try:
+                    self._compact_definitions()
+                except (OSError, StoreError):  # the committed journal still holds everything
+                    log.exception("could not compact the definitions journal")
         return True
 
     def _compact_definitions(self) -> None:
+        """In one call (start-up, stop, a change that said not what it was, after a failure);
+        cancels a background compaction."""
         self._snapshot_due = True  # until it succeeds
         self.definitions.compact(self.broker.export_definitions(durable_only=True))
         self._snapshot_due = False
+
+    async def _compact_in_background(self) -> None:
+        """A compaction that costs the loop a slice per turn (store/definitions.py says why
+        each step keeps every acknowledged change recoverable): appends move to a new journal,
+        the model is exported in slices, and once every change the export saw is committed a
+        worker thread writes the snapshot and swaps the files."""
+        from hutch_broker.admin import slicing  # noqa: PLC0415 - the one slicing driver
+
+        ticket: int | None = None
+        size: int | None = None
+        try:
+            ticket = self.definitions.begin_compaction()
+            document = await slicing.run_steps(self.broker.export_steps(durable_only=True))
+            await self.definitions_durable()  # the snapshot holds no uncommitted change
+            size = await self.loop.run_in_executor(
+                None, self.definitions.write_compaction, ticket, document
+            )
+        except (OSError, StoreError):  # the journals still hold everything
+            log.exception("could not compact the definitions journal")
+        finally:
+            if ticket is not None:
+                self.definitions.finish_compaction(ticket, size)
+            self._compaction = None
 
     def _definitions_saved(self, saving: int, failure: BaseException | None) -> None:
         """Answer the waiters; after a failure too, or every later reply would wait for a save

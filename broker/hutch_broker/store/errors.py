@@ -9,7 +9,9 @@
     ├── CorruptRecordError        read() found a record whose checksum does not match
     ├── UnsupportedFormatError    files written in another format version (an intact header)
     └── CorruptDefinitionsError   definitions.json is not a JSON object, or a journal record
-                                  that passed its checksum makes no sense
+        │                         that passed its checksum makes no sense
+        └── MissingDefinitionsError  definitions.json missing or empty in a data directory
+                                     that holds message logs or a definitions journal
 
 Torn tails (of a message log or of the definitions journal) found during recovery are not
 errors: they are the expected result of a crash, are logged and cut off (their bytes kept in
@@ -45,4 +47,8 @@ class UnsupportedFormatError(StoreError):
 
 
 class CorruptDefinitionsError(StoreError):
+    pass
+
+
+class MissingDefinitionsError(CorruptDefinitionsError):
     pass
