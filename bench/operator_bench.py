@@ -1,14 +1,23 @@
-"""Operator scale benchmark: 1,000 Queue CRs at once, then an operator restart (design §6).
+"""Operator scale benchmark: N Queue CRs at once, an operator restart, then quiet sweeps.
 
 Why a script and not a test: it measures (seconds to all Ready, CRs/s, Kubernetes and broker
-calls per CR, operator peak RSS, restart settle time) rather than asserting, and takes minutes.
-Everything is local: the apiserver tier of hutch_testing.plane, one hutch-broker on loopback, and
-the operator as a child process (``python -m hutch_operator``) so its RSS and restart are real.
+calls per CR, operator peak RSS, restart settle time, what a drift-sweep pass costs when nothing
+changed) rather than asserting, and takes minutes. Everything is local: the apiserver tier of
+hutch_testing.plane, one hutch-broker on loopback, and the operator as a child process
+(``python -m hutch_operator``) so its RSS and restart are real.
 
     python bench/operator_bench.py [--queues 1000] [--workers 16] [--json out.json]
+    python bench/operator_bench.py --queues 10000 --timeout 600
 
-Targets (issue 5): 1,000 Queues Ready in at most 10 s; operator RSS at most 250 MB; a restart with
-1,000 settled Queues makes no broker writes.
+Phases: create (sweep period 300 s, so no pass lands in it); restart with every Queue settled
+(``--sweep-period``, 30 s by default, so passes land after the restart settled); then a quiet
+window of two sweep passes, whose broker requests, Kubernetes calls and status writes are the
+sweep's whole cost.
+
+Targets (issue 5, case 7): 1,000 Queues Ready in at most 10 s and 10,000 in at most 60 s;
+operator RSS at most 300 MB at 10,000; a restart with 10,000 settled Queues settled in at most
+30 s with no broker writes and no status writes; a quiet sweep pass costs O(brokers x kinds)
+calls.
 """
 
 from __future__ import annotations
@@ -74,11 +83,22 @@ def writes(calls: dict[tuple[str, str], float]) -> float:
     )
 
 
-def operator_metric(port: int, name: str) -> float:
+def operator_metric(port: int, name: str, methods: frozenset[str] = frozenset()) -> float:
+    """A metric summed over its labels (only ``method`` in ``methods`` when given)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
-    lines = [line for line in text.splitlines() if line.startswith(name + "{")]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+    total = 0.0
+    for line in text.splitlines():
+        if not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        method = re.search(r'method="([^"]*)"', line)
+        if methods and (method is None or method.group(1) not in methods):
+            continue
+        total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+BROKER_WRITES = frozenset({"PUT", "POST", "DELETE"})
 
 
 def cpu_seconds(pid: int) -> float:
@@ -199,6 +219,60 @@ def wait_log_count(path: Path, needle: str, count: int, timeout: float) -> float
     raise TimeoutError(f"{needle!r} seen fewer than {count} times in {timeout}s")
 
 
+def quiet_sweeps(
+    plane: Any, port: int, pid: int, args: argparse.Namespace, passes: int = 2
+) -> dict[str, Any]:
+    """What ``passes`` drift-sweep passes over the settled Queues cost, nothing having changed:
+    broker requests, Kubernetes calls and writes, status writes, pass time, operator CPU."""
+
+    def count() -> float:
+        return operator_metric(port, "hutch_sweep_pass_seconds_count")
+
+    deadline = time.monotonic() + (passes + 2) * args.sweep_period + args.timeout
+    first = count()
+    while count() == first:  # start the window right after a pass, not in the middle of one
+        if time.monotonic() > deadline:
+            raise TimeoutError("no drift-sweep pass ran")
+        time.sleep(0.2)
+    began, before_api = count(), apiserver_requests(plane)
+    broker, cpu = operator_metric(port, "hutch_broker_requests_total"), cpu_seconds(pid)
+    status = operator_metric(port, "hutch_sweep_status_writes_total")
+    seconds = operator_metric(port, "hutch_sweep_pass_seconds_sum")
+    lists = operator_metric(port, "hutch_sweep_list_seconds_count")
+    while count() < began + passes:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {passes} drift-sweep passes ran")
+        time.sleep(0.2)
+    calls = delta(before_api, apiserver_requests(plane))
+    done = count() - began
+    return {
+        "sweep_period_seconds": args.sweep_period,
+        "sweep_passes_measured": done,
+        "sweep_list_calls_per_pass": (
+            operator_metric(port, "hutch_sweep_list_seconds_count") - lists
+        )
+        / done,
+        # Every request to the broker in the window, the Broker's status timer's included.
+        "broker_requests_per_pass_window": (
+            operator_metric(port, "hutch_broker_requests_total") - broker
+        )
+        / done,
+        "sweep_k8s_calls_per_pass": sum(
+            n for (verb, res), n in calls.items() if res in {"queues", "events"}
+        )
+        / done,
+        "sweep_status_writes_per_pass": (
+            operator_metric(port, "hutch_sweep_status_writes_total") - status
+        )
+        / done,
+        "sweep_pass_seconds": round(
+            (operator_metric(port, "hutch_sweep_pass_seconds_sum") - seconds) / done, 2
+        ),
+        "sweep_operator_cpu_seconds_per_pass": round((cpu_seconds(pid) - cpu) / done, 2),
+        "operator_asyncio_tasks": operator_metric(port, "hutch_operator_asyncio_tasks"),
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     plane = planes.new_plane("apiserver")
     plane.start()
@@ -210,7 +284,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not args.no_admission_finalizer:
             policy = admission.render_finalizer_policy(plane.bin_dir / "helm")
             plane.kubectl("apply", "-f", "-", stdin=policy)
-            admission.await_finalizer(plane.api, ns)
+            served = time.monotonic() + 60  # a busy apiserver serves new CRDs seconds late (503)
+            while True:
+                try:
+                    admission.await_finalizer(plane.api, ns)
+                    break
+                except RuntimeError:
+                    if time.monotonic() > served:
+                        raise
+                    time.sleep(1.0)
         password = base64.b64encode(b"guest").decode()
         plane.create(f"/api/v1/namespaces/{ns}/secrets", {
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-default-user"},
@@ -219,7 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig),
                "HUTCH_BROKER_ADDRESSES": f"{ns}/b={broker.http_url}|{broker.amqp_url}",
                "HUTCH_METRICS_PORT": str(metrics_port), "HUTCH_WORKERS": str(args.workers),
-               "HUTCH_SYNC_PERIOD": "300", "PYTHONPATH": str(REPO / "operator")}  # fmt: skip
+               "HUTCH_SYNC_PERIOD": "300", "PYTHONPATH": str(args.operator_dir)}  # fmt: skip
         log_path = args.log
         log_path.unlink(missing_ok=True)  # the previous run's restart log
         operator = start_operator(env, log_path, tuple(args.operator_arg))
@@ -255,14 +337,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         broker_requests = operator_metric(metrics_port, "hutch_broker_requests_total")
         rss = peak_rss_mb(operator.pid)
         cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
-        print(f"create phase: {all_ready:.1f}s to all Ready, peak RSS {rss:.0f} MB", flush=True)
+        print(f"create phase: {created_in:.1f}s of POSTs, {all_ready:.1f}s to all Ready, "
+              f"peak RSS {rss:.0f} MB", flush=True)  # fmt: skip
 
         # Restart with every Queue settled: resume must not redeclare one by one.
         stop(operator)
         before_api = apiserver_requests(plane)
         log_path.rename(log_path.with_suffix(".create.log"))
         # --verbose: Kopf logs "Handling cycle is finished" per object only at DEBUG.
-        operator = start_operator(env, log_path, ("--verbose", *args.operator_arg))
+        restart_env = {**env, "HUTCH_SYNC_PERIOD": str(args.sweep_period)}
+        operator = start_operator(restart_env, log_path, ("--verbose", *args.operator_arg))
         settle = wait_log_count(
             log_path, "Handling cycle is finished", args.queues + 1, args.timeout
         )
@@ -270,6 +354,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         restart_calls = delta(before_api, apiserver_requests(plane))
         restart_writes = writes(restart_calls)
         restart_broker = operator_metric(metrics_port, "hutch_broker_requests_total")
+        restart_broker_writes = operator_metric(
+            metrics_port, "hutch_broker_requests_total", BROKER_WRITES
+        )
+        restart_rss = peak_rss_mb(operator.pid)
+        quiet = {} if args.skip_quiet else quiet_sweeps(plane, metrics_port, operator.pid, args)
         return {
             "queues": args.queues,
             "workers": args.workers,
@@ -284,8 +373,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_seconds_create_phase": cpu,
             "restart_settle_seconds": round(settle, 2),
             "restart_k8s_writes_per_cr": round(restart_writes / args.queues, 2),
+            "restart_k8s_writes": restart_writes,
             "restart_broker_requests": restart_broker,
-            "operator_peak_rss_mb_after_restart": round(peak_rss_mb(operator.pid), 1),
+            "restart_broker_writes": restart_broker_writes,
+            "operator_peak_rss_mb_after_restart": round(restart_rss, 1),
+            **quiet,
         }
     finally:
         if operator is not None and operator.poll() is None:
@@ -300,6 +392,18 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--skip-quiet", action="store_true",
+        help="no quiet-sweep window (an operator from before the bulk sweep has no pass metrics)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--operator-dir", type=Path, default=REPO / "operator",
+        help="the folder holding hutch_operator (another checkout's, for a before/after run)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sweep-period", type=float, default=30.0,
+        help="HUTCH_SYNC_PERIOD of the restarted operator, whose quiet sweeps are measured",
+    )  # fmt: skip
     parser.add_argument("--operator-arg", action="append", default=[])
     parser.add_argument(
         "--no-admission-finalizer", action="store_true",
