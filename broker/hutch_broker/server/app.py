@@ -89,6 +89,8 @@ class BrokerServer:
         self._changes_settled = 0  # how many of them were saved, or failed to save and said so
         self._durable_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.failed = False  # a write could not be made durable: stopped (see _fail_stop)
+        self._sync_running: asyncio.Future[None] | None = None  # the background group commit
+        self._store_closing = False  # stop() is closing the store: no background sync starts
         self._servers: list[asyncio.AbstractServer] = []
         self._stopped = asyncio.Event()
         self._done = asyncio.Event()
@@ -359,14 +361,22 @@ class BrokerServer:
             session.transport.flush()
 
     def _maybe_start_sync(self, *, periodic: bool = False) -> None:
-        """Run the group commit's sync in a worker thread when it asks for one."""
+        """Run the group commit's sync in a worker thread when it asks for one.
+
+        None starts once ``stop`` closes the store: a sync meeting a closed store fails, and a
+        failed sync means a failed write (``_fail_stop``); ``stop`` syncs everything itself.
+        """
+        if self._store_closing:
+            return
         generation = self.context.commits.start(periodic=periodic)
         if generation is None:
             return
         future = self.loop.run_in_executor(None, self.store.sync)
+        self._sync_running = future
         future.add_done_callback(lambda fut: self._sync_done(fut, generation))
 
     def _sync_done(self, future: asyncio.Future[None], generation: int) -> None:
+        self._sync_running = None  # before stop(), waiting for it, resumes
         failure = future.exception()
         if failure is None:
             self.context.commits.finished(generation)
@@ -543,7 +553,18 @@ class BrokerServer:
             connection.close_transport()
         if getattr(self, "_http_runner", None) is not None:
             await self._http_runner.cleanup()
-        self.store.sync()
+        # A background sync may still be running: closing the store under it made it fail
+        # and log a failed write after a clean stop. Let it end first; none starts after.
+        self._store_closing = True
+        while self._sync_running is not None:
+            await asyncio.wait([self._sync_running])
+        if self.failed:
+            return  # it failed for real: _fail_stop finishes the stop
+        try:
+            self.store.sync()
+        except (OSError, StoreError) as exc:
+            self._fail_stop("syncing the message store", exc)
+            return
         if self._definitions_dirty and not self._save_definitions():
             return  # _fail_stop finishes the stop
         try:  # after a clean stop, definitions.json alone holds everything
