@@ -165,7 +165,7 @@ class DefinitionsStore:
         if self.next_journal_path.exists():  # a background compaction was cut short
             payloads += self._read_journal(self.next_journal_path)
             self._append_path = self.next_journal_path  # appends must follow its records
-        self._warn_if_incomplete(snapshot_found=snapshot is not None, records=len(payloads))
+        self._warn_if_incomplete(snapshot_found=snapshot is not None)
         if snapshot is None and not payloads:
             return None
         document = KeyedDefinitions(snapshot)
@@ -185,7 +185,7 @@ class DefinitionsStore:
             f"move the data directory {self.snapshot_path.parent} aside"
         )
 
-    def _warn_if_incomplete(self, *, snapshot_found: bool, records: int) -> None:
+    def _warn_if_incomplete(self, *, snapshot_found: bool) -> None:
         journal_found = self.journal_path.exists()
         if snapshot_found and _size(self.journal_path) == 0:
             log.warning(
@@ -195,13 +195,6 @@ class DefinitionsStore:
                 self.journal_path,
                 "empty" if journal_found else "missing",
                 self.snapshot_path,
-            )
-        elif not snapshot_found and journal_found and records == 0:
-            log.warning(
-                "%s: missing while %s exists: the definitions are lost; starting with the "
-                "defaults (queue logs without a queue go to the quarantine)",
-                self.snapshot_path,
-                self.journal_path,
             )
 
     def stage(self, section: str, item: dict[str, Any], *, deleted: bool = False) -> None:
