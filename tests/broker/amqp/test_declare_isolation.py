@@ -1,0 +1,104 @@
+"""A tenant's declares against expensive policies slow that tenant only (issue "Isolation and scale").
+
+An administrator gives vhost ``declarer`` ten policies whose patterns have exponential DFAs
+(about 18 ms per policy for a 255-character name of a's and b's, the lazy DFA's bounded cache
+thrashing), and one cheap policy that is the one that applies.  The tenant ``declarer``, with
+configure, write and read on its own vhost and nothing else, then declares queues with such
+names in a loop, five pipelined in each write.  Before, each declare matched the name against
+every policy inside the method, about 180 ms of loop time each, and a canary in another vhost
+(a separate process publishing and consuming one message every 20 ms) waited for it.  Now the
+search runs in slices against the loop turn's allowance and the declaring connection waits:
+the canary stays under a loose bound meant for a busy shared machine, every declare-ok comes
+back in order, and every queue has the cheap policy.
+"""
+
+import random
+import socket
+import struct
+
+import pytest
+from hutch_testing import inmemory, management, noisy
+from pamqp import commands, frame
+
+ROUNDS, PIPELINED = 4, 5
+LOOSE = noisy.CanaryBound(max_ms=250.0, p99_ms=250.0)
+
+
+def expensive_pattern(index: int) -> str:
+    n = 240 - index
+    return f"(a|b)*a(a|b){{{n}}}c|(a|b)*b(a|b){{{n}}}d|(a|b)*a(a|b){{{n - 10}}}e|(a|b)*b(a|b){{{n - 10}}}f"
+
+
+class RawClient:
+    """An AMQP connection over a plain socket, to pipeline declares in one write."""
+
+    def __init__(self, port: int, *, vhost: str, user: str, password: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+        self.buffer = b""
+        tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=131072, heartbeat=0)
+        self.sock.sendall(
+            inmemory.PROTOCOL_HEADER
+            + inmemory.login_frames(user, password)
+            + frame.marshal(tune_ok, 0)
+            + frame.marshal(commands.Connection.Open(virtual_host=vhost), 0)
+            + frame.marshal(commands.Channel.Open(), 1)
+        )
+        self.read_until(commands.Channel.OpenOk)
+
+    def send(self, methods: list[object]) -> None:
+        self.sock.sendall(b"".join(frame.marshal(method, 1) for method in methods))
+
+    def next_frame(self) -> object:
+        while True:
+            if len(self.buffer) >= 7:
+                size = struct.unpack(">I", self.buffer[3:7])[0]
+                if len(self.buffer) >= size + 8:
+                    whole, self.buffer = self.buffer[: size + 8], self.buffer[size + 8 :]
+                    return frame.unmarshal(whole)[2]
+            data = self.sock.recv(65536)
+            assert data, "the broker closed the connection"
+            self.buffer += data
+
+    def read_until(self, kind: type) -> object:
+        while True:
+            received = self.next_frame()
+            assert not isinstance(received, commands.Channel.Close | commands.Connection.Close), (
+                received
+            )
+            if isinstance(received, kind):
+                return received
+
+
+@pytest.mark.timeout(300)
+def test_declares_against_expensive_policies_do_not_stall_a_canary(hutch_broker):
+    tenant = noisy.create_tenant(hutch_broker, "declarer")
+    canary_tenant = noisy.create_tenant(hutch_broker, "canary")
+    admin = management.Management(hutch_broker, timeout=120.0)
+    for index in range(10):
+        body = {"pattern": expensive_pattern(index), "definition": {"max-length": 1},
+                "priority": 10 + index, "apply-to": "queues"}  # fmt: skip
+        assert admin.put(f"/policies/declarer/slow{index}", body).ok
+    cheap = {"pattern": "^[ab]", "definition": {"max-length": 7}, "priority": 0}
+    assert admin.put("/policies/declarer/cheap", cheap).ok
+
+    rng = random.Random(2026)
+    names = ["".join(rng.choice("ab") for _ in range(255)) for _ in range(ROUNDS * PIPELINED)]
+    attacker = RawClient(
+        hutch_broker.amqp_port, vhost=tenant.vhost, user=tenant.user, password=tenant.password
+    )
+    answered: list[str] = []
+    with noisy.Canary(hutch_broker, canary_tenant) as canary:
+        for start in range(0, len(names), PIPELINED):
+            batch = names[start : start + PIPELINED]
+            attacker.send([commands.Queue.Declare(queue=name) for name in batch])
+            for _ in batch:
+                reply = attacker.read_until(commands.Queue.DeclareOk)
+                answered.append(reply.queue)  # type: ignore[attr-defined]
+        report = canary.stop()
+    attacker.sock.close()
+
+    assert answered == names, "every declare-ok, in order"
+    queues = admin.get("/queues/declarer").body
+    policy_of = {item["name"]: item.get("policy") for item in queues}
+    assert all(policy_of[name] == "cheap" for name in names), policy_of
+    assert report.violations(LOOSE) == [], report.summary()
