@@ -41,6 +41,7 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,10 +56,10 @@ from pamqp import commands, frame
 
 REPO = Path(__file__).resolve().parents[1]
 try:
-    from hutch_testing import brokers, management, noisy, processes, rabbitmq
+    from hutch_testing import management, noisy, noisy_cases, processes, rabbitmq
 except ImportError:  # a plain checkout: the testing package is not installed
     sys.path.insert(0, str(REPO / "testing"))
-    from hutch_testing import brokers, management, noisy, processes, rabbitmq
+    from hutch_testing import management, noisy, noisy_cases, processes, rabbitmq
 
 log = logging.getLogger("broker_size")
 
@@ -71,6 +72,7 @@ WINDOW = 64  # declares in flight per channel
 PAGE_SIZE = 500  # as rabbitmqadmin and the management UI page
 HTTP_TIMEOUT = 600.0
 RECOVER_TIMEOUT = 600.0
+MAX_BODY_BYTES = 512 * 2**20  # RabbitMQ's request body limit, raised for the import
 SMALL_FRACTION = 10  # the first step declares 1/10 of the objects
 QUICK_QUEUES = 200
 PHASES = (
@@ -96,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--brokers", default=",".join(BROKERS), type=_brokers)
     parser.add_argument("--quick", action="store_true", help="200 queues, one round")
     parser.add_argument("--output", type=Path, help="JSON path (default bench/results/...)")
+    parser.add_argument(
+        "--hutch-source", type=Path, help="run hutch-broker from this broker/ folder (a commit's)"
+    )
     args = parser.parse_args(argv)
     if args.queues is None:
         args.queues = QUICK_QUEUES if args.quick else 10_000
@@ -228,17 +233,19 @@ def prepare(broker: processes.BrokerProcess) -> None:
 def list_paged(broker: processes.BrokerProcess, resource: str) -> dict[str, Any]:
     """Every item of ``/api/<resource>/size``, page by page; how many, in how many requests."""
     admin = api(broker)
-    page, seen, requests, paged = 1, 0, 0, True
+    page, seen, requests, slowest = 1, 0, 0, 0.0
     while True:
-        body = must(
-            admin.get(f"/{resource}/{VHOST}?page={page}&page_size={PAGE_SIZE}"), f"list {resource}"
-        )
+        began = time.monotonic()
+        response = admin.get(f"/{resource}/{VHOST}?page={page}&page_size={PAGE_SIZE}")
+        slowest = max(slowest, time.monotonic() - began)
+        body = must(response, f"list {resource}")
         requests += 1
+        facts = {"requests": requests, "slowest_request_seconds": round(slowest, 3)}
         if isinstance(body, list):  # paging not offered for this resource: the whole list
-            return {"items": len(body), "requests": requests, "paged": False}
+            return facts | {"items": len(body), "paged": False}
         seen += len(body["items"])
         if page >= body["page_count"]:
-            return {"items": seen, "requests": requests, "paged": paged}
+            return facts | {"items": seen, "paged": True}
         page += 1
 
 
@@ -269,12 +276,20 @@ def importable(export: dict[str, Any]) -> dict[str, Any]:
 # -- one broker ----------------------------------------------------------------------------------
 
 
-def make_broker(kind: str, work: Path) -> processes.BrokerProcess:
-    return (
-        rabbitmq.RabbitMQ(work_dir=work)
-        if kind == "rabbitmq"
-        else brokers.HutchBroker(work_dir=work, start_timeout=RECOVER_TIMEOUT)
-    )
+class LargeBodyRabbitMQ(rabbitmq.RabbitMQ):
+    """RabbitMQ accepting a definitions body over its 20 MiB default: 10,000 queues and
+    100,000 bindings export to about 20 MB, and an operator importing them raises
+    ``management.http.max_body_size`` the same way."""
+
+    def _config(self) -> str:
+        return super()._config() + f"management.http.max_body_size = {MAX_BODY_BYTES}\n"
+
+
+def make_broker(kind: str, work: Path, source: Path | None = None) -> processes.BrokerProcess:
+    """A broker of ``kind``; hutch-broker from ``source`` (another tree's broker/) if given."""
+    if kind == "rabbitmq":
+        return LargeBodyRabbitMQ(work_dir=work, start_timeout=RECOVER_TIMEOUT)
+    return noisy_cases.SourceBroker(source=source, work_dir=work, start_timeout=RECOVER_TIMEOUT)
 
 
 @contextmanager
@@ -312,8 +327,10 @@ def timed(
 def bench_broker(kind: str, args: argparse.Namespace, round_index: int) -> dict[str, Any]:
     """Every phase on one broker kind; a failure ends this broker's round with its error."""
     result: dict[str, Any] = {"broker": kind, "round": round_index, "phases": {}}
+    if kind == "hutch":  # the broker runs from this tree: which commit, and was it edited?
+        result["source"] = source_state(args.hutch_source)
     with tempfile.TemporaryDirectory(prefix=f"size-{kind}-") as work:
-        first = make_broker(kind, Path(work) / "first")
+        first = make_broker(kind, Path(work) / "first", args.hutch_source)
         try:
             _phases(first, kind, args, Path(work), result)
         except (SizeError, processes.BrokerStartError, noisy.CanaryError, OSError) as error:
@@ -323,6 +340,31 @@ def bench_broker(kind: str, args: argparse.Namespace, round_index: int) -> dict[
         finally:
             first.stop()
     return result
+
+
+def source_state(source: Path | None) -> dict[str, Any]:
+    """HEAD and whether broker/ differs from it, as hutch-broker runs from this tree, unless
+    ``--hutch-source`` named another (``git archive <commit> broker``: a pinned commit)."""
+    if source is not None:
+        return {"hutch_source": str(source)}
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(REPO), *args],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "broker_edited": bool(git("status", "--short", "broker")),
+    }
 
 
 def _phases(
@@ -380,15 +422,15 @@ def _phases(
         record["bindings"] = len(export["body"].get("bindings", []))
 
     phases["export"] = timed(broker, "export", export_definitions)
-    _import(kind, importable(export.pop("body")), work / "second", phases, queues)
+    second = make_broker(kind, work / "second", args.hutch_source)
+    _import(second, importable(export.pop("body")), phases, queues)
     phases["recover"] = _recover(broker, queues)
 
 
 def _import(
-    kind: str, body: dict[str, Any], work: Path, phases: dict[str, Any], queues: int
+    fresh: processes.BrokerProcess, body: dict[str, Any], phases: dict[str, Any], queues: int
 ) -> None:
     """POST the export into a fresh broker of the same kind, under a canary on that broker."""
-    fresh = make_broker(kind, work)
     try:
         fresh.start()
         prepare(fresh)
