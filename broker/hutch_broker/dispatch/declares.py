@@ -27,7 +27,9 @@ from typing import Any, Final
 
 from hutch_broker.dispatch.channels import Channel, ChannelOwner
 from hutch_broker.model import budgets
+from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.policymatch import PolicyMatch
+from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors
 
 # automata units per routing step: a step is ~0.2-0.4 us, a unit ~30-60 ns.
@@ -65,8 +67,68 @@ def declare(
     session.context.turns.park(ParkedDeclare(session, channel, method, match, begin, finish))
 
 
-class ParkedDeclare:
-    """A declare waiting for its policy search; ``dispatch.turns.Parked``."""
+def delete(
+    session: ChannelOwner,
+    channel: Channel,
+    method: Any,
+    entity: Queue | Exchange,
+    finish: Callable[[int], None],
+    now_ms: int,
+) -> None:
+    """queue.delete, exchange.delete: remove the entity's bindings within the turn's meter,
+    then run ``finish`` (the delete itself); with thousands of bindings, over later turns."""
+    vhost = session.open_vhost
+    if vhost.unlink_within(entity, session.context.turns.inline_meter()):
+        finish(now_ms)
+        return
+    session.park_reading()
+    session.context.turns.park(ParkedDelete(session, channel, method, entity, finish))
+
+
+class ParkedMethod:
+    """A method of a parked connection: ``work`` over later turns, then ``run`` it, with the
+    errors a method handled at once would raise (``dispatch.turns.Parked``)."""
+
+    def __init__(self, session: ChannelOwner, channel: Channel, method: Any) -> None:
+        self.session, self.channel, self.method = session, channel, method
+
+    def work(self, meter: budgets.Meter) -> bool:
+        """Go on while ``meter`` lasts; True once the method can complete."""
+        raise NotImplementedError
+
+    def run(self, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def advance(self, meter: budgets.Meter) -> bool:
+        session = self.session
+        if session.closed:
+            return True  # the connection went: nothing more is done, nobody to answer
+        if not self.work(meter):
+            return False
+        self._complete()
+        session.resume_parked()  # reads on: the rest of its frames
+        return True
+
+    def _complete(self) -> None:
+        session, channel = self.session, self.channel
+        channels = session.channels
+        if isinstance(channels, dict) and channels.get(channel.number) is not channel:
+            return  # its channel went meanwhile: no reply
+        try:
+            self.run(session.context.clock())
+        except errors.SoftError as exc:
+            _attach(exc, self.method, channel.number)
+            session.fail_channel(exc)
+        except errors.HardError as exc:
+            _attach(exc, self.method, channel.number)
+            session.fail_connection(exc)
+        except Exception:  # as data_received does for a method handled at once
+            log.exception("internal error on connection %s", getattr(session, "id", "?"))
+            session.fail_connection(errors.internal_error("internal error"))
+
+
+class ParkedDeclare(ParkedMethod):
+    """A declare waiting for its policy search."""
 
     def __init__(
         self,
@@ -77,46 +139,46 @@ class ParkedDeclare:
         begin: Begin,
         finish: Finish,
     ) -> None:
-        self.session, self.channel, self.method = session, channel, method
+        super().__init__(session, channel, method)
         self.match: PolicyMatch | None = match
         self.begin, self._finish = begin, finish
         self.restarts = 0  # searches started again after a policy change (tests, metrics)
 
-    def advance(self, meter: budgets.Meter) -> bool:
-        """Search while ``meter`` lasts; once known, declare and read on.  True when done."""
-        session = self.session
-        if session.closed:
-            return True  # the connection went: nothing was declared, nobody to answer
+    def work(self, meter: budgets.Meter) -> bool:
         while True:
             match = self.match
             if match is not None and not within(match, meter):
                 return False
             if match is None or match.current(match.kind):
-                break
+                return True
             self.restarts += 1  # a policy change was installed meanwhile: search again
             self.match = self.begin()
             if meter.left <= 0:
                 return False
-        self._complete()
-        session.resume_parked()  # reads on: the rest of its frames
-        return True
 
-    def _complete(self) -> None:
-        session, channel = self.session, self.channel
-        channels = session.channels
-        if isinstance(channels, dict) and channels.get(channel.number) is not channel:
-            return  # its channel went meanwhile: no declare, no reply
-        try:
-            self._finish(self.match, session.context.clock())
-        except errors.SoftError as exc:
-            _attach(exc, self.method, channel.number)
-            session.fail_channel(exc)
-        except errors.HardError as exc:
-            _attach(exc, self.method, channel.number)
-            session.fail_connection(exc)
-        except Exception:  # as data_received does for a method handled at once
-            log.exception("internal error on connection %s", getattr(session, "id", "?"))
-            session.fail_connection(errors.internal_error("internal error"))
+    def run(self, now_ms: int) -> None:
+        self._finish(self.match, now_ms)
+
+
+class ParkedDelete(ParkedMethod):
+    """A queue.delete or exchange.delete removing thousands of bindings first."""
+
+    def __init__(
+        self,
+        session: ChannelOwner,
+        channel: Channel,
+        method: Any,
+        entity: Queue | Exchange,
+        finish: Callable[[int], None],
+    ) -> None:
+        super().__init__(session, channel, method)
+        self.entity, self._finish = entity, finish
+
+    def work(self, meter: budgets.Meter) -> bool:
+        return self.session.open_vhost.unlink_within(self.entity, meter)
+
+    def run(self, now_ms: int) -> None:
+        self._finish(now_ms)
 
 
 def _attach(exc: errors.AMQPError, method: Any, channel: int) -> None:

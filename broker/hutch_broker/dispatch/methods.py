@@ -101,8 +101,20 @@ def exchange_delete(
             "not allowed"
         )
     session.check_permission("configure", "exchange", m.exchange)
-    _vhost(session).delete_exchange(m.exchange, if_unused=m.if_unused)
-    _reply(session, channel, commands.Exchange.DeleteOk(), m.nowait)
+    vhost = _vhost(session)
+    exchange = vhost.exchanges.get(m.exchange)
+    if exchange is None or (m.if_unused and (exchange.bindings or exchange.incoming)):
+        vhost.delete_exchange(m.exchange, if_unused=m.if_unused)  # nothing to do, or refused
+        _reply(session, channel, commands.Exchange.DeleteOk(), m.nowait)
+        return
+
+    def finish(_now_ms: int) -> None:
+        if vhost.exchanges.get(m.exchange) is exchange:  # not gone meanwhile (auto-delete)
+            vhost.delete_exchange(m.exchange)
+        _reply(session, channel, commands.Exchange.DeleteOk(), m.nowait)
+
+    # Its bindings removed within the turn's allowance, or over later turns (dispatch.declares).
+    declares.delete(session, channel, m, exchange, finish, now_ms)
 
 
 def _exchange_edge(session: ChannelOwner, m: Any) -> tuple[Any, Any]:
@@ -264,12 +276,22 @@ def queue_delete(
     # Before the lookup, as RabbitMQ does: a refusal must not tell whether the queue exists.
     session.check_permission("configure", "queue", m.queue)
     queue = vhost.queues.get(m.queue)
-    count = 0
-    if queue is not None:
-        vhost.check_exclusive(queue, session)
-        count = vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+    if queue is None:
+        _reply(session, channel, commands.Queue.DeleteOk(0), m.nowait)
+        return
+    vhost.check_exclusive(queue, session)
+    if (m.if_unused and queue.consumers) or (m.if_empty and queue.ready_count):
+        vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)  # refuses
+
+    def finish(_now_ms: int) -> None:
+        count = 0
+        if vhost.queues.get(m.queue) is queue:  # conditions were checked when it began
+            count = vhost.delete_queue(m.queue)
         session.exclusive_queues.discard(queue)
-    _reply(session, channel, commands.Queue.DeleteOk(count), m.nowait)
+        _reply(session, channel, commands.Queue.DeleteOk(count), m.nowait)
+
+    # Its bindings removed within the turn's allowance, or over later turns (dispatch.declares).
+    declares.delete(session, channel, m, queue, finish, now_ms)
 
 
 # -- basic.* -------------------------------------------------------------

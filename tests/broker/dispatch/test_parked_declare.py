@@ -195,3 +195,69 @@ def test_a_connection_closed_while_parked_declares_nothing():
 
     assert not context.turns.parked
     assert name not in broker.vhosts["/"].queues
+
+
+def bound_client(bindings: int) -> tuple[Broker, Context, Client]:
+    broker = Broker()
+    broker.create_defaults()
+    context = Context(broker, clock=lambda: 0, request_flush=lambda: None)
+    client = Client(context)
+    client.send(commands.Exchange.Declare(exchange="t", exchange_type="topic"))
+    client.send(commands.Queue.Declare(queue="q"))
+    vhost = broker.vhosts["/"]
+    for index in range(bindings):
+        vhost.bind("t", vhost.queues["q"], f"a.{index}.#")
+    client.replies()
+    return broker, context, client
+
+
+def test_an_exchange_delete_of_thousands_of_bindings_parks_and_keeps_order():
+    broker, context, client = bound_client(3000)
+    vhost = broker.vhosts["/"]
+    exchange = vhost.exchanges["t"]
+    client.session.handle_data(
+        frame.marshal(commands.Exchange.Delete(exchange="t"), 1)
+        + frame.marshal(commands.Queue.Declare(queue="after"), 1)
+    )
+    assert client.session.parked
+    assert client.replies() == []
+    assert "t" in vhost.exchanges, "the exchange stays, and routes, until it is deleted"
+    assert "after" not in vhost.queues
+
+    removed = []
+    while client.session.parked:
+        before = len(exchange.bindings)
+        context.turns.end_of_turn()
+        removed.append(before - len(exchange.bindings))
+        assert len(removed) < 1000
+    assert len(removed) >= 5, "the bindings were removed over several turns"
+    assert max(removed) <= turns.TURN_STEPS // 12 + 1
+
+    assert [type(r).__name__ for r in client.replies()] == ["DeleteOk", "DeclareOk"]
+    assert "t" not in vhost.exchanges
+    assert vhost.queues["q"].incoming == {}
+
+
+def test_a_queue_delete_of_thousands_of_bindings_parks_and_answers_its_count():
+    broker, context, client = bound_client(3000)
+    vhost = broker.vhosts["/"]
+    client.send(commands.Queue.Delete(queue="q"))
+    assert client.session.parked
+    run_turns(context, client.session)
+    replies = client.replies()
+    assert [type(r).__name__ for r in replies] == ["DeleteOk"]
+    assert replies[0].message_count == 0
+    assert "q" not in vhost.queues
+    assert vhost.exchanges["t"].bindings == {}
+
+
+def test_a_refused_queue_delete_changes_nothing():
+    broker, _context, client = bound_client(3000)
+    vhost = broker.vhosts["/"]
+    client.send(commands.Basic.Consume(queue="q"))
+    client.replies()
+    client.send(commands.Queue.Delete(queue="q", if_unused=True))
+    assert not client.session.parked
+    replies = client.replies()
+    assert isinstance(replies[0], commands.Channel.Close) and replies[0].reply_code == 406
+    assert len(vhost.queues["q"].incoming) == 3000
