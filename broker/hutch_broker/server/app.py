@@ -567,6 +567,8 @@ class BrokerServer:
             return
         if self._definitions_dirty and not self._save_definitions():
             return  # _fail_stop finishes the stop
+        if self._compaction is not None:  # the compaction below cancels it; nothing is lost
+            self._compaction.cancel()
         try:  # after a clean stop, definitions.json alone holds everything
             self._compact_definitions()
         except (OSError, StoreError):

@@ -204,3 +204,21 @@ def test_a_compaction_of_5000_queues_and_bindings_does_not_stall_a_canary(hutch_
     assert sum(item["vhost"] == "big" for item in saved["queues"]) == COUNT
     assert sum(item["vhost"] == "big" for item in saved["bindings"]) == COUNT
     assert report.violations(LOOSE) == [], report.summary()
+
+
+async def test_a_clean_stop_during_a_background_compaction_keeps_everything(server):
+    server.broker.import_definitions(document(COUNT))
+    deadline = time.monotonic() + 60
+    while not server.definitions.compacting:
+        assert time.monotonic() < deadline, "no compaction"
+        await asyncio.sleep(0)
+    for _ in range(5):  # a few slices of the export
+        await asyncio.sleep(0)
+    await server.stop()
+    await asyncio.sleep(0.5)  # a thread still running finds itself cancelled
+    data = server.config.data_dir
+    assert not (data / "definitions.log.next").exists()
+    assert sorted(p.name for p in data.glob(".definitions*")) == []
+    saved = load_definitions(data / "definitions.json")
+    assert len(saved["queues"]) == COUNT
+    assert len(saved["bindings"]) == COUNT
