@@ -15,6 +15,7 @@ back in order, and every queue has the cheap policy.
 import random
 import socket
 import struct
+from types import SimpleNamespace
 
 import pytest
 from hutch_testing import inmemory, management, noisy
@@ -101,4 +102,36 @@ def test_declares_against_expensive_policies_do_not_stall_a_canary(hutch_broker)
     queues = admin.get("/queues/declarer").body
     policy_of = {item["name"]: item.get("policy") for item in queues}
     assert all(policy_of[name] == "cheap" for name in names), policy_of
+    assert report.violations(LOOSE) == [], report.summary()
+
+
+@pytest.mark.timeout(300)
+def test_http_declares_against_expensive_policies_do_not_stall_a_canary(hutch_broker):
+    """The same search for ``PUT /api/queues`` and ``/api/exchanges``: awaited a slice per turn.
+    Twenty policies here, so that one PUT cost about 360 ms of loop time in one piece before."""
+    tenant = noisy.create_tenant(hutch_broker, "putter", tags="management")
+    canary_tenant = noisy.create_tenant(hutch_broker, "canary")
+    admin = management.Management(hutch_broker, timeout=120.0)
+    for index in range(20):
+        body = {"pattern": expensive_pattern(index % 10), "definition": {"max-length": 1},
+                "priority": 10 + index, "apply-to": "all"}  # fmt: skip
+        assert admin.put(f"/policies/putter/slow{index}", body).ok
+    cheap = {"pattern": "^[ab]", "definition": {"max-length": 7}, "priority": 0}
+    assert admin.put("/policies/putter/cheap", cheap).ok
+    endpoint = SimpleNamespace(http_url=hutch_broker.http_url, credentials=tenant.credentials)
+    client = management.Management(endpoint, timeout=120.0)
+
+    rng = random.Random(7)
+    names = ["".join(rng.choice("ab") for _ in range(255)) for _ in range(4)]
+    with noisy.Canary(hutch_broker, canary_tenant) as canary:
+        for name in names:
+            assert client.put(f"/queues/putter/{name}", {"durable": False}).status == 201
+            exchange = name[:127]
+            assert client.put(f"/exchanges/putter/{exchange}", {"type": "fanout"}).status == 201
+        report = canary.stop()
+
+    queues = {item["name"]: item.get("policy") for item in admin.get("/queues/putter").body}
+    exchanges = {item["name"]: item.get("policy") for item in admin.get("/exchanges/putter").body}
+    assert all(queues[name] == "cheap" for name in names), queues
+    assert all(exchanges[name[:127]] == "cheap" for name in names), exchanges
     assert report.violations(LOOSE) == [], report.summary()

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, bodies, errors, messaging
+from hutch_broker.admin import auth, bodies, declaring, errors, messaging
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.admin.views import exchanges as exchanges_view
@@ -82,6 +82,11 @@ async def put_exchange(request: web.Request) -> web.Response:
     if name == "":
         raise errors.not_authorized(amqp_errors.DEFAULT_EXCHANGE_REFUSAL)
     auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
+    # The policy search a slice per loop turn (admin/declaring.py).
+    matched = await declaring.policy_match(functools.partial(vhost.begin_exchange_match, name))
+    if matched is not None:  # it awaited: the vhost or the permission may have gone meanwhile
+        vhost = support.vhost_to_write(request)
+        auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
     exchange, created = vhost.declare_exchange(
         name,
         kind,
@@ -89,6 +94,7 @@ async def put_exchange(request: web.Request) -> web.Response:
         auto_delete=auto_delete,
         internal=internal,
         arguments=arguments,
+        matched=matched,
     )
     if created:
         exchange.declared_by = user.name

@@ -15,7 +15,7 @@ import itertools
 
 from aiohttp import web
 
-from hutch_broker.admin import auth, bodies, errors, messaging
+from hutch_broker.admin import auth, bodies, declaring, errors, messaging
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.admin.views import queues as queues_view
@@ -72,6 +72,18 @@ async def put_queue(request: web.Request) -> web.Response:
     auto_delete = bodies.boolean(body, "auto_delete", False)
     arguments = bodies.arguments(body)
     auth.check(admin.broker, user, vhost.name, "configure", "queue", name)
+    begin = functools.partial(
+        vhost.begin_queue_match,
+        name,
+        durable=durable,
+        auto_delete=auto_delete,
+        arguments=arguments,
+        default_type=True,
+    )
+    matched = await declaring.policy_match(begin)  # a slice per loop turn (admin/declaring.py)
+    if matched is not None:  # it awaited: the vhost or the permission may have gone meanwhile
+        vhost = support.vhost_to_write(request)
+        auth.check(admin.broker, user, vhost.name, "configure", "queue", name)
     _, created = vhost.declare_queue(
         name,
         durable=durable,
@@ -80,6 +92,7 @@ async def put_queue(request: web.Request) -> web.Response:
         now_ms=admin.now_ms(),
         source="http",
         default_type=True,
+        matched=matched,
     )
     return support.created_or_updated(created)
 
