@@ -159,17 +159,26 @@ async def test_a_failed_fsync_in_the_final_sync_of_a_stop_is_a_failed_write(
 
 
 def load(url: str, stop: threading.Event) -> None:
-    """Publish persistent messages with confirms and consume half of them, until the broker
-    goes away (the connection error is the end, not a failure)."""
+    """Publish persistent messages with confirms and consume half of them, and let others
+    expire into a dead-letter queue (store writes made by the broker's own timer, up to the
+    stop), until the broker goes away (the connection error is the end, not a failure)."""
     with contextlib.suppress(Exception):
         connection = pika.BlockingConnection(pika.URLParameters(url))
         channel = connection.channel()
         channel.confirm_delivery()
         channel.queue_declare("stop-load", durable=True)
+        channel.queue_declare("stop-dead", durable=True)
+        expiring = {
+            "x-message-ttl": 30,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "stop-dead",
+        }
+        channel.queue_declare("stop-ttl", durable=True, arguments=expiring)
         properties = pika.BasicProperties(delivery_mode=2)
         sent = 0
         while not stop.is_set():
             channel.basic_publish("", "stop-load", b"m" * 200, properties)
+            channel.basic_publish("", "stop-ttl", b"t" * 200, properties)
             sent += 1
             if sent % 2 == 0:
                 method, _, _ = channel.basic_get("stop-load")
