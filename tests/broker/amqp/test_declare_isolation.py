@@ -22,6 +22,7 @@ from hutch_testing import inmemory, management, noisy
 from pamqp import commands, frame
 
 ROUNDS, PIPELINED = 4, 5
+BINDINGS = 60_000  # per exchange, to one queue
 LOOSE = noisy.CanaryBound(max_ms=250.0, p99_ms=250.0)
 
 
@@ -134,4 +135,45 @@ def test_http_declares_against_expensive_policies_do_not_stall_a_canary(hutch_br
     exchanges = {item["name"]: item.get("policy") for item in admin.get("/exchanges/putter").body}
     assert all(queues[name] == "cheap" for name in names), queues
     assert all(exchanges[name[:127]] == "cheap" for name in names), exchanges
+    assert report.violations(LOOSE) == [], report.summary()
+
+
+@pytest.mark.timeout(300)
+def test_deleting_an_exchange_and_a_queue_with_many_bindings_does_not_stall_a_canary(
+    hutch_broker,
+):
+    """``exchange.delete`` over AMQP and ``DELETE /api/queues`` of a queue with tens of thousands
+    of durable topic bindings: removed a slice per loop turn, the entity itself last."""
+    tenant = noisy.create_tenant(hutch_broker, "binder", tags="management")
+    canary_tenant = noisy.create_tenant(hutch_broker, "canary")
+    attacker = RawClient(
+        hutch_broker.amqp_port, vhost=tenant.vhost, user=tenant.user, password=tenant.password
+    )
+    setup: list[object] = [
+        commands.Exchange.Declare(exchange="t", exchange_type="topic", durable=True),
+        commands.Exchange.Declare(exchange="u", exchange_type="topic", durable=True),
+        commands.Queue.Declare(queue="q", durable=True),
+    ]
+    for index in range(BINDINGS):
+        setup.append(commands.Queue.Bind(queue="q", exchange="t", routing_key=f"a.{index}.#",
+                                         nowait=True))  # fmt: skip
+        setup.append(commands.Queue.Bind(queue="q", exchange="u", routing_key=f"b.{index}.#",
+                                         nowait=True))  # fmt: skip
+    attacker.send([*setup, commands.Queue.Declare(queue="q", passive=True)])
+    attacker.read_until(commands.Queue.DeclareOk)
+    endpoint = SimpleNamespace(http_url=hutch_broker.http_url, credentials=tenant.credentials)
+    client = management.Management(endpoint, timeout=120.0)
+
+    with noisy.Canary(hutch_broker, canary_tenant) as canary:
+        attacker.send([commands.Exchange.Delete(exchange="t"), commands.Queue.Declare(queue="r")])
+        attacker.read_until(commands.Exchange.DeleteOk)
+        assert attacker.read_until(commands.Queue.DeclareOk).queue == "r"  # type: ignore[attr-defined]
+        assert client.delete("/queues/binder/q").status == 204
+        report = canary.stop()
+    attacker.sock.close()
+
+    admin = management.Management(hutch_broker, timeout=120.0)
+    assert admin.get("/exchanges/binder/t").status == 404
+    assert admin.get("/queues/binder/q").status == 404
+    assert [b for b in admin.get("/bindings/binder").body if b["destination"] == "q"] == []
     assert report.violations(LOOSE) == [], report.summary()

@@ -13,7 +13,7 @@ import random
 from hutch_broker.dispatch import declares, turns
 from hutch_broker.dispatch.context import Context
 from hutch_broker.dispatch.sessions import Session
-from hutch_broker.model import automata
+from hutch_broker.model import automata, vhosts
 from hutch_broker.model.broker import Broker
 from hutch_broker.model.policies import Policy
 from hutch_broker.protocol import connection as proto_connection
@@ -231,7 +231,7 @@ def test_an_exchange_delete_of_thousands_of_bindings_parks_and_keeps_order():
         removed.append(before - len(exchange.bindings))
         assert len(removed) < 1000
     assert len(removed) >= 5, "the bindings were removed over several turns"
-    assert max(removed) <= turns.TURN_STEPS // 12 + 1
+    assert max(removed) <= turns.TURN_STEPS // vhosts.UNLINK_STEPS + 1
 
     assert [type(r).__name__ for r in client.replies()] == ["DeleteOk", "DeclareOk"]
     assert "t" not in vhost.exchanges

@@ -109,10 +109,14 @@ async def delete_exchange(request: web.Request) -> web.Response:
     refusal = _builtin_refusal(vhost, name)
     if refusal is not None:
         raise refusal
-    _exchange(vhost, name)
+    exchange = _exchange(vhost, name)
     auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
     if_unused = bodies.query_flag(request.query.get("if-unused"))
-    vhost.delete_exchange(name, if_unused=if_unused)
+    if if_unused and (exchange.bindings or exchange.incoming):
+        vhost.delete_exchange(name, if_unused=if_unused)  # refuses
+    await declaring.unlink_in_slices(vhost, exchange)  # its bindings, a slice per loop turn
+    if vhost.exchanges.get(name) is exchange:  # not gone meanwhile (auto-delete)
+        vhost.delete_exchange(name)
     return support.no_content()
 
 

@@ -123,11 +123,13 @@ async def delete_queue(request: web.Request) -> web.Response:
     queue = _queue(vhost, support.path(request, "queue"))
     auth.check(admin.broker, user, vhost.name, "configure", "queue", queue.name)
     _not_exclusive(vhost, queue)
-    vhost.delete_queue(
-        queue.name,
-        if_unused=bodies.query_flag(request.query.get("if-unused")),
-        if_empty=bodies.query_flag(request.query.get("if-empty")),
-    )
+    if_unused = bodies.query_flag(request.query.get("if-unused"))
+    if_empty = bodies.query_flag(request.query.get("if-empty"))
+    if (if_unused and queue.consumers) or (if_empty and queue.ready_count):
+        vhost.delete_queue(queue.name, if_unused=if_unused, if_empty=if_empty)  # refuses
+    await declaring.unlink_in_slices(vhost, queue)  # its bindings, a slice per loop turn
+    if vhost.queues.get(queue.name) is queue:  # conditions were checked when it began
+        vhost.delete_queue(queue.name)
     return support.no_content()
 
 
