@@ -4,6 +4,7 @@ import base64
 
 import pytest
 from hutch_broker.admin import errors, messaging
+from hutch_broker.model import budgets
 from hutch_broker.protocol import properties
 
 NOW = 1_000_000
@@ -29,7 +30,9 @@ def vhost(broker):
 
 def test_api_6_publish_routes_through_the_default_exchange(vhost):
     request = messaging.parse_publish(publish_body())
-    assert messaging.publish(vhost, vhost.exchanges[""], request, NOW).routed
+    assert messaging.publish(
+        vhost, vhost.exchanges[""], request, NOW, meter=budgets.unlimited()
+    ).routed
     (entry,) = vhost.queues["q"].ready_entries()
     assert entry.message.body == b"hello"
     assert properties.decode_properties(entry.message.raw_properties) == {
@@ -40,7 +43,9 @@ def test_api_6_publish_routes_through_the_default_exchange(vhost):
 
 def test_api_6_unroutable_publish(vhost):
     request = messaging.parse_publish(publish_body(routing_key="nowhere"))
-    published = messaging.publish(vhost, vhost.exchanges[""], request, NOW)
+    published = messaging.publish(
+        vhost, vhost.exchanges[""], request, NOW, meter=budgets.unlimited()
+    )
     assert not published.routed
     assert not published.wrote
 
@@ -97,7 +102,7 @@ def test_api_6_bad_publish_bodies(overrides, reason):
 def _fill(vhost, *bodies):
     for body in bodies:
         request = messaging.parse_publish(publish_body(payload=body))
-        messaging.publish(vhost, vhost.exchanges[""], request, NOW)
+        messaging.publish(vhost, vhost.exchanges[""], request, NOW, meter=budgets.unlimited())
 
 
 def get(vhost, **body):
@@ -142,7 +147,7 @@ def test_api_8_binary_payloads_and_truncate(vhost):
     request = messaging.parse_publish(
         publish_body(payload=base64.b64encode(b"\xff\xfe abc").decode(), payload_encoding="base64")
     )
-    messaging.publish(vhost, vhost.exchanges[""], request, NOW)
+    messaging.publish(vhost, vhost.exchanges[""], request, NOW, meter=budgets.unlimited())
     (item,) = get(vhost, ackmode="ack_requeue_true")
     assert item["payload_encoding"] == "base64"
     assert base64.b64decode(item["payload"]) == b"\xff\xfe abc"
