@@ -2,6 +2,7 @@
 
     python bench/broker_size.py [--queues 10000] [--bindings-per-queue 10] [--rounds 3]
                                 [--brokers rabbitmq,hutch] [--quick] [--output PATH]
+                                [--hutch-source DIR/broker]   # git archive <commit> broker
 
 Why: the isolation issue asks that no work growing with the number of objects hold hutch-broker's
 one event loop for more than a few milliseconds, and that memory stay bounded. This benchmark
