@@ -73,7 +73,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -284,7 +283,7 @@ class DefinitionsStore:
         """Steps 3 and 4, in a worker thread: the snapshot's size, or None when ``compact``
         cancelled this compaction. ``definitions`` must hold only committed changes."""
         snapshot = _snapshot_bytes(definitions)
-        temp_name = _write_temp(self.snapshot_path, snapshot)
+        temp_name = files.write_temp(self.snapshot_path, snapshot)
         try:
             with self._lock:
                 if self._generation != ticket or self._compacting != ticket:
@@ -411,21 +410,6 @@ def _starts_with_reset(path: Path) -> bool:
         return False
     marker = journal.FILE_HEADER_SIZE + journal.HEADER_SIZE
     return head.startswith(journal.FILE_HEADER) and head[marker:].startswith(b'{"op":"reset"')
-
-
-def _write_temp(path: Path, data: bytes) -> str:
-    """``data`` in a fsynced temporary file next to ``path``; its name."""
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as temp_file:
-            temp_file.write(data)
-            temp_file.flush()
-            os.fsync(temp_file.fileno())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
-    return temp_name
 
 
 def _size(path: Path) -> int:

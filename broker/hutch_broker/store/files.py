@@ -35,18 +35,29 @@ def _fsync(path: Path, flags: int) -> None:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: readers see the old or the new content, never a mix."""
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temp_name = write_temp(path, data)
     try:
-        with os.fdopen(fd, "wb") as temp_file:
-            temp_file.write(data)
-            temp_file.flush()
-            os.fsync(temp_file.fileno())
         os.replace(temp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp_name)
         raise
     fsync_dir(path.parent)
+
+
+def write_temp(path: Path, data: bytes) -> str:
+    """``data`` in a fsynced temporary file next to ``path`` (to be renamed over it); its name."""
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as temp_file:
+            temp_file.write(data)
+            temp_file.flush()
+            os.fsync(temp_file.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_name)
+        raise
+    return temp_name
 
 
 def remove_tree(path: Path) -> None:

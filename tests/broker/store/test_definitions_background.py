@@ -14,7 +14,14 @@ import json
 import os
 
 import pytest
-from hutch_broker.store import DefinitionsStore, StoreError, definitions, journal, load_definitions
+from hutch_broker.store import (
+    DefinitionsStore,
+    StoreError,
+    definitions,
+    files,
+    journal,
+    load_definitions,
+)
 
 BASE = {
     "rabbit_version": "3.10.8",
@@ -129,7 +136,7 @@ def test_appends_move_to_the_next_journal_and_the_old_one_is_frozen(store):
 
 def test_crash_before_the_snapshot_rename(store):
     first, model, _, exported = history_until_the_swap(store)
-    temp = definitions._write_temp(first.snapshot_path, definitions._snapshot_bytes(exported))
+    temp = files.write_temp(first.snapshot_path, definitions._snapshot_bytes(exported))
     # Killed here: a temporary file, the old snapshot, both journals.
     assert state(store().recover()) == state(model.export())
     os.unlink(temp)
@@ -209,7 +216,7 @@ def test_a_failed_background_write_leaves_a_recoverable_pair(store, monkeypatch)
     def full_disk(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(definitions, "_write_temp", full_disk)
+    monkeypatch.setattr(files, "write_temp", full_disk)
     with pytest.raises(OSError, match="No space"):
         first.write_compaction(ticket, exported)
     first.finish_compaction(ticket, None)
