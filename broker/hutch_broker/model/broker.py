@@ -432,31 +432,25 @@ def _export_vhost_steps(
     )
     if vhost.limits:
         out["parameters"].append(changes.vhost_limits_item(vhost))
-    queues = list(vhost.queues.values())
-    exchanges = list(vhost.exchanges.values())
-    bindings = vhost.bindings()
+    kinds: list[tuple[str, list[Any], Callable[..., bool], Callable[..., dict[str, Any]]]] = [
+        ("queues", list(vhost.queues.values()), changes.queue_exported, changes.queue_item),
+        (
+            "exchanges",
+            list(vhost.exchanges.values()),
+            changes.exchange_exported,
+            changes.exchange_item,
+        ),
+        ("bindings", vhost.bindings(), changes.binding_exported, changes.binding_item),
+    ]  # each listed at this instant, rendered over the steps below
     yield
-    for start in range(0, len(queues), per_step):
-        out["queues"].extend(
-            changes.queue_item(name, queue)
-            for queue in queues[start : start + per_step]
-            if changes.queue_exported(queue, durable_only=durable_only)
-        )
-        yield
-    for start in range(0, len(exchanges), per_step):
-        out["exchanges"].extend(
-            changes.exchange_item(name, exchange)
-            for exchange in exchanges[start : start + per_step]
-            if changes.exchange_exported(exchange, durable_only=durable_only)
-        )
-        yield
-    for start in range(0, len(bindings), per_step):
-        out["bindings"].extend(
-            changes.binding_item(name, binding)
-            for binding in bindings[start : start + per_step]
-            if changes.binding_exported(binding, durable_only=durable_only)
-        )
-        yield
+    for key, items, exported, render in kinds:
+        for start in range(0, len(items), per_step):
+            out[key].extend(
+                render(name, item)
+                for item in items[start : start + per_step]
+                if exported(item, durable_only=durable_only)
+            )
+            yield
 
 
 def _items(definitions: dict[str, Any], key: str) -> list[dict[str, Any]]:

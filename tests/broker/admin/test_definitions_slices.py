@@ -179,9 +179,11 @@ async def test_a_bad_binding_at_the_end_changes_nothing_and_is_found_in_slices()
 async def test_the_export_runs_over_many_turns():
     broker = Broker()
     broker.create_defaults()
-    broker.import_definitions(document())
+    broker.import_definitions(document(queues=6000))
     exported, turns = await while_ticking(definitions.export(broker))
-    assert turns >= 2  # 4,000 items: a couple of 2 ms slices (before: one turn)
+    # 12,010 items, 50 a step: over 240 steps, so at least two slices of at most
+    # slicing.SLICE_STEPS (200) steps, however fast the machine (before: one turn)
+    assert turns >= 2
     assert exported == broker.export_definitions()
     per_vhost, _ = await while_ticking(definitions.export(broker, "a"))
     assert per_vhost == definitions.vhost_export(broker.export_definitions(), "a")
