@@ -116,6 +116,12 @@ def sort_key(item: Item, keys: Sequence[str]) -> list[tuple[int, Any]]:
     return [_comparable(_dotted(item, key)) for key in keys]
 
 
+def key_value(value: Any) -> tuple[int, Any]:
+    """One part of ``sort_key`` from a top-level value read without rendering the item
+    (None: the item has no such key)."""
+    return _comparable(0 if value is None else value)
+
+
 def sort_items(items: Sequence[Item], keys: Sequence[str], *, reverse: bool) -> list[Item]:
     ordered = sorted(items, key=lambda item: sort_key(item, keys))
     return ordered[::-1] if reverse else ordered
@@ -124,7 +130,10 @@ def sort_items(items: Sequence[Item], keys: Sequence[str], *, reverse: bool) -> 
 # -- filtering and paging -----------------------------------------------------------------
 
 
-def name_matcher(paging: Paging) -> re.Pattern[str] | patterns.Matcher:
+NameMatcher = re.Pattern[str] | patterns.Matcher
+
+
+def name_matcher(paging: Paging) -> NameMatcher:
     """``?name=`` as a case-insensitive search; with ``use_regex``, through the policy
     patterns' bounded matcher, as a ``re`` search over every name of a listing could
     backtrack for minutes on one pattern such as ``(a+)+$``."""

@@ -19,9 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar
 
@@ -29,12 +38,19 @@ from hutch_broker.admin import listing
 
 SLICE_S: Final = 0.002  # the most one slice of a listing keeps the loop (checked per item)
 RUN_LENGTH: Final = 256  # items per sorted run: one C sort of this size takes well under 1 ms
+# Sorted runs are merged pairwise in C up to this length (one linear pass, a fraction of a
+# millisecond), and the few runs left by heapq.merge, a piece per step.
+MERGE_LENGTH: Final = 8192
 MAX_LISTINGS: Final = 2  # listings in progress at once, all users together
 MAX_LISTINGS_PER_USER: Final = 1
 
 T = TypeVar("T")
 R = TypeVar("R", bound=tuple[Any, ...])
 Item = listing.Item
+# Top-level item keys a listing can read straight from its model objects, without rendering
+# them: ``{"name": lambda queue: queue.name, ...}``. A getter returns exactly the rendered
+# item's value for that key, or None when the item has no such key.
+Fields = Mapping[str, Callable[[Any], Any]]
 _COMPACT: Final = (",", ":")
 # One encoder for every item: json.dumps with separators builds a new one per call.
 _ENCODER: Final = json.JSONEncoder(separators=_COMPACT)
@@ -72,13 +88,35 @@ class Pacer:
         return result
 
     async def sorted(self, items: Sequence[T], key: Callable[[T], Any]) -> list[T]:
-        """A stable sort in bounded steps: keys, then sorted runs, then a merge."""
-        decorated = await self.map(lambda index: (key(items[index]), index), range(len(items)))
-        runs = []
-        for start in range(0, len(decorated), RUN_LENGTH):
-            runs.append(sorted(decorated[start : start + RUN_LENGTH]))
+        """A stable sort in bounded steps: the keys, sorted runs of indices, then a merge.
+
+        Each step handles a piece of ``RUN_LENGTH`` items at C speed (keys, one sort, a pair of
+        runs merged, or a piece of the final merge) and then ticks: a listing page sorts its
+        whole snapshot, and a tick per item cost more than the sort itself. Indices are
+        sorted by their stored key, so comparisons compare keys only."""
+        size = len(items)
+        keys: list[Any] = []
+        for start in range(0, size, RUN_LENGTH):
+            keys.extend(map(key, items[start : start + RUN_LENGTH]))
             await self.tick()
-        return await self.map(lambda pair: items[pair[1]], heapq.merge(*runs))
+        key_of = keys.__getitem__
+        runs = []
+        for start in range(0, size, RUN_LENGTH):
+            runs.append(sorted(range(start, min(start + RUN_LENGTH, size)), key=key_of))
+            await self.tick()
+        while len(runs) > 1 and len(runs[0]) + len(runs[1]) <= MERGE_LENGTH:
+            paired = []
+            for first in range(0, len(runs) - 1, 2):
+                # two sorted runs, the earlier first: Timsort merges them stably in one pass
+                paired.append(sorted(runs[first] + runs[first + 1], key=key_of))
+                await self.tick()
+            runs = paired + runs[len(paired) * 2 :]
+        result: list[T] = []
+        merged = heapq.merge(*runs, key=key_of)  # stable: ties come from earlier runs first
+        while piece := [items[index] for index in itertools.islice(merged, RUN_LENGTH)]:
+            result.extend(piece)
+            await self.tick()
+        return result
 
 
 class Admission:
@@ -163,6 +201,7 @@ async def render_list(
     *,
     default_sort: Sequence[str] = listing.DEFAULT_SORT,
     pacer: Pacer,
+    fields: Fields | None = None,
 ) -> bytes:
     """The JSON body of a list response; ``objects`` must be a snapshot (a list), not a view
     of a dict the model may change while the listing waits for its next slice.
@@ -170,6 +209,11 @@ async def render_list(
     A rendered item lives only as long as one step: its sort key and its JSON (or, when
     paging, its name) are kept and the item is dropped, so a big listing leaves few objects
     behind for the garbage collector to walk. A page's items are rendered again, once sorted.
+
+    When a page is asked for and ``fields`` can read every sort key (and, for ``?name=``, the
+    name) from the model objects, nothing is rendered but the page: paging through n objects
+    a page at a time then costs n cheap key reads per page, not n renders, and leaves no
+    rendered items alive for the collector to walk.
     """
     keys = listing.sort_keys(query, default_sort)
     paging = query.paging
@@ -178,6 +222,40 @@ async def render_list(
         encoded = [row[1] for row in await _ordered(rows, keys, query.sort_reverse, pacer)]
         return b"[" + b",".join(encoded) + b"]"
     matcher = listing.name_matcher(paging) if paging.name else None
+    offset = (paging.page - 1) * paging.page_size
+    cheap = fields is not None and all(key in fields for key in keys)
+    if cheap and matcher is None and not keys:  # the snapshot's own order: no key to read
+        envelope = listing.page_envelope(paging, filtered=len(objects), total=len(objects))
+        indices = range(len(objects))[:: -1 if query.sort_reverse else 1]
+        span = indices[offset : offset + paging.page_size]
+        page = await pacer.map(lambda index: _encoded(render(objects[index]), query), span)
+        return _encode_envelope(envelope, b"[" + b",".join(page) + b"]")
+    probe = (
+        _cheap_probe(objects, fields, keys, matcher)
+        if fields is not None and cheap and (matcher is None or "name" in fields)
+        else _render_probe(objects, render, keys, matcher)
+    )
+    probes = await pacer.map(probe, range(len(objects)))
+    matched = [found for found in probes if found is not None]
+    del probes
+    envelope = listing.page_envelope(paging, filtered=len(matched), total=len(objects))
+    ordered = await _ordered(matched, keys, query.sort_reverse, pacer)
+    window = ordered[offset : offset + paging.page_size]
+    del matched, ordered
+    page = await pacer.map(lambda row: _encoded(render(objects[row[1]]), query), window)
+    return _encode_envelope(envelope, b"[" + b",".join(page) + b"]")
+
+
+Probe = Callable[[int], tuple[Any, int] | None]
+
+
+def _render_probe(
+    objects: Sequence[T],
+    render: Callable[[T], Item],
+    keys: Sequence[str],
+    matcher: listing.NameMatcher | None,
+) -> Probe:
+    """(sort key, index) of a matching object, read from its rendered item (then dropped)."""
 
     def probe(index: int) -> tuple[Any, int] | None:
         item = render(objects[index])
@@ -185,14 +263,33 @@ async def render_list(
             return None
         return (listing.sort_key(item, keys) if keys else None, index)
 
-    probes = await pacer.map(probe, range(len(objects)))
-    matched = [found for found in probes if found is not None]
-    envelope = listing.page_envelope(paging, filtered=len(matched), total=len(objects))
-    ordered = await _ordered(matched, keys, query.sort_reverse, pacer)
-    offset = (paging.page - 1) * paging.page_size
-    window = ordered[offset : offset + paging.page_size]
-    page = await pacer.map(lambda row: _row(render(objects[row[1]]), (), query.columns)[1], window)
-    return _encode_envelope(envelope, b"[" + b",".join(page) + b"]")
+    return probe
+
+
+def _cheap_probe(
+    objects: Sequence[T], fields: Fields, keys: Sequence[str], matcher: listing.NameMatcher | None
+) -> Probe:
+    """The same (sort key, index) as ``_render_probe``, read from the model object itself.
+
+    The key is a tuple of ``(rank, str or number)`` tuples: it compares as the rendered key's
+    list does, and the collector stops tracking it after one pass, holding only atoms."""
+    getters = [fields[key] for key in keys]
+    name_of = fields.get("name")
+
+    def probe(index: int) -> tuple[Any, int] | None:
+        obj = objects[index]
+        if matcher is not None and name_of is not None:
+            name = name_of(obj)
+            if not matcher.search("" if name is None else str(name)):
+                return None
+        key = tuple(listing.key_value(getter(obj)) for getter in getters) if keys else None
+        return (key, index)
+
+    return probe
+
+
+def _encoded(item: Item, query: listing.ListQuery) -> bytes:
+    return _ENCODER.encode(listing.select_columns(item, query.columns)).encode()
 
 
 def _row(item: Item, keys: Sequence[str], columns: listing.Columns | None) -> tuple[Any, bytes]:

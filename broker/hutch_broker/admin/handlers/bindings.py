@@ -7,7 +7,6 @@ permission on the source, as ``queue.bind``/``exchange.bind`` do.
 from __future__ import annotations
 
 import urllib.parse
-from typing import Any
 
 from aiohttp import web
 
@@ -74,37 +73,32 @@ async def list_bindings(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
     async with support.paced_work(request) as work:
-        items = []
+        edges: list[Queue | Binding] = []
         for vhost in vhosts:
-            items.extend(await _vhost_items(vhost, work.pacer))
-        return await support.paced_list(request, work, items, _same, default_sort=())
+            edges.extend(await _vhost_edges(vhost, work.pacer))
+        return await support.paced_list(
+            request, work, edges, bindings_view.edge_item, (), fields=bindings_view.EDGE_FIELDS
+        )
 
 
 @routes.get("/api/bindings/{vhost}")
 async def list_vhost_bindings(request: web.Request) -> web.StreamResponse:
     vhost = support.vhost_to_read(request)
     async with support.paced_work(request) as work:
-        items = await _vhost_items(vhost, work.pacer)
-        return await support.paced_list(request, work, items, _same, default_sort=())
+        edges = await _vhost_edges(vhost, work.pacer)
+        return await support.paced_list(
+            request, work, edges, bindings_view.edge_item, (), fields=bindings_view.EDGE_FIELDS
+        )
 
 
-async def _vhost_items(vhost: VirtualHost, pacer: paced.Pacer) -> list[dict[str, Any]]:
-    """``bindings_view.vhost_bindings`` in slices: the same items in the same order."""
+async def _vhost_edges(vhost: VirtualHost, pacer: paced.Pacer) -> list[Queue | Binding]:
+    """``bindings_view.vhost_bindings``'s order, in slices, as model objects: a queue stands
+    for its implicit default-exchange binding. Sorted by keys read from the objects, not from
+    rendered items, so that a page of 500 out of 110,000 renders 500 items, not 110,000."""
     queues = [queue for queue in list(vhost.queues.values()) if not queue.deleted]
-    implicit = await pacer.map(
-        lambda queue: bindings_view.default_binding_item(queue, vhost.name), queues
-    )
-    explicit = await pacer.map(
-        lambda binding: bindings_view.binding_item(binding, vhost.name), vhost.bindings()
-    )
-    return [
-        *await pacer.sorted(implicit, key=lambda item: item["destination"]),
-        *await pacer.sorted(explicit, key=bindings_view.explicit_order),
-    ]
-
-
-def _same(item: dict[str, Any]) -> dict[str, Any]:
-    return item
+    implicit = await pacer.sorted(queues, key=bindings_view.implicit_edge_order)
+    explicit = await pacer.sorted(vhost.bindings(), key=bindings_view.explicit_edge_order)
+    return [*implicit, *explicit]
 
 
 @routes.get(EDGE)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from typing import Any
 
 from aiohttp import web
 
@@ -51,14 +50,18 @@ async def list_exchanges(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
     found = list(itertools.chain.from_iterable(vhost.exchanges.values() for vhost in vhosts))
-    return await support.paced_list_response(request, found, exchanges_view.exchange_item)
+    return await support.paced_list_response(
+        request, found, exchanges_view.exchange_item, fields=exchanges_view.FIELDS
+    )
 
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost_exchanges(request: web.Request) -> web.StreamResponse:
     vhost = support.vhost_to_read(request)
     found = list(vhost.exchanges.values())
-    return await support.paced_list_response(request, found, exchanges_view.exchange_item)
+    return await support.paced_list_response(
+        request, found, exchanges_view.exchange_item, fields=exchanges_view.FIELDS
+    )
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}")
@@ -191,15 +194,13 @@ async def _exchange_bindings(request: web.Request, *, as_source: bool) -> web.St
     if exchange is vhost.default_exchange and as_source:
         queues = list(vhost.queues.values())
         render = functools.partial(bindings_view.default_binding_item, vhost=vhost.name)
-        return await support.paced_list_response(request, queues, render, default_sort=())
+        return await support.paced_list_response(
+            request, queues, render, default_sort=(), fields=bindings_view.EDGE_FIELDS
+        )
     edges = list(exchange.bindings.values() if as_source else exchange.incoming.values())
     async with support.paced_work(request) as work:
-        items = await work.pacer.map(
-            functools.partial(bindings_view.binding_item, vhost=vhost.name), edges
+        ordered = await work.pacer.sorted(edges, key=bindings_view.explicit_edge_order)
+        render = functools.partial(bindings_view.binding_item, vhost=vhost.name)
+        return await support.paced_list(
+            request, work, ordered, render, (), fields=bindings_view.EDGE_FIELDS
         )
-        items = await work.pacer.sorted(items, key=bindings_view.explicit_order)
-        return await support.paced_list(request, work, items, _same, default_sort=())
-
-
-def _same(item: dict[str, Any]) -> dict[str, Any]:
-    return item

@@ -42,7 +42,7 @@ async def list_queues(request: web.Request) -> web.StreamResponse:
     vhosts = auth.visible_vhosts(admin.broker, support.user(request))
     queues = list(itertools.chain.from_iterable(vhost.queues.values() for vhost in vhosts))
     render = functools.partial(queues_view.queue_item, node=admin.node_name)
-    return await support.paced_list_response(request, queues, render)
+    return await support.paced_list_response(request, queues, render, fields=queues_view.FIELDS)
 
 
 @routes.get("/api/queues/{vhost}")
@@ -50,7 +50,8 @@ async def list_vhost_queues(request: web.Request) -> web.StreamResponse:
     admin = support.state(request)
     vhost = support.vhost_to_read(request)
     render = functools.partial(queues_view.queue_item, node=admin.node_name)
-    return await support.paced_list_response(request, list(vhost.queues.values()), render)
+    queues = list(vhost.queues.values())
+    return await support.paced_list_response(request, queues, render, fields=queues_view.FIELDS)
 
 
 @routes.get("/api/queues/{vhost}/{queue}")

@@ -121,11 +121,13 @@ async def paced_list_response(
     objects: Sequence[T],
     render: Callable[[T], dict[str, Any]],
     default_sort: Sequence[str] = listing.DEFAULT_SORT,
+    fields: paced.Fields | None = None,
 ) -> web.StreamResponse:
     """A list that grows with the broker: ``render`` is applied per object in slices that yield
-    to the loop (``paced``), behind the listing gate. ``objects`` is a snapshot (a list)."""
+    to the loop (``paced``), behind the listing gate. ``objects`` is a snapshot (a list).
+    ``fields``: the item keys readable from the objects, so that a page renders only itself."""
     async with paced_work(request) as work:
-        return await paced_list(request, work, objects, render, default_sort)
+        return await paced_list(request, work, objects, render, default_sort, fields=fields)
 
 
 async def paced_list(
@@ -134,10 +136,14 @@ async def paced_list(
     objects: Sequence[T],
     render: Callable[[T], dict[str, Any]],
     default_sort: Sequence[str] = listing.DEFAULT_SORT,
+    *,
+    fields: paced.Fields | None = None,
 ) -> web.StreamResponse:
     query = listing.parse_query(request.query)
     pacer = work.pacer
-    body = await paced.render_list(objects, render, query, default_sort=default_sort, pacer=pacer)
+    body = await paced.render_list(
+        objects, render, query, default_sort=default_sort, pacer=pacer, fields=fields
+    )
     work.admission.done_working()
     return await send_json(request, body)
 

@@ -17,8 +17,8 @@ import base64
 import hashlib
 import json
 import urllib.parse
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final
 
 from hutch_broker.admin.views import formatting
 from hutch_broker.model.exchanges import Binding, Exchange
@@ -101,6 +101,55 @@ def vhost_bindings(vhost: VirtualHost) -> list[dict[str, Any]]:
 
 def explicit_order(item: dict[str, Any]) -> tuple[str, str, str]:
     return (item["source"], item["destination"], item["routing_key"])
+
+
+# ``/api/bindings`` as model objects: a ``Queue`` stands for its implicit default-exchange
+# binding, a ``Binding`` for itself. The item keys that can be read without rendering
+# (``paced.Fields``); a binding item has no ``name``.
+def edge_item(edge: Queue | Binding) -> dict[str, Any]:
+    if isinstance(edge, Queue):
+        return default_binding_item(edge, edge.vhost)
+    return binding_item(edge, edge.source.vhost)
+
+
+def implicit_edge_order(queue: Queue) -> str:
+    """``vhost_bindings``' order of implicit bindings, read from the queue."""
+    return queue.name
+
+
+def explicit_edge_order(binding: Binding) -> tuple[str, str, str]:
+    """``explicit_order``, read from the binding instead of its item."""
+    return (binding.source.name, binding.destination.name, binding.routing_key)
+
+
+def _edge_source(edge: Queue | Binding) -> str:
+    return "" if isinstance(edge, Queue) else edge.source.name
+
+
+def _edge_vhost(edge: Queue | Binding) -> str:
+    return edge.vhost if isinstance(edge, Queue) else edge.source.vhost
+
+
+def _edge_destination_type(edge: Queue | Binding) -> str:
+    return "queue" if isinstance(edge, Queue) else edge.destination_type
+
+
+def _edge_routing_key(edge: Queue | Binding) -> str:
+    return edge.name if isinstance(edge, Queue) else edge.routing_key
+
+
+def _edge_destination(edge: Queue | Binding) -> str:
+    return edge.name if isinstance(edge, Queue) else edge.destination.name
+
+
+EDGE_FIELDS: Final[Mapping[str, Callable[[Queue | Binding], Any]]] = {
+    "source": _edge_source,
+    "vhost": _edge_vhost,
+    "destination": _edge_destination,
+    "destination_type": _edge_destination_type,
+    "routing_key": _edge_routing_key,
+    "name": lambda edge: None,
+}
 
 
 def _visible(queues: Iterable[Queue]) -> Iterator[Queue]:

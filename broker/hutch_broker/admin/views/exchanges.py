@@ -6,7 +6,8 @@ path mapping is the handlers' job, the body keeps the model's name.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from hutch_broker.admin.views import formatting
 from hutch_broker.model.exchanges import Exchange
@@ -45,3 +46,11 @@ def exchange_detail(exchange: Exchange) -> dict[str, Any]:
     item["incoming"] = []
     item["outgoing"] = []
     return item
+
+
+# The item keys a listing reads straight from the exchange, so a page renders only itself
+# (``paced.Fields``): ``vhost`` and ``name`` are the default sort.
+FIELDS: Final[Mapping[str, Callable[[Exchange], Any]]] = {
+    "name": lambda exchange: exchange.name,
+    "vhost": lambda exchange: exchange.vhost,
+}

@@ -9,7 +9,8 @@ both numbers, as RabbitMQ does.  Erlang internals (``backing_queue_status``,
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from hutch_broker.admin.views import connections, formatting
 from hutch_broker.model import settings
@@ -217,3 +218,11 @@ def queue_detail(queue: Queue, *, node: str, local_address: str) -> dict[str, An
     item["deliveries"] = []
     item["incoming"] = []
     return item
+
+
+# The item keys a listing reads straight from the queue, so a page renders only itself
+# (``paced.Fields``): ``vhost`` and ``name`` are the default sort.
+FIELDS: Final[Mapping[str, Callable[[Queue], Any]]] = {
+    "name": lambda queue: queue.name,
+    "vhost": lambda queue: queue.vhost,
+}
