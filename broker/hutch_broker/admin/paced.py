@@ -41,6 +41,7 @@ RUN_LENGTH: Final = 256  # items per sorted run: one C sort of this size takes w
 # Sorted runs are merged pairwise in C up to this length (one linear pass, a fraction of a
 # millisecond), and the few runs left by heapq.merge, a piece per step.
 MERGE_LENGTH: Final = 8192
+RELEASE_LENGTH: Final = 4096  # items of a sort's scratch lists freed per step
 MAX_LISTINGS: Final = 2  # listings in progress at once, all users together
 MAX_LISTINGS_PER_USER: Final = 1
 
@@ -116,6 +117,12 @@ class Pacer:
         while piece := [items[index] for index in itertools.islice(merged, RUN_LENGTH)]:
             result.extend(piece)
             await self.tick()
+        del merged
+        # Freed in pieces too: dropping 100,000 keys and indices at once took about 10 ms.
+        for done in (keys, *runs):
+            while done:
+                del done[-RELEASE_LENGTH:]
+                await self.tick()
         return result
 
 
