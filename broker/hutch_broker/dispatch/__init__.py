@@ -3,7 +3,8 @@
 The modules import one way, highest first (the ``dispatch-one-way`` contract in
 .importlinter holds it, type-checking imports included)::
 
-    sessions > methods > publishing > channels > context > replyto | flow | commits
+    sessions > methods > publishing | declares > channels > context
+        > replyto | flow | commits | turns
 
 A lower module that holds or calls a higher one's objects declares the little it uses of
 them as a ``typing.Protocol`` (``commits.Waiter``, ``flow.Publisher``,
