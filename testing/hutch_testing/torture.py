@@ -407,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             results = run(broker, cycles=args.cycles, seed=args.seed, log=_say)
         finally:
             broker.stop()
+            loud = loud_lines(broker.console_log)
     lost = sum(len(r.lost) for r in results)
     summary = {
         "seed": args.seed,
@@ -418,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         "lost": lost,
         "duplicated": sum(len(r.duplicated) for r in results),
         "moved_twice": sum(len(r.moved_twice) for r in results),
+        "loud_lines": loud,
         "results": [asdict(r) for r in results],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -426,9 +428,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['cycles']} cycles ({summary['kills']} kill -9, {summary['sigterms']} SIGTERM), "
         f"seed {args.seed}: {summary['confirmed']} confirmed, {lost} lost, "
         f"{summary['duplicated']} duplicated, {summary['moved_twice']} moved twice "
-        f"(at-least-once); figures in {args.out}"
+        f"(at-least-once), {len(loud)} ERROR/CRITICAL lines; figures in {args.out}"
     )
-    return 1 if lost or summary["duplicated"] else 0
+    for line in loud:
+        _say(f"  loud: {line}")
+    return 1 if lost or summary["duplicated"] or loud else 0
+
+
+def loud_lines(console: Path) -> list[str]:
+    """The broker's ERROR and CRITICAL lines over every start of a run.
+
+    An ordinary kill -9 is not damage and a SIGTERM is not a failed write, so a crash cycle
+    that makes the broker log either has found a bug even when nothing was lost.
+    """
+    text = console.read_text(errors="replace") if console.exists() else ""
+    return [line for line in text.splitlines() if "ERROR" in line or "CRITICAL" in line]
 
 
 def _say(line: str) -> None:

@@ -33,10 +33,4 @@ def test_no_confirmed_message_is_lost_across_random_crashes(hutch_broker):
     assert max(r.transacted for r in results) > 10, report
     assert [r.lost for r in results if r.lost] == [], report
     assert [r.duplicated for r in results if r.duplicated] == [], report
-    assert loud_lines(Path(hutch_broker.console_log)) == [], report
-
-
-def loud_lines(console: Path) -> list[str]:
-    """The broker's ERROR and CRITICAL lines, over every start of the run."""
-    text = console.read_text(errors="replace")
-    return [line for line in text.splitlines() if "ERROR" in line or "CRITICAL" in line]
+    assert torture.loud_lines(Path(hutch_broker.console_log)) == [], report
