@@ -14,7 +14,7 @@ from typing import Any
 
 import rounds
 
-BROKER_TITLES = {"rabbitmq": "RabbitMQ", "hutch": "Hutch"}
+BROKER_TITLES = {"rabbitmq": "RabbitMQ", "hutch": "Hutch", "hutch-base": "Hutch base"}
 _MIB = 1024 * 1024
 
 
@@ -26,6 +26,9 @@ def table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
     both = {"rabbitmq", "hutch"} <= set(brokers)
     if both:
         header.append("Hutch/RabbitMQ recv (range)")
+    against_base = {"hutch-base", "hutch"} <= set(brokers)  # bench/run.py --baseline
+    if against_base:
+        header.append("Hutch/base recv (range)")
     header += [f"RSS {BROKER_TITLES[name]}" for name in brokers]
     rows = [header]
     grouped = group(runs)
@@ -34,6 +37,8 @@ def table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
         row += [_rates(by_broker.get(name, [])) for name in brokers]
         if both:
             row.append(_ratio(by_broker.get("hutch", []), by_broker.get("rabbitmq", [])))
+        if against_base:
+            row.append(_ratio(by_broker.get("hutch", []), by_broker.get("hutch-base", [])))
         row += [_rss(by_broker.get(name, [])) for name in brokers]
         rows.append(row)
     return _format(rows) + _footnotes(runs)
@@ -51,7 +56,8 @@ def group(runs: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, list[di
 def paired_ratio(
     hutch: list[dict[str, Any]], rabbitmq: list[dict[str, Any]], field: str = "consume_rate"
 ) -> rounds.Spread | None:
-    """Hutch/RabbitMQ per round, over the rounds where both measured; None if none did."""
+    """Hutch/RabbitMQ (or any two brokers' runs) per round, over the rounds where both
+    measured; None if none did."""
     theirs = {run.get("round", 0): run for run in rabbitmq if _ok(run) and run[field]}
     pairs = [
         (run[field], theirs[run.get("round", 0)][field])

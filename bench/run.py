@@ -14,6 +14,12 @@ to start or dies mid-run is reported in the table and the JSON, and the run goes
 
     python bench/run.py [--duration 20] [--repeat 3] [--scenarios 1,2,3]
                         [--tools perftest,loadgen] [--brokers rabbitmq,hutch]
+                        [--baseline DIR [--baseline-label 1b98ff0]]
+
+``--baseline`` adds a third broker, ``hutch-base``: hutch-broker run from another source tree
+(a checkout or ``git worktree`` of an older commit), measured in the same alternating rounds,
+so a change's cost or gain is read against the code before it on the same machine at the same
+time (the table adds a Hutch/base column, paired by round as the RabbitMQ ratio is).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOOLS = ("perftest", "loadgen")
 BROKERS = ("rabbitmq", "hutch")
+BASELINE = "hutch-base"  # hutch-broker from --baseline's tree
 SETUP_TIMEOUT = 120
 
 
@@ -60,11 +67,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=int, default=20, help="seconds per run (default 20)")
     parser.add_argument("--scenarios", default="1,2,3", type=_numbers)
     parser.add_argument("--tools", default=",".join(TOOLS), type=_names(TOOLS))
-    parser.add_argument("--brokers", default=",".join(BROKERS), type=_names(BROKERS))
+    parser.add_argument("--brokers", default=",".join(BROKERS), type=_names((*BROKERS, BASELINE)))
     parser.add_argument("--repeat", type=int, default=3, help="rounds, order alternating (3)")
     parser.add_argument("--settle", type=float, default=2.0, help="pause between runs (s)")
     parser.add_argument("--output", type=Path, help="JSON path (default bench/results/<ts>.json)")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--baseline",
+        type=_source_tree,
+        help="another source tree (its root or its broker/ folder): adds hutch-base to --brokers",
+    )
+    parser.add_argument("--baseline-label", default="", help="what --baseline is (a commit)")
+    args = parser.parse_args(argv)
+    if args.baseline is None and BASELINE in args.brokers:
+        parser.error(f"--brokers {BASELINE} needs --baseline")
+    if args.baseline is not None and BASELINE not in args.brokers:
+        args.brokers = [BASELINE, *args.brokers]  # first: base and hutch alternate around it
+    return args
+
+
+def _source_tree(text: str) -> Path:
+    """The broker/ folder of a source tree, given the tree or that folder."""
+    path = Path(text).resolve()
+    for candidate in (path / "broker", path):
+        if (candidate / "hutch_broker" / "__main__.py").is_file():
+            return candidate
+    raise argparse.ArgumentTypeError(f"{text} holds no broker/hutch_broker/__main__.py")
 
 
 def _numbers(text: str) -> list[int]:
@@ -197,8 +224,27 @@ def _log_record(record: dict[str, Any]) -> None:
 # -- one broker ----------------------------------------------------------------------------------
 
 
-def make_broker(name: str) -> processes.BrokerProcess:
-    return rabbitmq.RabbitMQ() if name == "rabbitmq" else brokers.HutchBroker()
+class BaselineBroker(brokers.HutchBroker):
+    """hutch-broker imported from another source tree's broker/ folder (``--baseline``)."""
+
+    def __init__(self, source: Path) -> None:
+        super().__init__()
+        self.source = source
+
+    def _environment(self) -> dict[str, str]:
+        env = super()._environment()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.source), env["PYTHONPATH"]]))
+        return env
+
+
+def make_broker(name: str, baseline: Path | None = None) -> processes.BrokerProcess:
+    if name == "rabbitmq":
+        return rabbitmq.RabbitMQ()
+    if name == BASELINE:
+        if baseline is None:
+            raise BenchError("hutch-base needs --baseline")
+        return BaselineBroker(baseline)
+    return brokers.HutchBroker()
 
 
 def bench_broker(
@@ -208,7 +254,7 @@ def bench_broker(
     round_index: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Start one broker, run every scenario with every tool on it, stop it."""
-    broker = make_broker(name)
+    broker = make_broker(name, args.baseline)
     info: dict[str, Any] = {}
     plan = [(scenarios.SCENARIOS[number], tool) for number in args.scenarios for tool in args.tools]
     try:
@@ -298,7 +344,7 @@ def machine(perftest_lib: Path | BaseException | None) -> dict[str, Any]:
         "memory_bytes": _total_memory(),
         "python": platform.python_version(),
         "perftest": perftest.version(perftest_lib) if isinstance(perftest_lib, Path) else None,
-        "git_commit": _git_commit(),
+        "git_commit": _git_commit(REPO),
     }
 
 
@@ -309,10 +355,10 @@ def _total_memory() -> int | None:
     return None
 
 
-def _git_commit() -> str | None:
+def _git_commit(tree: Path) -> str | None:
     try:
         completed = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+            ["git", "-C", str(tree), "rev-parse", "HEAD"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -336,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
             "tools": args.tools,
             "brokers": args.brokers,
             "repeat": args.repeat,
+            "baseline": str(args.baseline) if args.baseline else None,
+            "baseline_label": args.baseline_label or None,
         },
+        "baseline_commit": _git_commit(args.baseline) if args.baseline else None,
         "machine": machine(perftest_lib),
         "scenarios": {number: scenarios.SCENARIOS[number].title for number in args.scenarios},
         "brokers": {},

@@ -117,3 +117,40 @@ def test_a_failed_round_is_left_out_of_the_ratio_and_shown() -> None:
     assert "1 FAILED [1]" in report.table(runs, ["rabbitmq", "hutch"])
     merged = report.median_run(grouped["hutch"])
     assert merged["consume_rate"] == 150.0 and merged["n"] == 1
+
+
+def test_a_baseline_tree_gets_its_own_column_and_a_ratio_paired_by_round() -> None:
+    runs = [
+        _run("hutch-base", 0, 100.0),
+        _run("hutch", 0, 110.0),
+        _run("hutch", 1, 50.0),
+        _run("hutch-base", 1, 40.0),
+        _run("hutch-base", 2, 100.0),
+        _run("hutch", 2, 100.0),
+    ]
+    text = report.table(runs, ["hutch-base", "hutch"])
+    header, row = text.splitlines()[0], text.splitlines()[2]
+    assert "Hutch base msgs/s" in header and "Hutch/base recv" in header
+    assert "Hutch/RabbitMQ" not in header
+    assert "1.10 (1.00-1.25)" in row  # per round: 1.1, 1.25, 1.0
+
+
+def test_run_takes_a_baseline_tree_and_measures_it_first(tmp_path: Path) -> None:
+    import run
+
+    (tmp_path / "broker" / "hutch_broker").mkdir(parents=True)
+    (tmp_path / "broker" / "hutch_broker" / "__main__.py").write_text("")
+    args = run.parse_args(["--baseline", str(tmp_path), "--brokers", "hutch"])
+    assert args.baseline == tmp_path / "broker"
+    assert args.brokers == ["hutch-base", "hutch"]
+    broker = run.make_broker("hutch-base", args.baseline)
+    assert broker._environment()["PYTHONPATH"].split(":")[0] == str(tmp_path / "broker")
+
+
+def test_run_refuses_a_baseline_that_is_no_source_tree(tmp_path: Path) -> None:
+    import run
+
+    with pytest.raises(SystemExit):
+        run.parse_args(["--baseline", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        run.parse_args(["--brokers", "hutch-base"])  # no --baseline
