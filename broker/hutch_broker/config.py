@@ -70,7 +70,9 @@ class BrokerConfig:
     disk_free_limit: int = 50_000_000
     handshake_timeout_s: float = 10.0
     closing_timeout_s: float = 30.0  # connection.close sent, no close-ok: drop the socket
-    stamp_message_id: bool = True
+    # Off, as in RabbitMQ: a broker delivers what was published. ``stamp_message_id = true``
+    # gives every AMQP and HTTP publish without a message_id one (``hutch-<boot>-<n>``).
+    stamp_message_id: bool = False
     # management.restrictions.operator_policy_changes.disabled (RabbitMQ 3.11+): operator
     # policies are read-only through the HTTP API; definitions files still set them.
     operator_policy_changes_disabled: bool = False

@@ -23,10 +23,7 @@ ERLANG_INTERNALS = {
 
 
 @pytest.fixture
-def sides(rabbitmq, hutch_broker_factory, tmp_path, request) -> Iterator[dict[str, Target]]:
-    config = tmp_path / "hutch.conf"
-    config.write_text("stamp_message_id = false\n")  # a Hutch extension; RabbitMQ stamps none
-    hutch_broker = hutch_broker_factory(extra_args=["--config", str(config)])
+def sides(rabbitmq, hutch_broker, request) -> Iterator[dict[str, Target]]:
     both = {
         RABBITMQ: Target(RABBITMQ, rabbitmq, request.node.name),
         HUTCH: Target(HUTCH, hutch_broker, request.node.name),

@@ -171,8 +171,8 @@ class Context:
         # Delivery-side bounds for new connections; the server follows the watermark.
         self.delivery_budget = memory.delivery_budget(0)
         self.delivery_totals = memory.DeliveryTotals()  # kept by the server's connections
-        # Stamp a message_id on publishes that carry none (spark.md §2.3), unique across
-        # restarts: a random boot prefix plus a counter.
+        # Opt-in (``stamp_message_id = true``; RabbitMQ stamps nothing): a message_id on
+        # publishes that carry none, unique across restarts: a random boot prefix plus a counter.
         self.stamp_message_id = False
         self._message_ids = itertools.count(1)
         self._boot_id = os.urandom(6).hex()

@@ -5,7 +5,7 @@ import urllib.request
 import pika
 import pytest
 from hutch_testing import management
-from hutch_testing.clients import drain
+from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
 
@@ -251,7 +251,18 @@ def test_queue_delete_sends_consumer_cancel(connection):
     assert cancelled == [tag]
 
 
-def test_message_id_is_stamped_when_absent_and_kept_when_given(channel):
+@pytest.fixture
+def stamping_channel(hutch_broker_factory, tmp_path):
+    """A channel to a hutch-broker that opted in to ``stamp_message_id`` (off by default, as
+    RabbitMQ stamps nothing: tests/sidebyside/test_message_ids.py)."""
+    config = tmp_path / "stamping.conf"
+    config.write_text("stamp_message_id = true\n")
+    broker = hutch_broker_factory(extra_args=["--config", str(config)])
+    return connect(broker).channel(), broker
+
+
+def test_opted_in_message_id_is_stamped_when_absent_and_kept_when_given(stamping_channel):
+    channel, broker = stamping_channel
     channel.queue_declare("q")
     channel.basic_publish(
         "", "q", b"a", pika.BasicProperties(content_type="text/plain", headers={"h": 1})
@@ -269,3 +280,12 @@ def test_message_id_is_stamped_when_absent_and_kept_when_given(channel):
     channel.basic_nack(first[0].delivery_tag, requeue=True)
     again = channel.basic_get("q", auto_ack=True)
     assert again[1].message_id == first[1].message_id  # redeliveries keep the same id
+    # An HTTP publish without one is stamped too.
+    response = management.Management(broker).post(
+        "/exchanges/%2F/amq.default/publish",
+        {"properties": {}, "routing_key": "q", "payload": "d", "payload_encoding": "string"},
+    )
+    assert response.body == {"routed": True}
+    fourth = channel.basic_get("q", auto_ack=True)
+    assert fourth[1].message_id.startswith("hutch-")
+    assert fourth[1].message_id not in (first[1].message_id, second[1].message_id)
