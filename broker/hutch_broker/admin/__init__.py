@@ -1,4 +1,6 @@
-"""The management HTTP API: RabbitMQ's ``/api`` subset and ``/metrics`` (§14).
+"""The management HTTP API: RabbitMQ's ``/api`` subset and ``/metrics``.
+
+The contract: docs/contracts/broker.md#http-api.
 
 Why it is split the way it is: the Hutch operator, ``rabbitmqadmin`` and the
 Spark connector all speak RabbitMQ's management API, so the JSON shapes and

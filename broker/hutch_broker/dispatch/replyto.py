@@ -92,7 +92,8 @@ def send_reply(
 ) -> bool:
     """A publish to ``amq.rabbitmq.reply-to.<token>`` (AMQP or HTTP): False when nobody waits.
 
-    ``message_ids`` stamps a ``message_id`` as on any other publish (spark.md §2.3).
+    ``message_ids`` stamps a ``message_id`` as on any other publish
+    (docs/contracts/spark.md#schema).
     """
     requester = replies.channel_for(routing_key)
     if requester is None:

@@ -362,7 +362,7 @@ _TYPES: Final[dict[str, type[Exchange]]] = {
 
 
 def make_exchange(name: str, exchange_type: str, **kwargs: Any) -> Exchange:
-    """Build an exchange of ``exchange_type``; unknown types are a 406 (§1)."""
+    """Build an exchange of ``exchange_type``; unknown types are a 406 (EX-1)."""
     cls = _TYPES.get(exchange_type)
     if cls is None:
         raise errors.precondition_failed(f"unknown exchange type '{exchange_type}'")

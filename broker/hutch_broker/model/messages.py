@@ -47,7 +47,7 @@ class Message:
             )
         self.persistent = persistent
         # True when a client published the x-death headers, which the first death then
-        # replaces instead of extending (4.x, broker-semantics §1).
+        # replaces instead of extending (4.x; docs/contracts/broker.md#differences).
         self.foreign_deaths = foreign_deaths
         self._headers: dict[str, Any] | None = None
 

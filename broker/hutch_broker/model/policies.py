@@ -182,7 +182,7 @@ def validate(body: Any, *, operator: bool) -> tuple[Policy | None, str | None]:
 
 
 def _pattern_problem(pattern: str) -> str | None:
-    """RabbitMQ's text for a non-regex; Hutch's own for one it will not search (§1)."""
+    """RabbitMQ's text for a non-regex; Hutch's own for one it will not search (POL-2)."""
     try:
         patterns.compile_pattern(pattern)
     except patterns.InvalidPatternError as exc:

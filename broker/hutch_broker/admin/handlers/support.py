@@ -2,7 +2,7 @@
 
 PUT answers 201 (created, empty body) or 204 (updated), DELETE answers 204,
 lists honour sorting, paging and ``?columns=``, single items honour
-``?columns=`` (§14 conventions).
+``?columns=`` (docs/contracts/broker.md#http-api).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``/api/bindings`` items and the ``properties_key`` that names one binding (API-10).
 
 A binding has no name of its own, so RabbitMQ derives one from its routing
-key and arguments for use in URLs.  Hutch's key (§14): ``~`` for an empty key
+key and arguments for use in URLs.  Hutch's key
+(docs/contracts/broker.md#properties-key): ``~`` for an empty key
 without arguments, the percent-encoded key when there are no arguments, and
 ``key~hash`` otherwise, the hash being 6 characters of base64url(SHA-256) of
 the canonical JSON of the arguments.  Clients treat it as opaque, so it only

@@ -4,7 +4,8 @@
 merged user and operator policy *without* the queue's arguments (POL-6), so
 a queue with ``x-max-length: 10`` under an operator ``max-length: 3`` shows
 both numbers, as RabbitMQ does.  Erlang internals (``backing_queue_status``,
-``garbage_collection``, ``reductions``) are left out, which §14 allows.
+``garbage_collection``, ``reductions``) are left out, which
+docs/contracts/broker.md#http-api allows.
 """
 
 from __future__ import annotations
