@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+bash scripts/install-ui-deps.sh  # Chromium and its driver for the Web UI's tests (tests/ui)
 echo "==> pytest tests/"
 "$PY" -m pytest tests --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
