@@ -1,10 +1,11 @@
 """The management-API client: a Protocol for tests and its pooled aiohttp implementation.
 
-Why this shape (design §5.1): MTO's client had no timeouts and a new connection per call. Here
-every call is bounded (connect 3 s, read 10 s, total 15 s by default), each broker gets one
-keep-alive pool of at most 4 connections shared by every object that targets it, and HTTP
-outcomes become the operator's errors in one place. Retrying is Kopf's job, except one immediate
-retry when an idle keep-alive connection was reset under an idempotent request.
+Why this shape (docs/contracts/operator.md#layers): MTO's client had no timeouts and a new
+connection per call. Here every call is bounded (connect 3 s, read 10 s, total 15 s by
+default), each broker gets one keep-alive pool of at most 4 connections shared by every object
+that targets it, and HTTP outcomes become the operator's errors in one place. Retrying is
+Kopf's job, except one immediate retry when an idle keep-alive connection was reset under an
+idempotent request.
 
 An ``https`` management URL is verified against the CA the client was given (``ca_pem``, from
 a Broker's TLS Secret or a connection Secret's ``ca.crt``), else the system trust store; a
@@ -166,9 +167,23 @@ def _reason(text: str) -> str:
     return str(body)[:500]
 
 
+class Created:
+    """The answer to a write that created its object: 201 with an empty body (RabbitMQ and
+    hutch-broker answer 204 when it existed). A Queue created just now has no messages and no
+    consumers, which saves reading them back (``handlers.queues.stats``)."""
+
+    def __repr__(self) -> str:
+        return "CREATED"
+
+
+CREATED = Created()
+
+
 def _outcome(request: translators.Request, status: int, text: str, base: str) -> Any:
     if status < 300:
-        return json.loads(text) if text.strip() else None
+        if text.strip():
+            return json.loads(text)
+        return CREATED if status == 201 else None
     where = f"{request.method} {request.path}"
     if status in (401, 403):
         raise errors.AuthenticationFailedError(f"{where}: {status} {_reason(text)}")

@@ -1,4 +1,6 @@
-"""Broker status: what was applied (memory plan, endpoint) and what runs (design §2.4).
+"""Broker status: what was applied (memory plan, endpoint) and what runs.
+
+Contract: docs/contracts/operator.md#broker-status.
 
 ``Report`` starts from the object's current status, collects changes, and writes only the
 top-level keys that differ, so a steady Broker costs no status writes; conditions keep their

@@ -90,7 +90,7 @@ def broker_address(namespace: str, name: str, *, tls: bool = False) -> BrokerAdd
 
     The override (``ns/name=http://127.0.0.1:15672|amqp://127.0.0.1:5672``, comma-separated)
     exists for tests and the quickstart, where brokers are local processes and Service IPs are
-    only numbers in etcd (test-cluster.md §4.1).
+    only numbers in etcd (docs/contracts/local-kubernetes.md#fake-addresses).
     """
     override = _overrides(os.environ.get("HUTCH_BROKER_ADDRESSES", "")).get(f"{namespace}/{name}")
     if override is not None:

@@ -1,4 +1,6 @@
-"""Who may touch a broker object: claims (oldest wins, the Strimzi rule, design §5.6) and ownership.
+"""Who may touch a broker object: claims (oldest wins, the Strimzi rule) and ownership.
+
+Contract: docs/contracts/operator.md#conflicts.
 
 Claims live in one Kopf index per kind, keyed by (broker endpoint, vhost, identity), so a
 Queue reached through a ``brokerRef`` and one reached through a ``connectionSecret`` naming the

@@ -1,4 +1,6 @@
-"""Broker CR → running hutch-broker: apply the children, then report what runs (design §2).
+"""Broker CR → running hutch-broker: apply the children, then report what runs.
+
+Contract: docs/contracts/operator.md#broker.
 
 Why separate from the handler: the order of children, the volume rules and the status
 conditions are the substance of a Broker; the handler module only wires Kopf to them. Children
@@ -161,8 +163,9 @@ async def roll_on_tls_change(broker: meta.BrokerObject) -> bool:
     """Re-apply when a ``spec.tls`` Secret changed (cert-manager renewed it): the new digest
     in the pod template rolls the pod, which reads the new files at start-up.
 
-    Why a roll and not a reload: Secrets are never watched (design §6), the broker reads its
-    certificate once, and a roll is what the kubelet's own Secret-volume refresh cannot skip.
+    Why a roll and not a reload: Secrets are never watched
+    (docs/contracts/operator.md#kopf-settings), the broker reads its certificate once, and a
+    roll is what the kubelet's own Secret-volume refresh cannot skip.
     The timer notices within ``HUTCH_BROKER_STATUS_PERIOD`` (30 s).
     """
     if broker.tls is None:

@@ -1,4 +1,6 @@
-"""Memory high watermark and disk free limit from a Broker's resources (design §2.2).
+"""Memory high watermark and disk free limit from a Broker's resources.
+
+Contract: docs/contracts/operator.md#memory-plan.
 
 Why pure: the numbers end up in the broker's config and in status, and the table in the design
 is the test. The basis is the memory *request* (the only memory the scheduler guarantees), else

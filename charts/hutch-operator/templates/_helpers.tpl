@@ -33,7 +33,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* The least-privilege rules of design §7; shared by the ClusterRole and each Role. */}}
+{{/* The least-privilege rules of docs/contracts/operator.md#rbac; shared by the ClusterRole and each Role. */}}
 {{- define "hutch-operator.rules" -}}
 - apiGroups: [hutch.dev]
   resources: [brokers, queues, exchanges, bindings, policies, operatorpolicies, vhosts, users, permissions, topicpermissions]

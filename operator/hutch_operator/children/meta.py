@@ -1,4 +1,4 @@
-"""Names, labels and owner references every child shares (design §2.3).
+"""Names, labels and owner references every child shares (docs/contracts/operator.md#children).
 
 Selectors use only ``name`` and ``instance``: selectors are immutable, and the other labels
 (``version`` above all) change with the spec.

@@ -174,7 +174,7 @@ class ConnectionSpec(CrdModel):
 
 
 class TopologySpec(ConnectionSpec):
-    """Fields every topology kind shares (design §3.1)."""
+    """Fields every topology kind shares (docs/contracts/operator.md#common-fields)."""
 
     vhost: str = Field(
         "/", min_length=1, description="Virtual host.", json_schema_extra=immutable("vhost")

@@ -1,4 +1,6 @@
-"""Queue: spec, status and the limit → queue-argument table (design §3.2).
+"""Queue: spec, status and the limit → queue-argument table.
+
+Contract: docs/contracts/operator.md#queue-fields.
 
 ``limits`` are typed because they are the one part of a queue's arguments that Hutch brokers can
 change in place; everything else in ``arguments`` is fixed at declaration (CEL ``self == oldSelf``).
