@@ -31,6 +31,14 @@ _UNITS: Final = {
 
 MAX_MESSAGE_SIZE_CAP: Final = 512 * 1024 * 1024
 
+# ``server_properties.<name> = <value>``: RabbitMQ's ``rabbit.server_properties`` (advanced.config
+# only; rabbitmq.conf has no key for it). The configured entries together, as encoded in
+# connection.start (name, value and 6 bytes of framing each), stay within this budget, so the
+# frame keeps well inside the 4,096 bytes (AMQP's frame-min-size) every client accepts before
+# tune; the broker's own entries and capabilities take about 450.
+SERVER_PROPERTIES_BUDGET: Final = 2048
+_SERVER_PROPERTY_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
 
 class ConfigError(ValueError):
     """A config line that cannot be applied."""
@@ -73,6 +81,8 @@ class BrokerConfig:
     # Off, as in RabbitMQ: a broker delivers what was published. ``stamp_message_id = true``
     # gives every AMQP and HTTP publish without a message_id one (``hutch-<boot>-<n>``).
     stamp_message_id: bool = False
+    # Over the broker's own server_properties (protocol/identity.py); never capabilities.
+    server_properties: dict[str, str] = field(default_factory=dict)
     # management.restrictions.operator_policy_changes.disabled (RabbitMQ 3.11+): operator
     # policies are read-only through the HTTP API; definitions files still set them.
     operator_policy_changes_disabled: bool = False
@@ -147,6 +157,39 @@ def _none_only(key: str, value: str) -> None:
         raise ConfigError(f"{key} only accepts 'none' (set a port with {key}.default or .port)")
 
 
+def _encoded_size(properties: dict[str, str]) -> int:
+    """Bytes in connection.start's table: a short name, a type octet, a long string."""
+    return sum(6 + len(name) + len(value.encode()) for name, value in properties.items())
+
+
+def _server_property(config: BrokerConfig, name: str, value: str) -> None:
+    """``server_properties.<name> = <value>``: a string property of connection.start.
+
+    Refused: ``capabilities`` (they say what the broker does; RabbitMQ drops a configured one),
+    names that are not 1-64 letters, digits, ``_``, ``.`` or ``-``, unprintable values, and
+    entries past the budget.
+    """
+    if name == "capabilities" or name.startswith("capabilities."):
+        raise ConfigError(
+            "capabilities are not configurable: they say what the broker does, and clients rely "
+            "on them"
+        )
+    if _SERVER_PROPERTY_NAME.fullmatch(name) is None:
+        raise ConfigError(
+            f"not a server property name: {name!r} (1-64 letters, digits, '_', '.', '-')"
+        )
+    if not value.isprintable():
+        raise ConfigError(f"server property {name} has unprintable characters: {value!r}")
+    wanted = {**config.server_properties, name: value}
+    size = _encoded_size(wanted)
+    if size > SERVER_PROPERTIES_BUDGET:
+        raise ConfigError(
+            f"server properties would take {size} bytes in connection.start; "
+            f"at most {SERVER_PROPERTIES_BUDGET} may be configured"
+        )
+    config.server_properties = wanted
+
+
 # ssl_options.<option> / management.ssl.<option> -> (TLSOptions attribute, converter)
 _TLS_OPTIONS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "certfile": ("certfile", str),
@@ -214,6 +257,8 @@ def _apply(config: BrokerConfig, key: str, value: str) -> None:
         config.loopback_users = []
     elif key == "stamp_message_id":
         config.stamp_message_id = _bool(value)
+    elif key.startswith("server_properties."):
+        _server_property(config, key.removeprefix("server_properties."), value)
     elif key == "management.restrictions.operator_policy_changes.disabled":
         config.operator_policy_changes_disabled = _bool(value)
     elif key == "vm_memory_high_watermark.relative":

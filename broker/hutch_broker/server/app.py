@@ -33,7 +33,7 @@ from hutch_broker.model.broker import Broker
 from hutch_broker.model.changes import Change
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
-from hutch_broker.protocol import errors
+from hutch_broker.protocol import errors, identity
 from hutch_broker.server import tls
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
@@ -387,27 +387,14 @@ class BrokerServer:
     # -- listeners -------------------------------------------------------
 
     def _protocol_options(self) -> dict[str, Any]:
+        """A new connection's options; built per connection, so ``cluster_name`` is current."""
         config = self.config
         return {
-            "server_properties": {
-                "product": "Hutch",
-                "version": __version__,
-                "platform": "Python",
-                "cluster_name": self.broker.cluster_name,
-                "copyright": "Hutch authors",
-                "information": "Licensed under the Apache License 2.0",
-                "capabilities": {
-                    "publisher_confirms": True,
-                    "exchange_exchange_bindings": True,
-                    "basic.nack": True,
-                    "consumer_cancel_notify": True,
-                    "connection.blocked": True,
-                    "consumer_priorities": True,
-                    "authentication_failure_close": True,
-                    "per_consumer_qos": True,
-                    "direct_reply_to": True,
-                },
-            },
+            "server_properties": identity.server_properties(
+                version=__version__,
+                cluster_name=self.broker.display_cluster_name,
+                configured=config.server_properties,
+            ),
             "channel_max": config.channel_max,
             "frame_max": config.frame_max,
             "heartbeat": config.heartbeat,
@@ -417,10 +404,11 @@ class BrokerServer:
     async def start(self) -> None:
         self.recover()
         self.resources.sample()
-        options = self._protocol_options()
 
         def factory() -> AMQPConnection:
-            connection = AMQPConnection(self.context, options, on_lost=self.connections.discard)
+            connection = AMQPConnection(
+                self.context, self._protocol_options(), on_lost=self.connections.discard
+            )
             self.connections.add(connection)
             return connection
 
