@@ -1,7 +1,7 @@
 """A lean AMQP 0-9-1 load generator on asyncio + pamqp: the project's second opinion to PerfTest.
 
 Why: pika and aio-pika spend more CPU per message than a broker does, so with them the benchmark
-would measure the client (shared/design/broker-semantics.md IMPL-7: the pika baseline is
+would measure the client (IMPL-7 in docs/contracts/broker.md: the pika baseline is
 client-bound). This client does the minimum per message: publish frames are encoded once with pamqp
 and written as pre-joined batches; deliveries and publisher confirms are parsed with `struct` from
 one receive buffer (IMPL-5 style); acks are written with `multiple=True` every K deliveries. pamqp

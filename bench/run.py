@@ -1,8 +1,8 @@
 """Benchmark hutch-broker against RabbitMQ 3.10.8 on loopback, with PerfTest and our loadgen.
 
-Why: hutch-broker claims to keep up with the reference broker (shared/design/broker-semantics.md
-IMPL-7). This script measures that claim the same way every time: it starts each broker as a private
-child process on free loopback ports (testing/hutch_testing), drives it with the same scenarios
+Why: hutch-broker claims to keep up with the reference broker (IMPL-7 in docs/contracts/broker.md).
+This script measures that claim the same way every time: it starts each broker as a private child
+process on free loopback ports (testing/hutch_testing), drives it with the same scenarios
 (bench/scenarios.py) through two independent load generators (bench/perftest.py, bench/loadgen.py),
 and reports published/consumed msgs/s and peak RSS side by side.
 

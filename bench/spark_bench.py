@@ -1,10 +1,10 @@
 """Benchmark the `hutch` Spark source: sustained msgs/s and publish-to-batch latency.
 
-Why: the source's design puts every message through one driver-side consumer (shared/design/
-spark.md §2), so its rate is bounded by that process. This script measures it next to a plain
-pika consumer on the same broker in the same run, and measures latency under a 200 ms trigger.
-Targets (issue 13), in one run: on hutch-broker the source sustains at least 0.9x the plain
-consumer's rate and at least 1.0x the same source on RabbitMQ 3.10.8, and its p50
+Why: the source's design puts every message through one driver-side consumer
+(docs/contracts/spark.md#ack-protocol), so its rate is bounded by that process. This script measures
+it next to a plain pika consumer on the same broker in the same run, and measures latency under a
+200 ms trigger. Targets (issue 13), in one run: on hutch-broker the source sustains at least 0.9x
+the plain consumer's rate and at least 1.0x the same source on RabbitMQ 3.10.8, and its p50
 publish-to-batch latency is at most 250 ms. A benchmark, not a timed test: nothing here runs in CI.
 
     python bench/spark_bench.py [--brokers hutch,rabbitmq] [--messages 50000] [--repeat 3]

@@ -7,7 +7,7 @@ Register it once per SparkSession, then use `format("hutch")`:
     stream = spark.readStream.format("hutch").option("queue", "events").load()
 
 The streaming source is at-least-once and acks a message only after Spark committed the batch
-that holds it; the sink publishes with confirms. Contract: shared/design/spark.md; user guide:
+that holds it; the sink publishes with confirms. Contract: docs/contracts/spark.md; user guide:
 docs/spark.md. This package imports neither hutch_operator nor hutch_broker, and importing it
 does not import pyspark (the option rules are usable without Spark).
 """

@@ -1,11 +1,11 @@
 """Durable-batch mode's log: planned batches as Arrow files on the driver's disk.
 
 Why: in the default mode a batch that Spark logged but never committed replays *empty* after a
-restart (the broker re-queued its messages, which arrive again later, so nothing is lost but
-the replay differs). With `durableBatches=true` the source writes each planned batch to
-`batchLogDir/<start>-<end>.arrow` (temporary file, fsync, rename, fsync of the directory) and
-acks its messages right after, so a replay reads the identical rows back and nothing stays
-unacked across a batch (design: spark.md §2.5). Spark does not tell sources their checkpoint
+restart (the broker re-queued its messages, which arrive again later, so nothing is lost but the
+replay differs). With `durableBatches=true` the source writes each planned batch to
+`batchLogDir/<start>-<end>.arrow` (temporary file, fsync, rename, fsync of the directory) and acks
+its messages right after, so a replay reads the identical rows back and nothing stays unacked across
+a batch (docs/contracts/spark.md#durable-batches). Spark does not tell sources their checkpoint
 location, hence the explicit directory; a local POSIX path only (no object stores in v1).
 """
 

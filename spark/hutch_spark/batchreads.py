@@ -1,12 +1,12 @@
 """`spark.read.format("hutch")`: a one-shot read of a queue on an executor.
 
-Why it differs from the stream: a batch query has no commit log, so there is nothing to tie an
-ack to. `batchMode=peek` (default) reads up to `maxMessages` and closes the channel without
-acking, so the broker re-queues everything (side effects: `redelivered=true`, delivery count
-+1). `batchMode=drain` acks once Spark has consumed the whole iterator: at-most-once, and every
-action re-reads the queue, so `cache()` or write at once. An at-least-once drain is the stream
-with `trigger(availableNow=True)` (design: spark.md §2.7). With option `queues`, each queue is
-one partition that reads up to `maxMessages` of that queue.
+Why it differs from the stream: a batch query has no commit log, so there is nothing to tie an ack
+to. `batchMode=peek` (default) reads up to `maxMessages` and closes the channel without acking, so
+the broker re-queues everything (side effects: `redelivered=true`, delivery count +1).
+`batchMode=drain` acks once Spark has consumed the whole iterator: at-most-once, and every action
+re-reads the queue, so `cache()` or write at once. An at-least-once drain is the stream with
+`trigger(availableNow=True)` (docs/contracts/spark.md#batch-read). With option `queues`, each queue
+is one partition that reads up to `maxMessages` of that queue.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ deliveries should keep filling the buffer up to the prefetch window. So a pika
 `SelectConnection` lives in its own thread; the runner's thread talks to it only through a
 lock-protected buffer and `add_callback_threadsafe` (pika objects are not thread-safe).
 
-Rules (design: spark.md §2.1):
+Rules (docs/contracts/spark.md#ack-protocol):
 - `basic.qos(prefetch)` bounds the buffer; it is the back-pressure.
 - Each channel is an *epoch*. When it closes, buffered deliveries are dropped (the broker
   re-queues them) and acks for the old epoch are never sent: a tag from another channel gets

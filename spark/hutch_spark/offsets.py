@@ -8,7 +8,8 @@ ledger maps each planned batch's end seq to the channel epoch and the last deliv
 so that once Spark has committed a batch the driver can ack it with one
 `basic.ack(tag, multiple=true)`. Entries from an older epoch (a channel that has since closed)
 are dropped, never acked: the broker has already re-queued those messages, and acking a tag on
-the wrong channel closes it with 406 PRECONDITION_FAILED (design: spark.md §2.1-2.2).
+the wrong channel closes it with 406 PRECONDITION_FAILED (docs/contracts/spark.md#ack-protocol
+and #offsets).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why a separate module: options arrive as strings (Spark lower-cases their keys) and a mistake
 should fail when the query is defined, with a message naming the option, the value and the
 allowed range, not minutes later inside a Python worker. Keeping the rules pure lets the
-table-driven tests cover every rule without starting Spark (design: shared/design/spark.md §2.6).
+table-driven tests cover every rule without starting Spark (docs/contracts/spark.md#options).
 
 Credentials are deliberately *not* resolved here: options are pickled into query plans and
 shown by `explain()`, so user names and passwords come from the environment

@@ -7,12 +7,12 @@ and converting them row by row on the executor, and the same batch is what durab
 writes to disk (batchlog.py). The Arrow schema is derived from the Spark schema with pyspark's
 own converter, because Spark rejects a batch whose schema differs in any detail.
 
-Column rules (design: spark.md §2.3): `headers` values are strings (numbers and booleans via
-`str()`, bytes as UTF-8 else base64, nested tables and arrays as JSON); `properties` holds the
+Column rules (docs/contracts/spark.md#schema): `headers` values are strings (numbers and booleans
+via `str()`, bytes as UTF-8 else base64, nested tables and arrays as JSON); `properties` holds the
 other basic properties that are set (reply_to, expiration, priority, type, user_id, app_id,
 delivery_mode, content_encoding, cluster_id); `received_at` is the driver's receive time, never
-null, and the column to put a watermark on; `timestamp` is the AMQP property (nullable);
-`queue` is the queue the message was read from (`seq` counts per queue).
+null, and the column to put a watermark on; `timestamp` is the AMQP property (nullable); `queue` is
+the queue the message was read from (`seq` counts per queue).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ are visible to consumers as soon as they are confirmed, so `commit()` only talli
 has no two-phase commit. A retried task re-publishes the same rows with the same deterministic
 `message_id`, `{queryId}:{batchId}:{partitionId}:{row}` for streams and
 `{idPrefix or a driver-made UUID}:{partitionId}:{row}` for batch writes, unless the row brings
-its own `message_id`. Consumers dedupe on it (design: spark.md §3).
+its own `message_id`. Consumers dedupe on it (docs/contracts/spark.md#sink).
 
 Columns: `body` (BINARY, or STRING sent as UTF-8) is required; `routing_key`, `message_id`,
 `headers` (MAP<STRING,STRING>), `content_type` and `correlation_id` are optional; any other

@@ -1,6 +1,6 @@
 """The `hutch` PySpark data source: a streaming queue source, a batch reader, and the sink hooks.
 
-Where it runs (PySpark 4.3, design: spark.md §1-2):
+Where it runs (PySpark 4.3; docs/contracts/spark.md#runtime and #ack-protocol):
 - `HutchDataSource` is built several times on the driver (lookup, create, planning, runner);
   nothing here may connect in `__init__`.
 - `HutchStreamReader` lives for the whole query in the driver's streaming runner process. It
