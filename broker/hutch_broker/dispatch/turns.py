@@ -62,7 +62,8 @@ class Turns:
             scheduler.park = self.park
 
     def inline_meter(self) -> budgets.Meter:
-        """The meter a publish routes against now: the turn's, topped up to ``FLOOR``."""
+        """The meter a publish routes against now: the turn's, topped up to ``FLOOR``
+        (``publishing.publish``, the hot path, does the same inline)."""
         meter = self.meter
         meter.left = max(meter.left, FLOOR)
         return meter
