@@ -22,7 +22,7 @@ test: bootstrap rabbitmq k8s-bins check
 
 check: bootstrap
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check broker operator spark testing tests e2e bench
+	$(VENV)/bin/ruff format --check broker operator spark cli testing tests e2e bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -1,0 +1,14 @@
+"""hutch_cli: hutchctl, rabbitmqctl's verbs for hutch-broker over its management HTTP API.
+
+Why a package of its own: the tool ships in the product wheel (a console script) but is a client
+like any other, so it imports nothing from the broker, the operator or Spark (.importlinter) and
+works wherever the management port is reachable: a local broker, a Pod through a port-forward, or
+HTTPS with a CA file. Layout, pure parts first:
+
+- ``arguments``: argv -> an ``Invocation`` (global options, verb, positionals, verb options);
+- ``verbs``: an ``Invocation`` -> a ``plans.Plan`` (HTTP requests and how to read the answers);
+- ``execution``: runs a plan through an injected ``send`` and turns answers into an ``Outcome``;
+- ``formatting``: an ``Outcome`` -> the text rabbitmqctl would print;
+- ``client`` (the only module doing network I/O) and ``hutchctl`` (the thin shell: sys.argv, env,
+  files, stdout/stderr, exit code). ``client`` is reusable by other front ends (kubectl hutch ctl).
+"""
