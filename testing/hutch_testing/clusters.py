@@ -1,10 +1,11 @@
 """The Kubernetes side of the chain: the local control plane or any kubeconfig, and CR helpers.
 
 Why: the quickstart and the e2e suite drive the same chain against either the local plane
-(hutch_testing.plane: real upstream binaries, kwok Nodes, fake Pod IPs) or an external cluster
-such as kind, where brokers are real Pods. Both are a ``Cluster`` here: a kubeconfig, kubectl
-and a raw GET, plus ``local`` telling the chain whether brokers must run as local processes
-(test-cluster.md §4.1). A pytest run and the quickstart share the plane's one ``REGISTRY``.
+(hutch_testing.plane: real upstream binaries, kwok Nodes, fake Pod IPs) or an external cluster such
+as kind, where brokers are real Pods. Both are a ``Cluster`` here: a kubeconfig, kubectl and a raw
+GET, plus ``local`` telling the chain whether brokers must run as local processes
+(docs/contracts/local-kubernetes.md#fake-addresses). A pytest run and the quickstart share the
+plane's one ``REGISTRY``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A private RabbitMQ 3.10.8 node, the reference that hutch-broker is compared with side by side.
 
-Why: the behaviour contract (shared/design/broker-semantics.md) marks what was observed on the
+Why: the behaviour contract (docs/contracts/broker.md) quotes what was observed on the
 Debian bookworm rabbitmq-server 3.10.8, and tests assert it on both brokers. We never use the
 package's system service: each session starts its own node as a child process with a unique node
 name, free loopback ports (AMQP, management HTTP, Erlang distribution), its own HOME (and so its own

@@ -3,7 +3,7 @@
 #
 # Why: Hutch's k8s tests need a real kube-apiserver (CRD schemas, CEL, RBAC, watches) and a
 # real controller-manager (GC, namespace deletion), and our machines have no Docker. The
-# binaries are built from the Go module proxy (see /work/shared/design/test-cluster.md §2),
+# binaries are built from the Go module proxy (docs/contracts/local-kubernetes.md#toolset),
 # cached per version under ~/.cache/hutch/k8s-bins/<versions>/ and never committed.
 #
 # Usage: bash tests/k8s/build-binaries.sh      -> prints the bin-dir parent on stdout (last line)
@@ -100,7 +100,8 @@ run_phase() {
     echo "$line" >>"$TIMINGS"
 }
 
-# --- Kubernetes: wrapper module supplying the staging replaces (design §2.2) -----------------
+# --- Kubernetes: wrapper module supplying the staging replaces ------------------------------
+# (docs/contracts/local-kubernetes.md#wrapper-module)
 
 k8s_modules() {
     local info gomod commit

@@ -153,7 +153,10 @@ def read_versions_env(bin_dir: Path) -> dict[str, str]:
 
 
 def kwok_module_dir(bin_dir: Path) -> Path:
-    """kwok's stage YAML is read from the Go module cache, never committed (design §4)."""
+    """kwok's stage YAML is read from the Go module cache, never committed.
+
+    docs/contracts/local-kubernetes.md#fake-nodes
+    """
     facts = read_versions_env(bin_dir)
     version = facts.get("KWOK_VERSION") or pinned_versions()["kwok"]
     modcache = Path(facts.get("GOMODCACHE") or cache_root() / "go" / "mod")

@@ -4,7 +4,7 @@ Why: Hutch depends on behaviour only a real kube-apiserver (CRD schemas, CEL, RB
 kube-controller-manager (garbage collection, namespace deletion) provide, and our machines have
 no container engine. So, like controller-runtime's envtest, a ``Plane`` starts the upstream
 binaries built by ``tests/k8s/build-binaries.sh`` as local processes on loopback
-(design: /work/shared/design/test-cluster.md, operator notes: docs/control-plane.md).
+(contract: docs/contracts/local-kubernetes.md, operator notes: docs/control-plane.md).
 
 One ``Plane`` is one control plane of a tier (``apiserver``, ``workloads`` or ``node``) with its
 own run directory, PKI, kubeconfig and ports; every process it starts is stopped by its own PID.
@@ -254,7 +254,10 @@ class Plane:
         )
 
     def _apiserver_args(self) -> list[str]:
-        """envtest-like flags (design §3); SA admission only when the SA controller runs."""
+        """envtest-like flags; SA admission only when the SA controller runs.
+
+        docs/contracts/local-kubernetes.md#control-plane
+        """
         pki_dir = self.pki
         args = [
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
@@ -676,7 +679,10 @@ class Plane:
         return result
 
     def apply_crds(self, path: Path, timeout: int = 30) -> None:
-        """Server-side applies CRDs and waits until they are Established (design §3)."""
+        """Server-side applies CRDs and waits until they are Established.
+
+        docs/contracts/local-kubernetes.md#control-plane
+        """
         self.kubectl("apply", "--server-side", "-f", str(path))
         self.kubectl(
             "wait", "--for=condition=Established", f"--timeout={timeout}s", "-f", str(path)
@@ -756,7 +762,10 @@ def _json_field(reply: tuple[int, bytes], key: str) -> Any:
 
 
 def fake_node(name: str) -> dict[str, Any]:
-    """A Node kwok manages (by annotation): linux/amd64, big, untainted (design §4)."""
+    """A Node kwok manages (by annotation): linux/amd64, big, untainted.
+
+    docs/contracts/local-kubernetes.md#fake-nodes
+    """
     resources = {"cpu": "32", "memory": "256Gi", "pods": "110"}
     return {
         "apiVersion": "v1",
@@ -815,7 +824,8 @@ class PlaneRegistry:
     def start(self, tier: str, run_dir: Path | None = None) -> Plane:
         """Starts a plane, registered *before* start() so a SIGTERM mid-start still stops it.
 
-        One retry with fresh ports if a port was taken meanwhile (design §5).
+        One retry with fresh ports if a port was taken meanwhile
+        (docs/contracts/local-kubernetes.md#process-hygiene).
         """
         self.install_exit_hooks()
         for attempt in (1, 2):

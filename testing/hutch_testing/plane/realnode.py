@@ -1,7 +1,7 @@
 """One real node for the plane's ``node`` tier: containerd, a CNI bridge, a kubelet and DNS.
 
 Why: kwok Pods run nothing, so Hutch's image, probes, cgroup limits and volumes were never tested
-(issue 12, /work/shared/design/real-node.md). This module holds what a real node needs beyond the
+(issue 12, docs/real-node.md). This module holds what a real node needs beyond the
 ``workloads`` tier: host-side setup (bridge, cgroup root, forward-drop rule), config files for
 containerd and kubelet, and a teardown that leaves no process, mount, cgroup, bridge or rule
 behind. Everything it creates is recorded in ``$RUN/node.json`` first, so a stale run (owner

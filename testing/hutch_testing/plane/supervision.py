@@ -135,7 +135,10 @@ def owner_alive(run_dir: Path) -> PidRecord | None:
 
 
 def reap_stale_runs() -> None:
-    """Stops leftovers of runs whose owner died (SIGKILL, OOM); design §5 "Stale runs"."""
+    """Stops leftovers of runs whose owner died (SIGKILL, OOM).
+
+    docs/contracts/local-kubernetes.md#process-hygiene (stale runs)
+    """
     for run_dir in Path(tempfile.gettempdir()).glob("hutch-k8s-*"):
         if (run_dir / "pids").is_file() and owner_alive(run_dir) is None:
             log.warning("reaping stale k8s run %s", run_dir)
