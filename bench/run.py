@@ -14,12 +14,14 @@ to start or dies mid-run is reported in the table and the JSON, and the run goes
 
     python bench/run.py [--duration 20] [--repeat 3] [--scenarios 1,2,3]
                         [--tools perftest,loadgen] [--brokers rabbitmq,hutch]
-                        [--baseline DIR [--baseline-label 1b98ff0]]
+                        [--baseline DIR [--baseline-label 1b98ff0]] [--hutch-config FILE]
 
 ``--baseline`` adds a third broker, ``hutch-base``: hutch-broker run from another source tree
 (a checkout or ``git worktree`` of an older commit), measured in the same alternating rounds,
 so a change's cost or gain is read against the code before it on the same machine at the same
 time (the table adds a Hutch/base column, paired by round as the RabbitMQ ratio is).
+``--hutch-config`` starts both hutch-brokers with one config file, so a setting whose default
+differs between the two trees (``stamp_message_id``, say) is the same for both.
 """
 
 from __future__ import annotations
@@ -77,12 +79,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="another source tree (its root or its broker/ folder): adds hutch-base to --brokers",
     )
     parser.add_argument("--baseline-label", default="", help="what --baseline is (a commit)")
+    parser.add_argument(
+        "--hutch-config", type=_config_file, help="a config file for hutch and hutch-base"
+    )
     args = parser.parse_args(argv)
     if args.baseline is None and BASELINE in args.brokers:
         parser.error(f"--brokers {BASELINE} needs --baseline")
     if args.baseline is not None and BASELINE not in args.brokers:
         args.brokers = [BASELINE, *args.brokers]  # first: base and hutch alternate around it
     return args
+
+
+def _config_file(text: str) -> Path:
+    path = Path(text).resolve()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no config file {text}")
+    return path
 
 
 def _source_tree(text: str) -> Path:
@@ -227,8 +239,8 @@ def _log_record(record: dict[str, Any]) -> None:
 class BaselineBroker(brokers.HutchBroker):
     """hutch-broker imported from another source tree's broker/ folder (``--baseline``)."""
 
-    def __init__(self, source: Path) -> None:
-        super().__init__()
+    def __init__(self, source: Path, extra_args: list[str]) -> None:
+        super().__init__(extra_args=extra_args)
         self.source = source
 
     def _environment(self) -> dict[str, str]:
@@ -237,14 +249,17 @@ class BaselineBroker(brokers.HutchBroker):
         return env
 
 
-def make_broker(name: str, baseline: Path | None = None) -> processes.BrokerProcess:
+def make_broker(
+    name: str, baseline: Path | None = None, config: Path | None = None
+) -> processes.BrokerProcess:
     if name == "rabbitmq":
         return rabbitmq.RabbitMQ()
+    extra_args = ["--config", str(config)] if config is not None else []
     if name == BASELINE:
         if baseline is None:
             raise BenchError("hutch-base needs --baseline")
-        return BaselineBroker(baseline)
-    return brokers.HutchBroker()
+        return BaselineBroker(baseline, extra_args)
+    return brokers.HutchBroker(extra_args=extra_args)
 
 
 def bench_broker(
@@ -254,7 +269,7 @@ def bench_broker(
     round_index: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Start one broker, run every scenario with every tool on it, stop it."""
-    broker = make_broker(name, args.baseline)
+    broker = make_broker(name, args.baseline, args.hutch_config)
     info: dict[str, Any] = {}
     plan = [(scenarios.SCENARIOS[number], tool) for number in args.scenarios for tool in args.tools]
     try:
@@ -384,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeat": args.repeat,
             "baseline": str(args.baseline) if args.baseline else None,
             "baseline_label": args.baseline_label or None,
+            "hutch_config": args.hutch_config.read_text() if args.hutch_config else None,
         },
         "baseline_commit": _git_commit(args.baseline) if args.baseline else None,
         "machine": machine(perftest_lib),

@@ -147,6 +147,21 @@ def test_run_takes_a_baseline_tree_and_measures_it_first(tmp_path: Path) -> None
     assert broker._environment()["PYTHONPATH"].split(":")[0] == str(tmp_path / "broker")
 
 
+def test_run_starts_both_hutch_brokers_with_the_same_config(tmp_path: Path) -> None:
+    import run
+
+    (tmp_path / "broker" / "hutch_broker").mkdir(parents=True)
+    (tmp_path / "broker" / "hutch_broker" / "__main__.py").write_text("")
+    config = tmp_path / "hutch.conf"
+    config.write_text("stamp_message_id = true\n")
+    args = run.parse_args(["--baseline", str(tmp_path), "--hutch-config", str(config)])
+    for name in ("hutch", "hutch-base"):
+        command = run.make_broker(name, args.baseline, args.hutch_config)._command()
+        assert command[-2:] == ["--config", str(config)]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--hutch-config", str(tmp_path / "missing.conf")])
+
+
 def test_run_refuses_a_baseline_that_is_no_source_tree(tmp_path: Path) -> None:
     import run
 
