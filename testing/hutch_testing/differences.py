@@ -1,10 +1,10 @@
 """The documented differences between hutch-broker and RabbitMQ 3.10.8, as one table.
 
 Why: the side-by-side suite asserts that a client observes the same thing on both brokers. Where
-the behaviour contract (shared/design/broker-semantics.md §1) says Hutch deliberately differs, a
-test must not quietly special-case the broker: it names the row here with `expect(...)`, so every
-exception is visible in one place and each one points at the contract row that justifies it.
-The §1 row "SASL mechanisms" lists the same value for both brokers, so it has no entry.
+the behaviour contract's table of differences (docs/contracts/broker.md#differences) says Hutch
+deliberately differs, a test must not quietly special-case the broker: it names the row here with
+`expect(...)`, so every exception is visible in one place and each one points at the contract row
+that justifies it. Both brokers offer the same SASL mechanisms, so that topic has no entry.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ HUTCH, RABBITMQ = "hutch", "rabbitmq"
 
 @dataclass(frozen=True)
 class Difference:
-    topic: str  # the §1 row's "Topic" cell, verbatim
+    topic: str  # the topic of the row in the contract's table
     hutch: str
     rabbitmq: str
-    section: str = "§1"
+    section: str = "docs/contracts/broker.md#differences"
 
 
 DIFFERENCES: Final[dict[str, Difference]] = {
@@ -48,7 +48,7 @@ DIFFERENCES: Final[dict[str, Difference]] = {
     ),
     "default-watermark": Difference(
         "Default watermark",
-        "0.4 × `total_memory` (seed; 4.x uses 0.6)",  # noqa: RUF001 - §1 verbatim
+        "0.4 × `total_memory` (seed; 4.x uses 0.6)",  # noqa: RUF001 - as in the contract
         "0.4 × host RAM ◆",  # noqa: RUF001
     ),
     "watermark-zero": Difference(
@@ -63,7 +63,7 @@ DIFFERENCES: Final[dict[str, Difference]] = {
     ),
     "ring-size": Difference(
         "`x-ring-size` / `ring-size`",
-        "ring queue (§10)",
+        "ring queue (RING-1)",
         "argument ignored; policy key not recognised",
     ),
     "maximum-message-size": Difference("Maximum message size", "16 MiB (4.x)", "128 MiB"),
@@ -72,7 +72,7 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "Quorum queues: no `x-delivery-limit` / a negative one",
         "20 / no limit (4.x)",
         "no limit / dead-lettered at the first return",
-        section="proposed, docs/broker-differences.md",
+        section="docs/contracts/broker.md#differences",
     ),
     "equal-policy-priorities": Difference(
         "Equal policy priorities", "lowest name wins", "unspecified"
@@ -86,14 +86,14 @@ DIFFERENCES: Final[dict[str, Difference]] = {
     "binding-properties-key-hash": Difference(
         "Binding `properties_key` hash", "Hutch hash", "Erlang `phash2`"
     ),
-    # Observed on 3.10.8 by this suite but missing from §1: DLX-2 says "never BCC ◆", while the
+    # Observed on 3.10.8 by this suite: DLX-2 says "never BCC", while the
     # reference node routes a dead letter (no DLRK) to its BCC keys too, without listing them in
-    # x-death routing-keys. Hutch follows DLX-2. Reported for a §1 row.
+    # x-death routing-keys. Hutch follows DLX-2.
     "dead-letter-bcc": Difference(
         "BCC keys when dead-lettering without a dead-letter routing key",
         "not used (DLX-2)",
         "used for routing, absent from `routing-keys` (observed)",
-        section="not yet in §1 (DLX-2)",
+        section="docs/contracts/broker.md#differences (DLX-2)",
     ),
     # Observed on 3.10.8 by tests/sidebyside/test_single_active_consumer.py (issue 14, and
     # "Broker trust II" item 6): when the single active consumer of a classic queue cancels
@@ -106,40 +106,40 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "Ready messages when the single active consumer of a classic queue cancels",
         "delivered to the next active consumer at once (as 3.10.8's quorum queues do)",
         "not delivered; the next publish crashes the queue, which restarts empty (observed)",
-        section="not yet in §1 (issue 14)",
+        section="docs/contracts/broker.md#differences (issue 14)",
     ),
-    # Deliberate differences from the "Broker trust" work (issue 11), not yet §1 rows; the
+    # Deliberate differences from the "Broker trust" work (issue 11); the
     # README's "Known differences" list names them too.
     "long-names-over-http": Difference(
         "Exchange names and routing keys over 255 bytes over HTTP",
         "400 (a shortstr cannot carry them to a consumer)",
         "accepted; a message routed with one then closes its consumer's connection with 541",
-        section="not yet in §1 (issue 11, item 8)",
+        section="docs/contracts/broker.md#differences (issue 11, item 8)",
     ),
     "backtracking-patterns": Difference(
         "Policy and permission patterns using backreferences, lookaround, atomic groups",
         "400: patterns are searched in linear time",
         "accepted (backtracking regex)",
-        section="not yet in §1 (issue 11, item 7)",
+        section="docs/contracts/broker.md#differences (issue 11, item 7)",
     ),
     "dead-lettering-across-a-crash": Difference(
         "Dead-lettering across kill -9",
         "at-least-once: may be dead-lettered twice, never lost",
         "at-most-once for classic queues",
-        section="not yet in §1 (issue 11)",
+        section="docs/contracts/broker.md#differences (issue 11)",
     ),
     "quorum-return-across-a-crash": Difference(
         "A quorum queue's returned (nacked with requeue) message across kill -9",
         "at-least-once: the message may come back twice, never lost",
         "exactly once (the Raft log)",
-        section="not yet in §1",
+        section="docs/contracts/broker.md#differences",
     ),
-    # Not a §1 row, but an allowance the contract makes elsewhere.
+    # Not a row of the table, but an allowance the contract makes for the HTTP API.
     "erlang-internals": Difference(
         "Erlang internals (`backing_queue_status`, `garbage_collection`) may be omitted",
         "omitted",
         "present",
-        section="§14 Conventions",
+        section="docs/contracts/broker.md#http-api",
     ),
 }
 
