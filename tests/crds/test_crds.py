@@ -19,7 +19,7 @@ from hutch_operator.models import kinds
 REPO = Path(__file__).resolve().parents[2]
 COPIES = (REPO / "crds", REPO / "charts" / "hutch-operator" / "crds")
 
-#: kind → spec fields that must carry an immutability rule (design §3).
+#: kind → spec fields that must carry an immutability rule (docs/contracts/operator.md#immutability).
 IMMUTABLE = {
     "Queue": ["vhost", "type", "durable", "autoDelete", "arguments", "singleActiveConsumer",
               "brokerRef", "connectionSecret", "name"],

@@ -63,7 +63,7 @@ def test_namespace_deletion_is_not_held(
 ) -> None:
     """Deleting a namespace with a Broker and finalized topology objects finishes in bounded
     time: the namespace controller deletes the Broker (no finalizer) and the Queues, whose
-    delete handler then releases its finalizer (design §5.4, BrokerGone)."""
+    delete handler then releases its finalizer (docs/contracts/operator.md#deletion, BrokerGone)."""
     plane = running
     broker = hutch_broker_factory()
     kube = kit.Kube(plane, plane.create_namespace())

@@ -1,4 +1,7 @@
-"""Broker CR → child objects (design §2.3), overrides and conditions, without a cluster."""
+"""Broker CR → child objects, overrides and conditions, without a cluster.
+
+Contract: docs/contracts/operator.md#children.
+"""
 
 from __future__ import annotations
 

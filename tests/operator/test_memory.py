@@ -1,4 +1,4 @@
-"""The watermark and disk-limit tables of design §2.2, without a cluster."""
+"""The watermark and disk-limit tables of docs/contracts/operator.md#memory-plan, no cluster."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Spec → management-API request tables (design §5.1), without broker or cluster."""
+"""Spec → management-API request tables, without broker or cluster.
+
+Contract: docs/contracts/operator.md#layers.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fixtures for the behaviour-contract tests: a fresh hutch-broker per test, pika and HTTP.
 
 Every test here observes hutch-broker the way a client does (AMQP over loopback with pika, the
-management API over HTTP) and carries the contract ID of shared/design/broker-semantics.md in its
+management API over HTTP) and carries its contract ID (docs/contracts/broker.md) first in its
 name.
 """
 

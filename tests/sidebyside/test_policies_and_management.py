@@ -236,7 +236,7 @@ def test_pol_6_overflow_and_dlx_arguments_beat_the_user_policy(target):
     assert (_bodies(ch, n("arg")), _bodies(ch, n("pol"))) == (["a"], ["b"])
 
 
-# -- ring queues (§1 "x-ring-size / ring-size") ------------------------------------------------
+# -- ring queues (a difference: docs/contracts/broker.md#differences) ---------------------------
 
 
 def test_ring_size_argument_and_policy_key(target):
@@ -252,7 +252,7 @@ def test_ring_size_argument_and_policy_key(target):
     assert policy.status == target.expect("ring-size", hutch=201, rabbitmq=400)
 
 
-# -- features Hutch refuses (§1) ---------------------------------------------------------------
+# -- features Hutch refuses (docs/contracts/broker.md#differences) ------------------------------
 
 
 def test_unsupported_queue_features_and_maximum_message_size(target):

@@ -1,4 +1,4 @@
-"""Every option rule of the `hutch` source and sink (design: spark.md §2.6, §3), without Spark.
+"""Every option rule of the `hutch` source and sink (docs/contracts/spark.md#options, #sink), without Spark.
 
 The parser is pure, so each rule is one table row: options in, either the parsed field or the
 error text out. Spark lower-cases option keys, so some rows use lower-case keys on purpose.

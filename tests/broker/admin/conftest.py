@@ -26,7 +26,7 @@ from hutch_broker.model.broker import Broker
 
 NOW_MS = 1_795_342_369_163  # 2026-11-22T10:12:49.163Z, when the reference was captured
 REFERENCE = Path(__file__).parent / "reference"
-# Erlang internals RabbitMQ reports and Hutch may leave out (§14).
+# Erlang internals RabbitMQ reports and Hutch may leave out (docs/contracts/broker.md#http-api).
 ERLANG_ONLY = frozenset(
     {"backing_queue_status", "garbage_collection", "reductions", "reductions_details"}
 )

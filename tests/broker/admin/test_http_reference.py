@@ -11,7 +11,7 @@ pytestmark = pytest.mark.usefixtures("topology")
 
 
 def strip_key(items):
-    """``properties_key`` hashes differ by design (§1); everything else must match."""
+    """``properties_key`` hashes differ (docs/contracts/broker.md#differences); the rest must match."""
     return [{**item, "properties_key": item["properties_key"].split("~")[0]} for item in items]
 
 
