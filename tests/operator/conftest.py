@@ -1,10 +1,10 @@
 """Fixtures for operator tests: a running operator (KopfRunner) and helpers to drive CRs.
 
-The operator runs in-process (``kopf.testing.KopfRunner``, a thread with its own event loop)
-against the session's apiserver plane; brokers are real processes on loopback, reached through
-``HUTCH_BROKER_ADDRESSES`` (docs/contracts/local-kubernetes.md#fake-addresses). The sweep and status periods are shortened
-here, before ``hutch_operator.handlers`` is imported, because timers take their interval at
-registration.
+The operator runs in-process (``kopf.testing.KopfRunner``, a thread with its own event loop) against
+the session's apiserver plane; brokers are real processes on loopback, reached through
+``HUTCH_BROKER_ADDRESSES`` (docs/contracts/local-kubernetes.md#fake-addresses). The sweep and status
+periods are shortened here, before ``hutch_operator.handlers`` is imported, because timers take
+their interval at registration.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""A SIGKILL of the whole driver (JVM and Python workers) loses nothing (docs/contracts/spark.md#required-tests).
+"""A SIGKILL of the whole driver (JVM and Python workers) loses nothing.
+
+Contract: docs/contracts/spark.md#required-tests.
 
 The driver runs in a child process group (driver_child.py). It blocks inside foreachBatch of
 batch 3 after recording it, so batch 3 is in Spark's offsets log but not in its commit log;

@@ -1,8 +1,8 @@
 """The streaming source and the batch reader against a real broker, with Spark in local mode.
 
-Each test is one of the contract's required behaviours (docs/contracts/spark.md#required-tests): every message
-delivered, no stall when prefetch equals the batch size, a failing sink loses nothing and
-duplicates at most one batch, availableNow drains and stops, bad options and a missing queue
+Each test is one of the contract's required behaviours (docs/contracts/spark.md#required-tests):
+every message delivered, no stall when prefetch equals the batch size, a failing sink loses nothing
+and duplicates at most one batch, availableNow drains and stops, bad options and a missing queue
 fail fast with a clear message. "Nothing left unacked" is checked after our consumer has gone
 (consumer_count 0): an unacked message would then be back in the ready count.
 """
@@ -65,7 +65,8 @@ def test_stream_delivers_all_messages_when_prefetch_equals_batch(
     spark: Any, amqp: Any, tmp_path: Path, waiter: Any
 ) -> None:
     # Spark commits a batch only while planning the next one; acking only in commit() stalled
-    # after 100 of these 300 messages (docs/contracts/spark.md#ack-protocol), so 25 s is the regression bound.
+    # after 100 of these 300 messages (docs/contracts/spark.md#ack-protocol), so 25 s is the
+    # regression bound.
     queue = amqp.queue()
     ids = amqp.publish(queue, 300)
     batches: list[tuple[int, list[str]]] = []
