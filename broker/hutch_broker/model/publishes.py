@@ -63,7 +63,7 @@ def publish(
 
     ``exchange`` is None when it was deleted in the meantime (a transaction's commit): the
     message is then unroutable. ``message_ids`` stamps a ``message_id`` on a message that
-    has none (spark.md §2.3).
+    has none (docs/contracts/spark.md#schema).
     """
     message = _stamped(message, message_ids)
     if exchange is None:
