@@ -108,15 +108,27 @@ class RabbitMQ(processes.BrokerProcess):
         data = self.overview()
         return None if data is None else str(data.get("rabbitmq_version"))
 
-    def rabbitmqctl(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        """Run rabbitmqctl against this node (slow: ~1-2 s of CLI start-up per call)."""
+    def rabbitmqctl(
+        self,
+        *args: str,
+        timeout: float = 60.0,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run rabbitmqctl against this node (slow: ~1-2 s of CLI start-up per call).
+
+        ``check=False`` returns failures too (their exit code is under test); ``env`` overrides
+        the node's environment (another HOME is another Erlang cookie: a CLI the node refuses).
+        stdin is empty, so add_user without a password fails as it does in a script.
+        """
         return subprocess.run(  # noqa: S603 - fixed binary, arguments from the test
             [str(CTL_SCRIPT), "-n", self.node_name, *args],
-            env=self._environment(),
+            env=self._environment() | (env or {}),
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=timeout,
-            check=True,
+            check=check,
         )
 
 

@@ -14,8 +14,9 @@ from hutch_cli import exitcodes, plans
 from hutch_cli.verbs import common
 from hutch_cli.verbs.common import Context, Verb
 
-# The broker's reserved components, shown by list_policies and list_operator_policies instead.
-_POLICY_COMPONENTS = frozenset({"policy", "operator_policy"})
+# Policies are shown by list_policies only; operator policies are listed here too, as rabbitmqctl
+# 3.10.8 does (their component is operator_policy).
+_POLICY_COMPONENT = "policy"
 
 
 def set_parameter(ctx: Context, args: tuple[str, ...]) -> plans.Plan:
@@ -55,7 +56,7 @@ def list_parameters(ctx: Context, _args: tuple[str, ...]) -> plans.Plan:
         listed = [
             item
             for item in bodies[-1]
-            if item.get("vhost") == vhost and item.get("component") not in _POLICY_COMPONENTS
+            if item.get("vhost") == vhost and item.get("component") != _POLICY_COMPONENT
         ]
         fields = ("component", "name", "value")
         return plans.Table(fields, common.rows(listed, fields), ("plain", "plain", "json"))
