@@ -57,8 +57,9 @@ async def refresh(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     if not reconciling.wakes(stored, patch.status.get("conditions", stored)):
         return
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+    indices = registration.views(kwargs)
     waiting = [item for index in registration.WAITING_INDEXES
-               for item in kwargs.get(index, {}).get((namespace, name), ())]  # fmt: skip
+               for item in indices.get(index, {}).get((namespace, name), ())]  # fmt: skip
     await reconciling.wake(waiting)
     listed = list(body.status.get("abandoned") or ())
     if listed:
@@ -67,7 +68,7 @@ async def refresh(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
             ops = registration.REGISTRY.get(str(item.get("kind")))
             if ops is None:
                 return "left in the broker: unknown kind"
-            claims = kwargs.get(registration.claims_index(ops), {})
+            claims = indices.get(registration.claims_index(ops), {})
             brokers = kwargs[registration.BROKER_INDEX]
             return await reconciling.clean_abandoned(ops, item, brokers, claims)
 

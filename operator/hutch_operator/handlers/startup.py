@@ -63,7 +63,7 @@ async def configure(settings: kopf.OperatorSettings, **indices: Any) -> None:
     metrics.count_tasks(asyncio.get_running_loop())
     if config.sync_period() > 0:
         sweeper = sweeping.Sweeper(
-            indices, registration.SWEPT,
+            registration.views(indices), registration.SWEPT,
             brokers=registration.BROKER_INDEX, vhost_claims=registration.VHOST_CLAIMS,
         )  # fmt: skip
         _SWEEPER.append(asyncio.create_task(sweeper.run(), name="hutch drift sweep"))
