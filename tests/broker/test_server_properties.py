@@ -10,6 +10,7 @@ import pytest
 from hutch_broker import __main__ as entry
 from hutch_broker import __version__
 from hutch_broker import config as config_mod
+from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import identity
 from hutch_testing.clients import connect
 from hutch_testing.management import Management
@@ -175,3 +176,37 @@ def test_a_bad_server_property_refuses_the_start_in_one_line(tmp_path, capsys):
         "configurable: they say what the broker does, and clients rely on them\n"
     )
     assert not (tmp_path / "data").exists()
+
+
+def test_a_cluster_name_too_long_for_connection_start_is_refused_and_changes_nothing(
+    hutch_broker_factory,
+):
+    """Every connection.start carries the name, and it must fit the 4,096-byte pre-tune frame:
+    a 4,000-byte name accepted by the API would make every later connection fail."""
+    broker = hutch_broker_factory()
+    api = Management(broker)
+    assert api.put("/cluster-name", {"name": "kept"}).status == 204
+    too_long = "n" * (identity.MAX_CLUSTER_NAME_BYTES + 1)
+    multibyte = "é" * (identity.MAX_CLUSTER_NAME_BYTES // 2 + 1)  # fewer characters, more bytes
+
+    for name in (too_long, "n" * 4000, multibyte):
+        refused = api.put("/cluster-name", {"name": name})
+        assert refused.status == 400, refused.body
+        assert f"longer than {identity.MAX_CLUSTER_NAME_BYTES} bytes" in refused.body["reason"]
+        by_parameter = api.put("/global-parameters/cluster_name", {"value": name})
+        assert by_parameter.status == 400, by_parameter.body
+
+    assert api.get("/cluster-name").body == {"name": "kept"}
+    assert connect(broker)._impl.server_properties["cluster_name"] == "kept"
+    fits = "n" * identity.MAX_CLUSTER_NAME_BYTES
+    assert api.put("/cluster-name", {"name": fits}).status == 204
+    assert connect(broker)._impl.server_properties["cluster_name"] == fits
+
+
+def test_a_stored_cluster_name_too_long_to_send_falls_back_to_the_configured_one():
+    """A definitions file can carry any global parameter; the name is then not sent."""
+    broker = Broker(cluster_name="hutch@node")
+    broker.set_global_parameter("cluster_name", "x" * (identity.MAX_CLUSTER_NAME_BYTES + 1))
+    assert broker.display_cluster_name == "hutch@node"
+    broker.set_global_parameter("cluster_name", "short")
+    assert broker.display_cluster_name == "short"

@@ -19,7 +19,7 @@ from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
-from hutch_broker.protocol import errors
+from hutch_broker.protocol import errors, identity
 
 if TYPE_CHECKING:
     from hutch_broker.store import MessageStore
@@ -170,9 +170,15 @@ class Broker:
 
     @property
     def display_cluster_name(self) -> str:
-        """The ``cluster_name`` global parameter when set to a string, else the configured one."""
+        """The ``cluster_name`` global parameter when set to a string, else the configured one.
+
+        A stored name longer than a connection.start can carry (one imported from a definitions
+        file; the management API refuses them) is not used: every new connection would fail.
+        """
         chosen = self.global_parameters.get("cluster_name")
-        return chosen if isinstance(chosen, str) and chosen else self.cluster_name
+        if isinstance(chosen, str) and chosen and cluster_name_fits(chosen):
+            return chosen
+        return self.cluster_name
 
     # -- limits (model/limits.py) ----------------------------------------
 
@@ -395,6 +401,21 @@ class Broker:
                 vhost.resume_policies().run()  # a failed import still leaves every entity right
             raise
         return paused
+
+
+def cluster_name_fits(name: str) -> bool:
+    """Whether a cluster name fits in connection.start (protocol/identity.py says why)."""
+    return len(name.encode("utf-8", "surrogatepass")) <= identity.MAX_CLUSTER_NAME_BYTES
+
+
+def cluster_name_problem(name: str) -> str | None:
+    """Why the management API refuses ``name`` as the cluster's name, or None."""
+    if cluster_name_fits(name):
+        return None
+    return (
+        f"cluster name is longer than {identity.MAX_CLUSTER_NAME_BYTES} bytes: every "
+        "connection.start carries it"
+    )
 
 
 def _export_vhost(vhost: VirtualHost, out: dict[str, Any], *, durable_only: bool) -> None:

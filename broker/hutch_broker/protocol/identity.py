@@ -19,6 +19,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 PRODUCT: Final = "Hutch"
+# A cluster name travels in every connection.start, which must fit the 4,096-byte frame a
+# client accepts before tune; the configured entries have their own 2,048-byte budget
+# (config.py), so a name gets a shortstr's 255 bytes. RabbitMQ bounds neither; a name past
+# this is refused by the management API and never sent (model/broker.py).
+MAX_CLUSTER_NAME_BYTES: Final = 255
 PLATFORM: Final = "Python"
 COPYRIGHT: Final = "Hutch authors"
 INFORMATION: Final = "Licensed under the Apache License 2.0"

@@ -16,6 +16,7 @@ from hutch_broker.admin.handlers import support
 from hutch_broker.admin.state import AdminState
 from hutch_broker.admin.views import overview as overview_view
 from hutch_broker.admin.views import users as users_view
+from hutch_broker.model import broker as broker_model
 from hutch_broker.protocol import errors as amqp_errors
 
 routes = web.RouteTableDef()
@@ -73,6 +74,9 @@ async def put_cluster_name(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     body = await support.body(request)
     name = bodies.string(body, "name")
+    problem = broker_model.cluster_name_problem(name)
+    if problem is not None:
+        raise errors.bad_request(problem)
     support.state(request).broker.set_global_parameter("cluster_name", name)
     return support.no_content()
 

@@ -21,7 +21,7 @@ from hutch_broker.admin import auth, errors, slicing
 from hutch_broker.admin.handlers import support
 from hutch_broker.admin.handlers.policies import parse_off_loop
 from hutch_broker.model import changes, limits
-from hutch_broker.model.broker import Broker
+from hutch_broker.model.broker import Broker, cluster_name_problem
 from hutch_broker.model.policies import erlang_term
 from hutch_broker.model.vhosts import VirtualHost
 
@@ -183,8 +183,13 @@ async def get_global(request: web.Request) -> web.Response:
 async def put_global(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     value = await support.body_value(request)
-    broker = support.state(request).broker
-    created = broker.set_global_parameter(support.path(request, "name"), value)
+    broker, name = support.state(request).broker, support.path(request, "name")
+    problem = (
+        cluster_name_problem(value) if name == "cluster_name" and isinstance(value, str) else None
+    )
+    if problem is not None:
+        raise errors.bad_request(problem)
+    created = broker.set_global_parameter(name, value)
     return support.created_or_updated(created)
 
 
