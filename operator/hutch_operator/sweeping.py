@@ -48,6 +48,7 @@ from hutch_operator import (
     reconciling,
     references,
     snapshots,
+    translators,
 )
 from hutch_operator.models import common
 
@@ -217,7 +218,7 @@ async def tick(ctx: reconciling.Context, *, retry: int) -> None:
         reconciling.fail(ctx, error, retry, raise_=False)
         return
     if mismatch:  # the broker object was put right (by hand): Ready again
-        reconciling.declared(ctx, target, name, observation.missing or bool(observation.changed))
+        reconciling.declared(ctx, target, name)
     if observation.stats is not None and config.queue_stats():
         _write_stats(ctx, observation.stats)
 
@@ -226,16 +227,24 @@ async def _redeclare(
     ctx: reconciling.Context, target: references.Target, model: Any, name: str, retry: int
 ) -> None:
     try:
-        wrote = await reconciling.declare_into(ctx, target, model, name)
+        await reconciling.declare_into(ctx, target, model, name)
     except errors.HutchError as error:
         reconciling.fail(ctx, error, retry, raise_=False)
         return
-    reconciling.declared(ctx, target, name, wrote)
+    reconciling.declared(ctx, target, name)
 
 
 def _write_stats(ctx: reconciling.Context, stats: dict[str, Any]) -> None:
-    """At most one status patch per object per period, and none when nothing moved."""
-    if not conditions.status_patch(ctx.status, stats):
+    """At most one status patch per object per period, and none when nothing moved.
+
+    A policy field the status does not have and the listing says is empty has not moved: a
+    Queue's create leaves them out (``translators.fresh_queue_stats``), and a first pass over
+    10,000 fresh Queues must not write each of them to say "no policy"."""
+    moved = conditions.status_patch(ctx.status, stats)
+    for key in translators.POLICY_STATS:
+        if key in moved and key not in ctx.status and not moved[key]:
+            del moved[key]
+    if not moved:
         return
     reconciling.write_status(ctx, {**stats, "statsUpdatedAt": conditions.now()})
 

@@ -125,6 +125,16 @@ def queue_stats(listed: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Stats keys whose absence means the same as an empty value: no policy in effect.
+POLICY_STATS = frozenset({"policy", "operatorPolicy", "effectivePolicyDefinition"})
+
+
+def fresh_queue_stats() -> dict[str, Any]:
+    """The stats of a queue created this instant: no messages, no consumers. Its policy fields
+    are not known without a read and are left out (absent means no policy, ``POLICY_STATS``)."""
+    return {"messages": 0, "messagesReady": 0, "messagesUnacknowledged": 0, "consumers": 0}
+
+
 # --- exchanges ---------------------------------------------------------------------------------
 
 

@@ -172,6 +172,28 @@ async def test_a_pass_acts_on_exactly_the_objects_that_differ(
     assert report.status_writes == 2
 
 
+async def test_a_first_pass_over_fresh_queues_writes_only_where_a_policy_applies(
+    writes: StatusWrites, events: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Queue's create records zero counts and no policy fields (``fresh_queue_stats``, no GET).
+    The first pass over 2,000 such Queues must not write each one to say "no policy"; it writes
+    the one a policy applies to."""
+    names = [f"q{i:05d}" for i in range(2000)]
+    broker = ListingBroker({name: listed(name) for name in names})
+    broker.queues["q00050"] = listed("q00050", policy="ttl",
+                                     effective_policy_definition={"message-ttl": 60000})  # fmt: skip
+    entries = [entry(name) for name in names]
+    for desired in entries:
+        desired.raw["status"].update(translators.fresh_queue_stats())
+    report = await sweeper(entries, broker, monkeypatch).sweep(INDEX, GROUP)
+    assert broker.requests == [("GET", translators.queue_list("/").path)]
+    [(path, body)] = writes.patches
+    assert path.rsplit("/", 2)[-2] == "q00050"
+    assert body["status"]["policy"] == "ttl"
+    assert body["status"]["effectivePolicyDefinition"] == {"message-ttl": 60000}
+    assert report.status_writes == 1 and events == []
+
+
 async def test_a_failed_object_is_declared_again(
     writes: StatusWrites, events: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

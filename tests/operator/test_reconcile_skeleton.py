@@ -41,12 +41,17 @@ class FakeBroker:
         self.requests: list[tuple[str, str]] = []
         self.script: dict[tuple[str, str], int] = {}
         self.down = False
+        self.existing: set[str] = set()  # paths a PUT finds (204); others it creates (201)
 
     async def call(self, request: translators.Request) -> Any:
         self.requests.append((request.method, request.path))
         if self.down:
             raise errors.BrokerUnavailableError(f"{self.base_url}: ClientConnectorError")
         status = self.script.get((request.method, request.path), 200)
+        if request.method == "PUT" and status == 200:  # as the brokers answer a declare
+            created = request.path not in self.existing
+            self.existing.add(request.path)
+            return brokerclient._outcome(request, 201 if created else 204, "", self.base_url)
         text = '{"reason": "scripted"}' if status >= 300 else "{}"
         return brokerclient._outcome(request, status, text, self.base_url)
 
@@ -147,7 +152,37 @@ async def test_declare_sets_ready_with_observed_generation(
     assert ctx.patch.status["observedGeneration"] == GENERATION
     assert ctx.patch.status["declared"] is True
     assert ctx.patch.status["brokerEndpoint"] == ENDPOINT
-    assert events == [("Normal", "Declared")]
+    # No Event for a success: the Ready condition says it, and an Event per object was half of
+    # the operator's Kubernetes writes at 10,000 Queues (docs/isolation/operator.md).
+    assert events == []
+
+
+async def test_a_queue_the_declare_created_has_zero_stats_without_a_read(
+    broker: FakeBroker, events: Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker answered 201: nothing to read back. Its policy fields are the sweep's."""
+    monkeypatch.setenv("HUTCH_QUEUE_STATS", "true")
+    ctx = context()
+    await declare(ctx)
+    assert broker.requests == [("PUT", QUEUE_PATH)]
+    assert {key: ctx.patch.status[key] for key in translators.fresh_queue_stats()} == {
+        "messages": 0, "messagesReady": 0, "messagesUnacknowledged": 0, "consumers": 0
+    }  # fmt: skip
+    assert ctx.patch.status["statsUpdatedAt"]
+    assert not translators.POLICY_STATS & set(ctx.patch.status)
+
+
+async def test_a_queue_that_existed_has_its_stats_read_after_the_declare(
+    broker: FakeBroker, events: Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker answered 204 (an application's queue, or a re-declare): one GET, as before."""
+    monkeypatch.setenv("HUTCH_QUEUE_STATS", "true")
+    broker.existing.add(QUEUE_PATH)
+    ctx = context()
+    await declare(ctx)
+    assert broker.requests == [("PUT", QUEUE_PATH), ("GET", QUEUE_PATH)]
+    assert ctx.patch.status["effectivePolicyDefinition"] == {}
+    assert ctx.patch.status["messages"] == 0
 
 
 @pytest.mark.parametrize("status", [400, 405, 409, 422])
