@@ -4,8 +4,10 @@
 middleware logs and counts every write (``audit``).  Two more wrap every
 handler: the outer one turns any refusal (``ApiError``, a model
 ``AMQPError``, aiohttp's own 404/405) into RabbitMQ's JSON error shape, so
-no client ever sees an HTML error page; the inner one authenticates every
-``/api`` request and leaves ``/metrics`` open, as rabbitmq_prometheus does.
+no client ever sees an HTML error page; the inner one refuses writes a
+browser sends for another site (``ui.crossorigin``), authenticates every
+``/api`` request and leaves ``/metrics`` and the Web UI's files (``ui``) open,
+as RabbitMQ does.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from hutch_broker.admin.handlers import (
 )
 from hutch_broker.admin.memory import FixedMemory, MemoryMonitor
 from hutch_broker.admin.state import STATE, USER, AdminState
+from hutch_broker.admin.ui import assets, crossorigin
 from hutch_broker.admin.views.overview import NodeInfo
 from hutch_broker.dispatch.context import Context
 from hutch_broker.protocol import errors as amqp_errors
@@ -98,6 +101,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path.startswith("/api/") or request.path == "/api":
+        refusal = crossorigin.refusal(
+            method=request.method,
+            origin=request.headers.get("Origin"),
+            fetch_site=request.headers.get("Sec-Fetch-Site"),
+            host=request.host,
+            scheme=request.scheme,
+        )
+        if refusal is not None:
+            raise errors.ApiError(403, {"error": "forbidden", "reason": refusal})
         state = request.app[STATE]
         request[USER] = auth.authenticate(
             state.broker, request.headers.get("Authorization"), request.remote
@@ -144,6 +156,7 @@ def make_app(
         app.add_routes(with_trailing_slash(module.routes))
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/metrics/", metrics_endpoint)
+    assets.add_routes(app)
     return app
 
 
