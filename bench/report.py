@@ -28,7 +28,7 @@ def table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
         header.append("Hutch/RabbitMQ recv (range)")
     against_base = {"hutch-base", "hutch"} <= set(brokers)  # bench/run.py --baseline
     if against_base:
-        header.append("Hutch/base recv (range)")
+        header += ["Hutch/base recv (range)", "Hutch/base CPU per msg (range)"]
     header += [f"RSS {BROKER_TITLES[name]}" for name in brokers]
     rows = [header]
     grouped = group(runs)
@@ -38,7 +38,9 @@ def table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
         if both:
             row.append(_ratio(by_broker.get("hutch", []), by_broker.get("rabbitmq", [])))
         if against_base:
-            row.append(_ratio(by_broker.get("hutch", []), by_broker.get("hutch-base", [])))
+            hutch, base = by_broker.get("hutch", []), by_broker.get("hutch-base", [])
+            row.append(_ratio(hutch, base))
+            row.append(_ratio(hutch, base, "cpu_us_per_message"))  # below 1: cheaper now
         row += [_rss(by_broker.get(name, [])) for name in brokers]
         rows.append(row)
     return _format(rows) + _footnotes(runs)
@@ -58,11 +60,11 @@ def paired_ratio(
 ) -> rounds.Spread | None:
     """Hutch/RabbitMQ (or any two brokers' runs) per round, over the rounds where both
     measured; None if none did."""
-    theirs = {run.get("round", 0): run for run in rabbitmq if _ok(run) and run[field]}
+    theirs = {run.get("round", 0): run for run in rabbitmq if _ok(run) and run.get(field)}
     pairs = [
         (run[field], theirs[run.get("round", 0)][field])
         for run in hutch
-        if _ok(run) and run.get("round", 0) in theirs
+        if _ok(run) and run.get(field) and run.get("round", 0) in theirs
     ]
     if not pairs:
         return None
@@ -112,8 +114,10 @@ def _rates(runs: list[dict[str, Any]]) -> str:
     return text + (f" {len(failed)} FAILED [{failed[0]['footnote']}]" if failed else "")
 
 
-def _ratio(hutch: list[dict[str, Any]], rabbitmq: list[dict[str, Any]]) -> str:
-    spread = paired_ratio(hutch, rabbitmq)
+def _ratio(
+    hutch: list[dict[str, Any]], rabbitmq: list[dict[str, Any]], field: str = "consume_rate"
+) -> str:
+    spread = paired_ratio(hutch, rabbitmq, field)
     if spread is None:
         return "-"
     return f"{spread.median:.2f} ({spread.low:.2f}-{spread.high:.2f})"

@@ -205,6 +205,7 @@ def one_run(
     }
     log.info("%s: scenario %d with %s for %ds", name, scenario.number, tool, duration)
     broker.reset_peak_rss()
+    cpu_before = cpu_seconds(broker)
     began = time.monotonic()
     try:
         if tool == "loadgen":
@@ -217,6 +218,13 @@ def one_run(
         record["error"] = str(error)
     record["wall_seconds"] = round(time.monotonic() - began, 1)
     record["peak_rss_bytes"] = broker.peak_rss_bytes() if broker.running else None
+    if broker.running and cpu_before is not None:
+        cpu = cpu_seconds(broker)
+        if cpu is not None:
+            spent = cpu - cpu_before
+            record["broker_cpu_seconds"] = round(spent, 2)
+            if record.get("consumed"):
+                record["cpu_us_per_message"] = round(spent / record["consumed"] * 1e6, 2)
     if not broker.running:
         record["error"] = f"{name} died during the run: {record.get('error', '')}"
         record["broker_log_tail"] = broker.log_tail(4096)
@@ -224,12 +232,33 @@ def one_run(
     return record
 
 
+def cpu_seconds(broker: processes.BrokerProcess) -> float | None:
+    """User plus system CPU time of the broker's processes so far, from /proc/<pid>/stat.
+
+    Why: on a shared machine throughput moves with the neighbours' load, the CPU a broker
+    spends per message much less; loadgen's message count divided into it is the cost of
+    one message, whoever else ran meanwhile.
+    """
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    try:
+        for pid in broker.group_pids():
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / ticks
+
+
 def _log_record(record: dict[str, Any]) -> None:
     if record.get("error"):
         log.warning("  failed: %s", record["error"].splitlines()[0])
     else:
         log.info(
-            "  published %.0f/s, consumed %.0f/s", record["publish_rate"], record["consume_rate"]
+            "  published %.0f/s, consumed %.0f/s, broker CPU %s us/message",
+            record["publish_rate"],
+            record["consume_rate"],
+            record.get("cpu_us_per_message", "-"),
         )
 
 

@@ -133,6 +133,14 @@ def test_a_baseline_tree_gets_its_own_column_and_a_ratio_paired_by_round() -> No
     assert "Hutch base msgs/s" in header and "Hutch/base recv" in header
     assert "Hutch/RabbitMQ" not in header
     assert "1.10 (1.00-1.25)" in row  # per round: 1.1, 1.25, 1.0
+    grouped = report.group(runs)[(1, "loadgen")]
+    assert (
+        report.paired_ratio(grouped["hutch"], grouped["hutch-base"], "cpu_us_per_message") is None
+    )
+    cpu = [_run(r["broker"], r["round"], r["consume_rate"]) for r in runs]
+    for run, us in zip(cpu, [10.0, 9.0, 10.0, 12.0, 10.0, 11.0], strict=True):
+        run["cpu_us_per_message"] = us
+    assert "0.90 (0.83-1.10)" in report.table(cpu, ["hutch-base", "hutch"]).splitlines()[2]
 
 
 def test_run_takes_a_baseline_tree_and_measures_it_first(tmp_path: Path) -> None:
