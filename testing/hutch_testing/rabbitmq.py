@@ -114,15 +114,17 @@ class RabbitMQ(processes.BrokerProcess):
         timeout: float = 60.0,
         check: bool = True,
         env: dict[str, str] | None = None,
+        node: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run rabbitmqctl against this node (slow: ~1-2 s of CLI start-up per call).
 
         ``check=False`` returns failures too (their exit code is under test); ``env`` overrides
-        the node's environment (another HOME is another Erlang cookie: a CLI the node refuses).
-        stdin is empty, so add_user without a password fails as it does in a script.
+        the node's environment (another HOME is another Erlang cookie: a CLI the node refuses);
+        ``node`` names another node (one that is not running: a broker that is down). stdin is
+        empty, so add_user without a password fails as it does in a script.
         """
         return subprocess.run(  # noqa: S603 - fixed binary, arguments from the test
-            [str(CTL_SCRIPT), "-n", self.node_name, *args],
+            [str(CTL_SCRIPT), "-n", node or self.node_name, *args],
             env=self._environment() | (env or {}),
             stdin=subprocess.DEVNULL,
             capture_output=True,
