@@ -44,6 +44,13 @@ def test_the_hutch_wheel_holds_the_three_packages_and_no_test_tooling(tmp_path: 
     tops = {name.split("/")[0] for name in names if not name.startswith("hutch-")}
     assert tops == {"hutch_broker", "hutch_operator", "hutch_spark"}
     assert "hutch_spark/jobs/windowed_counts.py" in names  # the job's module is in it
+    # the Web UI's files are package data (pyproject's [tool.setuptools.package-data])
+    assert {
+        "hutch_broker/admin/ui/static/index.html",
+        "hutch_broker/admin/ui/static/style.css",
+        "hutch_broker/admin/ui/static/js/app.js",
+        "hutch_broker/admin/ui/static/js/pages/queues.js",
+    } <= set(names)
 
 
 def test_no_image_copies_the_test_tooling() -> None:
