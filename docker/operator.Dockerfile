@@ -8,6 +8,7 @@ COPY pyproject.toml README.md ./
 COPY broker/ broker/
 COPY operator/ operator/
 COPY spark/ spark/
+COPY cli/ cli/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[operator]"
 
 FROM python:3.11-slim-bookworm

@@ -1,4 +1,4 @@
-"""What the production wheel and images carry: the three Hutch packages, no test tooling.
+"""What the production wheel and images carry: the Hutch packages and hutchctl, no test tooling.
 
 Why: hutch_testing (launchers, the plane's chain, side-by-side harnesses) shipped in the hutch
 wheel and so in the broker, operator and Spark images, and spark/jobs/ slipped in as a stray
@@ -29,7 +29,7 @@ DOCKERFILES = [
 
 
 @pytest.mark.timeout(180)  # pip fetches setuptools for the isolated build the first time
-def test_the_hutch_wheel_holds_the_three_packages_and_no_test_tooling(tmp_path: Path) -> None:
+def test_the_hutch_wheel_holds_the_product_packages_and_no_test_tooling(tmp_path: Path) -> None:
     """Built from a copy of the whole tree (testing/ included), so setuptools' build/ stays out
     of the checkout and a package found by accident would show."""
     source = tmp_path / "src"
@@ -42,7 +42,10 @@ def test_the_hutch_wheel_holds_the_three_packages_and_no_test_tooling(tmp_path: 
     (wheel,) = tmp_path.glob("hutch-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.startswith("hutch-")}
-    assert tops == {"hutch_broker", "hutch_operator", "hutch_spark"}
+    assert tops == {"hutch_broker", "hutch_operator", "hutch_spark", "hutch_cli"}
+    # hutchctl is a console script of the product wheel, not of the test tooling
+    entry_points = zipfile.ZipFile(wheel).read("hutch-0.1.0.dist-info/entry_points.txt").decode()
+    assert "hutchctl = hutch_cli.hutchctl:main" in entry_points
     assert "hutch_spark/jobs/windowed_counts.py" in names  # the job's module is in it
     # the Web UI's files are package data (pyproject's [tool.setuptools.package-data])
     assert {
@@ -63,3 +66,14 @@ def test_no_image_copies_the_test_tooling() -> None:
         sources = {source.rstrip("/") for words in copies for source in words}
         assert "testing" not in sources, rel
         assert "tests" not in sources, rel
+
+
+def test_the_broker_and_operator_images_build_hutchctl_into_their_wheel() -> None:
+    """Their wheel declares the hutchctl script, so it must carry hutch_cli (cli/) too."""
+    for rel in ("docker/broker.Dockerfile", "docker/operator.Dockerfile"):
+        copied = {
+            line.split()[1].rstrip("/")
+            for line in (REPO / rel).read_text().splitlines()
+            if line.startswith("COPY ") and "--from=" not in line
+        }
+        assert "cli" in copied, rel
