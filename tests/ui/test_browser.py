@@ -8,9 +8,14 @@ over AMQP, and a write another site makes the browser send must change nothing.
 
 import base64
 import http.server
+import json
+import shutil
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 from hutch_testing import clients
@@ -69,8 +74,21 @@ def test_login_refuses_a_wrong_password_and_keeps_credentials_out_of_urls_cookie
     )
 
 
-def test_a_policy_made_with_the_form_is_the_policy_the_api_returns(
-    chromium, base_url, api, logged_in, shoot
+def hutchctl(broker, *args):
+    """hutchctl (cli/, the product's console script) against the module's broker, as guest."""
+    command = shutil.which("hutchctl", path=str(Path(sys.executable).parent))
+    assert command is not None, "hutchctl is not installed: run make bootstrap"
+    result = subprocess.run(
+        [command, "--url", f"http://127.0.0.1:{broker.http_port}", "--username", "guest",
+         "--password", "guest", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result.stdout
+
+
+def test_a_policy_made_with_the_form_is_the_policy_the_api_and_hutchctl_return(
+    chromium, base_url, api, ui_broker, logged_in, shoot
 ):
     chromium.get(base_url + "#/admin/policies")
     form = chromium.wait(lambda: chromium.find("#policy-form"), what="the policy form")
@@ -94,6 +112,15 @@ def test_a_policy_made_with_the_form_is_the_policy_the_api_returns(
         "priority": 3,
     }
     chromium.wait_text("#policies", lambda text: "ui-max-length" in text)
+    listed = hutchctl(ui_broker, "list_policies", "-p", "/", "--formatter", "json")
+    (from_ctl,) = [item for item in json.loads(listed) if item["name"] == "ui-max-length"]
+    assert (from_ctl["pattern"], from_ctl["apply-to"], from_ctl["priority"]) == (
+        "^ui\\.",
+        "queues",
+        3,
+    )
+    # rabbitmqctl's json formatter prints a policy's definition as a JSON string; hutchctl too
+    assert json.loads(from_ctl["definition"]) == {"max-length": 1000, "message-ttl": 60000}
 
     operator_form = chromium.find("#operator-policy-form")
     operator_form.find("#operator-policy-name").type("ui-op-cap")
