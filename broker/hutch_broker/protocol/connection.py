@@ -910,6 +910,14 @@ class Connection:
         self._deliver_heads.clear()
         self._state = ConnectionState.CLOSING
 
+    def lost(self) -> None:
+        """The socket is gone: closed, and everything the client sent that was not yet a whole
+        message (each channel's half-received content, the receive buffer) is dropped, with the
+        output nobody will read.  Whatever still refers to this object afterwards holds next to
+        nothing, however much a hostile client had left half-sent."""
+        self._enter_closed()
+        self._outbound.clear()
+
     # -- internals -------------------------------------------------------------------------
 
     def _send0(self, method: base.Frame) -> None:

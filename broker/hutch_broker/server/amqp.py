@@ -108,6 +108,7 @@ class AMQPConnection(asyncio.Protocol):
         session = self.session
         if session is not None:
             session.connection_lost()
+            session.proto.lost()
             session.transport = NO_TRANSPORT
         totals = self.context.delivery_totals
         totals.output -= self._buffered
