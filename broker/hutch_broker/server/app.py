@@ -498,16 +498,21 @@ class BrokerServer:
         while not self._stopped.is_set():
             await asyncio.sleep(1.0)
             self.resources.sample()
-            now = time.monotonic()
-            for connection in list(self.connections):
-                closed = connection.session is not None and connection.session.closed
-                if closed and not connection.awaiting_client_close:
-                    self.connections.discard(connection)
-                    continue
-                connection.tick(now, self.config.handshake_timeout_s, self.config.closing_timeout_s)
+            self._tick_connections(time.monotonic())
             # Acks and dead-lettered records need no confirm; sync them lazily.
             self._maybe_start_sync(periodic=True)
             self.broker.pager.sync()
+
+    def _tick_connections(self, now: float) -> None:
+        """Not inline in ``_timers``: a loop variable of that coroutine kept the last connection
+        it ticked alive while it slept, for as long as no other connection came, and with it
+        whatever its client had sent (docs/isolation/memory.md, memory after hostile input)."""
+        for connection in list(self.connections):
+            closed = connection.session is not None and connection.session.closed
+            if closed and not connection.awaiting_client_close:
+                self.connections.discard(connection)
+                continue
+            connection.tick(now, self.config.handshake_timeout_s, self.config.closing_timeout_s)
 
     async def _expiry_timer(self) -> None:
         """Message TTL at the head and queue expiry, checked every 100 ms."""

@@ -1,0 +1,89 @@
+"""Nothing in the server keeps a lost connection, or what its client sent, alive.
+
+The once-a-second timer ticked every connection in a loop inside its coroutine, and the loop
+variable kept the last connection it ticked for as long as the coroutine slept, which is forever
+when no connection comes after it. With it stayed everything its client had sent: a client
+that left a 16 MiB message half-sent on each of its channels and dropped the socket held that
+memory until the next client came (issue 30, memory after hostile input). In process, with a
+real socket, and the timer's ticks counted so the test does not depend on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import weakref
+from collections.abc import Callable
+
+import pytest
+from hutch_broker.config import BrokerConfig
+from hutch_broker.server.app import BrokerServer
+from hutch_testing import inmemory, ports
+from pamqp import body, commands, frame, header
+
+WAIT_S = 20.0  # for any one condition: ticks come once a second, later on a loaded machine
+
+
+@pytest.fixture
+async def server(tmp_path):
+    amqp_port, http_port = ports.free_ports(2)
+    config = BrokerConfig(amqp_port=amqp_port, http_port=http_port, data_dir=tmp_path / "data")
+    broker_server = BrokerServer(config)
+    await broker_server.start()
+    yield broker_server
+    with contextlib.suppress(Exception):
+        await broker_server.stop()
+
+
+def count_ticks(server: BrokerServer) -> list[int]:
+    """The timer samples the resources once per tick: count the samples."""
+    ticks = [0]
+    sample = server.resources.sample
+
+    def counted() -> None:
+        ticks[0] += 1
+        sample()
+
+    server.resources.sample = counted  # type: ignore[method-assign]
+    return ticks
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def half_sent_messages(channels: int) -> bytes:
+    """On each channel: open, basic.publish, a header promising 16 MiB, 1 MiB of its body."""
+    parts = []
+    for channel in range(1, channels + 1):
+        parts.append(frame.marshal(commands.Channel.Open(), channel))
+        parts.append(frame.marshal(commands.Basic.Publish(routing_key="q"), channel))
+        parts.append(frame.marshal(header.ContentHeader(0, 16 * 1024 * 1024), channel))
+        parts += [frame.marshal(body.ContentBody(bytes(131064)), channel)] * 8
+    return b"".join(parts)
+
+
+async def test_the_timer_keeps_no_lost_connection(server):
+    ticks = count_ticks(server)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", server.config.amqp_port)
+    writer.write(inmemory.handshake_frames() + half_sent_messages(8))
+    await writer.drain()
+    await until(lambda: bool(server.connections))
+    (connection,) = server.connections
+    lost = weakref.ref(connection)
+    del connection
+    seen = ticks[0]
+    await until(lambda: ticks[0] >= seen + 2)  # the timer has ticked the open connection
+
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+    await until(lambda: not server.connections)
+    gone = ticks[0]
+    await until(lambda: ticks[0] >= gone + 2)  # and ticked with no connection since
+    gc.collect()
+    assert lost() is None, f"still referenced by {[type(r) for r in gc.get_referrers(lost())]}"
