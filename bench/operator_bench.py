@@ -8,11 +8,14 @@ hutch_testing.plane, one hutch-broker on loopback, and the operator as a child p
 
     python bench/operator_bench.py [--queues 1000] [--workers 16] [--json out.json]
     python bench/operator_bench.py --queues 10000 --timeout 600
+    python bench/operator_bench.py --queues 10000 --no-operator   # the apiserver's own share
 
 Phases: create (sweep period 300 s, so no pass lands in it); restart with every Queue settled
 (``--sweep-period``, 30 s by default, so passes land after the restart settled); then a quiet
 window of two sweep passes, whose broker requests, Kubernetes calls and status writes are the
-sweep's whole cost.
+sweep's whole cost. ``--no-operator`` makes only the POSTs, with no operator running: the
+apiserver's time to accept them on its own, the baseline the time with the operator compares to.
+Every result carries the machine's load average, which is shared.
 
 Targets (issue 5, case 7): 1,000 Queues Ready in at most 10 s and 10,000 in at most 60 s;
 operator RSS at most 300 MB at 10,000; a restart with 10,000 settled Queues settled in at most
@@ -144,9 +147,9 @@ def is_ready(obj: dict[str, Any]) -> bool:
 
 
 async def create_all(
-    plane: Any, collection: str, items: list[dict[str, Any]], limit_s: float
+    plane: Any, collection: str, items: list[dict[str, Any]], limit_s: float, *, ready: bool = True
 ) -> tuple[list[int], float, float]:
-    """POSTs every item "at once" and watches until all are Ready.
+    """POSTs every item "at once" and watches until all are Ready (``ready``; else only POSTs).
 
     Returns (statuses, seconds to create, seconds until all Ready), both from the first POST.
     16 POSTs in flight over 16 keep-alive TLS connections: how a GitOps tool applies a directory
@@ -202,6 +205,9 @@ async def create_all(
         began = time.monotonic()
         statuses = list(await asyncio.gather(*(post(item) for item in items)))
         created = time.monotonic() - began
+        if not ready:
+            watcher.cancel()
+            return statuses, created, created
         done, _ = await asyncio.wait([watcher], timeout=limit_s)
         if not done:
             watcher.cancel()
@@ -273,6 +279,42 @@ def quiet_sweeps(
     }
 
 
+def queue_items(count: int) -> list[dict[str, Any]]:
+    return [{"apiVersion": "hutch.dev/v1alpha1", "kind": "Queue",
+             "metadata": {"name": f"q{i:05d}"},
+             "spec": {"brokerRef": {"name": "b"}, "limits": {"maxLength": 1000}}}
+            for i in range(count)]  # fmt: skip
+
+
+def load_average() -> list[float]:
+    """The machine's 1/5/15-minute load average: it is shared, so every figure carries it."""
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def baseline(plane: Any, ns: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The same POSTs with no operator running: what the apiserver costs on its own, so that a
+    run with the operator tells what the operator adds to the time until the last POST."""
+    collection = f"/apis/hutch.dev/v1alpha1/namespaces/{ns}/queues"
+    pids = {c.name: c.proc.pid for c in plane.components}
+    pids.update(bench=os.getpid())
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    load_before = load_average()
+    statuses, created_in, _ = asyncio.run(
+        create_all(plane, collection, queue_items(args.queues), args.timeout, ready=False)
+    )
+    assert statuses == [201] * args.queues, set(statuses)
+    cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
+    print(f"baseline: {created_in:.1f}s of POSTs without an operator", flush=True)
+    return {
+        "queues": args.queues,
+        "operator": False,
+        "create_seconds": round(created_in, 2),
+        "cpu_seconds_create_phase": cpu,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     plane = planes.new_plane("apiserver")
     plane.start()
@@ -297,6 +339,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         plane.create(f"/api/v1/namespaces/{ns}/secrets", {
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-default-user"},
             "data": {"username": password, "password": password}})  # fmt: skip
+        if args.no_operator:
+            return baseline(plane, ns, args)
         metrics_port = free_port()
         env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig),
                "HUTCH_BROKER_ADDRESSES": f"{ns}/b={broker.http_url}|{broker.amqp_url}",
@@ -317,15 +361,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 raise TimeoutError("the Broker did not become Available in 60 s")
             time.sleep(0.2)
 
-        items = [{"apiVersion": "hutch.dev/v1alpha1", "kind": "Queue",
-                  "metadata": {"name": f"q{i:05d}"},
-                  "spec": {"brokerRef": {"name": "b"}, "limits": {"maxLength": 1000}}}
-                 for i in range(args.queues)]  # fmt: skip
+        items = queue_items(args.queues)
         collection = f"/apis/hutch.dev/v1alpha1/namespaces/{ns}/queues"
         before_api = apiserver_requests(plane)
         pids = {c.name: c.proc.pid for c in plane.components}
         pids.update(operator=operator.pid, broker=broker.pid or 0, bench=os.getpid())
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        load_before = load_average()
         statuses, created_in, all_ready = asyncio.run(
             create_all(plane, collection, items, args.timeout)
         )
@@ -336,6 +378,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         creates = calls.get(("POST", "queues"), 0.0)
         broker_requests = operator_metric(metrics_port, "hutch_broker_requests_total")
         rss = peak_rss_mb(operator.pid)
+        load_created = load_average()
         cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
         print(f"create phase: {created_in:.1f}s of POSTs, {all_ready:.1f}s to all Ready, "
               f"peak RSS {rss:.0f} MB", flush=True)  # fmt: skip
@@ -358,6 +401,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             metrics_port, "hutch_broker_requests_total", BROKER_WRITES
         )
         restart_rss = peak_rss_mb(operator.pid)
+        load_restarted = load_average()
         quiet = {} if args.skip_quiet else quiet_sweeps(plane, metrics_port, operator.pid, args)
         return {
             "queues": args.queues,
@@ -377,6 +421,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "restart_broker_requests": restart_broker,
             "restart_broker_writes": restart_broker_writes,
             "operator_peak_rss_mb_after_restart": round(restart_rss, 1),
+            "load_average_before": load_before,
+            "load_average_after_create": load_created,
+            "load_average_after_restart": load_restarted,
             **quiet,
         }
     finally:
@@ -405,6 +452,10 @@ def main() -> int:
         help="HUTCH_SYNC_PERIOD of the restarted operator, whose quiet sweeps are measured",
     )  # fmt: skip
     parser.add_argument("--operator-arg", action="append", default=[])
+    parser.add_argument(
+        "--no-operator", action="store_true",
+        help="only the POSTs, with no operator running: the apiserver's own time (a baseline)",
+    )  # fmt: skip
     parser.add_argument(
         "--no-admission-finalizer", action="store_true",
         help="leave out the chart's finalizer policy (the operator then adds each finalizer)",
