@@ -46,6 +46,7 @@ class ResourceMonitor:
         self.disk_free = 0
         self.memory_alarm = False
         self.disk_alarm = False
+        self.heap_trim = memory.HeapTrim()  # freed memory goes back even under the watermark
 
     # -- AlarmState / MemoryMonitor -------------------------------------------
 
@@ -101,12 +102,15 @@ class ResourceMonitor:
     def sample(self) -> None:
         was_blocked = self.publishing_blocked
         used = _read_rss_anon()
-        if self._over_paging_threshold(used):
-            # Freed heap pages (a drained queue, paged-out bodies) stay in RSS until malloc
-            # returns them. Trim before deciding, so the alarm clears on the first sample after
-            # the drain instead of the one after it.
+        trim_due = self.heap_trim.due(used)
+        if trim_due or self._over_paging_threshold(used):
+            # Freed heap pages (a drained queue, paged-out bodies, a hostile client's half-sent
+            # messages) stay in RSS until malloc returns them. Trim before deciding, so the
+            # alarm clears on the first sample after the drain instead of the one after it.
             _release_freed_memory()
-            used = _read_rss_anon()
+            trimmed = _read_rss_anon()
+            self.heap_trim.trimmed(trimmed)
+            used = trimmed
         self.mem_used = used
         self.disk_free = _disk_free(self.data_dir)
         memory_alarm = memory.is_alarmed(self.watermark, self.mem_used, self.total_memory)

@@ -7,6 +7,7 @@ malloc_trim) showed up as a consumer-side delay of about a second, not as a fail
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,95 @@ def test_a_zero_watermark_never_alarms_or_pages(process: FakeProcess) -> None:
     assert not monitor_.memory_alarm
     assert events == ["paging=False"]
     assert process.trims == 0
+
+
+# -- giving freed heap memory back (memory.HeapTrim) ---------------------------------------
+
+MIB = 1024 * 1024
+REST = 40 * MIB  # RssAnon of a broker at rest
+
+
+def far_watermark(events: list[str]) -> resources.ResourceMonitor:
+    """A watermark so high that the paging threshold never trims: only HeapTrim does."""
+    return monitor(events, watermark=1 << 40)
+
+
+def test_freed_memory_goes_back_at_the_next_sample(process: FakeProcess) -> None:
+    """A hostile burst freed 140 MiB that glibc kept: the next sample returns it."""
+    monitor_ = far_watermark([])
+    process.live = REST
+    monitor_.sample()
+    process.live += 140 * MIB
+    process.free(140 * MIB)
+    monitor_.sample()
+    assert process.trims == 1
+    assert process.rss() == REST
+    assert monitor_.mem_used == REST
+
+
+def test_no_trim_within_the_slack(process: FakeProcess) -> None:
+    monitor_ = far_watermark([])
+    process.live = REST
+    for _ in range(20):
+        process.live += memory.TRIM_SLACK // 20
+        monitor_.sample()
+    assert process.rss() - REST <= memory.TRIM_SLACK
+    assert process.trims == 0
+
+
+def test_memory_really_held_is_walked_once_per_8_samples_at_most(process: FakeProcess) -> None:
+    """Long queues hold 500 MiB for real: the trims space out 1, 2, 4, 8, 8... samples."""
+    monitor_ = far_watermark([])
+    process.live = REST
+    monitor_.sample()
+    process.live += 500 * MIB
+    trimmed_at = []
+    for index in range(40):
+        before = process.trims
+        monitor_.sample()
+        if process.trims > before:
+            trimmed_at.append(index)
+    gaps = [b - a for a, b in itertools.pairwise(trimmed_at)]
+    assert gaps[:3] == [1, 2, 4]
+    assert set(gaps[3:]) == {memory.TRIM_BACKOFF_MAX}
+
+
+def test_the_wait_starts_again_once_back_at_rest(process: FakeProcess) -> None:
+    monitor_ = far_watermark([])
+    process.live = REST
+    monitor_.sample()
+    process.live += 500 * MIB
+    for _ in range(20):  # held for real: the wait is at its longest
+        monitor_.sample()
+    process.live = REST  # released (and returned by a trim)
+    process.freed_untrimmed = 0
+    monitor_.sample()
+    process.live += 100 * MIB
+    process.free(100 * MIB)
+    before = process.trims
+    monitor_.sample()
+    assert process.trims == before + 1, "a new burst is returned at the next sample"
+    assert process.rss() == REST
+
+
+def test_heap_trim_table() -> None:
+    """The policy alone: (RssAnon sampled, RssAnon after a trim if one runs) -> trims."""
+    trim = memory.HeapTrim()
+    decisions = []
+    for used, after in [
+        (REST, None),
+        (REST + memory.TRIM_SLACK, None),  # at the slack: no
+        (REST + memory.TRIM_SLACK + 1, REST + MIB),  # over it: trim
+        (REST + 200 * MIB, REST + 199 * MIB),  # over again next sample: trim (wait 0)
+        (REST + 200 * MIB, None),  # then wait one sample
+        (REST + 200 * MIB, REST + 200 * MIB),
+        (REST - MIB, None),  # a new lowest level: at rest, the wait is reset
+        (REST + 100 * MIB, REST),
+    ]:
+        due = trim.due(used)
+        decisions.append(due)
+        if due:
+            assert after is not None
+            trim.trimmed(after)
+    assert decisions == [False, False, True, True, False, True, False, True]
+    assert trim.lowest == REST - MIB
