@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hutch_broker.store import records
 from hutch_broker.store.segments import Segment
 
 SLACK_SEGMENTS = 4
@@ -61,8 +60,8 @@ def _eligible(segment: Segment) -> bool:
 
 
 def _garbage(segment: Segment) -> int:
-    return max(segment.size - records.FILE_HEADER_SIZE - segment.live_bytes, 0)
+    return max(segment.size - segment.data_start - segment.live_bytes, 0)
 
 
 def _live_ratio(segment: Segment) -> float:
-    return segment.live_bytes / max(segment.size - records.FILE_HEADER_SIZE, 1)
+    return segment.live_bytes / max(segment.size - segment.data_start, 1)

@@ -21,30 +21,32 @@ recovered, with an ERROR line: one flipped byte in it never stops the broker or 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
-import struct
 from pathlib import Path
 
-from hutch_broker.store import files
+from hutch_broker.store import files, records
 from hutch_broker.store.quarantine import Quarantine
 
 log = logging.getLogger(__name__)
 
 META_FILE = "queue.json"
 INCOMPLETE_SUFFIX = ".creating"
-_NAME_LENGTH = struct.Struct("<I")
 
 
 def queue_path(root: Path, vhost: str, queue: str) -> Path:
-    digest = hashlib.sha256()
-    for name in (vhost, queue):
-        encoded = name.encode("utf-8", "surrogatepass")
-        digest.update(_NAME_LENGTH.pack(len(encoded)))
-        digest.update(encoded)
-    return root / digest.hexdigest()[:32]
+    """The directory is named by the queue identity its segments carry (``records``)."""
+    return root / records.queue_identity(vhost, queue).hex()
+
+
+def describe_identity(root: Path, identity: bytes) -> str:
+    """Whose log a queue identity is, for log lines: the names if a directory under ``root``
+    holds that log, else the identity itself (a hash cannot be turned back into names)."""
+    names = read_names(root / identity.hex())
+    if names is not None:
+        return describe(names)
+    return f"the queue whose identity is {identity.hex()} (no log of it here)"
 
 
 def existing_queue_dir(

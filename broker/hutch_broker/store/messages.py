@@ -12,10 +12,17 @@ Start-up never deletes a log it cannot place. A log whose queue is not in the de
 lost ``definitions.log`` once made start-up delete every queue's messages, silently) and a log
 whose recovery fails are moved into the quarantine (``quarantine``) with an ERROR line; a queue
 whose log was set aside starts empty, and every other queue starts normally.
+
+``msgs/stopped-cleanly`` tells recovery that the last run synced and closed every log, so that a
+cut tail found now is damage and not a write a crash interrupted (``recovery._cut_tail``): it
+is written by ``close`` (only if no log failed, and only if every log on disk was either
+recovered by this run or already clean), and removed, durably, before this run changes any log.
+Without it (a crash, or a data directory written before it existed) recovery assumes a crash.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import logging
@@ -26,7 +33,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hutch_broker.store import errors, files, layout, syncing
+from hutch_broker.store import errors, files, layout, records, syncing
 from hutch_broker.store.quarantine import Quarantine
 from hutch_broker.store.queuestores import QueueStore
 from hutch_broker.store.records import StoredMessage
@@ -40,6 +47,7 @@ DEFAULT_SEGMENT_SIZE = 8 * 1024 * 1024
 MIN_SEGMENT_SIZE = 64
 MAX_SEGMENT_SIZE = 1 << 30  # keeps every record offset within the 32 bits of a msg_id
 FSYNC_THREADS = 8
+STOPPED_CLEANLY = "stopped-cleanly"
 
 
 class MessageStore:
@@ -61,6 +69,9 @@ class MessageStore:
         self._root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _lock_directory(self._root)
         layout.remove_incomplete(self._root)
+        self._stopped_cleanly = (self._root / STOPPED_CLEANLY).exists()
+        self._marker_gone = not self._stopped_cleanly
+        self._opened: set[str] = set()  # directory names of the logs this run opened
         self._queues: dict[tuple[str, str], QueueStore] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hutch-fsync")
@@ -76,6 +87,8 @@ class MessageStore:
             store = self._queues.get((vhost, queue))
             if store is not None and not store.closed:
                 return store
+            self._remove_clean_stop_marker()
+            self._opened.add(layout.queue_path(self._root, vhost, queue).name)
             store = self._recover(vhost, queue) or self._new_log(vhost, queue)
             self._queues[(vhost, queue)] = store
             return store
@@ -90,9 +103,11 @@ class MessageStore:
                 return None
             return QueueStore(
                 directory,
+                identity=records.queue_identity(vhost, queue),
                 segment_size=self._segment_size,
                 fsync_pool=self._pool,
                 quarantine=self.quarantine,
+                stopped_cleanly=self._stopped_cleanly,
             )
         except errors.UnsupportedFormatError:
             raise  # another broker version's files: refuse, do not guess
@@ -103,6 +118,7 @@ class MessageStore:
     def _new_log(self, vhost: str, queue: str) -> QueueStore:
         return QueueStore(
             layout.queue_path(self._root, vhost, queue),
+            identity=records.queue_identity(vhost, queue),
             segment_size=self._segment_size,
             fsync_pool=self._pool,
             create=functools.partial(layout.create_queue_dir, self._root, vhost, queue),
@@ -221,9 +237,30 @@ class MessageStore:
         try:
             for store in stores:
                 store.close()
+            self._note_clean_stop(stores)
         finally:
             self._pool.shutdown()
             os.close(self._lock_fd)
+
+    def _remove_clean_stop_marker(self) -> None:
+        """Before this run changes a log (recovery included): from now on, until ``close``,
+        a crash may interrupt a write."""
+        if self._marker_gone:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._root / STOPPED_CLEANLY)
+        files.fsync_dir(self._root)
+        self._marker_gone = True
+
+    def _note_clean_stop(self, stores: list[QueueStore]) -> None:
+        """Every log closed after its final sync: say so for the next start-up, unless a log
+        failed, or a log this run never opened may still hold a tail a crash left."""
+        if any(store.failed for store in stores):
+            return
+        on_disk = {e.name for e in self._root.iterdir() if e.is_dir() and "." not in e.name}
+        if not self._stopped_cleanly and not on_disk <= self._opened:
+            return
+        files.write_atomically(self._root / STOPPED_CLEANLY, b"every queue log synced and closed\n")
 
     def _check_open(self) -> None:
         if self._closed:

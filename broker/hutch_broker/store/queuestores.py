@@ -62,16 +62,24 @@ class QueueStore:
         self,
         directory: Path,
         *,
+        identity: bytes,
         segment_size: int,
         fsync_pool: Executor | None = None,
         create: Callable[[], list[Path]] | None = None,
         quarantine: Quarantine | None = None,
+        stopped_cleanly: bool = False,
     ) -> None:
         """Recover the log in ``directory``, setting aside what cannot be used in
         ``quarantine``; or, given ``create``, start a new log whose directory does not exist
         yet: the first append calls ``create`` to make it, and the next sync fsyncs the paths
-        it returns."""
+        it returns.
+
+        ``identity`` (``records.queue_identity``) goes into every segment written, and a
+        segment carrying another is set aside; ``stopped_cleanly`` says the last run closed
+        this log after syncing all of it (``MessageStore``), so a cut tail is damage.
+        """
         self._directory = directory
+        self._identity = identity
         self._segment_size = segment_size
         self._fsync_pool = fsync_pool
         self._lock = threading.Lock()
@@ -81,7 +89,12 @@ class QueueStore:
         if create is None:
             if quarantine is None:
                 raise ValueError("recovering a log needs a quarantine")
-            recovered = recovery.recover_directory(directory, quarantine=quarantine)
+            recovered = recovery.recover_directory(
+                directory,
+                quarantine=quarantine,
+                identity=identity,
+                stopped_cleanly=stopped_cleanly,
+            )
         else:
             recovered = recovery.RecoveredLog(segments={}, moved={}, messages=[], next_number=1)
         self._segments = recovered.segments
@@ -212,6 +225,11 @@ class QueueStore:
         return self._closed
 
     @property
+    def failed(self) -> bool:
+        """A write or fsync failed: what is on disk may lag what was appended."""
+        return self._failure is not None
+
+    @property
     def directory(self) -> Path:
         return self._directory
 
@@ -266,7 +284,8 @@ class QueueStore:
         Every record buffered now is written, including those appended after ``begin_sync``.
         """
         with self._lock:
-            sync_pass.flushed = list(self._dirty)
+            # Oldest first, as in ``_rotate``: a crash tears only the newest segment written.
+            sync_pass.flushed = sorted(self._dirty, key=lambda segment: segment.number)
             paths = self._unsynced_paths + ([self._directory] if self._dir_dirty else [])
             sync_pass.paths = list(dict.fromkeys(paths))
             self._flush(sync_pass)
@@ -322,7 +341,7 @@ class QueueStore:
         log.error("%s: I/O error, the queue log stops here: %s", self._directory, exc)
 
     def _new_segment(self) -> Segment:
-        segment = Segment.create(self._directory, self._next_number)
+        segment = Segment.create(self._directory, self._next_number, identity=self._identity)
         self._next_number += 1
         self._segments[segment.number] = segment
         self._dirty.add(segment)
@@ -334,7 +353,7 @@ class QueueStore:
         segment = self._write
         if segment is None:
             return self._first_segment()
-        if segment.size > records.FILE_HEADER_SIZE and segment.size + length > self._segment_size:
+        if segment.size > segment.data_start and segment.size + length > self._segment_size:
             return self._rotate()
         return segment
 
@@ -351,7 +370,20 @@ class QueueStore:
         return self._write
 
     def _rotate(self) -> Segment:
+        """Seal the write segment and start the next one.
+
+        The old segment's buffered bytes reach the kernel first, so that no byte of a newer
+        segment is ever written before every byte of an older one: a ``kill -9`` then tears
+        only the newest segment holding records, which is where recovery expects a torn write
+        (``recovery``); a torn tail anywhere else stays a sign of damage.
+        """
         old = self._write
+        if old is not None:
+            try:
+                old.flush()
+            except OSError as exc:
+                self._failure = exc
+                raise errors.StoreError(f"{self._directory}: write failed") from exc
         self._write = new = self._new_segment()
         if old is not None:
             old.sealed = True

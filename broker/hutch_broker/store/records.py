@@ -3,10 +3,11 @@
 Kept apart from the file handling so that the torn-write, bit-flip and forgery rules can be read
 (and tested) in one place. Everything is little-endian.
 
-Segment file ``msgs.NNNNNNNNNN`` (format version 2)::
+Segment file ``msgs.NNNNNNNNNN`` (format version 3)::
 
-    file header   b"HMSG" | u32 format version | u64 salt | u32 CRC32 of the 16 bytes before
-                                                                                   (20 bytes)
+    file header   two identical copies, each                                           (80 bytes)
+                  b"HMSG" | u32 format version | u64 salt | u32 CRC32 of those 16 bytes
+                  | 16 bytes queue identity | u32 CRC32 of the 36 bytes before     (40 bytes)
     record*       u32 CRC32 of everything after it in the record, started from the record's
                   seed (below)
                   | u16 magic 0x5248 ("HR") | u16 record version | u32 payload length (12 bytes)
@@ -37,6 +38,29 @@ behind one flipped bit. The header has its own CRC so that a flipped byte in it 
 salt can still be proven by the records it verifies) is told apart from an intact header of a
 format this version does not read (refused, never guessed at). Version 1 (no salt) is refused.
 
+Why two copies of the header (version 3): in version 2 (one 20-byte copy, still read, see
+below) a flipped byte in the salt made every record of the segment unverifiable, so the whole
+segment, confirmed messages and all, was set aside. A single damaged field of either copy now
+fails that copy's checksum and the other copy restores it (``HeaderState.REPAIRABLE``). We
+chose a second copy over deriving the salt from the records: 64 unknown bits cannot be searched,
+and guessing only single-byte flips would repair some damage and not other. The header grows
+from 20 to 80 bytes per segment (8 MB by default). Damage to both copies at once falls back to
+version 2's rule: the salt of either copy is proven by the records that verify with it
+(``DAMAGED``).
+
+The queue identity (``queue_identity``: a hash of the queue's vhost and name, the same bytes as
+its directory's name) says whose log the segment belongs to: a segment copied into another
+queue's directory (by hand, a bad restore) would otherwise be served as that queue's, its
+records hold the same positions and ids. Recovery sets such a segment aside.
+
+Each copy starts with the 20 bytes a version 2 header has (with its own checksum), so a broker
+that reads version 2 only sees an intact header of another version and refuses to start,
+instead of taking the new header for damage and rewriting it.
+
+Version 2 segments (``HMSG | u32 2 | u64 salt | u32 CRC32 of the 16 bytes before``, 20 bytes,
+records from offset 20, no queue identity) are still read, repaired in their own format, and
+never written: a reopened log always writes to a new segment, so they drain away.
+
 Ack file ``acks.NNNNNNNNNN``: 8-byte records ``u32 offset | u32 CRC32(offset) ^ ACK_SALT``. The
 checksum makes a zero-filled or garbage tail (a power cut after the size grew but before the
 data landed) detectable; the salt keeps an all-zero record invalid. Ack files hold no client
@@ -53,15 +77,29 @@ file there: a torn tail is never served and never resurfaces.
 from __future__ import annotations
 
 import enum
+import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
 
 SEGMENT_MAGIC = b"HMSG"
-FORMAT_VERSION = 2
-_FILE_HEADER = struct.Struct("<4sIQI")  # magic, version, salt, CRC32 of the rest
-FILE_HEADER_SIZE = _FILE_HEADER.size
-_UNSALTED_VERSION = 1  # 8-byte header, no salt: written before 2, refused
+FORMAT_VERSION = 3
+READ_VERSIONS = (2, FORMAT_VERSION)
+_PREFIX = struct.Struct("<4sIQI")  # magic, version, salt, CRC32 of the rest: version 2's header
+_COPY = struct.Struct("<4sIQI16sI")  # the prefix, queue identity, CRC32 of the 36 bytes before
+IDENTITY_SIZE = 16
+COPY_SIZE = _COPY.size
+FILE_HEADER_SIZE = 2 * COPY_SIZE  # where version 3 records start
+V2_HEADER_SIZE = _PREFIX.size  # where version 2 records start
+UNSALTED_VERSION = 1  # 8-byte header, no salt: written before 2, refused
+_FIELD_NAMES = (  # of one header copy, by byte range, for the log line of a repair
+    ((0, 4), "magic"),
+    ((4, 8), "version"),
+    ((8, 16), "salt"),
+    ((16, 20), "first checksum"),
+    ((20, 36), "queue identity"),
+    ((36, 40), "checksum"),
+)
 
 RECORD_MAGIC = 0x5248
 RECORD_VERSION = 2
@@ -77,6 +115,7 @@ _ACK = struct.Struct("<II")
 _ACK_SALT = 0x48_41_43_4B  # "HACK"
 _MARKER = struct.pack("<HH", RECORD_MAGIC, RECORD_VERSION)
 _CRC_SIZE = 4
+_NAME_LENGTH = struct.Struct("<I")
 
 HEADER_SIZE = _HEADER.size
 ACK_RECORD_SIZE = _ACK.size
@@ -119,7 +158,9 @@ class HeaderState(enum.Enum):
     VALID = "valid"
     SHORT = "short"  # fewer bytes than a header: created, never written (or cut down to that)
     OTHER_VERSION = "other version"  # an intact header of a format this version does not read
-    DAMAGED = "damaged"  # the header checksum fails: its salt may still be intact
+    REPAIRABLE = "repairable"  # one copy verifies and restores the other (version 3)
+    DAMAGED = "damaged"  # no copy verifies: the records decide between ``candidates``
+    # (``version`` is ``UNSALTED_VERSION`` if it reads as version 1, else 0: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,25 +168,131 @@ class FileHeader:
     state: HeaderState
     version: int
     salt: int  # as written; proven only by records that verify with it when DAMAGED
+    size: int = FILE_HEADER_SIZE  # where the records start
+    identity: bytes | None = None  # whose queue (version 3); None in version 2
+    damage: str = ""  # REPAIRABLE and DAMAGED: what is wrong, for the log line
+    candidates: tuple[FileHeader, ...] = ()  # DAMAGED: readings to try against the records
 
 
-def file_header(salt: int) -> bytes:
-    """The header of a new segment file with this salt."""
-    head = _FILE_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, salt, 0)[:-_CRC_SIZE]
+def queue_identity(vhost: str, queue: str) -> bytes:
+    """The identity version 3 segments carry: a hash of the length-prefixed names.
+
+    The same bytes name the queue's directory (``layout.queue_path``), which keeps the two
+    from ever disagreeing about whose log a file is.
+    """
+    digest = hashlib.sha256()
+    for name in (vhost, queue):
+        encoded = name.encode("utf-8", "surrogatepass")
+        digest.update(_NAME_LENGTH.pack(len(encoded)))
+        digest.update(encoded)
+    return digest.digest()[:IDENTITY_SIZE]
+
+
+def file_header(salt: int, identity: bytes) -> bytes:
+    """The header of a new segment file with this salt, for the queue with this identity."""
+    if len(identity) != IDENTITY_SIZE:
+        raise ValueError(f"queue identity of {len(identity)} bytes, not {IDENTITY_SIZE}")
+    prefix = file_header_v2(salt, version=FORMAT_VERSION)
+    head = prefix + identity
+    copy = head + zlib.crc32(head).to_bytes(_CRC_SIZE, "little")
+    return copy + copy
+
+
+def file_header_v2(salt: int, *, version: int = 2) -> bytes:
+    """A version 2 header (the first 20 bytes of each version 3 copy, with ``version`` 3):
+    written only to repair a version 2 segment in its own format."""
+    head = _PREFIX.pack(SEGMENT_MAGIC, version, salt, 0)[:-_CRC_SIZE]
     return head + zlib.crc32(head).to_bytes(_CRC_SIZE, "little")
 
 
+def header_size(data: Buffer) -> int:
+    """Where the records of a segment starting with ``data`` would begin (its version's
+    header size; version 3's when the bytes do not say)."""
+    if len(data) >= V2_HEADER_SIZE:
+        magic, version, _, crc = _PREFIX.unpack_from(data, 0)
+        if version == 2 and magic == SEGMENT_MAGIC and _crc_ok(data, 0, V2_HEADER_SIZE, crc):
+            return V2_HEADER_SIZE
+    return FILE_HEADER_SIZE
+
+
 def parse_file_header(data: Buffer) -> FileHeader:
-    if len(data) < FILE_HEADER_SIZE:
+    """What a segment's first bytes say: see ``HeaderState``.
+
+    Only a checksum that holds makes a version count: an intact header of an unknown version is
+    refused, a damaged one is not taken for another format (a flipped version byte once stopped
+    the broker). With no copy intact, every reading (version 2's, each version 3 copy's) becomes
+    a candidate, and the caller keeps the one most records verify with.
+    """
+    if len(data) < V2_HEADER_SIZE:
         return FileHeader(HeaderState.SHORT, 0, 0)
-    magic, version, salt, crc = _FILE_HEADER.unpack_from(data, 0)
-    if magic == SEGMENT_MAGIC and version == _UNSALTED_VERSION:
-        return FileHeader(HeaderState.OTHER_VERSION, version, 0)
-    if zlib.crc32(memoryview(data)[: FILE_HEADER_SIZE - _CRC_SIZE]) != crc:
-        return FileHeader(HeaderState.DAMAGED, version, salt)
-    if magic != SEGMENT_MAGIC or version != FORMAT_VERSION:
-        return FileHeader(HeaderState.OTHER_VERSION, version, salt)
-    return FileHeader(HeaderState.VALID, version, salt)
+    magic, version, salt, crc = _PREFIX.unpack_from(data, 0)
+    if _crc_ok(data, 0, V2_HEADER_SIZE, crc):
+        if magic != SEGMENT_MAGIC or version not in READ_VERSIONS:
+            return FileHeader(HeaderState.OTHER_VERSION, version, salt)
+        if version == 2:
+            return FileHeader(HeaderState.VALID, 2, salt, size=V2_HEADER_SIZE)
+        if len(data) < FILE_HEADER_SIZE:  # a version 3 header cut short: written in part
+            return FileHeader(HeaderState.SHORT, version, salt)
+    copies = [_copy(data, start) for start in (0, COPY_SIZE) if start + COPY_SIZE <= len(data)]
+    intact = [index for index, copy in enumerate(copies) if copy[2]]
+    if intact == [0, 1] and copies[0] == copies[1]:
+        return _v3(HeaderState.VALID, copies[0])
+    if len(intact) == 1:
+        good = intact[0]
+        return _v3(
+            HeaderState.REPAIRABLE,
+            copies[good],
+            damage=f"its {_ORDINALS[1 - good]} copy is damaged ({_damaged_fields(data, good)}), "
+            f"the {_ORDINALS[good]} copy is intact",
+        )
+    # Version 1 had no checksum: its header reads as version 1 here, but so does a version 3
+    # header with one flipped bit whose other copy is damaged too. If no record verifies with
+    # a salt (version 1 records never do), the caller refuses it as version 1.
+    unsalted = magic == SEGMENT_MAGIC and version == UNSALTED_VERSION
+    candidates = [FileHeader(HeaderState.DAMAGED, 2, salt, size=V2_HEADER_SIZE)]
+    candidates += [_v3(HeaderState.DAMAGED, copy) for copy in copies]
+    return FileHeader(
+        HeaderState.DAMAGED,
+        UNSALTED_VERSION if unsalted else 0,
+        salt,
+        damage="no copy verifies",
+        candidates=tuple(candidates),
+    )
+
+
+_Copy = tuple[int, bytes, bool]  # salt, identity, intact
+_ORDINALS = ("first", "second")
+
+
+def _copy(data: Buffer, start: int) -> _Copy:
+    magic, version, salt, prefix_crc, identity, crc = _COPY.unpack_from(data, start)
+    intact = (
+        magic == SEGMENT_MAGIC
+        and version == FORMAT_VERSION
+        and _crc_ok(data, start, start + V2_HEADER_SIZE, prefix_crc)
+        and _crc_ok(data, start, start + COPY_SIZE, crc)
+    )
+    return salt, bytes(identity), intact
+
+
+def _v3(state: HeaderState, copy: _Copy, *, damage: str = "") -> FileHeader:
+    salt, identity, _ = copy
+    return FileHeader(state, FORMAT_VERSION, salt, identity=identity, damage=damage)
+
+
+def _damaged_fields(data: Buffer, good: int) -> str:
+    """The fields in which the damaged copy differs from the intact copy ``good``."""
+    mine, other = (1 - good) * COPY_SIZE, good * COPY_SIZE
+    return ", ".join(
+        name
+        for (start, end), name in _FIELD_NAMES
+        if bytes(data[mine + start : mine + end]) != bytes(data[other + start : other + end])
+    )
+
+
+def _crc_ok(data: Buffer, start: int, end: int, crc: int) -> bool:
+    """Whether the CRC32 of ``data[start:end - 4]`` is ``crc``."""
+    return zlib.crc32(memoryview(data)[start : end - _CRC_SIZE]) == crc
 
 
 def record_seed(salt: int, offset: int) -> int:

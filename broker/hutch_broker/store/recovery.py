@@ -29,12 +29,15 @@ or without the ack file), and recovery finishes a deletion it finds a tombstone 
 of the broker's: the segment was lost, and that stays an ERROR.
 
 Damage is reported, never hidden, and nothing is deleted (``quarantine``): cut tails are kept
-as bytes, a segment with skipped corrupt bytes or a damaged header is copied aside before it is
-repaired, and a segment none of whose records verifies (its salt is gone, see ``records``) is
-moved aside with its ack file. Each gets one ERROR line naming the file and where it was put; a
-torn tail that looks like an interrupted write (never confirmed) gets a WARNING, its bytes are
-kept all the same. Only a segment written in a format this version does not read stops the
-recovery (``UnsupportedFormatError``): guessing at it could serve garbage.
+as bytes, a segment with skipped corrupt bytes is copied aside, a damaged header is kept aside
+before it is rewritten (from its intact copy, or from the salt its records prove), and a
+segment none of whose records verifies (both salts gone, see ``records``) or whose header names
+another queue is moved aside with its ack file. Each gets one ERROR line naming the file and
+where it was put (a header restored from its intact copy, which loses nothing, a WARNING). A
+cut tail's line says what is known of the records cut (``_cut_tail``): a WARNING only where it
+is the torn end a crash leaves, whose write was never synced and so never confirmed. Only a
+segment written in a format this version does not read stops the recovery
+(``UnsupportedFormatError``): guessing at it could serve garbage.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NoReturn
 
 from hutch_broker.store import errors, layout, records, segments
 from hutch_broker.store.quarantine import Quarantine
@@ -69,8 +73,12 @@ class _Scan:
     copies: dict[int, list[int]] = field(default_factory=dict)  # msg_id -> copy positions
 
 
-def recover_directory(directory: Path, *, quarantine: Quarantine) -> RecoveredLog:
-    """Scan, repair and index every segment in ``directory``."""
+def recover_directory(
+    directory: Path, *, quarantine: Quarantine, identity: bytes, stopped_cleanly: bool = False
+) -> RecoveredLog:
+    """Scan, repair and index every segment in ``directory``, the log of the queue with this
+    ``identity`` (``records.queue_identity``). ``stopped_cleanly``: the last run synced and
+    closed this log, so no write of it can have been interrupted (``_cut_tail``)."""
     segment_numbers, ack_numbers, tombstones = _list_numbers(directory)
     finish_deletions(directory, tombstones - segment_numbers, ack_numbers)
     for orphan in sorted(ack_numbers - segment_numbers):
@@ -85,6 +93,8 @@ def recover_directory(directory: Path, *, quarantine: Quarantine) -> RecoveredLo
             quarantine=quarantine,
             may_be_torn=newest is None or number >= newest,
             owner=owner,
+            identity=identity,
+            stopped_cleanly=stopped_cleanly,
         )
         _scan_one(segment, scan)
     _resolve_copies(scan)
@@ -149,8 +159,11 @@ def _newest_with_records(directory: Path, numbers: set[int]) -> int | None:
     """
     for number in sorted(numbers, reverse=True):
         path = directory / segments.segment_name(number)
-        if path.stat().st_size > records.FILE_HEADER_SIZE:
-            return number
+        size = path.stat().st_size
+        if size > records.V2_HEADER_SIZE:
+            with path.open("rb") as file:
+                if size > records.header_size(file.read(records.V2_HEADER_SIZE)):
+                    return number
     return None
 
 
@@ -176,6 +189,8 @@ class _SegmentFile:
     quarantine: Quarantine
     may_be_torn: bool  # no newer segment holds records (see ``_newest_with_records``)
     owner: str  # whose log, for the log lines
+    identity: bytes  # the queue's, which a version 3 header must carry
+    stopped_cleanly: bool  # the last run synced and closed the log: nothing can be torn
 
     @property
     def path(self) -> Path:
@@ -199,39 +214,77 @@ def _scan_one(segment: _SegmentFile, scan: _Scan) -> None:
     header = records.parse_file_header(data)
     if header.state is records.HeaderState.SHORT:
         what = f"{len(data)} bytes, less than a file header"
-        if segment.may_be_torn:
+        if segment.stopped_cleanly:
+            _set_aside_unreadable(segment, f"{what}, though the last run stopped cleanly")
+        elif segment.may_be_torn:
             _note_empty(segment, what, scan)
         else:
             _set_aside_unreadable(segment, f"{what}, though newer segments hold records")
         return
     if header.state is records.HeaderState.OTHER_VERSION:
-        raise errors.UnsupportedFormatError(
-            f"{segment.where}: segment format version {header.version}, this broker reads "
-            f"version {records.FORMAT_VERSION} only (version 1 was a pre-release format); "
-            "start the broker version that wrote it, or move the data directory away"
-        )
-    found = records.scan_segment(data, number=segment.number, salt=header.salt)
-    damaged_header = header.state is records.HeaderState.DAMAGED
-    if damaged_header and not found.records:
-        if len(data) > records.FILE_HEADER_SIZE:
-            _set_aside_unreadable(segment, "damaged file header, no record verifies with its salt")
-        else:
-            _note_empty(segment, "a damaged file header and no records", scan)
+        _refuse(segment, header.version)
+    intact = header.state is not records.HeaderState.DAMAGED  # a checksum proves the identity
+    if intact and header.identity not in (None, segment.identity):
+        _set_aside_foreign(segment, header.identity)
         return
+    if header.state is records.HeaderState.DAMAGED:
+        damaged = header
+        header, found = _best_reading(damaged, data, segment.number)
+        if not found.records and damaged.version == records.UNSALTED_VERSION:
+            _refuse(segment, damaged.version)
+        if not found.records:  # (a crash writes a header's bytes right, or not at all)
+            _set_aside_unreadable(
+                segment, "damaged file header, no record verifies with a salt in it"
+            )
+            return
+        found_identities = {c.identity for c in damaged.candidates if c.identity is not None}
+        if header.identity is not None and segment.identity not in found_identities:
+            if len(found_identities) == 1:  # both copies name the same other queue
+                _set_aside_foreign(segment, found_identities.pop())
+                return
+            header = replace(header, damage="its queue identity is unreadable in both copies")
+    else:
+        found = records.scan_segment(
+            data, number=segment.number, salt=header.salt, start=header.size
+        )
     if found.skipped:
         _report_skipped(segment, found)
-    if damaged_header:
-        _repair_header(segment, header.salt, len(found.records))
+    if header.state is not records.HeaderState.VALID:
+        _repair_header(segment, header, data, len(found.records))
     if found.valid_end < len(data):
         _cut_tail(segment, data, found.valid_end)
-    _index(segment, found, scan, salt=header.salt)
+    _index(segment, found, scan, header)
+
+
+def _refuse(segment: _SegmentFile, version: int) -> NoReturn:
+    raise errors.UnsupportedFormatError(
+        f"{segment.where}: segment format version {version}, this broker reads versions "
+        f"{' and '.join(map(str, records.READ_VERSIONS))} only (version 1 was a pre-release "
+        "format); start the broker version that wrote it, or move the data directory away"
+    )
+
+
+def _best_reading(
+    header: records.FileHeader, data: bytes, number: int
+) -> tuple[records.FileHeader, records.SegmentScan]:
+    """No copy of the header verifies: keep the reading (format version, salt) that the most
+    records verify with. A wrong salt verifies none (each record's checksum starts from it),
+    and a wrong header size only skips bytes, so the right one wins."""
+    best_rank, best = (-1, 0), (header, records.SegmentScan([], [], len(data)))
+    for candidate in header.candidates:
+        found = records.scan_segment(data, number=number, salt=candidate.salt, start=candidate.size)
+        rank = (len(found.records), -len(found.skipped))
+        if rank > best_rank:
+            best_rank, best = rank, (candidate, found)
+    return best
 
 
 def _note_empty(segment: _SegmentFile, what: str, scan: _Scan) -> None:
     """A segment without records: normal when a crash came before its first sync."""
     log.warning(
-        "%s: %s (created but never written before a crash, or cut short); it holds no "
-        "records and is removed with the log's next sync",
+        "%s: %s; the last run did not stop cleanly, and a segment it created but had not "
+        "written yet looks like this (then it held nothing synced, so nothing confirmed); "
+        "it holds no records and is removed with the log's next sync",
         segment.where,
         what,
     )
@@ -257,23 +310,64 @@ def _set_aside_unreadable(segment: _SegmentFile, why: str) -> None:
     )
 
 
-def _repair_header(segment: _SegmentFile, salt: int, verified: int) -> None:
-    """The salt is proven by the records that verify with it: keep a copy, fix the header."""
-    entry = segment.quarantine.copy(
+def _set_aside_foreign(segment: _SegmentFile, identity: bytes) -> None:
+    """A segment whose header names another queue: copied in from another log (by hand, a
+    restore gone wrong). Its records would verify here and be served as this queue's
+    messages, with this queue's ids, so it is moved aside, with the ack file of its number."""
+    theirs = layout.describe_identity(segment.directory.parent, identity)
+    entry = segment.quarantine.move(
         segment.path,
+        segment.ack_path,
         label=segment.label,
-        reason=f"{segment.where}: damaged file header, as found before it was rewritten.",
+        reason=f"{segment.where}: its header names {theirs}, not {segment.owner}.",
     )
     log.error(
-        "%s: damaged file header; %d records verify with its salt and are recovered; the file "
-        "as found is kept in %s, its header rewritten",
-        segment.where,
-        verified,
+        "%s: segment of another queue: its header names %s, this log is that of %s; moved to "
+        "%s with the ack file of its number, its records are not served",
+        segment.path,
+        theirs,
+        segment.owner,
         entry,
     )
+
+
+def _repair_header(
+    segment: _SegmentFile, header: records.FileHeader, data: bytes, verified: int
+) -> None:
+    """Rewrite a damaged header from what proves itself: the intact copy (REPAIRABLE), or the
+    salt the records verify with (DAMAGED). The header as found is kept aside first."""
+    if header.version == records.FORMAT_VERSION:
+        rewritten = records.file_header(header.salt, segment.identity)
+    else:
+        rewritten = records.file_header_v2(header.salt)
+    entry = segment.quarantine.keep(
+        data[: len(rewritten)],
+        name=f"{segment.path.name}.header",
+        label=segment.label,
+        reason=f"{segment.where}: damaged file header as found, before it was rewritten.",
+    )
+    if header.state is records.HeaderState.REPAIRABLE:
+        log.warning(
+            "%s: damaged file header: %s; restored from the intact copy, all %d records "
+            "recovered; the header as found is kept in %s",
+            segment.where,
+            header.damage,
+            verified,
+            entry,
+        )
+    else:
+        log.error(
+            "%s: damaged file header (format version %d, %s); %d records verify with the "
+            "salt it holds and are recovered, the header is rewritten; as found it is kept in %s",
+            segment.where,
+            header.version,
+            header.damage or "no copy verifies",
+            verified,
+            entry,
+        )
     fd = os.open(segment.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        os.pwrite(fd, records.file_header(salt), 0)
+        os.pwrite(fd, rewritten, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -297,9 +391,19 @@ def _report_skipped(segment: _SegmentFile, found: records.SegmentScan) -> None:
 
 
 def _cut_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
-    """Keep the bytes, then cut the file: a tail is never served and never resurfaces."""
+    """Keep the bytes, then cut the file: a tail is never served and never resurfaces.
+
+    The log line says what is known of the cut records. A publisher is confirmed only after
+    the sync that wrote its record, and a crash can only interrupt a write that no sync had
+    finished: so a torn end of the newest segment written, after a run that did not stop
+    cleanly, is consistent with a write that was never confirmed (WARNING). Everything else is
+    damage, and the records cut had been synced, so they may have been confirmed (ERROR): the
+    last run stopped cleanly (every record synced); an ack names an offset at or past the cut
+    (acks are written only after the records they ack are synced); newer segments hold
+    records (a crash tears only the newest, see ``QueueStore._rotate``); or the bytes are no
+    interrupted write (a complete record failing its checksum, garbage).
+    """
     dropped = len(data) - valid_end
-    torn = segment.may_be_torn and records.looks_torn(data, valid_end)
     if data[valid_end:].strip(b"\0"):
         kept: object = segment.quarantine.keep(
             data[valid_end:],
@@ -309,21 +413,55 @@ def _cut_tail(segment: _SegmentFile, data: bytes, valid_end: int) -> None:
         )
     else:
         kept = "nowhere (all zero bytes)"
-    log.log(
-        logging.WARNING if torn else logging.ERROR,
-        "%s: %s tail at offset %d, %d bytes cut off (kept in %s)",
-        segment.where,
-        "torn (an interrupted write, never confirmed)"
-        if torn
-        else "corrupt or cut (confirmed messages may be lost)",
-        valid_end,
-        dropped,
-        kept,
-    )
+    damage = _why_damage(segment, data, valid_end)
+    if damage is None:
+        log.warning(
+            "%s: torn tail at offset %d, %d bytes cut off (kept in %s): the last run did not "
+            "stop cleanly and this is the end of the newest segment it wrote, as a write the "
+            "crash interrupted leaves it; such a write was never synced, so never confirmed",
+            segment.where,
+            valid_end,
+            dropped,
+            kept,
+        )
+    else:
+        log.error(
+            "%s: damaged tail at offset %d, %d bytes cut off (kept in %s): %s, so this is "
+            "damage, not an interrupted write; the records in those bytes had been synced and "
+            "may have been confirmed",
+            segment.where,
+            valid_end,
+            dropped,
+            kept,
+            damage,
+        )
     os.truncate(segment.path, valid_end)
 
 
-def _index(segment: _SegmentFile, found: records.SegmentScan, scan: _Scan, *, salt: int) -> None:
+def _why_damage(segment: _SegmentFile, data: bytes, valid_end: int) -> str | None:
+    """Why a cut at ``valid_end`` cannot be a crash's interrupted write; None if it can."""
+    if segment.stopped_cleanly:
+        return "the last run stopped cleanly, with every record synced"
+    try:
+        acked = records.scan_acks(segment.ack_path.read_bytes()).offsets
+    except FileNotFoundError:
+        acked = []
+    beyond = [offset for offset in acked if offset >= valid_end]
+    if beyond:
+        return (
+            f"{segment.ack_path.name} acks a record at offset {min(beyond)} (acks are written "
+            "after their records are synced)"
+        )
+    if not segment.may_be_torn:
+        return "newer segments hold records (a crash tears only the newest one written)"
+    if not records.looks_torn(data, valid_end):
+        return "the bytes there are no unfinished record (a complete one fails its checksum)"
+    return None
+
+
+def _index(
+    segment: _SegmentFile, found: records.SegmentScan, scan: _Scan, header: records.FileHeader
+) -> None:
     offsets = {offset for offset, _, _ in found.records}
     acked = _read_acks(segment, offsets)
     live: dict[int, int] = {}
@@ -337,9 +475,14 @@ def _index(segment: _SegmentFile, found: records.SegmentScan, scan: _Scan, *, sa
         else:
             live[offset] = length
             scan.live[position] = message
-    size = max(found.valid_end, records.FILE_HEADER_SIZE)
+    size = max(found.valid_end, header.size)
     scan.segments[segment.number] = Segment(
-        segment.directory, segment.number, size=size, live=live, salt=salt
+        segment.directory,
+        segment.number,
+        size=size,
+        live=live,
+        salt=header.salt,
+        data_start=header.size,
     )
 
 

@@ -71,6 +71,7 @@ class Segment:
     __slots__ = (
         "ack_fd",
         "ack_pending",
+        "data_start",
         "directory",
         "fd",
         "flushed",
@@ -93,10 +94,12 @@ class Segment:
         size: int,
         live: dict[int, int],
         salt: int,
+        data_start: int = records.FILE_HEADER_SIZE,
     ) -> None:
         self.directory = directory
         self.number = number
         self.salt = salt  # from the file header; every record's checksum depends on it
+        self.data_start = data_start  # the header's size: where the records start
         self.size = size  # logical end: bytes in the file plus bytes still in ``pending``
         self.flushed = size  # bytes handed to the kernel
         self.pending = bytearray()
@@ -110,13 +113,14 @@ class Segment:
         self.retire_gen = 0  # > 0: to unlink at the end of that sync generation
 
     @classmethod
-    def create(cls, directory: Path, number: int) -> Segment:
-        """A new, empty, writable segment; the file exists when this returns."""
+    def create(cls, directory: Path, number: int, *, identity: bytes) -> Segment:
+        """A new, empty, writable segment of the queue with this identity (``records``); the
+        file exists when this returns."""
         segment = cls(directory, number, size=0, live={}, salt=secrets.randbits(64))
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         segment.fd = os.open(segment.path, flags, 0o644)
         segment.sealed = False
-        segment.write(records.file_header(segment.salt))
+        segment.write(records.file_header(segment.salt, identity))
         return segment
 
     @property

@@ -9,7 +9,9 @@ the rules, whatever the damage:
 * every message served is one that was appended, byte for byte (nothing corrupt, nothing
   forged); a message acked before may come back (a lost ack), nothing else;
 * a confirmed, unacked message that is not served comes with an ERROR line naming its log (a
-  WARNING only for a cut in the newest segment holding records, which is what a crash leaves);
+  WARNING only for a cut in the newest segment holding records after a crash, which is what a
+  crash leaves: the pristine directory was stopped cleanly, the ``crash-then-`` cases remove
+  the marker that says so);
 * nothing is deleted: every byte that left its place is under ``quarantine/``;
 * the other queues are untouched.
 
@@ -37,11 +39,13 @@ from hutch_broker.store import (
     records,
 )
 
-SEGMENT_SIZE = 600  # four records a segment: three segments per queue
+SEGMENT_SIZE = 660  # four records a segment (after an 80-byte header): three segments per queue
 MESSAGES = 12
 ACKED = (1, 3, 5)  # in segments 1 and 2: both get an ack file
 QUEUES = ("healthy", "victim", "late")  # late is declared after the snapshot: journal only
 HEADER = records.FILE_HEADER_SIZE
+COPY = records.COPY_SIZE  # the second copy of the header starts here
+CLEAN_STOP = "stopped-cleanly"  # in msgs/msgs/: the last run synced and closed every log
 
 Damage = Callable[[Path], None]
 
@@ -167,6 +171,24 @@ def delete(path: Path) -> None:
     path.unlink()
 
 
+def both(*damages: Damage) -> Damage:
+    def damage(path: Path) -> None:
+        for each in damages:
+            each(path)
+
+    return damage
+
+
+def after_a_crash(damage: Damage) -> Damage:
+    """The damage, in a data directory whose last run did not stop cleanly."""
+
+    def crashed(path: Path) -> None:
+        (path.parent.parent / CLEAN_STOP).unlink()
+        damage(path)
+
+    return crashed
+
+
 def rewrite(content: bytes) -> Callable[[Path], None]:
     def damage(path: Path) -> None:
         path.write_bytes(content)
@@ -196,20 +218,35 @@ NEW_SEGMENT = "msgs.0000000003"  # the newest holding records: a cut may be a to
 
 CASES = [
     *(
-        Case(segment, name, damage, torn_ok=segment == NEW_SEGMENT and name.startswith("cut"))
+        Case(segment, name, damage)
         for segment in (OLD_SEGMENT, NEW_SEGMENT)
         for name, damage in [
             ("cut-empty", cut(0)),
             ("cut-in-file-header", cut(7)),
+            ("cut-in-second-header-copy", cut(COPY + 7)),
             ("cut-in-first-record-header", cut(HEADER + 5)),
             ("cut-in-the-middle", cut(lambda size: size // 2)),
             ("cut-last-byte", cut(lambda size: size - 1)),
             ("flip-version", flip(4, mask=0x02)),
             ("flip-salt", flip(10)),
             ("flip-header-checksum", flip(17)),
+            ("flip-queue-identity", flip(25)),
+            ("flip-second-copy-salt", flip(COPY + 10)),
+            ("flip-second-copy-checksum", flip(COPY + 37)),
+            ("flip-salt-in-both-copies", both(flip(10), flip(COPY + 10))),
+            ("flip-identity-in-both-copies", both(flip(25), flip(COPY + 25))),
             ("flip-first-record-checksum", flip(HEADER)),
             ("flip-first-record-body", flip(HEADER + 80)),
             ("flip-last-byte", flip(-1)),
+        ]
+    ),
+    *(  # what a crash leaves in the newest segment: a WARNING is enough for what it loses
+        Case(NEW_SEGMENT, f"crash-then-{name}", after_a_crash(damage), torn_ok=True)
+        for name, damage in [
+            ("cut-empty", cut(0)),
+            ("cut-in-file-header", cut(7)),
+            ("cut-in-the-middle", cut(lambda size: size // 2)),
+            ("cut-last-byte", cut(lambda size: size - 1)),
         ]
     ),
     Case(OLD_SEGMENT, "delete", delete),  # its ack file is left: the loss is reported
@@ -312,21 +349,33 @@ def assert_losses_reported(
 
 
 def assert_nothing_deleted(before: dict[str, bytes], after: dict[str, bytes]) -> None:
-    """Whatever left its place (or changed) is in the quarantine, whole or as a cut tail."""
+    """Whatever left its place (or changed) is in the quarantine, whole, as a cut tail or as a
+    rewritten header (or both)."""
     kept = {path: data for path, data in after.items() if path.startswith("quarantine/")}
     for path, data in before.items():
         now = after.get(path)
-        if now == data:
+        if now == data or Path(path).name == CLEAN_STOP:
             continue
         name = Path(path).name
         whole = [k for k, v in kept.items() if Path(k).name == name and v == data]
+        headers = [v for k, v in kept.items() if Path(k).name == f"{name}.header"]
+        bases = [now] + [v + now[len(v) :] for v in headers if now is not None]
         tails = [
             k
             for k, v in kept.items()
-            if now is not None and Path(k).name.startswith(f"{name}.tail-from-") and now + v == data
+            for base in bases
+            if base is not None
+            and Path(k).name.startswith(f"{name}.tail-from-")
+            and base + v == data
         ]
-        zeros_cut = now is not None and data.startswith(now) and not data[len(now) :].strip(b"\0")
-        assert whole or tails or zeros_cut, f"{path}: changed or gone, and not in the quarantine"
+        repaired = [base for base in bases if base == data]
+        zeros_cut = any(
+            base is not None and data.startswith(base) and not data[len(base) :].strip(b"\0")
+            for base in bases
+        )
+        assert whole or tails or repaired or zeros_cut, (
+            f"{path}: changed or gone, and not in the quarantine"
+        )
 
 
 # -- the cases behind the issue, one by one ------------------------------------------------------
@@ -373,18 +422,50 @@ def test_a_lost_journal_sets_queue_logs_aside_instead_of_deleting_them(pristine,
 def test_a_flipped_version_byte_stops_nothing_and_is_repaired(pristine, tmp_path, caplog):
     data_dir = damaged_copy(pristine, tmp_path, OLD_SEGMENT, flip(4, mask=0x02))
     segment = target_path(data_dir, OLD_SEGMENT)
+    caplog.set_level(logging.WARNING)
 
     started = start_up(data_dir)
 
     assert started.recovered["victim"] == expected(pristine, "victim")
-    assert errors_naming(caplog, OLD_SEGMENT)
+    (line,) = [r.getMessage() for r in caplog.records if OLD_SEGMENT in r.getMessage()]
+    assert "its first copy is damaged (version), the second copy is intact" in line
     assert records.parse_file_header(segment.read_bytes()).state is records.HeaderState.VALID
     kept = quarantined(data_dir)
-    assert [Path(name).name for name in kept] == ["REASON.txt", OLD_SEGMENT]
+    assert [Path(name).name for name in kept] == ["REASON.txt", f"{OLD_SEGMENT}.header"]
     caplog.clear()
     assert start_up(data_dir).recovered["victim"] == expected(pristine, "victim")
-    assert not errors_naming(caplog, "")  # repaired: the second start is clean
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # repaired: clean
     assert quarantined(data_dir) == kept
+
+
+@pytest.mark.parametrize("position", range(HEADER))
+def test_any_one_damaged_header_byte_is_repaired_from_the_other_copy(
+    position, pristine, tmp_path, caplog
+):
+    """Item 12: one flipped byte in a segment's salt used to make all its records unreadable."""
+    data_dir = damaged_copy(pristine, tmp_path, OLD_SEGMENT, flip(position, mask=0xFF))
+    caplog.set_level(logging.WARNING)
+
+    started = start_up(data_dir)
+
+    assert started.recovered["victim"] == expected(pristine, "victim")
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "restored from the intact copy, all 4 records recovered" in caplog.records[0].message
+
+
+def test_a_salt_damaged_in_both_copies_is_found_by_the_records(pristine, tmp_path, caplog):
+    """Two damaged fields: no copy verifies, but the first copy's salt is intact, and the
+    records that verify with it prove it (the version 2 rule)."""
+    damage = both(flip(4, mask=0x02), flip(COPY + 10))
+    data_dir = damaged_copy(pristine, tmp_path, OLD_SEGMENT, damage)
+
+    started = start_up(data_dir)
+
+    assert started.recovered["victim"] == expected(pristine, "victim")
+    (line,) = errors_naming(caplog, OLD_SEGMENT)
+    assert "4 records verify with the salt it holds and are recovered" in line
+    segment = target_path(data_dir, OLD_SEGMENT)
+    assert records.parse_file_header(segment.read_bytes()).state is records.HeaderState.VALID
 
 
 def test_a_queue_json_naming_another_queue_is_rewritten(pristine, tmp_path, caplog):
@@ -429,7 +510,8 @@ def test_a_queue_whose_recovery_fails_is_held_back_alone(pristine, tmp_path, cap
 
 
 def test_an_unreadable_segment_is_moved_aside_with_its_acks(pristine, tmp_path, caplog):
-    data_dir = damaged_copy(pristine, tmp_path, OLD_SEGMENT, flip(10))  # the salt
+    salts = both(flip(10), flip(COPY + 10))  # the salt, in both copies of the header
+    data_dir = damaged_copy(pristine, tmp_path, OLD_SEGMENT, salts)
 
     started = start_up(data_dir)
 

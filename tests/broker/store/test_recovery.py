@@ -192,7 +192,7 @@ def test_stray_and_orphan_files(pristine, damaged, fields, read_back):
 
     def damage(queue_dir):
         (queue_dir / orphan).write_bytes(records.encode_ack(8))
-        (queue_dir / segments.segment_name(5000)).write_bytes(records.file_header(0)[:3])
+        (queue_dir / segments.segment_name(5000)).write_bytes(records.file_header(0, bytes(16))[:3])
 
     _store, queue = damaged(template, damage)
     assert read_back(queue) == _expected(fields, ids)

@@ -180,8 +180,8 @@ def _dead_letter_during_a_sync(
     retires: bool,
 ) -> bool:
     """One interleaving: the move before the sync's ``point``-th step. False: no such step."""
-    size = 120 if retires else 40  # one record per 256-byte segment, or several
-    store = MessageStore(work, segment_size=256)
+    size = 120 if retires else 40  # one record per 320-byte segment, or several
+    store = MessageStore(work, segment_size=320)
     logs = {name: store.open_queue("/", name) for name in order if name != "dead"}
     if dead_log != "unopened":
         logs["dead"] = store.open_queue("/", "dead")
