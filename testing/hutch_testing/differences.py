@@ -108,8 +108,8 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "not delivered; the next publish crashes the queue, which restarts empty (observed)",
         section="docs/contracts/broker.md#differences (issue 14)",
     ),
-    # Deliberate differences from the "Broker trust" work (issue 11); the
-    # README's "Known differences" list names them too.
+    # Deliberate differences from the "Broker trust" work (issue 11); the section
+    # "Differences from RabbitMQ 3.10.8" of docs/broker.md names them too.
     "long-names-over-http": Difference(
         "Exchange names and routing keys over 255 bytes over HTTP",
         "400 (a shortstr cannot carry them to a consumer)",
