@@ -127,8 +127,9 @@ class Channel:
             message.body,
         )
         size = len(message.body)
-        session.output_pending += size + DELIVERY_OVERHEAD
-        if session.output_pending >= session.output_slice:
+        pending = session.output_pending + size + DELIVERY_OVERHEAD
+        session.output_pending = pending
+        if pending >= session.output_slice:
             session.writable = False  # until the end of the turn writes it (server/amqp.py)
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
@@ -141,7 +142,8 @@ class Channel:
         stats.deliveries["deliver_no_ack" if consumer.no_ack else "deliver"] += 1
         if entry.redelivered:
             stats.redelivers += 1
-        session.context.mark_dirty(session)
+        if not session.dirty:  # once per turn; the deliveries after it need no call
+            session.context.mark_dirty(session)
 
     def cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: tell the client if it understands (consumer_cancel_notify)."""

@@ -48,7 +48,8 @@ def publish(
             f"cannot publish to internal exchange '{event.exchange}' in vhost '{vhost.name}'"
         )
     session.check_permission("write", "exchange", event.exchange)
-    session.check_topic("write", exchange, event.routing_key)
+    if exchange.kind == "topic":  # topic permissions apply to nothing else
+        session.check_topic("write", exchange, event.routing_key)
     publishes.check_expiration(event.raw_properties)
     event.raw_properties = replyto.stamp_reply_to(channel, event.raw_properties)
     session.publishes += 1

@@ -146,37 +146,51 @@ class Queue:
     # -- publishing ---------------------------------------------------
 
     def publish(self, message: Message, now_ms: int) -> int:
-        """Enqueue or deliver ``message`` (ML-8); returns a ``PUBLISH_*`` outcome."""
+        """Enqueue or deliver ``message`` (ML-8); returns a ``PUBLISH_*`` outcome.
+
+        One call per message and queue, so the checks that a plain queue passes (no TTL, no
+        length limit, a transient message) are made here before calling their helpers.
+        """
         self.stats_publish += 1
         if self.quorum:
             message = quorum.inbound(message)
         limits = self.settings
-        expire_at = self._expiry_for(message, now_ms)
+        if limits.message_ttl is None and not properties.has_expiration(message.raw_properties):
+            expire_at = 0  # _expiry_for's common case
+        else:
+            expire_at = self._expiry_for(message, now_ms)
         entry = Entry(next(self._seq), message, expire_at=expire_at)
         if self.ready_count:
             if self.may_expire:
                 self.expire_head(now_ms)
             if limits.ring_size is not None and self.ready_count >= limits.ring_size:
                 self._drop_head("maxlen")  # RING-3: exactly one
-        over = self._over_limit() if self.quorum else self._would_overflow(entry)
-        if limits.overflow != "drop-head" and over:  # a quorum queue fills one past (3.10.8)
+        limited = limits.max_length is not None or limits.max_length_bytes is not None
+        refused = (
+            limited
+            and limits.overflow != "drop-head"
+            and (self._over_limit() if self.quorum else self._would_overflow(entry))
+        )  # a quorum queue fills one past (3.10.8)
+        if refused:
             if limits.overflow == "reject-publish-dlx":
                 self._drop(entry, "maxlen")
             return PUBLISH_REJECTED  # ML-4, ML-5: never a basic.return
-        consumer = self._direct_consumer()
-        if consumer is not None:
-            # Written before it is handed over, unless nobody will ack it: a confirm may only
-            # follow the write, and a consumer that never acks (channel closed, broker
-            # restarted) must find the message again (P-3).
-            wrote = not consumer.no_ack and self._persist(entry, now_ms)
-            self._deliver(consumer, entry)
-            return PUBLISH_SYNC if wrote else PUBLISH_OK
-        if entry.expire_at and entry.expire_at <= now_ms:
+        durable = self.store is not None and (message.persistent or self.quorum)  # _persist's
+        if not self.ready_count and self.consumers:  # _direct_consumer, inlined
+            consumer = self.consumers.next_with_room()
+            if consumer is not None:
+                # Written before it is handed over, unless nobody will ack it: a confirm may
+                # only follow the write, and a consumer that never acks (channel closed,
+                # broker restarted) must find the message again (P-3).
+                wrote = durable and not consumer.no_ack and self._persist(entry, now_ms)
+                self._deliver(consumer, entry)
+                return PUBLISH_SYNC if wrote else PUBLISH_OK
+        if expire_at and expire_at <= now_ms:
             self._drop(entry, "expired")  # TTL-4: nobody could take it at once
             return PUBLISH_OK
-        wrote = self._persist(entry, now_ms)
+        wrote = durable and self._persist(entry, now_ms)
         self._push_fresh(entry)
-        if limits.overflow == "drop-head":
+        if limited and limits.overflow == "drop-head":
             self._enforce_length_limit()
         return PUBLISH_SYNC if wrote else PUBLISH_OK
 
@@ -205,12 +219,6 @@ class Queue:
             value = int(per_message)
             ttl = value if ttl is None else min(ttl, value)
         return 0 if ttl is None else now_ms + ttl
-
-    def _direct_consumer(self) -> Consumer | None:
-        """A consumer to hand a new message to at once: the queue is empty and one has room."""
-        if self.ready_count or not self.consumers:
-            return None
-        return self.consumers.next_with_room()
 
     def _persist(self, entry: Entry, now_ms: int, record: Message | None = None) -> bool:
         """Writes the entry's message (or ``record``, what the store should keep of it)."""
