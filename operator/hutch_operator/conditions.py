@@ -13,6 +13,16 @@ from typing import Any
 
 Condition = dict[str, Any]
 
+# ``kubectl hutch pause-reconciliation``: an object carrying this annotation ("true") is left
+# alone by every reconcile path (declare, sweep, wake-ups; a Broker's children), and says so in
+# the ``ReconciliationPaused`` condition; removing it resumes at once (an update event).
+PAUSE_ANNOTATION = "hutch.dev/pause-reconciliation"
+PAUSED = "ReconciliationPaused"
+PAUSED_MESSAGE = (
+    f"the {PAUSE_ANNOTATION} annotation is set: the operator leaves this object alone; "
+    "remove it (kubectl hutch resume-reconciliation) to resume"
+)
+
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -28,6 +38,26 @@ def find(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[
 def is_true(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> bool:
     condition = find(conditions, type_)
     return condition is not None and condition.get("status") == "True"
+
+
+def is_paused(metadata: Mapping[str, Any]) -> bool:
+    annotations = metadata.get("annotations") or {}
+    return str(annotations.get(PAUSE_ANNOTATION, "")).lower() == "true"
+
+
+def pause_update(
+    current: Sequence[Mapping[str, Any]] | None, paused: bool, generation: int | None
+) -> list[Condition] | None:
+    """The conditions with ``ReconciliationPaused`` True while paused, False once resumed
+    (an object never paused gets no such condition); None when nothing changes."""
+    before = find(current, PAUSED)
+    if before is None and not paused:
+        return None
+    if before is not None and before.get("status") == ("True" if paused else "False"):
+        return None
+    reason, message = ("PausedByAnnotation", PAUSED_MESSAGE) if paused else ("Resumed", "")
+    return upsert(current, type_=PAUSED, status=paused, reason=reason, message=message,
+                  generation=generation)  # fmt: skip
 
 
 def upsert(

@@ -16,7 +16,16 @@ from typing import Any
 import kopf
 import pydantic
 
-from hutch_operator import brokerclient, brokerstatus, config, errors, kube, memory, references
+from hutch_operator import (
+    brokerclient,
+    brokerstatus,
+    conditions,
+    config,
+    errors,
+    kube,
+    memory,
+    references,
+)
 from hutch_operator.children import configmaps, credentials, disruption, meta, services
 from hutch_operator.children import statefulsets as sts_builder
 from hutch_operator.models import brokers
@@ -143,8 +152,20 @@ async def apply_children(broker: meta.BrokerObject) -> None:
     await api.apply(path_of(statefulset), statefulset)  # last: its config now exists
 
 
+def note_pause(report: brokerstatus.Report, body: kopf.Body) -> bool:
+    """Whether the Broker is paused: then its children are neither applied nor rolled."""
+    paused = conditions.is_paused(body.metadata)
+    updated = conditions.pause_update(report.conditions, paused, report.generation)
+    if updated is not None:
+        report.conditions = updated
+    return paused
+
+
 async def reconcile(body: kopf.Body, patch: kopf.Patch, retry: int) -> None:
     report = brokerstatus.Report(body)
+    if note_pause(report, body):
+        report.flush(patch)
+        return
     try:
         broker = broker_object(body)
         await apply_children(broker)
@@ -191,7 +212,7 @@ async def refresh(body: kopf.Body, patch: kopf.Patch) -> None:
         return
     report = brokerstatus.Report(body)
     try:
-        if await roll_on_tls_change(broker):
+        if not note_pause(report, body) and await roll_on_tls_change(broker):
             report.reconciled(broker)
     except errors.HutchError as error:
         report.reconcile_failed(error)

@@ -197,7 +197,7 @@ def index_waiting(ops: KindOps, body: kopf.Body) -> dict[tuple[str, str], tuple[
     these objects (``wake``) as soon as it sees the broker answer. Only ``brokerRef`` objects:
     a ``connectionSecret`` broker has no Broker CR to watch.
     """
-    if body.metadata.get("deletionTimestamp"):
+    if body.metadata.get("deletionTimestamp") or conditions.is_paused(body.metadata):
         return {}
     ready = conditions.find(body.status.get("conditions"), READY) or {}
     if ready.get("status") != "False" or ready.get("reason") not in WAITING_REASONS:
@@ -311,10 +311,12 @@ def write_status(ctx: Context, desired: dict[str, Any]) -> None:
 
 
 def set_ready(ctx: Context, ok: bool, reason: str, message: str, **extra: Any) -> bool:
-    """Updates Ready (and extra status keys); True when Ready's status or reason changed."""
+    """Updates Ready (and extra status keys); True when Ready's status or reason changed.
+
+    Starts from the conditions this handler already patched (``note_pause``), if any."""
     before = conditions.find(ctx.status.get("conditions"), READY)
     updated = conditions.upsert(
-        ctx.status.get("conditions"),
+        ctx.patch.status.get("conditions") or ctx.status.get("conditions"),
         type_=READY,
         status=ok,
         reason=reason,
@@ -381,6 +383,8 @@ async def declare(ctx: Context, *, cause: str, retry: int) -> None:
     finds it when a sweep tick or a wake-up declared the object after the failed attempt. A
     first update attempt (a spec change, or the nudge annotation) always declares.
     """
+    if note_pause(ctx):
+        return
     recorded = ctx.status.get("observedGeneration") == ctx.generation
     if (
         (cause in RECORDED_CAUSES or retry > 0)
@@ -393,6 +397,15 @@ async def declare(ctx: Context, *, cause: str, retry: int) -> None:
         metrics.RECONCILE_SECONDS.labels(ctx.ops.kind.kind).time(),
     ):
         await _declare_timed(ctx, retry)
+
+
+def note_pause(ctx: Context) -> bool:
+    """Whether the object is paused (``conditions.PAUSE_ANNOTATION``); its condition says so."""
+    paused = conditions.is_paused(ctx.body.metadata)
+    updated = conditions.pause_update(ctx.status.get("conditions"), paused, ctx.generation)
+    if updated is not None:
+        write_status(ctx, {"conditions": updated})
+    return paused
 
 
 def uid(ctx: Context) -> str:

@@ -103,13 +103,14 @@ def group_of(spec: Mapping[str, Any], namespace: str) -> tuple[str, str, str] | 
 
 
 def index_desired(body: kopf.Body, *, now: float) -> dict[tuple[str, str, str], Desired]:
-    """The ``desired`` index function: deleting objects and those naming no broker drop out.
+    """The ``desired`` index function: deleting and paused objects and those naming no broker
+    drop out.
 
     ``{}`` rather than None for "nothing", for the reason ``reconciling.index_claim`` gives.
     """
     meta = body.metadata
-    if meta.get("deletionTimestamp"):
-        return {}
+    if meta.get("deletionTimestamp") or conditions.is_paused(meta):
+        return {}  # a paused object is left alone until it is resumed (an update event)
     group = group_of(body.spec, str(meta.namespace))
     if group is None:
         return {}
