@@ -385,3 +385,22 @@ def test_management_force_closes_a_connection(target):
         320,
         "CONNECTION_FORCED - maintenance",
     )
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PUT", "/queues/{vhost}/q", {}),
+        ("PUT", "/exchanges/{vhost}/x", {"type": "direct"}),
+        ("PUT", "/policies/{vhost}/p", {"pattern": "^x", "definition": {"max-length": 1}}),
+        ("PUT", "/operator-policies/{vhost}/p", {"pattern": "^x", "definition": {"max-length": 1}}),
+        ("POST", "/bindings/{vhost}/e/amq.direct/q/q", {}),
+    ],
+)
+def test_a_write_that_creates_in_a_missing_vhost_says_vhost_not_found(target, method, path, body):
+    """rabbitmqctl and hutchctl tell "no such vhost" from these bodies; reads of a missing vhost
+    answer the generic 404 (test_parameters.py)."""
+    missing = target.name("missing-vh")
+    reply = target.api.request(method, path.format(vhost=quote(missing)), body)
+    assert (reply.status, reply.body) == (404, {"error": "not_found", "reason": "vhost_not_found"})
+    assert target.api.get(f"/vhosts/{quote(missing)}").status == 404  # and nothing was made

@@ -114,20 +114,27 @@ def vhost_for_reading(broker: Broker, user: access.User, name: str) -> VirtualHo
     return vhost
 
 
-def vhost_for_writing(broker: Broker, user: access.User, name: str) -> VirtualHost:
-    """A vhost the user may change things in (administrators, or a permission holder)."""
+def vhost_for_writing(
+    broker: Broker, user: access.User, name: str, *, creating: bool = False
+) -> VirtualHost:
+    """A vhost the user may change things in (administrators, or a permission holder).
+
+    ``creating``: the write would make something in it, and a missing vhost is then
+    ``vhost_not_found`` as RabbitMQ answers (errors.vhost_not_found)."""
     vhost = broker.vhosts.get(name)
     if vhost is None:
-        raise errors.not_found()
+        raise errors.vhost_not_found() if creating else errors.not_found()
     if not (is_admin(user) or can_log_in(broker, user, name)):
         raise errors.not_authorized("User not authorised to access virtual host")
     return vhost
 
 
-def vhost_for_policies(broker: Broker, user: access.User, name: str) -> VirtualHost:
+def vhost_for_policies(
+    broker: Broker, user: access.User, name: str, *, creating: bool = False
+) -> VirtualHost:
     if not is_policymaker(user):
         raise errors.not_authorized("User not authorised to access object")
-    return vhost_for_writing(broker, user, name)
+    return vhost_for_writing(broker, user, name, creating=creating)
 
 
 # -- AMQP permissions (CN-6) ------------------------------------------------------------

@@ -36,6 +36,12 @@ def not_found() -> ApiError:
     return ApiError(404, dict(NOT_FOUND_BODY))
 
 
+def vhost_not_found() -> ApiError:
+    """What RabbitMQ answers a write that would create something in a missing vhost (PUT of a
+    queue, exchange, policy, parameter or limit, POST of a binding); reads answer ``not_found``."""
+    return ApiError(404, {"error": "not_found", "reason": "vhost_not_found"})
+
+
 def not_authorized(reason: str = "Not_Authorized") -> ApiError:
     return ApiError(401, {"error": "not_authorized", "reason": reason})
 

@@ -111,7 +111,7 @@ async def list_edge(request: web.Request) -> web.Response:
 @routes.post(EDGE)
 async def create_binding(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = support.vhost_to_write(request)
+    vhost = support.vhost_to_write(request, creating=True)
     source, destination = _ends(request, vhost)
     body = await support.body(request)
     routing_key = bodies.name("routing_key", bodies.string(body, "routing_key", ""))

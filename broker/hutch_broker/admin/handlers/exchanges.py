@@ -74,7 +74,7 @@ async def get_exchange(request: web.Request) -> web.Response:
 @routes.put("/api/exchanges/{vhost}/{exchange}")
 async def put_exchange(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = support.vhost_to_write(request)
+    vhost = support.vhost_to_write(request, creating=True)
     name = bodies.name("exchange", support.exchange_path(request, "exchange"))
     body = await support.body(request)
     kind = bodies.string(body, "type")
@@ -88,7 +88,7 @@ async def put_exchange(request: web.Request) -> web.Response:
     # The policy search a slice per loop turn (admin/declaring.py).
     matched = await declaring.policy_match(functools.partial(vhost.begin_exchange_match, name))
     if matched is not None:  # it awaited: the vhost or the permission may have gone meanwhile
-        vhost = support.vhost_to_write(request)
+        vhost = support.vhost_to_write(request, creating=True)
         auth.check(admin.broker, user, vhost.name, "configure", "exchange", name)
     exchange, created = vhost.declare_exchange(
         name,

@@ -68,7 +68,7 @@ async def put_vhost_limit(request: web.Request) -> web.Response:
     name = support.path(request, "name")
     value = await _value(request, "vhost", name)
     if vhost not in broker.vhosts:
-        raise errors.ApiError(404, {"error": "not_found", "reason": "vhost_not_found"})
+        raise errors.vhost_not_found()
     broker.set_vhost_limit(vhost, name, value)
     return support.no_content()
 
@@ -78,7 +78,7 @@ async def delete_vhost_limit(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     broker, vhost = support.state(request).broker, support.path(request, "vhost")
     if vhost not in broker.vhosts:
-        raise errors.ApiError(404, {"error": "not_found", "reason": "vhost_not_found"})
+        raise errors.vhost_not_found()
     broker.clear_vhost_limit(vhost, support.path(request, "name"))
     return support.no_content()
 

@@ -29,7 +29,6 @@ routes = web.RouteTableDef()
 
 OPERATOR_POLICY = "operator_policy"
 COMPONENTS = (OPERATOR_POLICY, limits.VHOST_COMPONENT)
-_VHOST_NOT_FOUND = {"error": "not_found", "reason": "vhost_not_found"}
 
 
 def _items(
@@ -52,7 +51,7 @@ def _items(
 def _vhost(broker: Broker, name: str) -> VirtualHost:
     vhost = broker.vhosts.get(name)
     if vhost is None:
-        raise errors.ApiError(404, dict(_VHOST_NOT_FOUND))
+        raise errors.vhost_not_found()
     return vhost
 
 

@@ -34,11 +34,13 @@ def _table(vhost: VirtualHost, *, operator: bool) -> dict[str, policies_mod.Poli
     return vhost.operator_policies if operator else vhost.policies
 
 
-def _vhost(broker: Broker, user: access.User, name: str, *, operator: bool) -> VirtualHost:
+def _vhost(
+    broker: Broker, user: access.User, name: str, *, operator: bool, creating: bool = False
+) -> VirtualHost:
     if operator:
         auth.require_admin(user)
-        return auth.vhost_for_writing(broker, user, name)
-    return auth.vhost_for_policies(broker, user, name)
+        return auth.vhost_for_writing(broker, user, name, creating=creating)
+    return auth.vhost_for_policies(broker, user, name, creating=creating)
 
 
 def _policy_vhosts(broker: Broker, user: access.User, *, operator: bool) -> list[VirtualHost]:
@@ -115,7 +117,9 @@ def _get(*, operator: bool) -> Handler:
 def _put(*, operator: bool) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         broker, user = support.state(request).broker, support.user(request)
-        vhost = _vhost(broker, user, support.path(request, "vhost"), operator=operator)
+        vhost = _vhost(
+            broker, user, support.path(request, "vhost"), operator=operator, creating=True
+        )
         if operator:
             support.require_operator_policy_changes(request)
         name = support.path(request, "name")

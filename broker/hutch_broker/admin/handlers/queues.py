@@ -66,7 +66,7 @@ async def get_queue(request: web.Request) -> web.Response:
 @routes.put("/api/queues/{vhost}/{queue}")
 async def put_queue(request: web.Request) -> web.Response:
     admin, user = support.state(request), support.user(request)
-    vhost = support.vhost_to_write(request)
+    vhost = support.vhost_to_write(request, creating=True)
     name = bodies.name("queue", support.path(request, "queue"))
     body = await support.body(request)
     durable = bodies.boolean(body, "durable", True)
@@ -83,7 +83,7 @@ async def put_queue(request: web.Request) -> web.Response:
     )
     matched = await declaring.policy_match(begin)  # a slice per loop turn (admin/declaring.py)
     if matched is not None:  # it awaited: the vhost or the permission may have gone meanwhile
-        vhost = support.vhost_to_write(request)
+        vhost = support.vhost_to_write(request, creating=True)
         auth.check(admin.broker, user, vhost.name, "configure", "queue", name)
     _, created = vhost.declare_queue(
         name,

@@ -51,9 +51,12 @@ def vhost_to_read(request: web.Request) -> VirtualHost:
     return auth.vhost_for_reading(state(request).broker, user(request), path(request, "vhost"))
 
 
-def vhost_to_write(request: web.Request) -> VirtualHost:
-    """The ``{vhost}`` of the path, if the caller may change things in it."""
-    return auth.vhost_for_writing(state(request).broker, user(request), path(request, "vhost"))
+def vhost_to_write(request: web.Request, *, creating: bool = False) -> VirtualHost:
+    """The ``{vhost}`` of the path, if the caller may change things in it (``creating``: see
+    auth.vhost_for_writing)."""
+    return auth.vhost_for_writing(
+        state(request).broker, user(request), path(request, "vhost"), creating=creating
+    )
 
 
 def exchange_path(request: web.Request, name: str) -> str:
