@@ -16,7 +16,8 @@ whose log was set aside starts empty, and every other queue starts normally.
 ``msgs/stopped-cleanly`` tells recovery that the last run synced and closed every log, so that a
 cut tail found now is damage and not a write a crash interrupted (``recovery._cut_tail``): it
 is written by ``close`` (only if no log failed, and only if every log on disk was either
-recovered by this run or already clean), and removed, durably, before this run changes any log.
+recovered by this run or already clean; a run that opened no log leaves it as it was), and
+removed, durably, before this run changes any log.
 Without it (a crash, or a data directory written before it existed) recovery assumes a crash.
 """
 
@@ -254,8 +255,10 @@ class MessageStore:
 
     def _note_clean_stop(self, stores: list[QueueStore]) -> None:
         """Every log closed after its final sync: say so for the next start-up, unless a log
-        failed, or a log this run never opened may still hold a tail a crash left."""
-        if any(store.failed for store in stores):
+        failed, or a log this run never opened may still hold a tail a crash left. A run that
+        opened no log changed none and leaves the marker as it found it (a refused start-up
+        changes nothing)."""
+        if not self._opened or any(store.failed for store in stores):
             return
         on_disk = {e.name for e in self._root.iterdir() if e.is_dir() and "." not in e.name}
         if not self._stopped_cleanly and not on_disk <= self._opened:

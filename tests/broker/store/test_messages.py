@@ -73,7 +73,7 @@ def test_leftovers_of_a_crash_are_cleaned_at_open(open_store, data_dir):
 
     store = open_store()
 
-    assert sorted(p.name for p in root.iterdir()) == [".lock", "2" * 32, "stopped-cleanly"]
+    assert sorted(p.name for p in root.iterdir()) == [".lock", "2" * 32]
     assert store.existing_queues() == []
 
 

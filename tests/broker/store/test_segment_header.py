@@ -312,8 +312,12 @@ def test_only_a_clean_stop_of_every_log_is_recorded(data_dir, fill):
     store.open_queue("/", "a")
     store.close()
     assert marker.exists()  # b was clean and stayed untouched
+    MessageStore(data_dir).close()
+    assert marker.exists()  # a run that opened no log leaves the marker as it was
 
     marker.unlink()  # as a crash leaves the directory: b may hold a torn tail
+    MessageStore(data_dir).close()
+    assert not marker.exists()  # nor writes one that was not there (a refused start-up)
     store = MessageStore(data_dir)
     store.open_queue("/", "a")
     store.close()
