@@ -281,8 +281,9 @@ def connection_help(line: Chain, summary: Summary, ca_file: Path | None = None) 
             f"  export KUBECONFIG={summary.kubeconfig}",
             f"  kubectl get hutch -n {summary.namespace}      # every Hutch kind",
             f"  AMQP URI:        {summary.amqp_uri}",
-            f"  Management API:  {summary.management_url}/api/overview  (user {user}, "
-            f"password {password})",
+            f"  Web UI:          {summary.management_url}/  (user {user}, password {password};"
+            f" or: kubectl hutch manage -n {summary.namespace} {summary.broker})",
+            f"  Management API:  {summary.management_url}/api/overview  (the same user)",
             *tls,
             f"  Metrics:         {summary.management_url}/metrics",
             f"  Operator log:    kubectl logs -n {summary.namespace} deploy/hutch-operator",
