@@ -114,7 +114,11 @@ def _first_port(child: subprocess.Popen[str]) -> int:
     threading.Thread(target=drain, daemon=True).start()
     if not ready.wait(FORWARD_TIMEOUT) or not found:
         child.terminate()
-        error = child.stderr.read().strip() if child.stderr and child.poll() is not None else ""
+        try:
+            child.wait(5)
+            error = child.stderr.read().strip() if child.stderr else ""
+        except subprocess.TimeoutExpired:
+            error = ""
         raise KubectlError(f"kubectl port-forward did not start: {error or 'no answer in time'}")
     return found[0]
 
