@@ -134,6 +134,12 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "exactly once (the Raft log)",
         section="docs/contracts/broker.md#differences",
     ),
+    "queue-memory": Difference(
+        "A queue's `memory` in `/api/queues`",
+        "its structures, ~290 B a message and the resident bodies and headers",
+        "the queue process's heap: bodies over 64 bytes are not in it",
+        section="docs/contracts/broker.md#http-api",
+    ),
     # Not a row of the table, but an allowance the contract makes for the HTTP API.
     "erlang-internals": Difference(
         "Erlang internals (`backing_queue_status`, `garbage_collection`) may be omitted",

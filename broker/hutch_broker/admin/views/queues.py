@@ -6,6 +6,13 @@ a queue with ``x-max-length: 10`` under an operator ``max-length: 3`` shows
 both numbers, as RabbitMQ does.  Erlang internals (``backing_queue_status``,
 ``garbage_collection``, ``reductions``) are left out, which
 docs/contracts/broker.md#http-api allows.
+
+``memory`` is what the queue holds in this process: its own structures, each message's entry
+(``ENTRY_OVERHEAD``) and the bodies and headers that are resident. A paged-out or recovered body
+sits in the store and is not counted; ``message_bytes*`` keep the body totals. Summing body bytes
+there once reported 1.3 GB for a queue of a 256 MiB broker whose bodies were mostly paged out.
+RabbitMQ 3.10.8 reports its queue process's heap, where bodies over 64 bytes are not (they are
+shared binaries): 13,568 bytes empty, 1.3 MB for 2,000 messages whether of 100 B or 8 KiB.
 """
 
 from __future__ import annotations
@@ -29,22 +36,42 @@ def effective_policy_definition(queue: Queue) -> dict[str, Any]:
     )
 
 
-def _persistent_ready(queue: Queue) -> tuple[int, int]:
-    """(count, body bytes) of persistent ready messages: one pass over the queue."""
-    count = size = 0
+#: A queue's own structures (its object, dicts, ready list), measured with tracemalloc: 4,108 B.
+QUEUE_OVERHEAD: Final = 4096
+#: One queued message beside its body and header bytes: its ``Entry`` and ``Message``, the two
+#: bytes objects' own headers and its slot in the ready list (tracemalloc: 283 B).
+ENTRY_OVERHEAD: Final = 288
+
+
+def _ready_scan(queue: Queue) -> tuple[int, int, int]:
+    """(count, body bytes) of persistent ready messages and the bytes of bodies and headers the
+    ready messages hold in memory: one pass over the queue."""
+    count = size = resident = 0
     for entry in queue.ready_entries():
-        if entry.message.persistent:
+        message = entry.message
+        resident += len(message.body) + len(message.raw_properties)
+        if message.persistent:
             count += 1
             size += entry.size
-    return count, size
+    return count, size, resident
+
+
+def queue_memory(queue: Queue, resident_ready: int) -> int:
+    """Bytes the queue holds in memory: its structures, every message's entry, the ready
+    messages' resident bodies and headers, and the unacked bodies (a channel keeps those for
+    redelivery; one of 4 KiB or more that the store holds is dropped once sent, which this
+    does not see, so it is counted whole). Paged-out bodies are not in memory: not counted."""
+    entries = queue.ready_count + queue.unacked_count
+    return QUEUE_OVERHEAD + entries * ENTRY_OVERHEAD + resident_ready + queue.unacked_bytes
 
 
 def _counts(queue: Queue) -> dict[str, Any]:
     ready, unacked = queue.ready_count, queue.unacked_count
     ready_bytes, unacked_bytes = queue.ready_bytes, queue.unacked_bytes
-    persistent, persistent_bytes = _persistent_ready(queue)
+    persistent, persistent_bytes, resident = _ready_scan(queue)
     paged, paged_bytes = queue.paged_out
     counts: dict[str, Any] = {
+        "memory": queue_memory(queue, resident),
         "message_bytes": ready_bytes + unacked_bytes,
         "message_bytes_paged_out": paged_bytes,
         "message_bytes_persistent": persistent_bytes,
@@ -124,7 +151,6 @@ def queue_item(queue: Queue, *, node: str) -> dict[str, Any]:
         "exclusive": queue.exclusive_owner is not None,
         "exclusive_consumer_tag": _exclusive_consumer_tag(queue),
         "head_message_timestamp": None,
-        "memory": queue.ready_bytes + queue.unacked_bytes,
         "name": queue.name,
         "node": node,
         "operator_policy": policy_name(queue.operator_policy),
