@@ -46,6 +46,9 @@ def test_the_hutch_wheel_holds_the_product_packages_and_no_test_tooling(tmp_path
     # hutchctl is a console script of the product wheel, not of the test tooling
     entry_points = zipfile.ZipFile(wheel).read("hutch-0.1.0.dist-info/entry_points.txt").decode()
     assert "hutchctl = hutch_cli.hutchctl:main" in entry_points
+    # kubectl finds the plugin as kubectl-hutch on PATH (docs/kubectl-hutch.md)
+    assert "kubectl-hutch = hutch_cli.kubectl_hutch:main" in entry_points
+    assert "hutch_cli/perftest.py" in names  # the perf-test Job runs it from the broker image
     assert "hutch_spark/jobs/windowed_counts.py" in names  # the job's module is in it
     # the Web UI's files are package data (pyproject's [tool.setuptools.package-data])
     assert {
