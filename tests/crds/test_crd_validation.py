@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
+from hutch_operator.models import bindings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,6 +80,29 @@ def test_names_count_bytes_not_characters(plane: Any) -> None:
         assert status == 201, reply
     status, reply = _create(plane, ns, "Queue", {**REF, "name": "é" * 128}, "too-long")
     assert status == 422 and "spec.name" in reply["message"], reply
+
+
+def test_routing_keys_count_bytes_like_names(plane: Any) -> None:
+    """Issue 31 item 3: a routing key is a shortstr too. One of 256 bytes was admitted and then
+    BrokerRejected; now the apiserver refuses it, counting bytes as for names."""
+    ns = plane.create_namespace()
+    binding = {**REF, "source": "x", "destination": "q"}
+    for index, key in enumerate(["k" * 255, "é" * 127 + "k", "€" * 85, ""]):
+        status, reply = _create(plane, ns, "Binding", {**binding, "routingKey": key}, f"b{index}")
+        assert status == 201, reply
+    for index, key in enumerate(["é" * 128, "k" * 256, "€" * 86]):
+        status, reply = _create(plane, ns, "Binding", {**binding, "routingKey": key}, f"r{index}")
+        assert status == 422 and "spec.routingKey" in reply["message"], reply
+    assert "at most 255 bytes in UTF-8 (a routing key" in reply["message"], reply
+
+
+def test_the_operator_refuses_the_same_routing_keys() -> None:
+    """The operator's model counts bytes too, so an object admitted by an older CRD is
+    refused with a SpecError instead of a broker round trip."""
+    spec = {**REF, "source": "x", "destination": "q"}
+    assert bindings.BindingSpec.model_validate({**spec, "routingKey": "é" * 127 + "k"})
+    with pytest.raises(pydantic.ValidationError, match="at most 255 bytes in UTF-8, not 256"):
+        bindings.BindingSpec.model_validate({**spec, "routingKey": "é" * 128})
 
 
 def test_defaults_and_immutability(plane: Any) -> None:

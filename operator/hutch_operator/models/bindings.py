@@ -27,7 +27,12 @@ class BindingSpec(common.TopologySpec):
     destination_type: Literal["queue", "exchange"] = Field(
         "queue", json_schema_extra=common.immutable("destinationType")
     )
-    routing_key: str = Field("", json_schema_extra=common.immutable("routingKey"))
+    routing_key: common.BrokerName = Field(
+        "",
+        max_length=255,
+        description="Routing key (at most 255 bytes in UTF-8, as the broker takes it).",
+        json_schema_extra=common.immutable("routingKey", common.name_bytes_rule("a routing key")),
+    )
     arguments: dict[str, common.ArgumentValue] = common.arguments_field(
         "Binding arguments (any JSON value)."
     )

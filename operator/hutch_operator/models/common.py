@@ -58,11 +58,14 @@ def rule(expression: str, message: str, *, reason: str | None = None) -> Any:
     return entry
 
 
-def name_bytes_rule() -> Any:
-    """The CEL rule that counts a name's UTF-8 bytes (``maxLength`` counts characters only)."""
+def name_bytes_rule(what: str = "a name") -> Any:
+    """The CEL rule that counts a name's UTF-8 bytes (``maxLength`` counts characters only).
+
+    Routing keys are shortstrs too (``what``: "a routing key"): without the rule one of 256
+    bytes was admitted and then refused by the broker."""
     return rule(
         f"size(bytes(self)) <= {NAME_BYTES}",
-        f"must be at most {NAME_BYTES} bytes in UTF-8 (a name of multi-byte characters is longer "
+        f"must be at most {NAME_BYTES} bytes in UTF-8 ({what} of multi-byte characters is longer "
         "in bytes than in characters)",
     )
 
