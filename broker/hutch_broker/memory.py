@@ -147,7 +147,7 @@ def held_must_wait(budget: DeliveryBudget, totals: DeliveryTotals, *, held: int)
 
 
 TRIM_SLACK: Final = 16 * 1024 * 1024  # RssAnon above its lowest level worth a malloc_trim
-TRIM_BACKOFF_MAX: Final = 8  # samples (about seconds) between trims while RssAnon stays up
+TRIM_BACKOFF_MAX: Final = 8.0  # seconds between trims while RssAnon stays up
 
 
 class HeapTrim:
@@ -157,37 +157,40 @@ class HeapTrim:
     itself only from the top of its heap. One burst of large short-lived allocations (clients
     leaving 1 MiB of a message half-sent on each of 20 channels) left RSS at 180 MiB from
     47 MiB for good, 138 MiB of it free inside malloc. ``malloc_trim`` returns it, at a cost:
-    it walks every free chunk and holds the loop 0.5-22 ms (more when it returns more), and
+    it walks every free chunk and holds the loop 0.5-37 ms (more when it returns more), and
     pages it returns during a burst are faulted back in at once. So it runs only while
-    RssAnon is over ``TRIM_SLACK`` above the lowest level seen, and each trim doubles the wait
-    before the next, up to ``TRIM_BACKOFF_MAX`` samples; the wait starts again at one sample
-    once RssAnon is back within the slack. Freed memory goes back at most 8 s after a burst,
-    and a broker that really holds its memory (long queues) pays one walk per 8 s.
+    RssAnon is over ``TRIM_SLACK`` above the lowest level seen, and each trim doubles the time
+    before the next, up to ``TRIM_BACKOFF_MAX`` seconds; the wait starts again at one second
+    once RssAnon has stayed within the slack for that long. Freed memory goes back at most 8 s
+    after a burst, and a broker that really holds its memory (long queues), or churns it, pays
+    one walk per 8 s, however often it samples.
     """
 
-    __slots__ = ("interval", "lowest", "wait")
+    __slots__ = ("interval", "lowest", "not_before", "rest_since")
 
     def __init__(self) -> None:
         self.lowest: int | None = None  # RssAnon of the broker at rest: the lowest seen
-        self.interval = 1  # samples from one trim to the next
-        self.wait = 0  # samples left before a trim may run again
+        self.interval = 1.0  # seconds from this trim to the next
+        self.not_before = 0.0  # monotonic time before which no trim runs
+        self.rest_since: float | None = None  # since when RssAnon is within the slack
 
-    def due(self, used: int) -> bool:
+    def due(self, used: int, now: float) -> bool:
         """Called at every sample with its RssAnon: should this sample trim first?"""
         if self.lowest is None or used < self.lowest:
             self.lowest = used
         if used - self.lowest <= TRIM_SLACK:
-            self.interval, self.wait = 1, 0
+            if self.rest_since is None:
+                self.rest_since = now
+            elif now - self.rest_since >= TRIM_BACKOFF_MAX:
+                self.interval, self.not_before = 1.0, 0.0
             return False
-        if self.wait:
-            self.wait -= 1
-            return False
-        return True
+        self.rest_since = None
+        return now >= self.not_before
 
-    def trimmed(self, after: int) -> None:
-        """A trim brought RssAnon to ``after``."""
+    def trimmed(self, after: int, now: float) -> None:
+        """A trim at ``now`` brought RssAnon to ``after``."""
         self.lowest = after if self.lowest is None else min(self.lowest, after)
-        self.wait = self.interval - 1
+        self.not_before = now + self.interval
         self.interval = min(2 * self.interval, TRIM_BACKOFF_MAX)
 
 

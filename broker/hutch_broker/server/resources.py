@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,9 @@ class ResourceMonitor:
         disk_free_limit: int,
         on_clear: Callable[[], None] = lambda: None,
         on_paging: Callable[[bool], None] = lambda active: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock
         self.on_paging = on_paging
         self.watermark = watermark
         self.total_memory = total_memory
@@ -102,14 +105,15 @@ class ResourceMonitor:
     def sample(self) -> None:
         was_blocked = self.publishing_blocked
         used = _read_rss_anon()
-        trim_due = self.heap_trim.due(used)
+        now = self.clock()
+        trim_due = self.heap_trim.due(used, now)
         if trim_due or self._over_paging_threshold(used):
             # Freed heap pages (a drained queue, paged-out bodies, a hostile client's half-sent
             # messages) stay in RSS until malloc returns them. Trim before deciding, so the
             # alarm clears on the first sample after the drain instead of the one after it.
             _release_freed_memory()
             trimmed = _read_rss_anon()
-            self.heap_trim.trimmed(trimmed)
+            self.heap_trim.trimmed(trimmed, now)
             used = trimmed
         self.mem_used = used
         self.disk_free = _disk_free(self.data_dir)

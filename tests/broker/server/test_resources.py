@@ -130,87 +130,131 @@ MIB = 1024 * 1024
 REST = 40 * MIB  # RssAnon of a broker at rest
 
 
-def far_watermark(events: list[str]) -> resources.ResourceMonitor:
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def far_watermark(clock: Clock) -> resources.ResourceMonitor:
     """A watermark so high that the paging threshold never trims: only HeapTrim does."""
-    return monitor(events, watermark=1 << 40)
+    return resources.ResourceMonitor(
+        watermark=memory.Watermark(relative=None, absolute=1 << 40),
+        total_memory=1 << 42,
+        data_dir=Path("/nonexistent"),
+        disk_free_limit=100,
+        clock=clock,
+    )
+
+
+def tick(monitor_: resources.ResourceMonitor, clock: Clock, seconds: float = 1.0) -> None:
+    clock.now += seconds
+    monitor_.sample()
 
 
 def test_freed_memory_goes_back_at_the_next_sample(process: FakeProcess) -> None:
     """A hostile burst freed 140 MiB that glibc kept: the next sample returns it."""
-    monitor_ = far_watermark([])
+    clock = Clock()
+    monitor_ = far_watermark(clock)
     process.live = REST
-    monitor_.sample()
+    tick(monitor_, clock)
     process.live += 140 * MIB
     process.free(140 * MIB)
-    monitor_.sample()
+    tick(monitor_, clock)
     assert process.trims == 1
     assert process.rss() == REST
     assert monitor_.mem_used == REST
 
 
 def test_no_trim_within_the_slack(process: FakeProcess) -> None:
-    monitor_ = far_watermark([])
+    clock = Clock()
+    monitor_ = far_watermark(clock)
     process.live = REST
     for _ in range(20):
         process.live += memory.TRIM_SLACK // 20
-        monitor_.sample()
+        tick(monitor_, clock)
     assert process.rss() - REST <= memory.TRIM_SLACK
     assert process.trims == 0
 
 
-def test_memory_really_held_is_walked_once_per_8_samples_at_most(process: FakeProcess) -> None:
-    """Long queues hold 500 MiB for real: the trims space out 1, 2, 4, 8, 8... samples."""
-    monitor_ = far_watermark([])
+def test_memory_really_held_is_walked_once_per_8_s_at_most(process: FakeProcess) -> None:
+    """Long queues hold 500 MiB for real: the trims space out 1, 2, 4, 8, 8... seconds."""
+    clock = Clock()
+    monitor_ = far_watermark(clock)
     process.live = REST
-    monitor_.sample()
+    tick(monitor_, clock)
     process.live += 500 * MIB
     trimmed_at = []
-    for index in range(40):
+    for second in range(40):
         before = process.trims
-        monitor_.sample()
+        tick(monitor_, clock)
         if process.trims > before:
-            trimmed_at.append(index)
+            trimmed_at.append(second)
     gaps = [b - a for a, b in itertools.pairwise(trimmed_at)]
     assert gaps[:3] == [1, 2, 4]
     assert set(gaps[3:]) == {memory.TRIM_BACKOFF_MAX}
 
 
-def test_the_wait_starts_again_once_back_at_rest(process: FakeProcess) -> None:
-    monitor_ = far_watermark([])
+def test_frequent_samples_do_not_trim_more_often(process: FakeProcess) -> None:
+    """Samples come after every 1/32 of the watermark read too, many a second under a heavy
+    publisher: the trims still follow the clock, not the samples."""
+    clock = Clock()
+    monitor_ = far_watermark(clock)
     process.live = REST
-    monitor_.sample()
+    tick(monitor_, clock)
+    for _ in range(400):  # 20 s of churn, sampled 20 times a second
+        process.live += 100 * MIB
+        process.free(100 * MIB)
+        tick(monitor_, clock, 0.05)
+    assert process.trims <= 1 + 1 + 1 + 20 // 8 + 1  # at 1, 2, 4 s, then every 8 s
+
+
+def test_the_wait_starts_again_once_back_at_rest(process: FakeProcess) -> None:
+    clock = Clock()
+    monitor_ = far_watermark(clock)
+    process.live = REST
+    tick(monitor_, clock)
     process.live += 500 * MIB
     for _ in range(20):  # held for real: the wait is at its longest
-        monitor_.sample()
+        tick(monitor_, clock)
     process.live = REST  # released (and returned by a trim)
     process.freed_untrimmed = 0
-    monitor_.sample()
+    for _ in range(int(memory.TRIM_BACKOFF_MAX) + 1):  # and at rest for a while
+        tick(monitor_, clock)
     process.live += 100 * MIB
     process.free(100 * MIB)
     before = process.trims
-    monitor_.sample()
+    tick(monitor_, clock)
     assert process.trims == before + 1, "a new burst is returned at the next sample"
     assert process.rss() == REST
 
 
 def test_heap_trim_table() -> None:
-    """The policy alone: (RssAnon sampled, RssAnon after a trim if one runs) -> trims."""
+    """The policy alone: (seconds, RssAnon sampled, RssAnon after a trim if one runs)."""
     trim = memory.HeapTrim()
     decisions = []
-    for used, after in [
-        (REST, None),
-        (REST + memory.TRIM_SLACK, None),  # at the slack: no
-        (REST + memory.TRIM_SLACK + 1, REST + MIB),  # over it: trim
-        (REST + 200 * MIB, REST + 199 * MIB),  # over again next sample: trim (wait 0)
-        (REST + 200 * MIB, None),  # then wait one sample
-        (REST + 200 * MIB, REST + 200 * MIB),
-        (REST - MIB, None),  # a new lowest level: at rest, the wait is reset
-        (REST + 100 * MIB, REST),
+    for now, used, after in [
+        (0.0, REST, None),
+        (1.0, REST + memory.TRIM_SLACK, None),  # at the slack: no
+        (2.0, REST + memory.TRIM_SLACK + 1, REST + MIB),  # over it: trim, next in 1 s
+        (2.5, REST + 200 * MIB, None),  # too soon
+        (3.0, REST + 200 * MIB, REST + 199 * MIB),  # trim, next in 2 s
+        (4.0, REST + 200 * MIB, None),
+        (5.0, REST + 200 * MIB, REST + 200 * MIB),  # trim, next in 4 s
+        (6.0, REST - MIB, None),  # a new lowest level: at rest...
+        (7.0, REST + 100 * MIB, None),  # ...not for long: the wait stands
+        (9.0, REST + 100 * MIB, REST),  # trim, next in 8 s
+        (10.0, REST, None),  # at rest...
+        (18.0, REST, None),  # ...for 8 s: the wait is reset
+        (18.1, REST + 100 * MIB, REST),
     ]:
-        due = trim.due(used)
+        due = trim.due(used, now)
         decisions.append(due)
         if due:
             assert after is not None
-            trim.trimmed(after)
-    assert decisions == [False, False, True, True, False, True, False, True]
+            trim.trimmed(after, now)
+    trims = [index for index, due in enumerate(decisions) if due]
+    assert trims == [2, 4, 6, 9, 12]
     assert trim.lowest == REST - MIB
