@@ -538,7 +538,12 @@ async def delete(ctx: Context, *, runtime: float, retry: int) -> None:
         # Say so at once: Ready=True Declared for the whole bound hid a stuck deletion.
         blocked = (
             f"{ctx.ops.label} {name} not deleted yet: {exc}; retried for up to "
-            f"{config.delete_timeout():.0f}s, then left in the broker and listed on its Broker"
+            f"{config.delete_timeout():.0f}s, then left in the broker and "
+            + (
+                "listed on its Broker"
+                if model.broker_ref is not None  # connectionSecret: no Broker keeps a list
+                else "named in a DeleteAbandoned Event (delete it there by hand)"
+            )
         )
         if set_ready(ctx, False, "DeleteBlocked", blocked):
             kopf.warn(ctx.body, reason="DeleteBlocked", message=blocked)

@@ -399,6 +399,30 @@ async def test_delete_while_unreachable_retries_and_says_so(
     assert events == [("Warning", "DeleteBlocked")]
 
 
+async def test_a_blocked_connection_secret_delete_names_no_broker_list(
+    broker: FakeBroker, events: Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 3: a connectionSecret object has no Broker whose status lists what it
+    abandons, so its DeleteBlocked text must not promise one; a brokerRef object's still does."""
+
+    async def secret(namespace: str, name: str) -> tuple[str, str, str, str]:
+        return "user", "secret", ENDPOINT, ""
+
+    monkeypatch.setattr(references, "_connection_secret", secret)
+    monkeypatch.setenv("HUTCH_DELETE_TIMEOUT", "300")
+    broker.down = True
+    spec = {"brokerRef": None, "connectionSecret": {"name": "s"}, "deleteIfEmpty": False}
+    by_secret = context(spec=spec, status=OWNED)
+    by_ref = context(spec={"deleteIfEmpty": False}, status=OWNED)
+    for ctx in (by_secret, by_ref):
+        with pytest.raises(kopf.TemporaryError):
+            await delete(ctx)
+        assert ready(ctx)["reason"] == "DeleteBlocked"
+    assert "Broker" not in ready(by_secret)["message"], ready(by_secret)["message"]
+    assert "DeleteAbandoned Event" in ready(by_secret)["message"]
+    assert ready(by_ref)["message"].endswith("listed on its Broker")
+
+
 async def test_delete_past_the_timeout_abandons_and_lists_the_object(
     broker: FakeBroker, events: Events, monkeypatch: pytest.MonkeyPatch
 ) -> None:
