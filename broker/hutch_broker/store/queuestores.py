@@ -185,6 +185,29 @@ class QueueStore:
             self._moved.clear()
             self._acked_since_open = True
 
+    # -- for stream queues (model/streams.py): the log is kept, and dropped by whole segments --
+
+    def rotate(self) -> None:
+        """Seal the write segment now (it holds records): the next append starts a new one.
+
+        A stream's ``x-stream-max-segment-size-bytes`` below the store's segment size."""
+        with self._lock:
+            self._check_usable()
+            if self._write is not None and self._write.size > self._write.data_start:
+                self._rotate()
+
+    def drop_segment(self, number: int) -> bool:
+        """Ack every record of sealed segment ``number`` (a stream's retention); False if it is
+        unknown, already going, or the write segment (never dropped)."""
+        with self._lock:
+            self._check_usable()
+            segment = self._segments.get(number)
+            if segment is None or segment.retiring or segment is self._write:
+                return False
+            for offset in list(segment.live):
+                self._ack(segments.msg_id_of(number, offset))
+            return True
+
     def recover(self) -> list[IndexedMessage]:
         """Every un-acked message found at open, in append order, without its body (``read``
         brings that back); call once, after opening."""
