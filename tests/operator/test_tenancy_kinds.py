@@ -242,6 +242,27 @@ def test_existing_vhost_and_user_are_not_taken_over(
     side.call("DELETE", f"/users/{user}")
 
 
+def test_the_vhost_column_shows_the_effective_name(
+    plane: dict[str, Any], side: Side, kit: Any
+) -> None:
+    """Issue 31 item 3: ``kubectl get vhosts`` showed an empty VHOST for every Vhost whose
+    ``spec.name`` defaults to ``metadata.name``; the column now reads ``status.name``."""
+    kube = plane["kube"]
+    plain, named, other = _unique("col"), _unique("colobj"), _unique("colname")
+    kube.create("Vhost", "vhosts", plain, side.ref)
+    kube.create("Vhost", "vhosts", named, {**side.ref, "name": other})
+    for name in (plain, named):
+        _wait(kit, kube, "vhosts", name, ("True", "Declared"))
+    listed = kube.plane.kubectl("-n", kube.namespace, "get", "vhosts.hutch.dev", plain, named)
+    header, *rows = [line.split() for line in listed.stdout.splitlines()]
+    assert header[:3] == ["NAME", "READY", "VHOST"], listed.stdout
+    assert {row[0]: row[2] for row in rows} == {plain: plain, named: other}, listed.stdout
+    for name in (plain, named):
+        kube.delete("vhosts", name)
+    for name in (plain, named):
+        kit.wait_for(lambda n=name: kube.get("vhosts", n) is None, 30, f"{name} gone")
+
+
 def test_deleting_a_vhost_with_queues_is_deliberate(
     plane: dict[str, Any], side: Side, kit: Any
 ) -> None:

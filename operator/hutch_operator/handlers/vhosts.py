@@ -13,6 +13,7 @@ Spec = vhosts.VhostSpec
 
 
 async def declare(target: references.Target, spec: Spec, name: str, owned: bool) -> bool:
+    record_name(name)
     request = tenancy.vhost_put(spec, name, hutch=await target.client.is_hutch())
     await reconciling.refuse_unowned(
         target, tenancy.vhost_path(name), f"vhost {name}", owned=owned, adopt=spec.adopt
@@ -20,6 +21,16 @@ async def declare(target: references.Target, spec: Spec, name: str, owned: bool)
     await target.client.call(request)
     await apply_limits(target, tenancy.vhost_limits_path(name), tenancy.limit_values(spec.limits))
     return True
+
+
+def record_name(name: str) -> None:
+    """``status.name``: the vhost's name in the broker, which the VHOST printer column shows.
+    ``spec.name`` defaults to ``metadata.name`` in the operator, not in the schema, so a column
+    on ``spec.name`` was empty for most Vhosts. Written before the broker is asked, so a
+    refused Vhost (AlreadyExists) shows which vhost it means too."""
+    subject = reconciling.subject()
+    if subject.status.get("name") != name:
+        subject.patch.status["name"] = name
 
 
 async def apply_limits(target: references.Target, base: str, wanted: dict[str, int]) -> None:

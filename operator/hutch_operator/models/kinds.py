@@ -142,7 +142,7 @@ VHOST = Kind(
     "hvh",
     vhosts.VhostSpec,
     vhosts.VhostStatus,
-    (_READY, Column("Vhost", ".spec.name"), _AGE),
+    (_READY, Column("Vhost", ".status.name"), _AGE),  # spec.name's default is metadata.name
 )
 USER = Kind(
     "User",

@@ -94,4 +94,6 @@ class VhostSpec(common.ConnectionSpec):
 
 
 class VhostStatus(common.TopologyStatus):
-    pass
+    name: str | None = Field(
+        None, description="The vhost's name in the broker: spec.name, else metadata.name."
+    )
