@@ -11,4 +11,10 @@ HTTPS with a CA file. Layout, pure parts first:
 - ``formatting``: an ``Outcome`` -> the text rabbitmqctl would print;
 - ``client`` (the only module doing network I/O) and ``hutchctl`` (the thin shell: sys.argv, env,
   files, stdout/stderr, exit code). ``client`` is reusable by other front ends (kubectl hutch ctl).
+
+``kubectl hutch`` (docs/kubectl-hutch.md), the kubectl plugin, lives here too: ``kubeargs``
+(argv -> a command), ``kubeplans`` and ``kubejobs`` (kubectl argument lists, the Broker and
+perf-test Job manifests, reading kubectl's JSON; pure), ``kubectl_hutch`` (the shell running
+kubectl and hutchctl), and the perf-test load generator ``perffigures`` (pure) and
+``perftest`` (its sockets), which the Job runs in the broker image.
 """

@@ -10,6 +10,8 @@ internet would only get in the way. Reusable by other front ends (``kubectl hutc
 from __future__ import annotations
 
 import base64
+import functools
+import http.client
 import json
 import ssl
 import urllib.error
@@ -27,6 +29,9 @@ class Endpoint:
     password: str
     cacert: str | None = None  # a PEM file of CAs to trust for https, else the system's
     timeout: float = 60.0
+    # The name to verify in the broker's certificate (and send as SNI) when it is not the URL's
+    # host: a port-forward on localhost to a broker whose certificate names its Service.
+    server_name: str | None = None
 
 
 class Client:
@@ -35,7 +40,10 @@ class Client:
         handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
         if endpoint.url.startswith("https:"):
             context = ssl.create_default_context(cafile=endpoint.cacert)
-            handlers.append(urllib.request.HTTPSHandler(context=context))
+            if endpoint.server_name:
+                handlers.append(_NamedHTTPSHandler(context, endpoint.server_name))
+            else:
+                handlers.append(urllib.request.HTTPSHandler(context=context))
         self._opener = urllib.request.build_opener(*handlers)
         token = f"{endpoint.username}:{endpoint.password}".encode()
         self._authorization = "Basic " + base64.b64encode(token).decode("ascii")
@@ -70,6 +78,34 @@ class Client:
             raise transport.UnreachableError(f"{self.endpoint.url}: {error.reason}") from error
         except (OSError, ValueError) as error:  # reset mid-answer, malformed URL
             raise transport.UnreachableError(f"{self.endpoint.url}: {error}") from error
+
+
+class _NamedHTTPSConnection(http.client.HTTPSConnection):
+    """Connects to the URL's host and port, but verifies the certificate for ``server_name``."""
+
+    def __init__(
+        self, host: str, *, server_name: str, verify: ssl.SSLContext, **kwargs: Any
+    ) -> None:
+        super().__init__(host, context=verify, **kwargs)
+        self._server_name = server_name
+        self._verify = verify
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # TCP only; no proxy tunnel (ProxyHandler({}))
+        self.sock = self._verify.wrap_socket(self.sock, server_hostname=self._server_name)
+
+
+class _NamedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext, server_name: str) -> None:
+        super().__init__(context=context)
+        self._verify = context
+        self._server_name = server_name
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        connection = functools.partial(
+            _NamedHTTPSConnection, server_name=self._server_name, verify=self._verify
+        )
+        return self.do_open(connection, req)
 
 
 def _decode(raw: bytes) -> Any:

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import webbrowser
@@ -180,13 +181,30 @@ def ctl(command: KubeCommand) -> int:
     service = get_json(command.scope, "service", command.name)
     scheme, remote = kubeplans.management_port(service, prefer_tls=False)
     username, password = broker_credentials(command.scope, found)
-    with forwarding(command.scope, command.name, 0, remote) as port:
-        os.environ.update(
-            HUTCH_URL=f"{scheme}://localhost:{port}",
-            HUTCH_USERNAME=username,
-            HUTCH_PASSWORD=password,
-        )
-        return hutchctl.main(list(command.rest))
+    with tempfile.TemporaryDirectory(prefix="kubectl-hutch-") as work:
+        if scheme == "https":
+            _trust(command.scope, found, Path(work))
+        with forwarding(command.scope, command.name, 0, remote) as port:
+            os.environ.update(
+                HUTCH_URL=f"{scheme}://127.0.0.1:{port}",
+                HUTCH_USERNAME=username,
+                HUTCH_PASSWORD=password,
+            )
+            return hutchctl.main(list(command.rest))
+
+
+def _trust(scope: Scope, found: dict[str, Any], work: Path) -> None:
+    """For HTTPS through the forward: verify the Service's name, against the Broker's CA when
+    its Secret has one (else the system's CAs), as the operator itself verifies the broker."""
+    os.environ["HUTCH_SERVER_NAME"] = kubeplans.service_host(found)
+    secret_name = kubeplans.tls_ca_secret(found)
+    if secret_name is None:
+        return
+    secret = get_json(scope, "secret", secret_name)
+    if "ca.crt" in (secret.get("data") or {}):
+        ca_file = work / "ca.crt"
+        ca_file.write_text(kubeplans.secret_value(secret, "ca.crt"), encoding="utf-8")
+        os.environ["HUTCH_CACERT"] = str(ca_file)
 
 
 def perf_test(command: KubeCommand) -> int:

@@ -201,6 +201,20 @@ def management_port(service: Mapping[str, Any], *, prefer_tls: bool) -> tuple[st
     raise PlanError(f"Service {name} exposes no management port (management or management-tls)")
 
 
+def tls_ca_secret(broker: Mapping[str, Any]) -> str | None:
+    """The Secret whose ``ca.crt`` verifies the Broker's certificate, as the operator picks it:
+    ``spec.tls.caSecretName``, else ``spec.tls.secretName``; None without ``spec.tls``."""
+    tls = (broker.get("spec") or {}).get("tls") or {}
+    found = tls.get("caSecretName") or tls.get("secretName")
+    return str(found) if found else None
+
+
+def service_host(broker: Mapping[str, Any]) -> str:
+    """The name the Broker's certificate is issued for: its client Service's."""
+    meta = broker["metadata"]
+    return f"{meta['name']}.{meta['namespace']}.svc"
+
+
 def port_forward(name: str, local: int | None, remote: int) -> list[str]:
     """``local`` 0 lets kubectl choose a free port (printed in its first line)."""
     mapping = f":{remote}" if local == 0 else f"{remote if local is None else local}:{remote}"

@@ -5,7 +5,9 @@ HUTCH_URL, else http://localhost:15672 (the management port a port-forward usual
 user and password come from --username/--password, else HUTCH_USERNAME/HUTCH_PASSWORD, else a
 credentials file (--credentials-file or HUTCH_CREDENTIALS_FILE: ``username=...`` and
 ``password=...`` lines, so a password never has to be on the command line), else guest/guest.
---cacert (or HUTCH_CACERT) is the CA bundle for https.
+--cacert (or HUTCH_CACERT) is the CA bundle for https; HUTCH_SERVER_NAME, when set, is the name
+the broker's certificate is verified for instead of the URL's host (``kubectl hutch ctl`` sets it
+for its port-forward on localhost).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def endpoint(
         ),
         cacert=invocation.value("cacert") or env.get("HUTCH_CACERT") or None,
         timeout=timeout,
+        server_name=env.get("HUTCH_SERVER_NAME") or None,
     )
 
 

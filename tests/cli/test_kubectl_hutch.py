@@ -250,3 +250,12 @@ def test_bad_generator_options_create_no_job() -> None:
 )  # fmt: skip
 def test_job_state(status: dict, state: str) -> None:
     assert kubejobs.job_state({"status": status}) == state
+
+
+def test_the_ca_and_name_ctl_verifies_a_tls_broker_with() -> None:
+    broker = {"metadata": {"name": "b", "namespace": "ns"}, "spec": {"tls": {"secretName": "t"}}}
+    assert kubeplans.tls_ca_secret(broker) == "t"
+    broker["spec"]["tls"]["caSecretName"] = "ca"
+    assert kubeplans.tls_ca_secret(broker) == "ca"
+    assert kubeplans.tls_ca_secret({"metadata": {}, "spec": {}}) is None
+    assert kubeplans.service_host(broker) == "b.ns.svc"

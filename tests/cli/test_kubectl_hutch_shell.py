@@ -3,6 +3,7 @@ and its exit codes when kubectl refuses. The real kubectl and cluster are in
 tests/operator/test_kubectl_hutch_node.py; this covers the failure paths a cluster rarely shows.
 """
 
+import base64
 import json
 import shutil
 import subprocess
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hutch_testing import certs
+from hutch_testing.tlsbrokers import TLSHutchBroker
 
 PLUGIN = shutil.which("kubectl-hutch", path=str(Path(sys.executable).parent))
 
@@ -105,3 +108,41 @@ def test_pause_annotates_each_object(kubectl) -> None:
         ["--context=lab", "annotate", "--overwrite", "queues.hutch.dev", "q",
          "hutch.dev/pause-reconciliation=true"],
     ]  # fmt: skip
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_ctl_to_a_tls_only_broker_verifies_its_service_name_with_its_ca(kubectl, tmp_path) -> None:
+    """The scripted port-forward 'forwards' straight to a real TLS-only hutch-broker whose
+    certificate names only the Service: hutchctl must verify that name against the CA from
+    the Broker's ca Secret while it connects to loopback."""
+    authority = certs.Authority()
+    leaf = authority.issue("hutch-broker", hosts=("b.ns.svc",))
+    broker = TLSHutchBroker(leaf=leaf, work_dir=tmp_path / "tls").start()
+    try:
+        found = {"metadata": {"name": "b", "namespace": "ns"},
+                 "spec": {"tls": {"secretName": "tls", "caSecretName": "ca"}}}  # fmt: skip
+        service = {"metadata": {"name": "b"},
+                   "spec": {"ports": [{"name": "management-tls", "port": 15671}]}}  # fmt: skip
+        user = {"metadata": {"name": "b-default-user"},
+                "data": {"username": b64(broker.username), "password": b64(broker.password)}}  # fmt: skip
+        ca = {"metadata": {"name": "ca"}, "data": {"ca.crt": b64(authority.pem.decode())}}
+        forward = f"Forwarding from 127.0.0.1:{broker.https_port} -> 15671\n"
+        answers = [
+            [["get", "brokers.hutch.dev"], [0, json.dumps(found), ""]],
+            [["get", "service"], [0, json.dumps(service), ""]],
+            [["get", "secret", "b-default-user"], [0, json.dumps(user), ""]],
+            [["get", "secret", "ca"], [0, json.dumps(ca), ""]],
+            [["port-forward"], [0, forward, ""]],
+        ]
+        done, calls = kubectl("ctl", "b", "--", "-q", "list_vhosts", answers=answers)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "name\n/\n", "")
+        assert calls[-1]["argv"] == ["port-forward", "service/b", "--address=127.0.0.1", ":15671"]
+        # The CA is what makes it work: without a ca.crt the system's CAs refuse the certificate.
+        answers[3] = [["get", "secret", "ca"], [0, json.dumps({"data": {}}), ""]]
+        refused = kubectl("ctl", "b", "--", "-q", "list_vhosts", answers=answers)[0]
+        assert refused.returncode == 69 and "certificate" in refused.stderr.lower(), refused
+    finally:
+        broker.stop()
