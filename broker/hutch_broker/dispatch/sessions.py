@@ -95,6 +95,11 @@ class Session:
         """Feed bytes and process every complete event (the server's only input call)."""
         self.proto.receive_data(data)
         self._process()
+        if not self.blocked and self._must_block() and self.proto.receiving_content:
+            # As RabbitMQ does on a content frame during an alarm: a message that never
+            # completes must not get around the alarm, or one client could fill the memory
+            # with half-sent bodies (channel_max x max_message_size per connection).
+            self._block(None)
 
     def _process(self) -> None:
         proto = self.proto
@@ -140,7 +145,7 @@ class Session:
     def _must_block(self) -> bool:
         return self.context.alarms.publishing_blocked
 
-    def _block(self, event: events.PublishReceived) -> None:
+    def _block(self, event: events.PublishReceived | None) -> None:
         """Hold this publish, tell the client (if it listens) and stop reading its socket."""
         self.blocked = True
         self.held_publish = event

@@ -261,6 +261,13 @@ class Connection:
     def open_channels(self) -> frozenset[int]:
         return frozenset(self._channels)
 
+    @property
+    def receiving_content(self) -> bool:
+        """True while a message is half-received on some channel (its basic.publish came, its
+        header or the rest of its body has not).  Walks the open channels: for a decision taken
+        once per read during a resource alarm, not per frame."""
+        return any(channel.expect != _EXPECT_METHOD for channel in self._channels.values())
+
     # -- input -----------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
@@ -40,8 +41,25 @@ log = logging.getLogger(__name__)
 MAX_AWAITING_CLIENT_CLOSE = 1024
 
 
+# The peer closed or reset its socket; POLLRDHUP sees a close even with unread bytes before it.
+_PEER_GONE = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
+
+
+def _peer_gone(transport: asyncio.Transport) -> bool:
+    """Has the client closed or reset the socket? For a socket the loop is not reading."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), _PEER_GONE)
+    return bool(poller.poll(0))
+
+
 class AMQPConnection(asyncio.Protocol):
     awaiting_client_close_count: ClassVar[int] = 0  # in this process, see the constant above
+    # Bytes read from all clients since the server last sampled memory: half-sent bodies
+    # never become publishes, so counting published bodies alone let them past the alarm.
+    received_bytes: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -85,6 +103,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()
+        AMQPConnection.received_bytes += len(data)
         session = self.session
         if session is None:
             return
@@ -243,6 +262,13 @@ class AMQPConnection(asyncio.Protocol):
     def tick(self, now: float, handshake_timeout: float, closing_timeout: float = 30.0) -> None:
         session = self.session
         if session is None or self.transport is None or self.transport.is_closing():
+            return
+        if (session.blocked or session.throttled or session.parked) and _peer_gone(self.transport):
+            # Not read on purpose, so the event loop cannot see the client leave. A client
+            # blocked by the memory alarm with half-sent messages would otherwise hold their
+            # memory, and the alarm, until a heartbeat write failed: never, with heartbeats off.
+            log.info("connection %s: the client left while it was not read, closing", session.id)
+            self.transport.abort()
             return
         self._follow_budget(session, self.transport)
         self._resume_if_allowed(session, self.transport)  # the totals are refreshed here too

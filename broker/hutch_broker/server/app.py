@@ -335,10 +335,12 @@ class BrokerServer:
 
     def _end_of_tick(self) -> None:
         self._flush_scheduled = False
-        if self.context.ingress_bytes >= self._sample_after_bytes():
+        every = self._sample_after_bytes()
+        if self.context.ingress_bytes >= every or AMQPConnection.received_bytes >= every:
             # A fast publisher can outrun a once-a-second sample: memory is checked again
-            # after every 1/32 of the watermark's worth of published bodies.
-            self.context.ingress_bytes = 0
+            # after every 1/32 of the watermark's worth of published bodies, or of bytes
+            # read (half-sent bodies never become publishes, and were read past the alarm).
+            self.context.ingress_bytes = AMQPConnection.received_bytes = 0
             self.resources.sample()
         if self.failed:
             return  # nothing more goes out (see _fail_stop)

@@ -11,7 +11,15 @@ a time, a ``HUTCH_FUZZ_INPUTS`` budget of frames in all. Two things kept that me
 
 The broker's RSS (VmRSS of its process) must come back within ``BOUND`` of what it was before
 the attack within ``IDLE_S``; the attack must have raised it by more than ``BOUND`` first, or the
-test would prove nothing. Figures in docs/isolation/memory.md.
+test would prove nothing.
+
+The same attack while the memory alarm is on: only a complete message blocked a publisher, so
+one client that never completed any read on past the watermark (RSS 448 MB against a 150 MB
+watermark, and more with more channels). Now a half-received message blocks its connection
+during an alarm, as a content frame does in RabbitMQ; memory is sampled after every 1/32 of the
+watermark's worth of bytes read, half-sent ones too; and a client that closes its socket while
+it is not read is let go, with its memory, at the next tick. Figures in
+docs/isolation/memory.md.
 """
 
 import asyncio
@@ -23,6 +31,8 @@ import time
 import pika
 import pytest
 from hutch_testing import inmemory
+from hutch_testing.management import Management
+from hutch_testing.waiting import wait_for
 from pamqp import commands, frame
 
 MIB = 1024 * 1024
@@ -112,3 +122,93 @@ def test_rss_comes_back_after_half_sent_messages(hutch_broker, fuzz, tracebacks)
     assert rss <= baseline + BOUND, (
         f"RSS {rss / MIB:.1f} MiB after {IDLE_S:.0f} s idle, baseline {baseline / MIB:.1f} MiB"
     )
+
+
+# -- during a memory alarm -------------------------------------------------------------------
+
+WATERMARK = 128 * MIB
+OFFERED_CHANNELS = 400  # up to 400 MiB of half-sent bodies on one connection
+# Memory is sampled after every 1/32 of the watermark's worth of bytes read (and once a
+# second): the broker reads a few MiB past the watermark before it blocks. Measured: 14-20 MiB.
+OVERSHOOT = 64 * MIB
+BLOCKED = struct.pack(">I", commands.Connection.Blocked.index)
+
+
+def start_ok_with_blocked_capability() -> bytes:
+    start_ok = commands.Connection.StartOk(
+        client_properties={"capabilities": {"connection.blocked": True}},
+        mechanism="PLAIN",
+        response="\0guest\0guest",
+        locale="en_US",
+    )
+    return frame.marshal(start_ok, 0)
+
+
+async def half_send_until_blocked(port: int, fuzz) -> tuple[int, bytes]:
+    """One client: part of a 16 MiB message on channel after channel, until the broker says
+    connection.blocked or stops reading; then it closes its socket (a FIN, not a reset).
+    (channels sent, what the broker sent)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    tune_ok = commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0)
+    writer.write(
+        inmemory.PROTOCOL_HEADER
+        + start_ok_with_blocked_capability()
+        + frame.marshal(tune_ok, 0)
+        + frame.marshal(commands.Connection.Open(virtual_host="/"), 0)
+    )
+    rng = fuzz.rng("alarm")
+    received, sent = b"", 0
+    while sent < OFFERED_CHANNELS and BLOCKED not in received:
+        with contextlib.suppress(TimeoutError):
+            received += await asyncio.wait_for(reader.read(65536), 0.01)
+        writer.write(b"".join(half_sent(rng, sent + 1)))
+        try:
+            await asyncio.wait_for(writer.drain(), 3.0)
+        except TimeoutError:
+            break
+        sent += 1
+    with contextlib.suppress(TimeoutError):
+        received += await asyncio.wait_for(reader.read(65536), 1.0)
+    writer.close()
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        await asyncio.wait_for(writer.wait_closed(), 1.0)
+    return sent, received
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_half_sent_messages_are_blocked_by_the_memory_alarm(
+    hutch_broker_factory, fuzz, tracebacks, tmp_path
+):
+    config = tmp_path / "hutch.conf"
+    config.write_text(f"vm_memory_high_watermark.absolute = {WATERMARK}\n")
+    broker = hutch_broker_factory(extra_args=["--config", str(config)])
+    api = Management(broker)
+    baseline = settle(broker)
+    broker.reset_peak_rss()
+
+    sent, received = asyncio.run(half_send_until_blocked(broker.amqp_port, fuzz))
+    peak = broker.peak_rss_bytes()
+    sys.stderr.write(
+        f"alarm: {sent} of {OFFERED_CHANNELS} channels read; RSS baseline {baseline / MIB:.1f} "
+        f"MiB, peak {peak / MIB:.1f}, watermark {WATERMARK / MIB:.0f}\n"
+    )
+    assert BLOCKED in received, "no connection.blocked for a client that asked for it"
+    assert sent < OFFERED_CHANNELS, "the broker read every half-sent message past the alarm"
+    assert peak < WATERMARK + OVERSHOOT
+
+    # The client closed its socket while it was not read: the broker notices, its memory goes
+    # back, the alarm clears, publishers go on.
+    wait_for(lambda: api.get("/nodes").body[0]["mem_alarm"], lambda alarm: alarm is False,
+             timeout=IDLE_S, what="the memory alarm to clear")  # fmt: skip
+    assert broker.rss_bytes() < baseline + BOUND
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", broker.amqp_port, heartbeat=0)
+    )
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("after")
+    channel.basic_publish("", "after", b"published after the attack")
+    assert channel.basic_get("after", auto_ack=True)[2] == b"published after the attack"
+    connection.close()
+    assert tracebacks(broker) == []

@@ -13,15 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import socket
+import time
 import weakref
 from collections.abc import Callable
 
 import pytest
 from hutch_broker.config import BrokerConfig
+from hutch_broker.dispatch.context import Context
+from hutch_broker.model.broker import Broker
+from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.app import BrokerServer
 from hutch_testing import inmemory, ports
 from pamqp import body, commands, frame, header
 
+OPTIONS = {"server_properties": {"product": "Hutch"}, "heartbeat": 0, "channel_max": 16}
 WAIT_S = 20.0  # for any one condition: ticks come once a second, later on a loaded machine
 
 
@@ -87,3 +93,42 @@ async def test_the_timer_keeps_no_lost_connection(server):
     await until(lambda: ticks[0] >= gone + 2)  # and ticked with no connection since
     gc.collect()
     assert lost() is None, f"still referenced by {[type(r) for r in gc.get_referrers(lost())]}"
+
+
+class SocketTransport(inmemory.FakeTransport):
+    """The fake transport over a real socket, so the tick can ask the kernel about the peer."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self.sock = sock
+        self.aborted = False
+
+    def get_extra_info(self, name: str) -> object:
+        return self.sock if name == "socket" else super().get_extra_info(name)
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def test_a_client_that_leaves_while_not_read_is_let_go():
+    """Blocked by the memory alarm with a message half-sent, the socket is not read, so the
+    event loop cannot see its client close it: the tick asks the kernel, and lets the
+    connection (and the memory its half-sent message holds) go."""
+    broker = Broker()
+    broker.create_defaults()
+    connection = AMQPConnection(Context(broker, clock=lambda: 0), OPTIONS)
+    ours, theirs = socket.socketpair()
+    transport = SocketTransport(ours)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.data_received(inmemory.handshake_frames())
+    session = connection.session
+    assert session is not None
+    session.blocked = True  # as the alarm leaves it: not read
+
+    connection.tick(time.monotonic(), 10.0)
+    assert not transport.aborted, "the client is still there"
+
+    theirs.close()
+    connection.tick(time.monotonic(), 10.0)
+    assert transport.aborted
+    ours.close()
