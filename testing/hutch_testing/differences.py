@@ -67,7 +67,11 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "argument ignored; policy key not recognised",
     ),
     "maximum-message-size": Difference("Maximum message size", "16 MiB (4.x)", "128 MiB"),
-    "streams": Difference("Streams", "rejected with 406 (a later goal)", "supported"),
+    "stream-segment-size": Difference(
+        "Streams: `x-stream-max-segment-size-bytes`",
+        "at most the store's segment size (8 MiB), so retention is finer",
+        "as set (default 500 MB)",
+    ),
     "quorum-delivery-limit": Difference(
         "Quorum queues: no `x-delivery-limit` / a negative one",
         "20 / no limit (4.x)",

@@ -160,6 +160,7 @@ class Context:
         self.sessions: dict[int, Member] = {}
         self.dirty_sessions: list[Member] = []
         self.commits = GroupCommit(request_flush)
+        broker.streams.commits = self.commits  # streams deliver what this made durable
         self.stats = Stats()
         self.alarms: AlarmState = _NoAlarms()
         self.channel_count = 0

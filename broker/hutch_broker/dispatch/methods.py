@@ -18,9 +18,10 @@ from pamqp import commands
 from hutch_broker.dispatch import declares, publishing, replyto
 from hutch_broker.dispatch.channels import Channel, ChannelOwner
 from hutch_broker.model import arguments as arguments_mod
-from hutch_broker.model import quorum
+from hutch_broker.model import quorum, streamargs
 from hutch_broker.model.policymatch import PolicyMatch
 from hutch_broker.model.queues import Consumer, Queue
+from hutch_broker.model.streams import StreamQueue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
 from hutch_broker.protocol.strings import text as _text
@@ -320,6 +321,15 @@ def basic_consume(
         return
     queue = _queue(session, m.queue)
     session.check_permission("read", "queue", m.queue)
+    offset_spec = None
+    if isinstance(queue, StreamQueue):
+        offset_spec = streamargs.check_consume(
+            queue.name,
+            queue.vhost,
+            prefetch=channel.consumer_prefetch,
+            no_ack=m.no_ack,
+            arguments=m.arguments or {},
+        )
     arguments_mod.check_consumer_arguments(queue.name, queue.vhost, m.arguments or {})
     if queue.quorum:
         quorum.check_consume(queue.name, queue.vhost, global_prefetch=channel.prefetch_count)
@@ -340,6 +350,8 @@ def basic_consume(
         arguments=m.arguments or {},
     )
     channel.consumers[tag] = consumer
+    if isinstance(queue, StreamQueue) and offset_spec is not None:
+        queue.start_cursor(consumer, offset_spec, now_ms)
     queue.add_consumer(consumer)
     queue.last_used_ms = now_ms
     _reply(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
@@ -407,6 +419,7 @@ def basic_ack(session: ChannelOwner, channel: Channel, m: commands.Basic.Ack, no
 def basic_reject(
     session: ChannelOwner, channel: Channel, m: commands.Basic.Reject, now_ms: int
 ) -> None:
+    _refuse_stream_returns(channel, m.delivery_tag or 0, False)
     if channel.transactional:
         channel.tx_acks.append(("reject", m.delivery_tag or 0, False, m.requeue))
         return
@@ -416,10 +429,28 @@ def basic_reject(
 def basic_nack(
     session: ChannelOwner, channel: Channel, m: commands.Basic.Nack, now_ms: int
 ) -> None:
+    _refuse_stream_returns(channel, m.delivery_tag, m.multiple)
     if channel.transactional:
         channel.tx_acks.append(("reject", m.delivery_tag, m.multiple, m.requeue))
         return
     channel.reject(m.delivery_tag, m.multiple, m.requeue, now_ms)
+
+
+def _refuse_stream_returns(channel: Channel, tag: int, multiple: bool) -> None:
+    """basic.nack and basic.reject of a stream's delivery close the connection (540, 3.10.8)."""
+    unacked = channel.unacked
+    if multiple:
+        named = []
+        for delivery_tag, delivery in unacked.items():
+            if tag and delivery_tag > tag:
+                break
+            named.append(delivery)
+    else:
+        found = unacked.get(tag)
+        named = [found] if found is not None else []
+    for queue, _, _ in named:
+        if isinstance(queue, StreamQueue):
+            raise streamargs.unsupported("basic.nack and basic.reject", queue.name, queue.vhost)
 
 
 def basic_recover(

@@ -14,11 +14,11 @@ import datetime
 import decimal
 from typing import Any, Final
 
-from hutch_broker.model import names, quorum
+from hutch_broker.model import names, quorum, streamargs
 from hutch_broker.protocol import errors
 
 OVERFLOW_MODES: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
-QUEUE_TYPES: Final = ("classic", quorum.QUEUE_TYPE)
+QUEUE_TYPES: Final = ("classic", quorum.QUEUE_TYPE, streamargs.QUEUE_TYPE)
 
 # Arguments compared on redeclare; everything else is stored, not compared.
 COMPARED_QUEUE_ARGUMENTS: Final = (
@@ -34,6 +34,8 @@ COMPARED_QUEUE_ARGUMENTS: Final = (
     "x-max-priority",
     "x-single-active-consumer",
 )
+# Compared too when the queue is a stream (3.10.8, observed); other types refuse them.
+COMPARED_STREAM_ARGUMENTS: Final = ("x-max-age", "x-stream-max-segment-size-bytes")
 # Arguments a Hutch extension may change on a live queue (PUT /api/queues/{vh}/{q}/arguments),
 # with the same effects as a policy change (POL-7).
 LIMIT_ARGUMENTS: Final = frozenset(
@@ -166,6 +168,8 @@ def validate_queue_arguments(queue: str, vhost: str, arguments: dict[str, Any]) 
         raise _invalid("x-single-active-consumer", queue, vhost, detail)
     if quorum.is_quorum(arguments):
         quorum.check_arguments(queue, vhost, arguments)
+    if streamargs.is_stream(arguments):
+        streamargs.check_arguments(queue, vhost, arguments, type_name)
 
 
 def check_consumer_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
@@ -230,7 +234,10 @@ def check_queue_equivalence(
     current_source: str = "amqp",
 ) -> None:
     """Q-2: the compared arguments must match after integer normalisation."""
-    for arg in COMPARED_QUEUE_ARGUMENTS:
+    compared: tuple[str, ...] = COMPARED_QUEUE_ARGUMENTS
+    if streamargs.is_stream(current):
+        compared += COMPARED_STREAM_ARGUMENTS
+    for arg in compared:
         old, new = current.get(arg), received.get(arg)
         if arg == "x-queue-type" and {_classic(old), _classic(new)} == {True}:
             continue  # "classic" and no type are the same type; any other pair is compared

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
-from hutch_broker.model import access, budgets, changes, limits, paging
+from hutch_broker.model import access, budgets, changes, limits, paging, streams
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
 from hutch_broker.model.queues import Queue
@@ -51,6 +51,8 @@ class Broker:
         self.pager = paging.Pager(paging_store)
         # Where vhosts defer routing that does not fit in a loop turn: wired by dispatch.
         self.scheduler = budgets.Scheduler()
+        # What stream queues borrow from dispatch: its group commit and this scheduler.
+        self.streams = streams.StreamHooks(self.scheduler)
         self.vhosts: dict[str, VirtualHost] = {}
         self.users: dict[str, access.User] = {}
         self.permissions: dict[tuple[str, str], access.Permission] = {}
@@ -110,6 +112,7 @@ class Broker:
             vhost.clock = self.clock
         vhost.pager = self.pager
         vhost.backlog = budgets.Backlog(self.scheduler)
+        vhost.streams = self.streams
         self.vhosts[name] = vhost
         self._definitions_changed(Change("vhosts", changes.vhost_item(vhost)))
         return vhost, True

@@ -29,6 +29,8 @@ from hutch_broker.model import (
     policychanges,
     quorum,
     routing,
+    streamargs,
+    streams,
 )
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
@@ -92,6 +94,7 @@ class VirtualHost:
         # Dead letters waiting for a later loop turn (model/budgets.py); the broker wires
         # its scheduler, alone a vhost routes them at once.
         self.backlog = budgets.Backlog()
+        self.streams = streams.StreamHooks(self.backlog.scheduler)  # the broker's, once wired
         self.default_exchange = make_exchange("", "direct", durable=True, vhost=name)
         for exchange_name, kind, internal in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = make_exchange(
@@ -273,13 +276,24 @@ class VirtualHost:
                 auto_delete=auto_delete,
                 generated=generated,
             )
+        stream = streamargs.is_stream(arguments)
+        if stream:
+            streamargs.check_properties(
+                name,
+                self.name,
+                durable=durable,
+                exclusive=exclusive_owner is not None,
+                auto_delete=auto_delete,
+                generated=generated,
+            )
         limit = limits.reached(self.limits, "max-queues", len(self.queues))
         if check_limits and limit is not None:
             raise errors.precondition_failed(
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
                 "is reached"
             )
-        queue = Queue(
+        kind = streams.StreamQueue if stream else Queue
+        queue = kind(
             name,
             vhost=self.name,
             durable=durable,
@@ -287,6 +301,8 @@ class VirtualHost:
             auto_delete=auto_delete,
             arguments=arguments,
         )
+        if isinstance(queue, streams.StreamQueue):
+            queue.hooks = self.streams
         queue.declared_via = source
         queue.last_used_ms = now_ms
         queue.on_dead_letter = self.dead_letter

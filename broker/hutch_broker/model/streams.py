@@ -1,0 +1,519 @@
+"""Stream queues: an append-only log that keeps messages after delivery, read by cursors.
+
+Why a class of its own (beside the classic queue, not a flag through it): nothing of a classic
+queue's ready list applies. A stream holds no messages in memory at all. Each message is one
+record in the queue's store log (``store.QueueStore``: the same framing, checksums, group
+commit and recovery as every durable queue), published with its offset already in its headers
+(``x-stream-offset``, a long, as 3.10.8 delivers it), so a delivery is the record as read. The
+stream keeps a ``SegmentIndex`` (one entry per store segment) and, per consumer, a ``Cursor``:
+the next offset and where its record is in the store.
+
+Rules (RabbitMQ 3.10.8's AMQP 0-9-1 surface, see ``model.streamargs`` for the refusals):
+
+- every message is stored, whatever its delivery mode, and gets the next dense offset; a
+  publisher confirm follows the group commit's fsync, as for any durable queue (P-3);
+- a consumer sees a message only once that fsync is done (``visible_end``): a ``kill -9`` can
+  then lose only messages nobody was confirmed or delivered, so after a restart no offset that
+  anybody saw names another message (offsets are never reused for what was seen);
+- consumers are independent: each starts where its ``x-stream-offset`` says (``first``,
+  ``last``, ``next`` by default, an offset, a timestamp, an interval) and reads on; its
+  ``basic.qos`` prefetch is its credit, an ack returns one, and nothing else happens on ack;
+  at the end of the stream it waits and gets new messages as they become durable;
+- delivering is bounded work per loop turn: ``drain`` delivers what the turn's allowance covers
+  (``model.budgets``; a delivery reads a record from disk) and leaves the rest to a job parked
+  for later turns, so a consumer reading a million messages from ``first`` never holds the loop;
+- retention drops whole segments, oldest first, never the one being written
+  (``SegmentIndex.to_drop``): by ``x-max-length-bytes`` after appends, by ``x-max-age`` on the
+  vhost's tick; a segment is closed at ``x-stream-max-segment-size-bytes`` (or at the store's
+  own segment size, whichever is smaller). A cursor whose offset was dropped moves on to the
+  first offset still held, as RabbitMQ's readers do.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from hutch_broker.model import budgets, queues, streamargs
+from hutch_broker.model.messages import Entry, Message
+from hutch_broker.model.streamindex import SegmentIndex, SegmentInfo
+from hutch_broker.protocol import rewrite
+from hutch_broker.store import StoreError, records, segments
+
+if TYPE_CHECKING:
+    from hutch_broker.store import StoredMessage
+
+log = logging.getLogger(__name__)
+
+# A record read from the store (a pread, a checksum, a decode, a delivery's frames) costs about
+# what this many routing steps do (``dispatch.turns``): ~100 deliveries per turn's allowance.
+READ_STEPS: Final = 48
+FLOOR: Final = 64  # what an inline drain may always spend, as an inline publish may
+DEFAULT_MAX_SEGMENT_SIZE: Final = 500_000_000  # RabbitMQ's default
+
+
+class Durability(Protocol):
+    """The group commit (``dispatch.commits.GroupCommit``) as a stream sees it."""
+
+    def wrote(self) -> int: ...
+
+    def wait(self, waiter: Any) -> None: ...
+
+    def done(self, waiter: Any) -> None: ...
+
+
+class StreamHooks:
+    """What the dispatch layer lends the streams of one broker: its group commit (to know when
+    appended records are durable) and the scheduler of deferred work (``model.budgets``).
+    Left unset (a model on its own, tools, tests) every record is visible at once."""
+
+    def __init__(self, scheduler: budgets.Scheduler | None = None) -> None:
+        self.commits: Durability | None = None
+        self.scheduler = scheduler or budgets.Scheduler()
+
+
+class Cursor:
+    """One consumer's place in the stream."""
+
+    __slots__ = ("consumer", "msg_id", "offset", "since_ms", "skip_to")
+
+    def __init__(self, consumer: queues.Consumer, offset: int, since_ms: int | None) -> None:
+        self.consumer = consumer
+        self.offset = offset  # the next offset to deliver
+        self.msg_id: int | None = None  # where the record of ``offset`` is, once known
+        self.since_ms = since_ms  # a timestamp start: skip records published before it
+        self.skip_to = 0  # records below this offset are read for their length only
+
+
+class StreamQueue(queues.Queue):
+    """An ``x-queue-type: stream`` queue; ``store`` is attached by the server (always durable)."""
+
+    def __init__(self, name: str, *, hooks: StreamHooks | None = None, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.hooks = hooks or StreamHooks()
+        self.index = SegmentIndex()
+        self.visible_end = 0  # offsets below it are durable and may be delivered
+        self._marks: collections.deque[tuple[int, int]] = collections.deque()  # (gen, end)
+        self._waiting = False  # registered with the group commit
+        self._cursors: dict[queues.Consumer, Cursor] = {}
+        self._order: collections.deque[Cursor] = collections.deque()  # round-robin
+        self._parked = False
+        self._tail: tuple[int, int] | None = None  # (offset, msg_id) of the newest record
+        self._tail_next: int | None = None  # where a record after it would start, same segment
+        self._tail_times_due = False  # restored: the newest segment's times are still to read
+
+    # -- inspection -----------------------------------------------------
+
+    @property
+    def queue_type(self) -> str:
+        return streamargs.QUEUE_TYPE
+
+    @property
+    def first_offset(self) -> int:
+        return self.index.first_offset
+
+    @property
+    def last_offset(self) -> int | None:
+        """The newest offset a consumer may read (durable), None while there is none."""
+        last = self.visible_end - 1
+        return last if last >= self.index.first_offset else None
+
+    def limits(self) -> tuple[int | None, int | None, int]:
+        """(max bytes, max age ms, segment size) from the declare's arguments."""
+        args = self.arguments
+        max_bytes = args.get("x-max-length-bytes")
+        if max_bytes is None:
+            max_bytes = self.settings.max_length_bytes
+        age = streamargs.parse_age(args.get("x-max-age"))
+        segment = args.get("x-stream-max-segment-size-bytes")
+        segment_size = segment if isinstance(segment, int) and segment > 0 else None
+        return (
+            max_bytes if isinstance(max_bytes, int) else None,
+            age or None,
+            segment_size or DEFAULT_MAX_SEGMENT_SIZE,
+        )
+
+    # -- publishing -----------------------------------------------------
+
+    def publish(self, message: Message, now_ms: int) -> int:
+        """Append ``message`` with the next offset in its headers; confirm after the fsync."""
+        self.stats_publish += 1
+        self._finish_restore()
+        store = self.store
+        if store is None:
+            return queues.PUBLISH_OK  # a model without a store (tests of other parts) keeps none
+        offset = self.index.next_offset
+        raw = rewrite.edit_headers(
+            message.raw_properties,
+            set_values={streamargs.OFFSET_HEADER: rewrite.encode_value(offset)},
+        )
+        msg_id = store.append(
+            enqueued_at_ms=now_ms,
+            expire_at_ms=0,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+            raw_properties=raw,
+            body=message.body,
+        )
+        size = _record_size(message.exchange, message.routing_key, raw, len(message.body))
+        self._appended(msg_id, size, now_ms)
+        self._wrote()
+        return queues.PUBLISH_SYNC
+
+    def _appended(self, msg_id: int, size: int, now_ms: int) -> None:
+        number = segments.split_msg_id(msg_id)[0]
+        rotated = bool(self.index.segments) and self.index.segments[-1].number != number
+        offset = self.index.add(number, msg_id, size, now_ms)
+        self.ready_count += 1
+        self.ready_bytes += size
+        self._tail = (offset, msg_id)
+        self._tail_next = msg_id + size
+        max_bytes, _, segment_size = self.limits()
+        current = self.index.segments[-1]
+        if current.size >= segment_size and self.store is not None:
+            self.store.rotate()
+        if rotated or max_bytes is not None:
+            self._retain(now_ms)
+
+    def _wrote(self) -> None:
+        commits = self.hooks.commits
+        end = self.index.next_offset
+        if commits is None:
+            self.visible_end = end
+            return
+        generation = commits.wrote()
+        marks = self._marks
+        if marks and marks[-1][0] == generation:
+            marks[-1] = (generation, end)
+        else:
+            marks.append((generation, end))
+        if not self._waiting:
+            self._waiting = True
+            commits.wait(self)
+
+    def release_durable(self, durable_generation: int) -> None:
+        """``commits.Waiter``: records appended before that sync are durable; deliver them."""
+        marks = self._marks
+        moved = False
+        while marks and marks[0][0] <= durable_generation:
+            self.visible_end = marks.popleft()[1]
+            moved = True
+        if not marks and self._waiting and self.hooks.commits is not None:
+            self._waiting = False
+            self.hooks.commits.done(self)
+        if moved and self._cursors and not self.deleted:
+            self.drain(0)
+
+    # -- retention ------------------------------------------------------
+
+    def _retain(self, now_ms: int) -> int:
+        max_bytes, max_age, _ = self.limits()
+        if max_bytes is None and max_age is None:
+            return 0
+        count = self.index.to_drop(max_bytes=max_bytes, max_age_ms=max_age, now_ms=now_ms)
+        if not count:
+            return 0
+        for segment in self.index.drop_first(count):
+            self.ready_count -= segment.count
+            self.ready_bytes -= segment.size
+            if self.store is not None:
+                self.store.drop_segment(segment.number)
+        return count
+
+    def expire_head(self, now_ms: int) -> int:
+        """The vhost's tick: ``x-max-age`` retention (a stream has no message TTL)."""
+        self._finish_restore()
+        self._retain(now_ms)
+        return 0
+
+    def apply_settings(self, settings: Any) -> None:
+        self.settings = settings  # a stream's limits are read by ``limits`` when applied
+
+    # -- consuming ------------------------------------------------------
+
+    def start_cursor(
+        self, consumer: queues.Consumer, spec: streamargs.OffsetSpec, now_ms: int
+    ) -> None:
+        """Where a new consumer starts (``x-stream-offset``), before ``add_consumer``."""
+        self._finish_restore()
+        index = self.index
+        since_ms = None
+        if spec.kind == "first":
+            offset = index.first_offset
+        elif spec.kind == "last":
+            offset = self.last_offset if self.last_offset is not None else self.visible_end
+        elif spec.kind == "offset":
+            offset = max(spec.value, index.first_offset)
+        elif spec.kind == "timestamp":
+            since_ms = spec.timestamp(now_ms)
+            segment = index.for_timestamp(since_ms)
+            offset = segment.first_offset if segment is not None else index.next_offset
+        else:  # next
+            offset = index.next_offset
+        cursor = Cursor(consumer, offset, since_ms)
+        if offset == index.next_offset and self._tail_next is not None:
+            cursor.msg_id = self._tail_next  # at the end: the next record lands there
+        self._cursors[consumer] = cursor
+        self._order.append(cursor)
+
+    def add_consumer(self, consumer: queues.Consumer) -> None:
+        if consumer not in self._cursors:  # no spec given (a model-level caller): next
+            self.start_cursor(consumer, streamargs.OffsetSpec("next"), 0)
+        super().add_consumer(consumer)
+
+    def remove_consumer(self, consumer: queues.Consumer) -> bool:
+        cursor = self._cursors.pop(consumer, None)
+        if cursor is not None:
+            self._order.remove(cursor)
+        return super().remove_consumer(consumer)
+
+    def cursor(self, consumer: queues.Consumer) -> Cursor | None:
+        return self._cursors.get(consumer)
+
+    def drain(self, now_ms: int) -> int:
+        """Deliver what this turn's allowance covers; park the rest for later turns."""
+        if not self._cursors or self.deleted:
+            return 0
+        scheduler = self.hooks.scheduler
+        if scheduler.park is None:
+            delivered, _ = self._pump(budgets.unlimited())
+            return delivered
+        if self._parked:
+            return 0  # the parked job goes on at the end of this turn
+        meter = scheduler.meter
+        meter.left = max(meter.left, FLOOR)
+        delivered, finished = self._pump(meter)
+        if not finished:
+            self._parked = True
+            scheduler.park(_Pump(self))
+        return delivered
+
+    def _pump(self, meter: budgets.Meter) -> tuple[int, bool]:
+        """Deliver round-robin while ``meter`` lasts: (delivered, True once nobody can go on)."""
+        delivered = 0
+        order = self._order
+        idle = 0  # cursors in a row that could not go on
+        while order and idle < len(order):
+            if meter.left <= 0:
+                return delivered, False
+            cursor = order[0]
+            order.rotate(-1)
+            consumer = cursor.consumer
+            if cursor.offset >= self.visible_end or not consumer.channel.has_capacity(consumer):
+                idle += 1
+                continue
+            outcome = self._step(cursor, meter)
+            if outcome is None:
+                idle += 1
+                continue
+            idle = 0
+            if outcome:
+                delivered += 1
+        return delivered, True
+
+    def _step(self, cursor: Cursor, meter: budgets.Meter) -> bool | None:
+        """Read the cursor's next record: True if delivered, False if passed over (on the way
+        to a start inside a segment, or published before a timestamp start), None if it
+        cannot go on now."""
+        store = self.store
+        if store is None:
+            return None
+        segment = self._position(cursor)
+        if segment is None or cursor.msg_id is None:
+            return None
+        meter.left -= READ_STEPS
+        try:
+            stored = store.read(cursor.msg_id)
+        except StoreError as exc:  # unreadable: skip to the next segment rather than stall
+            log.error("stream '%s' in vhost '%s': %s", self.name, self.vhost, exc)
+            cursor.offset, cursor.msg_id = segment.end, None
+            return False
+        offset = cursor.offset
+        self._advance(cursor, segment, stored)
+        if offset < cursor.skip_to:
+            return False
+        if cursor.since_ms is not None:
+            if stored.enqueued_at_ms < cursor.since_ms:
+                return False
+            cursor.since_ms = None
+        self._deliver_record(cursor.consumer, offset, stored)
+        return True
+
+    def _position(self, cursor: Cursor) -> SegmentInfo | None:
+        """The cursor's segment, with ``msg_id`` set to a record the cursor reads next.
+
+        Starting inside a segment, the cursor goes back to the segment's first record and
+        reads forward, passing over records until ``skip_to`` (one record per step, over as
+        many turns as it takes): the index has no entry per message to jump with."""
+        index = self.index
+        if cursor.offset < index.first_offset:
+            cursor.offset, cursor.msg_id = index.first_offset, None  # retention passed it
+        segment = index.locate(cursor.offset)
+        if segment is None:
+            following = index.following(cursor.offset)
+            if following is None:
+                return None
+            cursor.offset, cursor.msg_id = following.first_offset, None  # a gap recovery left
+            segment = following
+        msg_id = cursor.msg_id
+        if msg_id is not None and segments.split_msg_id(msg_id)[0] != segment.number:
+            msg_id = None  # the store started a new segment after the one the cursor was in
+        if msg_id is None:
+            if cursor.offset == segment.first_offset:
+                msg_id = segment.first_msg_id
+            elif self._tail is not None and cursor.offset == self._tail[0]:
+                msg_id = self._tail[1]
+            else:
+                cursor.skip_to = max(cursor.skip_to, cursor.offset)
+                cursor.offset = segment.first_offset
+                msg_id = segment.first_msg_id
+        cursor.msg_id = msg_id
+        return segment
+
+    def _advance(self, cursor: Cursor, segment: SegmentInfo, stored: StoredMessage) -> None:
+        cursor.offset += 1
+        if cursor.offset >= segment.end and segment is not self.index.segments[-1]:
+            cursor.msg_id = None  # the next segment's first record (``_position``)
+            return
+        size = _record_size(
+            stored.exchange, stored.routing_key, stored.raw_properties, len(stored.body)
+        )
+        cursor.msg_id = stored.msg_id + size
+
+    def _deliver_record(
+        self, consumer: queues.Consumer, offset: int, stored: StoredMessage
+    ) -> None:
+        message = Message(
+            stored.exchange, stored.routing_key, stored.raw_properties, stored.body, persistent=True
+        )
+        entry = Entry(offset, message, store_id=stored.msg_id)
+        entry.size = len(stored.body)
+        self.stats_deliver += 1
+        self.stats_deliveries["deliver"] += 1
+        consumer.unacked += 1
+        self.unacked_count += 1
+        self.unacked_bytes += entry.size
+        consumer.channel.deliver(consumer, self, entry)
+
+    def get(self, now_ms: int, *, no_ack: bool) -> Entry | None:
+        raise streamargs.unsupported("basic.get", self.name, self.vhost)
+
+    # -- settling: an ack only returns credit ---------------------------
+
+    def settle(self, entry: Entry) -> None:
+        self.stats_ack += 1
+        self._returned(entry)
+
+    def requeue(self, entry: Entry) -> None:
+        """A channel closed (or basic.recover) with deliveries unacked: the messages stay in
+        the log, as every message does; only the credit comes back."""
+        self._returned(entry)
+
+    def reject(self, entry: Entry) -> None:
+        self._returned(entry)
+
+    def _returned(self, entry: Entry) -> None:
+        self.unacked_count -= 1
+        self.unacked_bytes -= entry.size
+
+    def after_requeue(self) -> None:
+        return
+
+    def purge(self) -> int:
+        raise streamargs.unsupported("queue.purge", self.name, self.vhost)
+
+    # -- recovery -------------------------------------------------------
+
+    def restore(self, entry: Entry, *, body_size: int | None = None) -> None:
+        """A record found at start-up (in append order, without its body; the server calls
+        this for every durable queue). It carries its offset in its headers: a segment's first
+        record places the segment, the others follow densely. Publish times are read back per
+        segment, from its first and last records (two reads a segment, none a message).
+        Recovered records are durable, so visible."""
+        message, msg_id = entry.message, entry.store_id
+        if msg_id is None:
+            return
+        number = segments.split_msg_id(msg_id)[0]
+        size = _record_size(
+            message.exchange, message.routing_key, message.raw_properties, body_size or 0
+        )
+        index = self.index
+        last = index.segments[-1] if index.segments else None
+        offset = None
+        if last is None or last.number != number:
+            if last is not None:
+                self._restore_times(last)
+            previous = index.next_offset - 1
+            offset = _stored_offset(message.raw_properties)
+            if offset is None or offset <= previous:
+                offset = previous + 1
+        offset = index.add(number, msg_id, size, 0, offset)
+        self._tail = (offset, msg_id)
+        self._tail_next = msg_id + size
+        self._tail_times_due = True
+        self.ready_count += 1
+        self.ready_bytes += size
+        self.visible_end = index.next_offset
+
+    def _restore_times(self, segment: SegmentInfo) -> None:
+        store = self.store
+        if store is None or self._tail is None:
+            return
+        try:
+            segment.first_ms = store.read(segment.first_msg_id).enqueued_at_ms
+            segment.last_ms = store.read(self._tail[1]).enqueued_at_ms
+        except StoreError as exc:
+            log.error("stream '%s' in vhost '%s': %s", self.name, self.vhost, exc)
+
+    def _finish_restore(self) -> None:
+        """The newest segment's times, once every record is restored (first use after)."""
+        if self._tail_times_due and self.index.segments:
+            self._tail_times_due = False
+            self._restore_times(self.index.segments[-1])
+
+    def page_out_excess(self) -> int:
+        return 0
+
+
+class _Pump:
+    """A stream's deliveries that did not fit in a turn (``budgets.Job``)."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: StreamQueue) -> None:
+        self.stream = stream
+
+    def advance(self, meter: budgets.Meter) -> bool:
+        stream = self.stream
+        if stream.deleted or not stream._cursors:
+            stream._parked = False
+            return True
+        _, finished = stream._pump(meter)
+        if finished:
+            stream._parked = False
+        return finished
+
+
+def _record_size(exchange: str, routing_key: str, raw_properties: bytes, body_size: int) -> int:
+    return (
+        records.record_size(
+            exchange=records.encode_name(exchange, what="exchange name"),
+            routing_key=records.encode_name(routing_key, what="routing key"),
+            raw_properties=raw_properties,
+            body=b"",
+        )
+        + body_size
+    )
+
+
+def _stored_offset(raw_properties: bytes) -> int | None:
+    tagged = rewrite.header_value(raw_properties, streamargs.OFFSET_HEADER)
+    if tagged is None:
+        return None
+    value = rewrite.decode_value(tagged)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+Factory = Callable[..., StreamQueue]
