@@ -105,11 +105,12 @@ class Chain:
         self.cluster.kubectl("wait", "--for=condition=Established", "-f", str(CRDS))
 
     def create_namespace(self, volumes: list[str] | None = None) -> None:
-        """The namespace; on the local node also a local PV per Broker volume (2Gi each)."""
+        """The namespace. Brokers' claims bind through the cluster's default class (on the
+        local node its provisioner's, ``hutch-local``); ``volumes`` instead pre-makes a local
+        PV of each size in ``hutch-test`` and makes that the default (``localnode``)."""
         self.cluster.create_namespace(self.namespace)
-        if self.cluster.plane is not None:
-            sizes = volumes if volumes is not None else ["2Gi"] * len(self.broker_names)
-            localnode.provide_volumes(self.cluster, sizes)
+        if self.cluster.plane is not None and volumes is not None:
+            localnode.provide_volumes(self.cluster, volumes)
 
     def start_operator(self) -> None:
         """``helm install`` of the chart into the namespace; waits for the operator Pod."""

@@ -1,9 +1,11 @@
-"""What a chain needs from the local plane's real node before its Brokers can start.
+"""Pre-made volumes on the local plane's real node, for tests that pin their PVs.
 
-Why: the examples' Broker names no storage class, as users write it, and the node tier has no
-provisioner (docs/real-node.md). So, as a cluster admin would, the harness makes ``hutch-test``
-the default class and pre-makes one ``local`` PV per Broker volume on the node's disk; the
-kubelet really mounts it into the broker Pod.
+Why: the node tier's default class ``hutch-local`` is served by its provisioner
+(``hutch_testing.plane.provisioner``), so a Broker that names no class gets a volume as on any
+cluster, and ``make run`` relies on that. Some node tests instead want to know the PV before the
+Broker exists (its directory, to read the broker's files from the host): for them, as a
+cluster admin would, ``hutch-test`` becomes the only default class and one ``local`` PV per
+Broker volume is pre-made on the node's disk; the kubelet really mounts it into the broker Pod.
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ from __future__ import annotations
 import json
 
 from hutch_testing import clusters
+from hutch_testing.plane import provisioner
 
 
 def provide_volumes(cluster: clusters.Cluster, sizes: list[str]) -> list[str]:
-    """``hutch-test`` becomes the default class, with one local PV per size; their names."""
+    """``hutch-test`` becomes the default class (``hutch-local`` no longer is), with one local
+    PV per size; their names."""
     if cluster.plane is None:
         raise clusters.ClusterError("local PVs exist only on the local plane's node tier")
-    patch = json.dumps({"metadata": {"annotations": {clusters.DEFAULT_CLASS_ANNOTATION: "true"}}})
-    cluster.kubectl("patch", "storageclass", clusters.STORAGE_CLASS, "--type=merge", "-p", patch)
+    annotation = clusters.DEFAULT_CLASS_ANNOTATION
+    for name, default in ((provisioner.STORAGE_CLASS, "false"), (clusters.STORAGE_CLASS, "true")):
+        patch = json.dumps({"metadata": {"annotations": {annotation: default}}})
+        cluster.kubectl("patch", "storageclass", name, "--type=merge", "-p", patch)
     names: list[str] = []
     for size in sizes:
         names += cluster.plane.make_local_pvs(1, size=size)

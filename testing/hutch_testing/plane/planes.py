@@ -29,6 +29,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,7 +43,15 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from hutch_testing.plane import binaries, images, imagestore, pki, realnode, supervision
+from hutch_testing.plane import (
+    binaries,
+    images,
+    imagestore,
+    pki,
+    provisioner,
+    realnode,
+    supervision,
+)
 
 log = logging.getLogger("hutch.k8s")
 
@@ -64,7 +73,7 @@ KWOK_STAGE_FILES = (
 STORAGE_CLASS = "hutch-test"
 NODE_CONFIGS = ("containerd.toml", "kubelet-config.json", "kube-proxy-config.json", "Corefile")
 # The node tier's host processes (``_start_node``): stopped, and the node cleaned up, first.
-NODE_COMPONENTS = frozenset({"coredns", "containerd", "kubelet", "kube-proxy"})
+NODE_COMPONENTS = frozenset({"coredns", "containerd", "kubelet", "kube-proxy", "provisioner"})
 # Dockerfile images every node start imports (``images``), beside the pause image.
 NODE_IMAGES = ("broker", "operator")
 
@@ -417,6 +426,7 @@ class Plane:
         self._timed("images", self._import_images)
         self._timed("kubelet", self._start_kubelet)
         self._timed("kube-proxy", self._start_kube_proxy)
+        self._timed("provisioner", self._start_provisioner)
 
     def _timed(self, step: str, action: Callable[[], None]) -> None:
         began = time.monotonic()
@@ -588,6 +598,29 @@ class Plane:
         self._launch("kube-proxy", [f"--config={config}"])
         url = f"http://127.0.0.1:{healthz}/healthz"
         self._wait("kube-proxy /healthz", lambda: supervision.http_get(url)[0] == 200, 60)
+
+    def _start_provisioner(self) -> None:
+        """The node's dynamic provisioner (``provisioner``, docs/real-node.md "Storage"): a host
+        process like CoreDNS, with a certificate identity and a ClusterRole of its own. Its
+        class ``hutch-local`` is the default, so a PVC that names no class binds as on any
+        cluster; ready when its first pass over the API succeeded."""
+        pki.load_ca(self.pki).issue(
+            self.pki / "provisioner",
+            pki.subject_name(provisioner.USER),
+            ExtendedKeyUsageOID.CLIENT_AUTH,
+        )
+        for path, obj in provisioner.rbac():
+            self.create(path, obj)
+        self.create("/apis/storage.k8s.io/v1/storageclasses", provisioner.storage_class())
+        args = ["-m", "hutch_testing.plane.provisioner", f"--server={self.server}",
+                f"--pki={self.pki}", f"--root={self.node_layout.volumes_dir}"]  # fmt: skip
+        self._launch("provisioner", args, binary=Path(sys.executable))
+        log_path = self.logs / "provisioner.log"
+        self._wait(
+            "the volume provisioner",
+            lambda: provisioner.READY_LINE in log_path.read_text(errors="replace"),
+            30,
+        )
 
     def _real_node_ready(self) -> bool:
         status, node = self.api("GET", f"/api/v1/nodes/{realnode.NODE_NAME}")
