@@ -389,3 +389,46 @@ def test_st_5_the_management_item_of_a_stream(target):
     assert [q for q in definitions if q["name"] == queue] == [
         {"name": queue, "vhost": "/", "durable": True, "auto_delete": False, "arguments": STREAM}
     ]
+
+
+def _wait_item(target, queue, ready):
+    def probe():
+        body = target.api.get(f"/queues/%2F/{queue}").body
+        return body if isinstance(body, dict) and ready(body) else None
+
+    return wait_for(probe, timeout=20, what=f"the item of {queue}")
+
+
+def test_st_5_policies_set_a_streams_retention_keys(target):
+    queue = _stream(target, count=0)
+    definition = {
+        "max-age": "1D",
+        "stream-max-segment-size-bytes": 1_000_000,
+        "max-length-bytes": 100_000,
+    }
+    body = _wait_item(target, queue, lambda body: "policy" in body)
+    assert (body["policy"], body["effective_policy_definition"]) == (None, {})
+    streams = target.api.put(
+        f"/policies/%2F/{target.name('streams')}",
+        {"pattern": target.anchored("s"), "apply-to": "queues", "definition": definition},
+    )
+    assert streams.status in (201, 204)
+    body = _wait_item(target, queue, lambda body: body.get("policy") == target.name("streams"))
+    assert body["effective_policy_definition"] == definition
+
+
+def test_st_5_definitions_import_and_export_a_stream(target):
+    queue = target.name("imported")
+    arguments = {**STREAM, "x-max-age": "7D", "x-stream-max-segment-size-bytes": 1_000_000}
+    item = {"name": queue, "vhost": "/", "durable": True, "auto_delete": False,
+            "arguments": arguments}  # fmt: skip
+    imported = target.api.post("/definitions", {"queues": [item]})
+    assert imported.status in (200, 201, 204)
+    body = _wait_item(target, queue, lambda body: "type" in body)
+    assert (body["type"], body["arguments"], body["durable"]) == ("stream", arguments, True)
+    exported = target.api.get("/definitions").body["queues"]
+    assert [q for q in exported if q["name"] == queue] == [item]
+    publisher = target.channel()
+    publisher.basic_publish("", queue, b"x")
+    _, got, _ = _consume(target, queue, arguments={"x-stream-offset": "first"})
+    assert [(headers, body) for _, _, headers, body in got] == [({"x-stream-offset": 0}, b"x")]

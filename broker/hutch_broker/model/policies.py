@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from hutch_broker.model import patterns
+from hutch_broker.model import patterns, streamargs
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.queues import Queue
@@ -91,6 +91,7 @@ _STRINGS: Final = {
 _APPLIES: Final = {
     "queue": frozenset({"all", "queues", "classic_queues"}),
     "quorum_queue": frozenset({"all", "queues", "quorum_queues"}),
+    "stream": frozenset({"all", "queues", "streams"}),
     "exchange": frozenset({"all", "exchanges"}),
 }
 _OVERFLOW: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -220,8 +221,10 @@ def _validate_value(key: str, value: Any) -> str | None:
     return None
 
 
-def queue_kind(quorum: bool) -> str:
+def queue_kind(quorum: bool, stream: bool = False) -> str:
     """The ``kind`` a queue matches policies as: ``apply-to`` tells queue types apart."""
+    if stream:
+        return "stream"
     return "quorum_queue" if quorum else "queue"
 
 
@@ -258,7 +261,7 @@ def apply_to_queue(
 
     The clock is read after the settings applied, as the lease and the head expiry use it.
     """
-    kind = queue_kind(queue.quorum)
+    kind = queue_kind(queue.quorum, streamargs.is_stream(queue.arguments))
     queue.policy = best_match(policies, queue.name, kind)
     queue.operator_policy = best_match(operator_policies, queue.name, kind)
     settle_queue(queue, clock=clock)

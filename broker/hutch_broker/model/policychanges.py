@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from hutch_broker.model import automata, changes, patterns
+from hutch_broker.model import automata, changes, patterns, streamargs
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.policies import Policy
@@ -228,7 +228,7 @@ class PolicyChange:
 
     def _kind(self, entity: Entity) -> str | None:
         if isinstance(entity, Queue):
-            return policies_mod.queue_kind(entity.quorum)
+            return policies_mod.queue_kind(entity.quorum, streamargs.is_stream(entity.arguments))
         if self.operator or entity.name == "":
             return None  # operator policies never apply to exchanges; the default one has none
         return "exchange"

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from hutch_broker.model import budgets, queues, streamargs
+from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.streamindex import SegmentIndex, SegmentInfo
 from hutch_broker.protocol import rewrite
@@ -121,19 +122,29 @@ class StreamQueue(queues.Queue):
         return last if last >= self.index.first_offset else None
 
     def limits(self) -> tuple[int | None, int | None, int]:
-        """(max bytes, max age ms, segment size) from the declare's arguments."""
+        """(max bytes, max age ms, segment size): from the declare's arguments and the
+        policies (``max-length-bytes``, ``max-age``, ``stream-max-segment-size-bytes``); where
+        both set one, the smaller wins, as for a classic queue's limits (ML-2)."""
         args = self.arguments
-        max_bytes = args.get("x-max-length-bytes")
-        if max_bytes is None:
-            max_bytes = self.settings.max_length_bytes
-        age = streamargs.parse_age(args.get("x-max-age"))
-        segment = args.get("x-stream-max-segment-size-bytes")
-        segment_size = segment if isinstance(segment, int) and segment > 0 else None
-        return (
-            max_bytes if isinstance(max_bytes, int) else None,
-            age or None,
-            segment_size or DEFAULT_MAX_SEGMENT_SIZE,
+        merged = settings_mod.merge_policies(
+            self.policy.definition if self.policy is not None else None,
+            self.operator_policy.definition if self.operator_policy is not None else None,
         )
+        max_bytes = self.settings.max_length_bytes  # argument and policies, the smaller
+        ages = [
+            streamargs.parse_age(args.get("x-max-age")),
+            streamargs.parse_age(merged.get("max-age")),
+        ]
+        sizes = [
+            args.get("x-stream-max-segment-size-bytes"),
+            merged.get("stream-max-segment-size-bytes"),
+        ]
+        age = min((a for a in ages if a), default=None)
+        segment_size = min(
+            (s for s in sizes if isinstance(s, int) and not isinstance(s, bool) and s > 0),
+            default=DEFAULT_MAX_SEGMENT_SIZE,
+        )
+        return max_bytes, age, segment_size
 
     # -- publishing -----------------------------------------------------
 
@@ -228,8 +239,9 @@ class StreamQueue(queues.Queue):
         self._retain(now_ms)
         return 0
 
-    def apply_settings(self, settings: Any) -> None:
-        self.settings = settings  # a stream's limits are read by ``limits`` when applied
+    def apply_settings(self, settings: settings_mod.QueueSettings) -> None:
+        """A policy changed: its limits (``limits``) apply from the next append or tick."""
+        self.settings = settings
 
     # -- consuming ------------------------------------------------------
 

@@ -572,7 +572,7 @@ class VirtualHost:
                 arguments, None, durable=durable, exclusive=exclusive,
                 auto_delete=auto_delete, generated=generated,
             )  # fmt: skip
-        kind = policies_mod.queue_kind(quorum.is_quorum(arguments))
+        kind = policies_mod.queue_kind(quorum.is_quorum(arguments), streamargs.is_stream(arguments))
         if generated:
             name = generated_queue_name()
         return PolicyMatch(name, kind, self.policies, self.operator_policies)
@@ -592,7 +592,7 @@ class VirtualHost:
     def _apply_queue_policy(self, queue: Queue, matched: PolicyMatch | None = None) -> None:
         if self.policies_paused:
             return
-        kind = policies_mod.queue_kind(queue.quorum)
+        kind = policies_mod.queue_kind(queue.quorum, streamargs.is_stream(queue.arguments))
         if matched is not None and matched.done and matched.current(kind):
             queue.policy, queue.operator_policy = matched.policy, matched.operator_policy
             policies_mod.settle_queue(queue, clock=self.clock)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_broker.model import arguments, budgets, streamargs
+from hutch_broker.model import arguments, budgets, policies, streamargs
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.streamindex import SegmentIndex
@@ -348,3 +348,25 @@ def test_st_6_recovery_rebuilds_the_index_from_the_log(tmp_path: Path) -> None:
     _publish(restored, b"m5")
     assert restored.index.next_offset == 6
     again.close()
+
+
+def test_st_5_policies_set_retention_and_apply_to_streams(store) -> None:
+    def policy(apply_to: str, definition: dict[str, Any]) -> policies.Policy:
+        body = {"pattern": "^s$", "apply-to": apply_to, "definition": definition}
+        made, problem = policies.validate(body, operator=False)
+        assert problem is None and made is not None
+        return made
+
+    kind = policies.queue_kind(False, streamargs.is_stream(STREAM))
+    assert kind == "stream"
+    ttl = {"max-age": "1D"}
+    assert policy("streams", ttl).applies_to(kind)
+    assert policy("queues", ttl).applies_to(kind)
+    assert not policy("classic_queues", ttl).applies_to(kind)
+    assert not policy("quorum_queues", ttl).applies_to(kind)
+
+    queue = _stream(store, **{"x-max-age": "2h"})
+    queue.policy = policy("streams", {"max-age": "1h", "stream-max-segment-size-bytes": 500})
+    assert queue.limits() == (None, 3_600_000, 500)  # the smaller of argument and policy
+    queue.policy = policy("streams", {"max-age": "3h"})
+    assert queue.limits()[1] == 7_200_000
