@@ -112,9 +112,15 @@ class Chain:
         if self.cluster.plane is not None and volumes is not None:
             localnode.provide_volumes(self.cluster, volumes)
 
-    def start_operator(self) -> None:
-        """``helm install`` of the chart into the namespace; waits for the operator Pod."""
-        self.operator = releases.install(self.cluster, self.namespace, self.work_dir)
+    def start_operator(self, *, all_namespaces: bool = False) -> None:
+        """``helm install`` of the chart into the namespace; waits for the operator Pod.
+
+        It watches this namespace only (a Role), unless ``all_namespaces``: then every
+        namespace (the chart's default, a ClusterRole), as ``make run`` does on its own plane."""
+        overrides: dict[str, Any] | None = {"watchNamespaces": []} if all_namespaces else None
+        self.operator = releases.install(
+            self.cluster, self.namespace, self.work_dir, overrides=overrides
+        )
 
     # -- brokers -----------------------------------------------------------------------------
 

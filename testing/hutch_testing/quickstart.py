@@ -55,11 +55,13 @@ from hutch_testing import (
     clienttls,
     clusters,
     imagebuild,
+    keeping,
     launchers,
     management,
     pipeline,
     processes,
     progress,
+    releases,
     sparkpods,
     summaries,
 )
@@ -120,7 +122,11 @@ def run(keep: bool = False, **kwargs: Any) -> summaries.Summary:
             _out(summary.render())
             if options.keep:
                 _out(summaries.connection_help(line, summary, _save_ca(line, work_dir)))
-                _wait_for_interrupt(line)
+                _out(keep_help(line, options))
+                try:
+                    _wait_for_interrupt(line, report)
+                finally:  # Ctrl-C or SIGTERM: say what goes before it goes
+                    report.say(_removing(cluster, work_dir))
     except Exception:
         report.say(f"logs kept in {work_dir}")
         raise
@@ -195,7 +201,9 @@ def _drive(
         line.apply_crds()
         line.create_namespace()
     with report.step("Installing the operator: helm install charts/hutch-operator", "operator"):
-        line.start_operator()
+        # On its own plane it watches every namespace (examples/two-teams.yaml uses three);
+        # on someone's cluster only the run's (keeping.widen_command says how to widen it).
+        line.start_operator(all_namespaces=options.kubeconfig is None)
         report.say(f"      {_pod_line(line)}")
     manifest = TLS_BROKER if options.tls else chain.EXAMPLES / "broker.yaml"
     with report.step(f"Creating the Broker from examples/{manifest.name}", "Broker"):
@@ -395,13 +403,55 @@ def _save_ca(line: chain.Chain, work_dir: Path) -> Path | None:
     return path
 
 
-def _wait_for_interrupt(line: chain.Chain) -> None:
-    """--keep: until Ctrl-C (or a port-forward dies with its Pod)."""
+def _wait_for_interrupt(line: chain.Chain, report: progress.Progress) -> None:
+    """--keep: until Ctrl-C. A broker Pod deleted or rolled meanwhile gets a new port-forward
+    on the same ports (``keeping``); nothing ends the run but Ctrl-C or SIGTERM."""
+    follower = keeping.Follower(line, lambda text: report.say(f"  keep: {text}"))
     try:
-        while all(h.port_forward is None or h.port_forward.running for h in line.started):
+        while True:
+            follower.check()
             time.sleep(1)
     except KeyboardInterrupt:
         return
+
+
+def keep_help(line: chain.Chain, options: Options) -> str:
+    """What --keep prints beside ``summaries.connection_help``: the kubectl and API server the
+    run uses (Spark's ``--master``), which namespaces the operator watches, and that deleted or
+    rolled broker Pods are followed."""
+    facts = keeping.cluster_facts(line.cluster)
+    if options.kubeconfig is None:
+        watched = "every namespace (a ClusterRole): Hutch objects anywhere get status and Events"
+    else:
+        watched = (
+            f"namespace {line.namespace} only; to watch every namespace: "
+            f"{widen_command(line.namespace)}"
+        )
+    return "\n".join(
+        [
+            f"  kubectl:         {facts['kubectl']}",
+            f"  API server:      {facts['server']}  (spark-submit --master "
+            f"k8s://{facts['server']})",
+            f"  Operator:        watches {watched}",
+            "  A broker Pod deleted or rolled gets a new port-forward on the same ports;",
+            "  the plane stays up until Ctrl-C, which stops it and removes its directory.",
+        ]
+    )
+
+
+def widen_command(namespace: str) -> str:
+    """The helm upgrade that makes a namespaced release watch every namespace."""
+    return (
+        f"helm upgrade {releases.RELEASE} charts/hutch-operator -n {namespace} --reuse-values "
+        "--set-json 'watchNamespaces=[]'"
+    )
+
+
+def _removing(cluster: clusters.Cluster, work_dir: Path) -> str:
+    """Said before a kept run's teardown: never remove the plane's directory silently."""
+    plane = cluster.plane
+    where = f"the plane's directory {plane.run_dir} and " if plane is not None else ""
+    return f"stopping everything; removing {where}the work directory {work_dir}"
 
 
 def _pod_line(line: chain.Chain) -> str:
