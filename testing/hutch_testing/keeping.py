@@ -15,6 +15,7 @@ Ctrl-C (or SIGTERM) ends a kept run.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,12 +33,23 @@ class Follower:
     say: Callable[[str], None]
     waiting: dict[str, str] = field(default_factory=dict)  # broker -> why, said once
     dead: set[str] = field(default_factory=set)  # plane components reported as exited
+    problems: dict[str, str] = field(default_factory=dict)  # broker -> API problem, said once
     forwards: int = 0  # forwards re-established, for the summary at exit
 
     def check(self) -> None:
-        """One look at every Broker's Pod and forward, and at the plane's processes."""
+        """One look at every Broker's Pod and forward, and at the plane's processes. An API
+        that does not answer (the plane's apiserver gone) is said once, never raised: only
+        Ctrl-C ends a kept run."""
         for handle in self.line.started:
-            self._follow(handle)
+            try:
+                self._follow(handle)
+            except (clusters.ClusterError, OSError, subprocess.SubprocessError) as exc:
+                problem = f"cannot look at Pod {handle.pod_name}: {exc}"
+                if self.problems.get(handle.name) != problem:
+                    self.problems[handle.name] = problem
+                    self.say(f"{problem}; trying again every second")
+            else:
+                self.problems.pop(handle.name, None)
         self._watch_plane()
 
     def _follow(self, handle: chain.BrokerHandle) -> None:

@@ -31,9 +31,8 @@ from typing import Any
 
 import pika
 import pytest
+from hutch_testing import chain, clusters, keeping, launchers
 from hutch_testing.plane import provisioner
-
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1200)]
 
 log = logging.getLogger("hutch.test_keep")
 NAMESPACE = "quickstart"
@@ -132,6 +131,8 @@ def manifest(*objects: dict[str, Any]) -> str:
     return "\n---\n".join(json.dumps(o) for o in objects)
 
 
+@pytest.mark.k8s
+@pytest.mark.timeout(1200)
 def test_a_kept_run_survives_its_broker_pod_and_serves_every_namespace(tmp_path: Path) -> None:
     run = Kept(tmp_path)
     try:
@@ -213,3 +214,122 @@ def _the_broker_pod_is_deleted_and_a_client_connects(run: Kept, kept: dict[str, 
     assert f"keep: Pod {POD} " in said, said[-3000:]
     assert f"port-forward re-established to Pod {POD} (uid {after[:8]})" in said, said[-3000:]
     log.warning("connected through the printed port %.1fs after the Pod's deletion began", seconds)
+
+
+# --- keeping.Follower without a cluster ------------------------------------------------------
+
+
+class FakeCluster:
+    """``get`` answers the Pod from ``pod`` (None: 404), or raises ``error``."""
+
+    plane = None
+
+    def __init__(self) -> None:
+        self.pod: dict[str, Any] | None = None
+        self.error: Exception | None = None
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        if self.error is not None:
+            raise self.error
+        return self.pod
+
+
+class FakeForward:
+    def __init__(self, running: bool = True) -> None:
+        self.running, self.stopped = running, False
+        self.pid = 0
+
+    def stop(self, grace: float = 0) -> int:
+        self.running, self.stopped = False, True
+        return 0
+
+
+def pod(uid: str, *, ready: bool = True) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return {"metadata": {"uid": uid}, "status": {"conditions": conditions}}
+
+
+@pytest.fixture
+def kept_line(tmp_path: Path) -> Any:
+    line = chain.Chain(FakeCluster(), NAMESPACE, tmp_path)  # type: ignore[arg-type]
+    handle = line.main
+    handle.pod_uid, handle.port_forward = "old-uid", FakeForward()  # type: ignore[assignment]
+    line.cluster.pod = pod("old-uid")  # type: ignore[attr-defined]
+    return line
+
+
+def test_the_follower_says_nothing_while_the_pod_is_the_forwarded_one(kept_line: Any) -> None:
+    said: list[str] = []
+    keeping.Follower(kept_line, said.append).check()
+    assert said == [] and kept_line.main.port_forward.running
+
+
+def test_a_replaced_pod_gets_a_new_forward_on_the_same_ports(
+    kept_line: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[str, int]] = []
+
+    def forward(cluster: Any, ns: str, name: str, endpoint: Any, log: Path, timeout: float) -> Any:
+        started.append((name, endpoint.amqp_port))
+        return FakeForward()
+
+    monkeypatch.setattr(launchers, "start_port_forward", forward)
+    said: list[str] = []
+    follower = keeping.Follower(kept_line, said.append)
+    old = kept_line.main.port_forward
+    kept_line.cluster.pod = None  # deleted: the forward still "runs" until a client connects
+    follower.check()
+    follower.check()
+    assert old.stopped and kept_line.main.port_forward is None and started == []
+    assert len(said) == 1 and "Pod hutch-server-0 is gone or terminating" in said[0], said
+    assert "keep running" in said[0]
+    kept_line.cluster.pod = pod("new-uid", ready=False)
+    follower.check()
+    assert started == [] and len(said) == 1  # waits for Ready, without saying it again
+    kept_line.cluster.pod = pod("new-uid")
+    follower.check()
+    assert started == [("hutch", kept_line.main.endpoint.amqp_port)]
+    assert kept_line.main.pod_uid == "new-uid"
+    assert said[-1].startswith("port-forward re-established to Pod hutch-server-0 (uid new-uid)")
+    follower.check()
+    assert len(started) == 1 and len(said) == 2
+
+
+def test_an_api_that_does_not_answer_is_said_once_and_never_ends_the_run(kept_line: Any) -> None:
+    said: list[str] = []
+    follower = keeping.Follower(kept_line, said.append)
+    kept_line.cluster.error = clusters.ClusterError("GET pods -> 503")
+    follower.check()
+    follower.check()
+    kept_line.cluster.error = OSError("Connection refused")
+    follower.check()
+    assert [s.split(": ", 1)[1] for s in said] == [
+        "GET pods -> 503; trying again every second",
+        "Connection refused; trying again every second",
+    ], said
+
+
+class FakeProc:
+    def __init__(self, code: int | None) -> None:
+        self.code = code
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+def test_a_plane_component_that_exits_is_named_once_with_what_still_runs(
+    kept_line: Any, tmp_path: Path
+) -> None:
+    kubelet = type("C", (), {"name": "kubelet", "proc": FakeProc(None)})()
+    etcd = type("C", (), {"name": "etcd", "proc": FakeProc(None)})()
+    kept_line.cluster.plane = type("P", (), {"components": [etcd, kubelet], "logs": tmp_path})()
+    said: list[str] = []
+    follower = keeping.Follower(kept_line, said.append)
+    follower.check()
+    kubelet.proc.code = 1
+    follower.check()
+    follower.check()
+    assert said == [
+        f"plane component kubelet exited with 1 (its log: {tmp_path / 'kubelet.log'}); still "
+        "running: etcd. Nothing is stopped or removed until Ctrl-C."
+    ]
