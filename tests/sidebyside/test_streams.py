@@ -432,3 +432,28 @@ def test_st_5_definitions_import_and_export_a_stream(target):
     publisher.basic_publish("", queue, b"x")
     _, got, _ = _consume(target, queue, arguments={"x-stream-offset": "first"})
     assert [(headers, body) for _, _, headers, body in got] == [({"x-stream-offset": 0}, b"x")]
+
+
+def test_st_4_management_get_and_purge_of_a_stream(target):
+    queue = _stream(target, count=2)
+    declared = target.connect().channel().queue_declare(queue, durable=True, arguments=STREAM)
+    get = target.api.post(
+        f"/queues/%2F/{queue}/get",
+        {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+    )
+    purge = target.api.delete(f"/queues/%2F/{queue}/contents")
+    assert declared.method.message_count == 0  # 3.10.8: a stream reports no ready count here
+    assert (get.status, get.body) == (
+        400,
+        {
+            "error": "bad_request",
+            "reason": f"540 basic.get not supported by stream queues queue '{queue}' in vhost '/'",
+        },
+    )
+    assert (purge.status, purge.body) == (
+        400,
+        {
+            "error": "bad_request",
+            "reason": f"queue.purge not supported by stream queues queue '{queue}' in vhost '/'",
+        },
+    )

@@ -174,7 +174,7 @@ def queue_declare(
     if m.passive:
         queue = _queue(session, m.queue)
         queue.last_used_ms = now_ms
-        reply = commands.Queue.DeclareOk(queue.name, queue.ready_count, queue.consumer_count())
+        reply = commands.Queue.DeclareOk(queue.name, _ready(queue), queue.consumer_count())
         _reply(session, channel, reply, m.nowait)
         return
     name = m.queue
@@ -196,7 +196,7 @@ def queue_declare(
         )
         if created and m.exclusive:
             session.exclusive_queues.add(queue)
-        reply = commands.Queue.DeclareOk(queue.name, queue.ready_count, queue.consumer_count())
+        reply = commands.Queue.DeclareOk(queue.name, _ready(queue), queue.consumer_count())
         _reply(session, channel, reply, m.nowait)
 
     # Policy matching within the turn's allowance, or over later turns (dispatch.declares).
@@ -210,6 +210,11 @@ def queue_declare(
         default_type=True,
     )
     declares.declare(session, channel, m, begin, finish, now_ms)
+
+
+def _ready(queue: Queue) -> int:
+    """A declare-ok's message count: ready messages; 0 for a stream, as 3.10.8 answers."""
+    return 0 if isinstance(queue, StreamQueue) else queue.ready_count
 
 
 def _check_dead_letter_permissions(

@@ -21,6 +21,7 @@ from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.admin.views import queues as queues_view
 from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
+from hutch_broker.protocol import errors as amqp_errors
 
 routes = web.RouteTableDef()
 
@@ -153,7 +154,10 @@ async def get_messages(request: web.Request) -> web.Response:
     get_request = messaging.parse_get(await support.body(request))
     auth.check(admin.broker, user, vhost.name, "read", "queue", queue.name)
     _not_exclusive(vhost, queue)
-    results = messaging.get(queue, get_request, admin.now_ms())
+    try:
+        results = messaging.get(queue, get_request, admin.now_ms())
+    except amqp_errors.HardError as exc:  # a stream's 540: 3.10.8 puts the code in front
+        raise errors.bad_request(f"{exc.reply_code} {errors.detail_of(exc)}") from exc
     admin.context.stats.delivers += len(results)
     admin.context.stats.deliveries["get"] += len(results)
     admin.context.request_flush()
