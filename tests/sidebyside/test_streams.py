@@ -231,6 +231,7 @@ def test_st_2_every_delivery_carries_its_offset_as_a_long(target):
         {"x-stream-offset": 3},
         {"x-stream-offset": 4},
     ]
+    assert list(got[2][2]) == ["h", "x-stream-offset"]  # appended after the publisher's
     # pika decodes 'l' (long) as a Python int of its own subclass only for longs
     assert all(type(headers["x-stream-offset"]).__name__ == "long" for _, _, headers, _ in got)
 

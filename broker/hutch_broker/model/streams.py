@@ -158,10 +158,7 @@ class StreamQueue(queues.Queue):
         if store is None:
             return queues.PUBLISH_OK  # a model without a store (tests of other parts) keeps none
         offset = self.index.next_offset
-        raw = rewrite.edit_headers(
-            message.raw_properties,
-            set_values={streamargs.OFFSET_HEADER: rewrite.encode_value(offset)},
-        )
+        raw = _with_offset(message.raw_properties, offset)
         msg_id = store.append(
             enqueued_at_ms=now_ms,
             expire_at_ms=0,
@@ -520,6 +517,17 @@ def _record_size(exchange: str, routing_key: str, raw_properties: bytes, body_si
         )
         + body_size
     )
+
+
+def _with_offset(raw_properties: bytes, offset: int) -> bytes:
+    """The properties with ``x-stream-offset`` last in the headers, as 3.10.8 puts it (a
+    publisher's own is replaced)."""
+    spans = rewrite.property_spans(raw_properties)
+    entries = rewrite.split_table(spans["headers"]) if "headers" in spans else []
+    kept = [(key, value) for key, value in entries if key != streamargs.OFFSET_HEADER]
+    tagged = rewrite.encode_value(offset)
+    spans["headers"] = rewrite.join_table([*kept, (streamargs.OFFSET_HEADER, tagged)])
+    return rewrite.join_properties(spans)
 
 
 def _stored_offset(raw_properties: bytes) -> int | None:
