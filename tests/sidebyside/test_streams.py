@@ -322,6 +322,18 @@ def test_st_3_nack_and_reject_close_the_connection_with_540(target, method):
     )
 
 
+def test_st_3_basic_recover_with_a_streams_deliveries_unacked_is_541(target):
+    queue = _stream(target, count=2)
+    channel, got, connection = _consume(target, queue, arguments={"x-stream-offset": "first"})
+    assert len(got) == 2
+
+    def recover():
+        channel.basic_recover(requeue=True)
+        connection.process_data_events(0.5)
+
+    assert closed_by_broker(recover) == (541, "INTERNAL_ERROR")
+
+
 def test_st_3_an_unknown_delivery_tag_closes_the_channel(target):
     queue = _stream(target, count=1)
     channel, _, connection = _consume(target, queue, arguments={"x-stream-offset": "first"})

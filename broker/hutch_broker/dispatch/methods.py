@@ -466,6 +466,8 @@ def basic_recover(
 ) -> None:
     if not m.requeue:
         raise errors.not_implemented("requeue=false")
+    if any(isinstance(queue, StreamQueue) for queue, _, _ in channel.unacked.values()):
+        raise streamargs.internal_error()  # 3.10.8 fails on a stream's deliveries: 541
     channel.requeue_all(now_ms)
     if isinstance(m, commands.Basic.Recover):
         _reply(session, channel, commands.Basic.RecoverOk())
