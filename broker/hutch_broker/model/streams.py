@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from hutch_broker.model import budgets, queues, streamargs
@@ -108,10 +107,6 @@ class StreamQueue(queues.Queue):
         self._tail_times_due = False  # restored: the newest segment's times are still to read
 
     # -- inspection -----------------------------------------------------
-
-    @property
-    def queue_type(self) -> str:
-        return streamargs.QUEUE_TYPE
 
     @property
     def first_offset(self) -> int:
@@ -279,9 +274,6 @@ class StreamQueue(queues.Queue):
         if cursor is not None:
             self._order.remove(cursor)
         return super().remove_consumer(consumer)
-
-    def cursor(self, consumer: queues.Consumer) -> Cursor | None:
-        return self._cursors.get(consumer)
 
     def drain(self, now_ms: int) -> int:
         """Deliver what this turn's allowance covers; park the rest for later turns."""
@@ -536,6 +528,3 @@ def _stored_offset(raw_properties: bytes) -> int | None:
         return None
     value = rewrite.decode_value(tagged)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-Factory = Callable[..., StreamQueue]
