@@ -34,7 +34,7 @@ from hutch_broker.model.changes import Change
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors, identity
-from hutch_broker.server import tls
+from hutch_broker.server import tlsreload
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
 from hutch_broker.store import DefinitionsStore, MessageStore, StoreError
@@ -52,7 +52,8 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         # Before the data directory is touched: bad TLS files refuse the start and change nothing.
-        self.amqps_context, self.https_context = tls.contexts(config)
+        # Each TLS listener serves the certificate its files hold now (server/tlsreload.py).
+        self.amqps_tls, self.https_tls = tlsreload.reloaders(config)
         self.loop = asyncio.get_event_loop()
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.definitions = DefinitionsStore(config.data_dir)
@@ -416,7 +417,7 @@ class BrokerServer:
 
         listeners = [
             ("AMQP", self.config.amqp_port, None),
-            ("AMQPS", self.config.ssl_port, self.amqps_context),
+            ("AMQPS", self.config.ssl_port, tlsreload.listening(self.amqps_tls)),
         ]
         for label, port, context in listeners:
             if port is None:
@@ -429,6 +430,8 @@ class BrokerServer:
         await self._start_http()
         self.loop.create_task(self._timers())
         self.loop.create_task(self._expiry_timer())
+        if self.amqps_tls or self.https_tls:
+            self.loop.create_task(self._tls_reload_timer())
 
     async def _start_http(self) -> None:
         from aiohttp import web  # noqa: PLC0415 - keeps AMQP-only tests free of aiohttp start-up
@@ -480,7 +483,7 @@ class BrokerServer:
         )
         sites = [
             ("HTTP", config.http_port, None),
-            ("HTTPS", config.management_ssl_port, self.https_context),
+            ("HTTPS", config.management_ssl_port, tlsreload.listening(self.https_tls)),
         ]
         for label, port, context in sites:
             if port is None:
@@ -504,6 +507,15 @@ class BrokerServer:
             # Acks and dead-lettered records need no confirm; sync them lazily.
             self._maybe_start_sync(periodic=True)
             self.broker.pager.sync()
+
+    async def _tls_reload_timer(self) -> None:
+        """Renewed certificate files serve new connections (server/tlsreload.py), read in a
+        thread: a slow volume never stalls the event loop."""
+        reloaders = [item for item in (self.amqps_tls, self.https_tls) if item is not None]
+        while not self._stopped.is_set():
+            await asyncio.sleep(tlsreload.CHECK_INTERVAL_S)
+            for reloader in reloaders:
+                await asyncio.to_thread(reloader.check)
 
     def _tick_connections(self, now: float) -> None:
         """Not inline in ``_timers``: a loop variable of that coroutine kept the last connection

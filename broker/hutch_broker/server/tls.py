@@ -4,8 +4,8 @@ Why here and at start-up: a certificate that cannot be read, a key that does not
 a CA bundle that is not PEM would otherwise surface as a handshake failure on the first client,
 long after the broker said it was up. ``server_context`` turns each of those into a
 ``TLSConfigError`` naming the config key and the file, which ``__main__`` prints as its one-line
-refusal. The files are read once: a changed certificate takes effect on restart (the operator
-rolls the pod when its Secret changes).
+refusal. The same checks build the context a renewed certificate is served with
+(``tlsreload``): files that fail them there keep the previous context instead.
 """
 
 from __future__ import annotations

@@ -1,0 +1,208 @@
+"""Issue 31 item 2: a renewed certificate serves new TLS connections without a restart.
+
+The certificate files live as a Kubernetes Secret volume lays them out (``tls.crt`` ->
+``..data/tls.crt``, ``..data`` -> a timestamped directory) and are renewed the way the kubelet
+does it: a new directory, then an atomic rename of a new ``..data`` symlink over the old one.
+A client connects in a loop meanwhile (a full TLS handshake and the AMQP header each time):
+none fails, the serial it sees changes to the new certificate's, and a connection made before
+keeps working. A pair that does not serve keeps the old certificate and says why once.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+
+import pika
+import pytest
+from cryptography import x509
+from hutch_broker.server import tlsreload
+from hutch_testing import certs, probes
+from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
+
+pytestmark = pytest.mark.timeout(90)
+
+HOSTS = ("localhost", "127.0.0.1")
+# The broker looks every CHECK_INTERVAL_S; a thread to read the files, a loaded machine.
+SEEN_WITHIN_S = tlsreload.CHECK_INTERVAL_S + 8.0
+
+
+class SecretVolume:
+    """A directory laid out as the kubelet mounts a Secret, updated as the kubelet updates it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True)
+        self.generation = 0
+
+    def lines(self) -> tuple[str, ...]:
+        files = {"certfile": "tls.crt", "keyfile": "tls.key", "cacertfile": "ca.crt"}
+        return tuple(
+            f"{prefix}.{key} = {self.root / name}"
+            for prefix in ("ssl_options", "management.ssl")
+            for key, name in files.items()
+        )
+
+    def write(self, cert_pem: bytes, key_pem: bytes, ca_pem: bytes) -> None:
+        self.generation += 1
+        data_dir = self.root / f"..gen_{self.generation}"
+        data_dir.mkdir()
+        for name, data in (("tls.crt", cert_pem), ("tls.key", key_pem), ("ca.crt", ca_pem)):
+            (data_dir / name).write_bytes(data)
+        staged = self.root / "..data_tmp"
+        staged.symlink_to(data_dir.name)
+        staged.rename(self.root / "..data")  # rename(2): atomic, as the kubelet's swap
+        for name in ("tls.crt", "tls.key", "ca.crt"):
+            link = self.root / name
+            if not link.is_symlink():
+                link.symlink_to(f"..data/{name}")
+
+    def install(self, leaf: certs.Leaf) -> None:
+        self.write(leaf.cert_pem, leaf.key_pem, leaf.ca_pem)
+
+
+def serial_of(der: bytes | None) -> int:
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def leaf_serial(leaf: certs.Leaf) -> int:
+    return x509.load_pem_x509_certificate(leaf.cert_pem).serial_number
+
+
+def amqps_serial(host: str, port: int, context: ssl.SSLContext) -> int:
+    """One new connection: handshake, AMQP header, Connection.Start's first byte; the serial."""
+    with (
+        socket.create_connection((host, port), timeout=5.0) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        sock.sendall(probes.AMQP_PROTOCOL_HEADER)
+        assert sock.recv(1) == b"\x01"
+        return serial_of(sock.getpeercert(binary_form=True))
+
+
+def https_serial(host: str, port: int, context: ssl.SSLContext) -> int:
+    with (
+        socket.create_connection((host, port), timeout=5.0) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        return serial_of(sock.getpeercert(binary_form=True))
+
+
+class ConnectLoop:
+    """Connects without pause in a thread; counts the serials seen and every failure."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext) -> None:
+        self.host, self.port, self.context = host, port, context
+        self.serials: list[tuple[float, int]] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                serial = amqps_serial(self.host, self.port, self.context)
+            except (OSError, AssertionError) as exc:
+                self.failures.append(repr(exc))
+                continue
+            self.serials.append((time.monotonic(), serial))
+
+    def __enter__(self) -> ConnectLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def wait_for(self, serial: int, timeout: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if any(seen == serial for moment, seen in self.serials if moment >= start):
+                return time.monotonic() - start
+            time.sleep(0.05)
+        raise AssertionError(f"serial {serial} not served within {timeout:.0f} s")
+
+
+def log_lines(broker: TLSHutchBroker, text: str) -> list[str]:
+    return [line for line in broker.console_log.read_text().splitlines() if text in line]
+
+
+@pytest.fixture
+def authority() -> certs.Authority:
+    return certs.Authority()
+
+
+def test_a_renewed_certificate_serves_new_connections_with_no_failed_connect(
+    tmp_path: Path, authority: certs.Authority
+) -> None:
+    old, new = authority.issue("hutch-old", hosts=HOSTS), authority.issue("hutch-new", hosts=HOSTS)
+    volume = SecretVolume(tmp_path / "secret")
+    volume.install(old)
+    context = client_context(authority.pem)
+    with TLSHutchBroker(leaf=old, config_lines=volume.lines()) as broker:
+        before = pika.BlockingConnection(
+            pika.ConnectionParameters(
+                host=broker.host,
+                port=broker.amqps_port,
+                ssl_options=pika.SSLOptions(context, server_hostname="localhost"),
+                connection_attempts=1,
+            )
+        )
+        channel = before.channel()
+        channel.queue_declare("renewal.q")
+        with ConnectLoop(broker.host, broker.amqps_port, context) as loop:
+            loop.wait_for(leaf_serial(old), timeout=10)
+            volume.install(new)
+            delay = loop.wait_for(leaf_serial(new), timeout=SEEN_WITHIN_S)
+            time.sleep(1.0)  # and keeps serving it
+        assert delay <= SEEN_WITHIN_S
+        assert loop.failures == []
+        assert {serial for _, serial in loop.serials} == {leaf_serial(old), leaf_serial(new)}
+        assert len(loop.serials) > 20  # the loop really ran through the renewal
+        # Served from the swap on: no new connection got the old certificate after the new one.
+        first_new = next(i for i, (_, s) in enumerate(loop.serials) if s == leaf_serial(new))
+        assert all(s == leaf_serial(new) for _, s in loop.serials[first_new:])
+        # The connection made before the renewal still works.
+        channel.basic_publish("", "renewal.q", b"still here")
+        assert channel.basic_get("renewal.q", auto_ack=True)[2] == b"still here"
+        before.close()
+        assert https_serial(broker.host, broker.https_port, context) == leaf_serial(new)
+        reloaded = log_lines(broker, "certificate reloaded")
+        assert len(reloaded) == 2  # AMQPS and HTTPS, once each
+        assert any("AMQPS" in line and "CN=hutch-new" in line for line in reloaded)
+        assert all("notAfter" in line for line in reloaded)
+
+
+def test_a_pair_that_does_not_serve_keeps_the_old_certificate_and_says_why_once(
+    tmp_path: Path, authority: certs.Authority
+) -> None:
+    old, new = authority.issue("hutch-old", hosts=HOSTS), authority.issue("hutch-new", hosts=HOSTS)
+    other_key = authority.issue("someone-else", hosts=HOSTS).key_pem
+    volume = SecretVolume(tmp_path / "secret")
+    volume.install(old)
+    context = client_context(authority.pem)
+    with TLSHutchBroker(leaf=old, config_lines=volume.lines()) as broker:
+        with ConnectLoop(broker.host, broker.amqps_port, context) as loop:
+            volume.write(new.cert_pem, other_key, new.ca_pem)  # the key is not the cert's
+            time.sleep(3 * tlsreload.CHECK_INTERVAL_S + 1)
+        assert loop.failures == []
+        assert {serial for _, serial in loop.serials} == {leaf_serial(old)}
+        errors = log_lines(broker, "certificate not reloaded")
+        assert len(errors) == 2, errors  # one per listener, not one per check
+        assert all("is not the key of" in line and "ERROR" in line for line in errors)
+        # Half-written: a certificate cut short. Still the old one, one more line each.
+        volume.write(new.cert_pem[: len(new.cert_pem) // 2], new.key_pem, new.ca_pem)
+        time.sleep(2 * tlsreload.CHECK_INTERVAL_S + 1)
+        assert amqps_serial(broker.host, broker.amqps_port, context) == leaf_serial(old)
+        assert len(log_lines(broker, "certificate not reloaded")) == 4
+        # The next good pair is loaded.
+        with ConnectLoop(broker.host, broker.amqps_port, context) as loop:
+            volume.install(new)
+            loop.wait_for(leaf_serial(new), timeout=SEEN_WITHIN_S)
+        assert loop.failures == []
+        assert https_serial(broker.host, broker.https_port, context) == leaf_serial(new)
