@@ -14,7 +14,16 @@ from typing import Any
 
 import kopf
 
-from hutch_operator import brokerclient, conditions, config, errors, kube, memory, references
+from hutch_operator import (
+    brokerclient,
+    conditions,
+    config,
+    errors,
+    kube,
+    memory,
+    podstate,
+    references,
+)
 from hutch_operator import translators as tr
 from hutch_operator.children import meta
 
@@ -81,15 +90,18 @@ class Report:
     async def observe(self, broker: meta.BrokerObject) -> None:
         spec = broker.spec
         plan = memory.watermark(spec.resources.model_dump(), spec.memory_high_watermark)
-        await self._pod_ready(broker)
+        running, pods = await self._pods(broker)
         node = await self._management(broker)
         warnings = list(plan.warnings)
         if node.get("mem_alarm"):
             warnings.insert(0, ("MemoryAlarm", "the broker's memory alarm is in effect"))
         if node.get("disk_free_alarm"):
             warnings.insert(0, ("DiskAlarm", "the broker's disk alarm is in effect"))
-        if plan.basis == "Runtime" and node.get("mem_limit"):
-            self.status["memory"] = {**plan.status(), "highWatermarkBytes": node["mem_limit"]}
+        for pod in reversed(pods):  # a Pod that does not run outranks every other warning
+            trouble = podstate.trouble(pod)
+            if trouble is not None:
+                warnings.insert(0, (trouble.reason, trouble.message))
+        self._memory(plan, running, node)
         if warnings:
             message = "; ".join(text for _, text in warnings)
             if self.condition("NoWarnings", False, warnings[0][0], message):
@@ -97,7 +109,29 @@ class Report:
         else:
             self.condition("NoWarnings", True, "NoWarnings")
 
-    async def _pod_ready(self, broker: meta.BrokerObject) -> None:
+    def _memory(
+        self,
+        plan: memory.WatermarkPlan,
+        running: dict[str, Any] | None,
+        node: dict[str, Any],
+    ) -> None:
+        """``status.memory`` for what runs: the plan for the broker container's resources as
+        the Pod (or, once settled, the StatefulSet) has them, since those are what its cgroup
+        enforces; the spec's plan under ``pending`` until a Pod runs it."""
+        actual = plan if running is None else memory.watermark(running, float(plan.relative))
+        status = actual.status()
+        if actual.basis == "Runtime" and node.get("mem_limit"):
+            status["highWatermarkBytes"] = node["mem_limit"]
+        if actual.status() != plan.status():
+            status["pending"] = plan.status()
+        self.status["memory"] = status
+
+    async def _pods(
+        self, broker: meta.BrokerObject
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """``Ready`` from the StatefulSet; the broker container's resources as they run (None
+        before there is a StatefulSet); its Pods, read only while it is not settled (then an
+        outdated Pod that is not Ready is replaced here)."""
         path = kube.object_path(
             "apps/v1", "statefulsets", broker.namespace, broker.statefulset_name
         )
@@ -110,6 +144,50 @@ class Report:
             self.condition("Ready", True, "PodReady", f"{ready} pod ready")
         else:
             self.condition("Ready", False, "PodNotReady", f"{ready}/{broker.spec.replicas} ready")
+        if statefulset is None:
+            return None, []
+        if podstate.settled(statefulset, broker.spec.replicas):
+            template = statefulset.get("spec", {}).get("template", {})
+            return podstate.container_resources(template), []
+        pods = []
+        for ordinal in range(broker.spec.replicas):
+            name = f"{broker.statefulset_name}-{ordinal}"
+            try:
+                pod = await kube.api().get(kube.object_path("v1", "pods", broker.namespace, name))
+            except errors.KubeError:
+                continue
+            if pod is not None:
+                pods.append(pod)
+                await self._replace_if_stuck(statefulset, pod)
+        return (podstate.container_resources(pods[0]) if pods else None), pods
+
+    async def _replace_if_stuck(self, statefulset: dict[str, Any], pod: dict[str, Any]) -> None:
+        """Deletes an outdated Pod that is not Ready, once per revision (kubernetes#67250:
+        ``OrderedReady`` waits for it to become Ready first, which a crash loop never does)."""
+        replaced = dict(self.status.get("podReplaced") or {})
+        update = podstate.replacement(statefulset, pod, str(replaced.get("revision") or ""))
+        if not update:
+            return
+        metadata = pod["metadata"]
+        path = kube.object_path("v1", "pods", metadata["namespace"], metadata["name"])
+        try:  # the uid precondition: never a Pod the StatefulSet made meanwhile
+            await kube.api().delete(path, {"preconditions": {"uid": metadata["uid"]}})
+        except errors.KubeError as exc:
+            kopf.warn(self.body, reason="PodReplaceFailed", message=f"{metadata['name']}: {exc}")
+            return
+        trouble = podstate.trouble(pod)
+        why = trouble.message if trouble is not None else "it is not Ready"
+        message = (
+            f"deleted Pod {metadata['name']} of revision {podstate.revision(pod)} so the "
+            f"StatefulSet recreates it at {update}: {why}"
+        )
+        kopf.info(self.body, reason="PodReplaced", message=message)
+        self.status["podReplaced"] = {
+            "pod": metadata["name"],
+            "fromRevision": podstate.revision(pod),
+            "revision": update,
+            "at": conditions.now(),
+        }
 
     async def _management(self, broker: meta.BrokerObject) -> dict[str, Any]:
         """Aliveness → Available; overview → version; nodes → alarms and runtime limit."""

@@ -43,6 +43,8 @@ EXPECTED_RULES = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "patch"]},
+    # A Broker Pod that is outdated and not Ready is deleted (a StatefulSet never rolls it).
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets"],
      "verbs": ["get", "create", "patch", "delete"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],

@@ -117,11 +117,30 @@ class BrokerSpec(common.CrdModel):
     tls: TLSSpec | None = Field(None, description="TLS listeners; a Secret change rolls the pod.")
 
 
-class MemoryStatus(common.CrdModel):
+class MemoryPlan(common.CrdModel):
     basis: Literal["Request", "Limit", "Runtime"]
     basis_bytes: int | None = None
     relative: str
     high_watermark_bytes: int | None = None
+
+
+class MemoryStatus(MemoryPlan):
+    """The plan for the broker container's resources as the running Pod has them."""
+
+    pending: MemoryPlan | None = Field(
+        None,
+        description="The spec's plan while the running Pod still has other resources (an "
+        "older revision); absent once a Pod runs it.",
+    )
+
+
+class PodReplaced(common.CrdModel):
+    """The last Pod the operator deleted because it was outdated and not Ready."""
+
+    pod: str
+    from_revision: str
+    revision: str = Field(description="The StatefulSet revision it was replaced for (once).")
+    at: str
 
 
 class Endpoint(common.CrdModel):
@@ -153,6 +172,7 @@ class BrokerStatus(common.CrdModel):
     memory: MemoryStatus | None = None
     disk_free_limit_bytes: int | None = None
     broker_version: str | None = None
+    pod_replaced: PodReplaced | None = None
     abandoned: list[AbandonedObject] = Field(
         default_factory=list,
         description="Broker objects left behind by topology CRs deleted while this broker was "
