@@ -270,3 +270,79 @@ def test_status_memory_before_any_pod_is_the_spec_plan() -> None:
     r = report()
     r._memory(spec_plan(), None, {})
     assert r.status["memory"] == spec_plan().status()
+
+
+# -- the status pass: one delete per revision, an Event, the uid precondition ------------------
+
+
+class FakeKube:
+    """The two reads and the delete the status pass makes, answered from dicts."""
+
+    def __init__(self, sts: dict[str, Any], pod: dict[str, Any]) -> None:
+        self.objects = {"statefulsets/bulk-server": sts, "pods/bulk-server-0": pod}
+        self.deletes: list[tuple[str, Any]] = []
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        return self.objects.get("/".join(path.split("/")[-2:]))
+
+    async def delete(self, path: str, body: Any = None) -> None:
+        self.deletes.append((path, body))
+
+
+def broker_object() -> Any:
+    from hutch_operator.children import meta
+    from hutch_operator.models import brokers
+
+    spec = brokers.BrokerSpec.model_validate({"resources": {
+        "requests": {"memory": "256Mi"}, "limits": {"memory": "256Mi"}}})  # fmt: skip
+    return meta.BrokerObject(name="bulk", namespace="ns", uid="u", spec=spec, image="i")
+
+
+def run_pass(monkeypatch: pytest.MonkeyPatch, fake: FakeKube, status: dict[str, Any]) -> Any:
+    import asyncio
+
+    import kopf
+    from hutch_operator import kube
+
+    events: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(kube, "api", lambda: fake)
+    monkeypatch.setattr(kopf, "info", lambda _b, reason, message: events.append(("Normal", reason, message)))  # fmt: skip
+    monkeypatch.setattr(kopf, "warn", lambda _b, reason, message: events.append(("Warning", reason, message)))  # fmt: skip
+    body = SimpleNamespace(status=status, metadata={"generation": 2})
+    r = brokerstatus.Report(body)  # type: ignore[arg-type]
+    running, pods = asyncio.run(r._pods(broker_object()))
+    r._memory(spec_plan(), running, {})
+    return r, pods, events
+
+
+def test_the_status_pass_deletes_the_stuck_pod_once_with_an_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeKube(statefulset(), crashlooping_pod())
+    r, _pods, events = run_pass(monkeypatch, fake, {})
+    assert fake.deletes == [(
+        "/api/v1/namespaces/ns/pods/bulk-server-0",
+        {"preconditions": {"uid": "0b6f1c1e-5a55-4c1a-9d8c-3c1c2d1b0a01"}},
+    )]  # fmt: skip
+    ((kind, reason, message),) = events
+    assert (kind, reason) == ("Normal", "PodReplaced")
+    assert OLD in message and NEW in message and "OOMKilled" in message
+    assert r.status["podReplaced"]["revision"] == NEW
+    assert r.status["memory"]["pending"] == spec_plan().status()
+    # The next pass, with that status stored, sees the same Pod (the delete not yet done, or a
+    # new Pod failing at the old revision): no second delete.
+    again = FakeKube(statefulset(), crashlooping_pod())
+    _r, _pods, events = run_pass(monkeypatch, again, dict(r.status))
+    assert again.deletes == [] and events == []
+
+
+def test_the_status_pass_reads_no_pod_once_the_statefulset_is_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sts = statefulset()
+    sts["status"].update(readyReplicas=1, updatedReplicas=1, currentRevision=NEW)
+    sts["spec"]["template"] = {"spec": ready_pod()["spec"]}
+    fake = FakeKube(sts, crashlooping_pod())  # a Pod that would be deleted, were it read
+    r, pods, events = run_pass(monkeypatch, fake, {})
+    assert (pods, fake.deletes, events) == ([], [], [])
+    assert r.status["memory"] == spec_plan().status()
