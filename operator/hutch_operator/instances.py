@@ -119,26 +119,28 @@ async def _grow(broker: meta.BrokerObject, statefulset: dict[str, Any], size: st
     await api.delete(path_of(statefulset), {"propagationPolicy": "Orphan"})
 
 
-async def tls_digest(broker: meta.BrokerObject) -> str:
-    """sha256 of the ``spec.tls`` Secrets as they are now ("" without TLS); read fresh."""
+async def check_tls_secrets(broker: meta.BrokerObject) -> None:
+    """Raise ``TLSSecretInvalidError`` when a ``spec.tls`` Secret is missing or lacks a key.
+
+    Their content is not rendered into the pod template: the broker reloads renewed files for
+    new connections, so a renewal does not roll the pod (docs/operator.md#tls).
+    """
     if broker.tls is None:
-        return ""
-    material = await references.tls_material(
+        return
+    await references.tls_material(
         broker.namespace, broker.tls.secret_name, broker.tls.ca_secret_name or "", fresh=True
     )
-    return material.digest
 
 
 async def apply_children(broker: meta.BrokerObject) -> None:
     configmap = configmaps.build(broker)
     headless, client = services.build_headless(broker), services.build_client(broker)
-    tls_hash = await tls_digest(broker)  # before any write: a missing Secret changes nothing
+    await check_tls_secrets(broker)  # before any write: a missing Secret changes nothing
     secret = await ensure_secret(broker)
     statefulset = sts_builder.build(
         broker,
         config_hash=configmaps.data_hash(configmap),
         secret_uid=str(secret["metadata"].get("uid", "")),
-        tls_hash=tls_hash,
     )
     grow = await _volume_change(broker, statefulset)
     ordered = [configmap, headless, client]
@@ -180,42 +182,15 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, retry: int) -> None:
     report.flush(patch)
 
 
-async def roll_on_tls_change(broker: meta.BrokerObject) -> bool:
-    """Re-apply when a ``spec.tls`` Secret changed (cert-manager renewed it): the new digest
-    in the pod template rolls the pod, which reads the new files at start-up.
-
-    Why a roll and not a reload: Secrets are never watched
-    (docs/contracts/operator.md#kopf-settings), the broker reads its certificate once, and a
-    roll is what the kubelet's own Secret-volume refresh cannot skip.
-    The timer notices within ``HUTCH_BROKER_STATUS_PERIOD`` (30 s).
-    """
-    if broker.tls is None:
-        return False
-    existing = await kube.api().get(
-        kube.object_path("apps/v1", "statefulsets", broker.namespace, broker.statefulset_name)
-    )
-    if existing is None:
-        return False  # not applied yet: the apply handler (and its retries) owns that
-    template = existing.get("spec", {}).get("template", {}).get("metadata", {})
-    applied = (template.get("annotations") or {}).get(sts_builder.TLS_HASH_ANNOTATION)
-    if applied == await tls_digest(broker):
-        return False
-    await apply_children(broker)
-    return True
-
-
 async def refresh(body: kopf.Body, patch: kopf.Patch) -> None:
-    """The Broker timer: TLS Secret changes, StatefulSet readiness, aliveness, alarms."""
+    """The Broker timer: StatefulSet readiness, aliveness, alarms (a renewed TLS Secret needs
+    nothing here: the broker reloads the files the kubelet refreshes)."""
     try:
         broker = broker_object(body)
     except errors.SpecError:
         return
     report = brokerstatus.Report(body)
-    try:
-        if not note_pause(report, body) and await roll_on_tls_change(broker):
-            report.reconciled(broker)
-    except errors.HutchError as error:
-        report.reconcile_failed(error)
+    note_pause(report, body)
     await report.observe(broker)
     report.flush(patch)
     await brokerclient.POOL.close_idle()  # the timer doubles as the pool's janitor

@@ -43,10 +43,9 @@ def test_tls_config_lines_parse_in_the_broker_as_rabbitmq_keys():
     assert (only.amqp_port, only.http_port, only.tls.cacertfile) == (None, None, "")
 
 
-def test_tls_mounts_ports_probes_and_hash():
-    statefulset = sts.build(broker(tls=TLS), config_hash="c", secret_uid="u", tls_hash="t1")
+def test_tls_mounts_ports_and_probes():
+    statefulset = sts.build(broker(tls=TLS), config_hash="c", secret_uid="u")
     template = statefulset["spec"]["template"]
-    assert template["metadata"]["annotations"][sts.TLS_HASH_ANNOTATION] == "t1"
     volumes = {v["name"]: v for v in template["spec"]["volumes"]}
     assert volumes["tls"]["secret"] == {
         "secretName": "b-tls",
@@ -86,8 +85,27 @@ def test_no_tls_renders_nothing_new():
     b = broker()
     assert "ssl" not in configmaps.config_text(b)
     statefulset = sts.build(b, config_hash="c", secret_uid="u")
-    assert sts.TLS_HASH_ANNOTATION not in statefulset["spec"]["template"]["metadata"]["annotations"]
+    assert "hutch.dev/tls-hash" not in statefulset["spec"]["template"]["metadata"]["annotations"]
     assert [p["port"] for p in services.build_client(b)["spec"]["ports"]] == [5672, 15672]
+
+
+def template_of(b: meta.BrokerObject) -> dict[str, object]:
+    """The pod template the operator applies (the config hash as ``apply_children`` computes it)."""
+    config_hash = configmaps.data_hash(configmaps.build(b))
+    return sts.build(b, config_hash=config_hash, secret_uid="u")["spec"]["template"]
+
+
+def test_a_renewed_certificate_is_not_in_the_pod_template_but_a_new_secret_name_is():
+    """Issue 31: the broker reloads renewed files, so only what names them may roll the pod."""
+    template = template_of(broker(tls=TLS))
+    assert set(template["metadata"]["annotations"]) == {  # type: ignore[index]
+        sts.CONFIG_HASH_ANNOTATION,
+        sts.USER_SECRET_UID_ANNOTATION,
+    }  # nothing derived from the Secrets' data, which the template is built without
+    assert template_of(broker(tls={**TLS, "secretName": "b-tls-2"})) != template
+    assert template_of(broker(tls={**TLS, "caSecretName": "b-ca-2"})) != template
+    assert template_of(broker()) != template  # TLS off
+    assert template_of(broker(tls={**TLS, "disableNonTLSListeners": True})) != template
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ from hutch_operator import memory, overrides
 from hutch_operator.children import configmaps, meta, services
 
 CONFIG_HASH_ANNOTATION = "hutch.dev/config-hash"
-# sha256 of the TLS Secrets' data: a renewed certificate rolls the pod (the broker reads its
-# files at start-up only).
-TLS_HASH_ANNOTATION = "hutch.dev/tls-hash"
+# No digest of the TLS Secrets' data in the pod template: a renewed certificate reaches the
+# broker through the kubelet's refresh of the mounted files, which it reloads for new
+# connections (hutch_broker.server.tlsreload), so a renewal is no roll. A changed Secret name or
+# TLS turned on or off changes the volumes and the config, and those roll.
 SECRET_MODE = 0o440  # owner and group (fsGroup) read; the key is not world-readable
 USER_SECRET_UID_ANNOTATION = "hutch.dev/default-user-uid"  # noqa: S105 - a name
 DATA_DIR = "/var/lib/hutch"
@@ -125,9 +126,7 @@ def _claim(broker: meta.BrokerObject, size: str) -> dict[str, Any]:
     return {"metadata": {"name": "data", "labels": meta.selector(broker)}, "spec": spec}
 
 
-def build(
-    broker: meta.BrokerObject, *, config_hash: str, secret_uid: str, tls_hash: str = ""
-) -> dict[str, Any]:
+def build(broker: meta.BrokerObject, *, config_hash: str, secret_uid: str) -> dict[str, Any]:
     size = volume_size(broker)
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": broker.config_name}},
@@ -135,8 +134,6 @@ def build(
         *_tls_volumes(broker),
     ]
     annotations = {CONFIG_HASH_ANNOTATION: config_hash, USER_SECRET_UID_ANNOTATION: secret_uid}
-    if broker.tls is not None:
-        annotations[TLS_HASH_ANNOTATION] = tls_hash
     if size is None:
         volumes.insert(0, {"name": "data", "emptyDir": {}})
     pod_spec: dict[str, Any] = {
