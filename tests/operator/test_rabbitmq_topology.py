@@ -97,3 +97,33 @@ def test_policy_and_operator_policy(env: dict[str, Any], kit: Any) -> None:
         kube.delete(plural, name)
     kit.wait_for(lambda: kube.get("operatorpolicies", "caps") is None, 20, "gone")
     assert _call(node, "GET", "/api/operator-policies/%2F/caps")[0] == 404
+
+
+def test_status_counts_right_after_the_declare(env: dict[str, Any], kit: Any) -> None:
+    """RabbitMQ answers a PUT that creates a queue with 201 and one that finds it with 204: the
+    operator writes zero counts for the first without reading them, and reads the second's (an
+    application's queue holding a message) before its first Ready."""
+    kube, node = env["kube"], env["node"]
+    queue = {"durable": True, "auto_delete": False, "arguments": {}}
+    assert _call(node, "PUT", "/api/queues/%2F/ref-probe", queue)[0] == 201
+    assert _call(node, "PUT", "/api/queues/%2F/ref-probe", queue)[0] == 204
+    assert _call(node, "DELETE", "/api/queues/%2F/ref-probe")[0] == 204
+    assert _call(node, "PUT", "/api/queues/%2F/ref-app", queue)[0] == 201
+    message = {"properties": {}, "routing_key": "ref-app", "payload": "x",
+               "payload_encoding": "string"}  # fmt: skip
+    assert _call(node, "POST", "/api/exchanges/%2F/amq.default/publish", message)[1]["routed"]
+    kit.wait_for(lambda: _call(node, "GET", "/api/queues/%2F/ref-app")[1].get("messages") == 1,
+                 20, "RabbitMQ's stats")  # fmt: skip
+    kube.create("Queue", "queues", "fresh", {**env["ref"], "name": "ref-fresh"})
+    kube.create("Queue", "queues", "app", {**env["ref"], "name": "ref-app"})
+    fresh = _wait(kit, kube, "queues", "fresh", ("True", "Declared"))
+    app = _wait(kit, kube, "queues", "app", ("True", "Declared"))
+    assert (fresh["status"]["messages"], fresh["status"]["consumers"]) == (0, 0)
+    assert "effectivePolicyDefinition" not in fresh["status"]  # left to the sweep
+    assert app["status"]["messages"] == 1
+    assert app["status"]["effectivePolicyDefinition"] == {}
+    for name in ("fresh", "app"):
+        kube.patch_spec("queues", name, {"deletionPolicy": "retain"})
+        kube.delete("queues", name)
+    _call(node, "DELETE", "/api/queues/%2F/ref-fresh")
+    _call(node, "DELETE", "/api/queues/%2F/ref-app")
