@@ -393,6 +393,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         restart_env = {**env, "HUTCH_SYNC_PERIOD": str(args.sweep_period)}
         operator = start_operator(restart_env, log_path, tuple(args.operator_arg))
         settle = wait_log_count(log_path, "Resuming is processed", args.queues + 1, args.timeout)
+        restart_cpu = cpu_seconds(operator.pid)  # the restarted process's, start-up included
         time.sleep(2.0)
         restart_calls = delta(before_api, apiserver_requests(plane))
         restart_writes = writes(restart_calls)
@@ -421,6 +422,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "restart_broker_requests": restart_broker,
             "restart_broker_writes": restart_broker_writes,
             "operator_peak_rss_mb_after_restart": round(restart_rss, 1),
+            "restart_operator_cpu_seconds": round(restart_cpu, 1),
             "load_average_before": load_before,
             "load_average_after_create": load_created,
             "load_average_after_restart": load_restarted,
