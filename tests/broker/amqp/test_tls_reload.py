@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
 import time
 from pathlib import Path
 
@@ -20,8 +19,10 @@ import pika
 import pytest
 from cryptography import x509
 from hutch_broker.server import tlsreload
-from hutch_testing import certs, probes
+from hutch_testing import certs
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
+from hutch_testing.tlsloop import ConnectLoop, served_serial
+from hutch_testing.tlsloop import serial_of_leaf as leaf_serial
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -64,68 +65,14 @@ class SecretVolume:
         self.write(leaf.cert_pem, leaf.key_pem, leaf.ca_pem)
 
 
-def serial_of(der: bytes | None) -> int:
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
-
-
-def leaf_serial(leaf: certs.Leaf) -> int:
-    return x509.load_pem_x509_certificate(leaf.cert_pem).serial_number
-
-
-def amqps_serial(host: str, port: int, context: ssl.SSLContext) -> int:
-    """One new connection: handshake, AMQP header, Connection.Start's first byte; the serial."""
-    with (
-        socket.create_connection((host, port), timeout=5.0) as raw,
-        context.wrap_socket(raw, server_hostname="localhost") as sock,
-    ):
-        sock.sendall(probes.AMQP_PROTOCOL_HEADER)
-        assert sock.recv(1) == b"\x01"
-        return serial_of(sock.getpeercert(binary_form=True))
-
-
 def https_serial(host: str, port: int, context: ssl.SSLContext) -> int:
     with (
         socket.create_connection((host, port), timeout=5.0) as raw,
         context.wrap_socket(raw, server_hostname="localhost") as sock,
     ):
-        return serial_of(sock.getpeercert(binary_form=True))
-
-
-class ConnectLoop:
-    """Connects without pause in a thread; counts the serials seen and every failure."""
-
-    def __init__(self, host: str, port: int, context: ssl.SSLContext) -> None:
-        self.host, self.port, self.context = host, port, context
-        self.serials: list[tuple[float, int]] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                serial = amqps_serial(self.host, self.port, self.context)
-            except (OSError, AssertionError) as exc:
-                self.failures.append(repr(exc))
-                continue
-            self.serials.append((time.monotonic(), serial))
-
-    def __enter__(self) -> ConnectLoop:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def wait_for(self, serial: int, timeout: float) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < timeout:
-            if any(seen == serial for moment, seen in self.serials if moment >= start):
-                return time.monotonic() - start
-            time.sleep(0.05)
-        raise AssertionError(f"serial {serial} not served within {timeout:.0f} s")
+        der = sock.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
 
 
 def log_lines(broker: TLSHutchBroker, text: str) -> list[str]:
@@ -162,11 +109,9 @@ def test_a_renewed_certificate_serves_new_connections_with_no_failed_connect(
             time.sleep(1.0)  # and keeps serving it
         assert delay <= SEEN_WITHIN_S
         assert loop.failures == []
-        assert {serial for _, serial in loop.serials} == {leaf_serial(old), leaf_serial(new)}
+        # Old until the swap, new from then on: never back to the old one.
+        assert loop.distinct_in_order() == [leaf_serial(old), leaf_serial(new)]
         assert len(loop.serials) > 20  # the loop really ran through the renewal
-        # Served from the swap on: no new connection got the old certificate after the new one.
-        first_new = next(i for i, (_, s) in enumerate(loop.serials) if s == leaf_serial(new))
-        assert all(s == leaf_serial(new) for _, s in loop.serials[first_new:])
         # The connection made before the renewal still works.
         channel.basic_publish("", "renewal.q", b"still here")
         assert channel.basic_get("renewal.q", auto_ack=True)[2] == b"still here"
@@ -191,14 +136,16 @@ def test_a_pair_that_does_not_serve_keeps_the_old_certificate_and_says_why_once(
             volume.write(new.cert_pem, other_key, new.ca_pem)  # the key is not the cert's
             time.sleep(3 * tlsreload.CHECK_INTERVAL_S + 1)
         assert loop.failures == []
-        assert {serial for _, serial in loop.serials} == {leaf_serial(old)}
+        assert loop.distinct_in_order() == [leaf_serial(old)]
         errors = log_lines(broker, "certificate not reloaded")
         assert len(errors) == 2, errors  # one per listener, not one per check
         assert all("is not the key of" in line and "ERROR" in line for line in errors)
         # Half-written: a certificate cut short. Still the old one, one more line each.
         volume.write(new.cert_pem[: len(new.cert_pem) // 2], new.key_pem, new.ca_pem)
         time.sleep(2 * tlsreload.CHECK_INTERVAL_S + 1)
-        assert amqps_serial(broker.host, broker.amqps_port, context) == leaf_serial(old)
+        assert served_serial(broker.host, broker.amqps_port, context, "localhost") == leaf_serial(
+            old
+        )
         assert len(log_lines(broker, "certificate not reloaded")) == 4
         # The next good pair is loaded.
         with ConnectLoop(broker.host, broker.amqps_port, context) as loop:
