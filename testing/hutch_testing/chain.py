@@ -33,6 +33,7 @@ from hutch_testing import (
     pods,
     releases,
 )
+from hutch_testing.plane import provisioner
 
 EXAMPLES = clusters.REPO_ROOT / "examples"
 CRDS = clusters.REPO_ROOT / "crds"
@@ -109,8 +110,12 @@ class Chain:
         local node its provisioner's, ``hutch-local``); ``volumes`` instead pre-makes a local
         PV of each size in ``hutch-test`` and makes that the default (``localnode``)."""
         self.cluster.create_namespace(self.namespace)
-        if self.cluster.plane is not None and volumes is not None:
+        if self.cluster.plane is None:
+            return
+        if volumes is not None:
             localnode.provide_volumes(self.cluster, volumes)
+        else:
+            localnode.make_default(self.cluster, provisioner.STORAGE_CLASS)
 
     def start_operator(self, *, all_namespaces: bool = False) -> None:
         """``helm install`` of the chart into the namespace; waits for the operator Pod.

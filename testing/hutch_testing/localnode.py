@@ -21,11 +21,22 @@ def provide_volumes(cluster: clusters.Cluster, sizes: list[str]) -> list[str]:
     PV per size; their names."""
     if cluster.plane is None:
         raise clusters.ClusterError("local PVs exist only on the local plane's node tier")
-    annotation = clusters.DEFAULT_CLASS_ANNOTATION
-    for name, default in ((provisioner.STORAGE_CLASS, "false"), (clusters.STORAGE_CLASS, "true")):
-        patch = json.dumps({"metadata": {"annotations": {annotation: default}}})
-        cluster.kubectl("patch", "storageclass", name, "--type=merge", "-p", patch)
+    make_default(cluster, clusters.STORAGE_CLASS)
     names: list[str] = []
     for size in sizes:
         names += cluster.plane.make_local_pvs(1, size=size)
     return names
+
+
+def make_default(cluster: clusters.Cluster, name: str) -> None:
+    """``name`` becomes the node's only default class: ``hutch-local`` (the provisioner's, as
+    the node starts) or ``hutch-test`` (pre-made PVs). The plane outlives a test, so a chain
+    after one that pre-made its PVs sets the provisioner's class back."""
+    other = (
+        clusters.STORAGE_CLASS if name == provisioner.STORAGE_CLASS else provisioner.STORAGE_CLASS
+    )
+    for each, default in ((other, "false"), (name, "true")):
+        patch = json.dumps(
+            {"metadata": {"annotations": {clusters.DEFAULT_CLASS_ANNOTATION: default}}}
+        )
+        cluster.kubectl("patch", "storageclass", each, "--type=merge", "-p", patch)
