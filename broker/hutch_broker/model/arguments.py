@@ -250,3 +250,33 @@ def check_queue_equivalence(
 def check_flag(arg: str, kind: str, name: str, vhost: str, received: bool, current: bool) -> None:
     if received != current:
         raise inequivalent(arg, kind, name, vhost, received, current, "amqp")
+
+
+def check_replicated_properties(
+    type_module: str,
+    queue: str,
+    vhost: str,
+    *,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+    generated: bool,
+) -> None:
+    """A quorum queue or a stream is durable, shared and named by its client.
+
+    RabbitMQ refuses the other properties for both types with the same texts, in this order,
+    naming the type by its module (``quorum.TYPE_MODULE``, ``streamargs.TYPE_MODULE``).
+    """
+    if generated:
+        raise errors.precondition_failed(
+            f"Cannot declare a server-named queue for type {type_module}"
+        )
+    for refused, name in (
+        (auto_delete, "auto-delete"),
+        (exclusive, "exclusive-owner"),
+        (not durable, "non-durable"),
+    ):
+        if refused:
+            raise errors.precondition_failed(
+                f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'"
+            )

@@ -94,25 +94,6 @@ def check_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
         raise _invalid("x-dead-letter-strategy", queue, vhost, "invalid_dlx_strategy")
 
 
-def check_properties(
-    queue: str, vhost: str, *, durable: bool, exclusive: bool, auto_delete: bool, generated: bool
-) -> None:
-    """A quorum queue is durable, shared and named by its client (RabbitMQ's order)."""
-    if generated:
-        raise errors.precondition_failed(
-            f"Cannot declare a server-named queue for type {TYPE_MODULE}"
-        )
-    for refused, name in (
-        (auto_delete, "auto-delete"),
-        (exclusive, "exclusive-owner"),
-        (not durable, "non-durable"),
-    ):
-        if refused:
-            raise errors.precondition_failed(
-                f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'"
-            )
-
-
 def settings(queue_settings: settings_mod.QueueSettings) -> settings_mod.QueueSettings:
     """``reject-publish-dlx`` is a classic-queue mode: a quorum queue drops the head instead;
     without a delivery limit, 4.x's default of 20 applies."""

@@ -117,25 +117,6 @@ def check_arguments(
             raise _invalid("x-max-age", queue, vhost, "invalid_max_age")
 
 
-def check_properties(
-    queue: str, vhost: str, *, durable: bool, exclusive: bool, auto_delete: bool, generated: bool
-) -> None:
-    """A stream is durable, shared and named by its client (RabbitMQ's order and texts)."""
-    if generated:
-        raise errors.precondition_failed(
-            f"Cannot declare a server-named queue for type {TYPE_MODULE}"
-        )
-    for refused, name in (
-        (auto_delete, "auto-delete"),
-        (exclusive, "exclusive-owner"),
-        (not durable, "non-durable"),
-    ):
-        if refused:
-            raise errors.precondition_failed(
-                f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'"
-            )
-
-
 def check_consume(
     queue: str, vhost: str, *, prefetch: int, no_ack: bool, arguments: dict[str, Any]
 ) -> OffsetSpec:

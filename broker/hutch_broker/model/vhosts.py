@@ -267,18 +267,10 @@ class VirtualHost:
         if name.startswith("amq.") and not generated:
             raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args_mod.validate_queue_arguments(name, self.name, arguments)
-        if quorum.is_quorum(arguments):
-            quorum.check_properties(
-                name,
-                self.name,
-                durable=durable,
-                exclusive=exclusive_owner is not None,
-                auto_delete=auto_delete,
-                generated=generated,
-            )
         stream = streamargs.is_stream(arguments)
-        if stream:
-            streamargs.check_properties(
+        if stream or quorum.is_quorum(arguments):
+            args_mod.check_replicated_properties(
+                streamargs.TYPE_MODULE if stream else quorum.TYPE_MODULE,
                 name,
                 self.name,
                 durable=durable,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hutch_broker.model import policies, quorum, settings
+from hutch_broker.model import arguments, policies, quorum, settings
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors, properties
@@ -27,9 +27,17 @@ QUORUM = {"x-queue-type": "quorum"}
 )
 def test_properties_are_refused_in_rabbitmqs_order(flags: dict[str, bool], refused: str) -> None:
     with pytest.raises(errors.AMQPError, match=f"invalid property '{refused}' for queue 'q'"):
-        quorum.check_properties("q", "/", generated=False, **flags)
-    quorum.check_properties(
-        "q", "/", durable=True, exclusive=False, auto_delete=False, generated=False
+        arguments.check_replicated_properties(
+            quorum.TYPE_MODULE, "q", "/", generated=False, **flags
+        )
+    arguments.check_replicated_properties(
+        quorum.TYPE_MODULE,
+        "q",
+        "/",
+        durable=True,
+        exclusive=False,
+        auto_delete=False,
+        generated=False,
     )
 
 
