@@ -124,6 +124,8 @@ class Report:
             status["highWatermarkBytes"] = node["mem_limit"]
         if actual.status() != plan.status():
             status["pending"] = plan.status()
+        elif "pending" in (self.original.get("memory") or {}):
+            status["pending"] = None  # a merge patch keeps a nested key unless told to drop it
         self.status["memory"] = status
 
     async def _pods(

@@ -346,3 +346,21 @@ def test_the_status_pass_reads_no_pod_once_the_statefulset_is_settled(
     r, pods, events = run_pass(monkeypatch, fake, {})
     assert (pods, fake.deletes, events) == ([], [], [])
     assert r.status["memory"] == spec_plan().status()
+
+
+def test_pending_is_dropped_from_the_stored_status_once_the_pod_runs_the_spec() -> None:
+    """Status is written as a merge patch: a nested key that is merely absent would stay."""
+    stored = {"memory": {**spec_plan().status(), "pending": spec_plan().status()}}
+    body = SimpleNamespace(status=stored, metadata={"generation": 2})
+    r = brokerstatus.Report(body)  # type: ignore[arg-type]
+    r._memory(spec_plan(), podstate.container_resources(ready_pod()), {})
+    patch = SimpleNamespace(status={})
+    r.flush(patch)  # type: ignore[arg-type]
+    assert patch.status["memory"] == {**spec_plan().status(), "pending": None}
+    # once stored without it, a pass writes nothing
+    settled = SimpleNamespace(status={"memory": spec_plan().status()}, metadata={"generation": 2})
+    again = brokerstatus.Report(settled)  # type: ignore[arg-type]
+    again._memory(spec_plan(), podstate.container_resources(ready_pod()), {})
+    quiet = SimpleNamespace(status={})
+    again.flush(quiet)  # type: ignore[arg-type]
+    assert "memory" not in quiet.status
