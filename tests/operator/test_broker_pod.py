@@ -307,6 +307,11 @@ class Drainer:
         self.received: list[float] = []
         for queue in queues:
             channel.basic_consume(queue, self._on_message)
+            # BlockingConnection runs consumer callbacks only here: without it the deliveries
+            # that arrive during the other eleven consumes wait in pika's buffer, and a fresh
+            # CI run saw its first callback 12 ms after an unblock (the memory had fallen by
+            # then) although the deliveries had arrived while the publisher was blocked.
+            self.connection.process_data_events(0)
 
     def _on_message(self, channel: Any, method: Any, _props: Any, _body: bytes) -> None:
         self.received.append(time.monotonic())
