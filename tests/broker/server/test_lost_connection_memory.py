@@ -18,28 +18,15 @@ import time
 import weakref
 from collections.abc import Callable
 
-import pytest
-from hutch_broker.config import BrokerConfig
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model.broker import Broker
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.app import BrokerServer
-from hutch_testing import inmemory, ports
+from hutch_testing import inmemory
 from pamqp import body, commands, frame, header
 
 OPTIONS = {"server_properties": {"product": "Hutch"}, "heartbeat": 0, "channel_max": 16}
 WAIT_S = 20.0  # for any one condition: ticks come once a second, later on a loaded machine
-
-
-@pytest.fixture
-async def server(tmp_path):
-    amqp_port, http_port = ports.free_ports(2)
-    config = BrokerConfig(amqp_port=amqp_port, http_port=http_port, data_dir=tmp_path / "data")
-    broker_server = BrokerServer(config)
-    await broker_server.start()
-    yield broker_server
-    with contextlib.suppress(Exception):
-        await broker_server.stop()
 
 
 def count_ticks(server: BrokerServer) -> list[int]:

@@ -20,11 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pika
-import pytest
-from hutch_broker.config import BrokerConfig
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.store import MessageStore, syncing
-from hutch_testing import ports
 
 FIELDS: dict[str, Any] = {
     "enqueued_at_ms": 1,
@@ -33,17 +30,6 @@ FIELDS: dict[str, Any] = {
     "routing_key": "k",
     "raw_properties": b"",
 }
-
-
-@pytest.fixture
-async def server(tmp_path):
-    amqp_port, http_port = ports.free_ports(2)
-    config = BrokerConfig(amqp_port=amqp_port, http_port=http_port, data_dir=tmp_path / "data")
-    broker_server = BrokerServer(config)
-    await broker_server.start()
-    yield broker_server
-    with contextlib.suppress(Exception):
-        await broker_server.stop()
 
 
 class HeldSync:

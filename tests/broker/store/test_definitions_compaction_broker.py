@@ -21,25 +21,13 @@ import time
 
 import pika
 import pytest
-from hutch_broker.config import BrokerConfig
-from hutch_broker.server.app import BrokerServer
 from hutch_broker.store import definitions, load_definitions
-from hutch_testing import noisy, ports
+from hutch_testing import noisy
 from hutch_testing.clients import connect
 from hutch_testing.management import Management
 
 COUNT = 5000
 LOOSE = noisy.CanaryBound(max_ms=250.0, p99_ms=250.0)
-
-
-@pytest.fixture
-async def server(tmp_path):
-    amqp_port, http_port = ports.free_ports(2)
-    config = BrokerConfig(amqp_port=amqp_port, http_port=http_port, data_dir=tmp_path / "data")
-    broker_server = BrokerServer(config)
-    await broker_server.start()
-    yield broker_server
-    await broker_server.stop()
 
 
 def document(count: int) -> dict:

@@ -13,12 +13,10 @@ import signal
 import aio_pika
 import aiohttp
 import pika
-import pytest
 from aiohttp import web
-from hutch_broker.config import BrokerConfig
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.store import DefinitionsStore, definitions, journal, load_definitions
-from hutch_testing import ports, probes
+from hutch_testing import probes
 from hutch_testing.clients import connect, drain
 from hutch_testing.management import Management, quote
 
@@ -215,16 +213,6 @@ def test_a_declare_appends_the_same_bytes_however_many_queues_exist(hutch_broker
         before.st_size,
         before.st_mtime_ns,
     )
-
-
-@pytest.fixture
-async def server(tmp_path):
-    amqp_port, http_port = ports.free_ports(2)
-    config = BrokerConfig(amqp_port=amqp_port, http_port=http_port, data_dir=tmp_path / "data")
-    broker_server = BrokerServer(config)
-    await broker_server.start()
-    yield broker_server
-    await broker_server.stop()
 
 
 async def request(server: BrokerServer, method: str, path: str, body=None) -> int:
