@@ -22,7 +22,7 @@ test: bootstrap rabbitmq k8s-bins check
 
 check: bootstrap
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check broker operator spark cli testing tests e2e bench
+	$(VENV)/bin/ruff format --check broker operator spark cli localkube testing tests e2e bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -35,16 +35,16 @@ rabbitmq:
 ## Control-plane binaries and the Spark Operator controller (Go module proxy), and the node tier's Debian packages (docs/real-node.md).
 k8s-bins:
 	@bash scripts/install-node-deps.sh
-	@bash tests/k8s/build-binaries.sh
-	@bash tests/k8s/build-spark-operator.sh >/dev/null
+	@bash localkube/gobuild/build-binaries.sh
+	@bash localkube/gobuild/build-spark-operator.sh >/dev/null
 
 ## The node tier's images (pause, hutch-broker, hutch-operator) from docker/*.Dockerfile, without Docker; cached.
 images: bootstrap k8s-bins
-	$(PY) -m hutch_testing.plane.images build pause broker operator
+	$(PY) -m hutch_localkube.images build pause broker operator
 
 ## A local control plane for manual work (Ctrl-C stops it).
 plane: bootstrap k8s-bins
-	$(PY) -m hutch_testing.plane up --tier workloads
+	$(PY) -m hutch_localkube up --tier workloads
 
 ## The chain under pytest on the local real node; E2E_KUBECONFIG=path runs it on kind or any cluster.
 e2e: bootstrap k8s-bins

@@ -3,7 +3,7 @@
 Why a script and not a test: it measures (seconds to all Ready, CRs/s, Kubernetes and broker
 calls per CR, operator peak RSS, restart settle time, what a drift-sweep pass costs when nothing
 changed) rather than asserting, and takes minutes. Everything is local: the apiserver tier of
-hutch_testing.plane, one hutch-broker on loopback, and the operator as a child process
+hutch_localkube, one hutch-broker on loopback, and the operator as a child process
 (``python -m hutch_operator``) so its RSS and restart are real.
 
     python bench/operator_bench.py [--queues 1000] [--workers 16] [--json out.json]
@@ -44,11 +44,11 @@ from typing import Any
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "testing"))
+sys.path[:0] = [str(REPO / "testing"), str(REPO / "localkube")]
 
+from hutch_localkube import planes  # noqa: E402
 from hutch_testing import admission  # noqa: E402
 from hutch_testing.brokers import HutchBroker  # noqa: E402
-from hutch_testing.plane import planes  # noqa: E402
 
 
 def free_port() -> int:

@@ -37,12 +37,12 @@ from spark_phases import add_arguments, report_lines, summary
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 try:
+    from hutch_localkube import planes
     from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
-    from hutch_testing.plane import planes
-except ImportError:  # a plain checkout: the testing package is not installed
-    sys.path.insert(0, str(REPO / "testing"))
+except ImportError:  # a plain checkout: the testing and localkube packages are not installed
+    sys.path[:0] = [str(REPO / "testing"), str(REPO / "localkube")]
+    from hutch_localkube import planes
     from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
-    from hutch_testing.plane import planes
 
 NAMESPACE = "spark-bench"
 JOB_FILES = ("spark_node_job.py", "spark_phases.py", "rounds.py")

@@ -5,9 +5,10 @@
 # it as a named build context. From the repository root:
 #   docker build -f spark/jobs/Dockerfile -t localhost/hutch/hutch-spark:0.1.0 .
 #   docker build -f docker/spark-operator.Dockerfile \
-#     --build-context spark-operator-bin="$(bash tests/k8s/build-spark-operator.sh | tail -1)/bin" \
+#     --build-context \
+#       spark-operator-bin="$(bash localkube/gobuild/build-spark-operator.sh | tail -1)/bin" \
 #     -t localhost/hutch/hutch-spark-operator:0.1.0 .
-# The node tier builds the same file without Docker (hutch_testing.plane.images, docs/real-node.md).
+# The node tier builds the same file without Docker (hutch_localkube.images, docs/real-node.md).
 # Upstream's image differs in its base (docker.io/library/spark) and its entrypoint.sh, which
 # fakes a passwd entry for a random uid: ours has user spark (185) and runs the binary under
 # tini directly, as upstream's entrypoint ends up doing.

@@ -6,7 +6,7 @@ StatefulSet's Pod), the examples' topology, then per-test objects. One plane, on
 release and two Brokers serve the whole run (``hutch`` from the examples, ``hutch-small`` for
 the watermark test), so the suite pays the start-up once.
 
-Where: the local plane's ``node`` tier by default (hutch_testing.plane: a real kubelet and
+Where: the local plane's ``node`` tier by default (hutch_localkube: a real kubelet and
 containerd; docs/real-node.md); ``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any
 cluster instead (kind, with the images loaded by ``kind load docker-image``). Either way the
 brokers are reached through ``kubectl port-forward`` on loopback. Under
@@ -28,7 +28,7 @@ import pytest
 from hutch_testing import chain, clusters, summaries
 
 # Also hutch-testing's pytest11 entry point, under this same name: pytest registers it once.
-pytest_plugins = ["hutch_testing.plane.pytest_plugin"]
+pytest_plugins = ["hutch_testing.localkube_plugin"]
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Create (or refresh) the project virtualenv in .venv and install Hutch with its dev, operator
-# and spark extras (pyspark is large: about 850 MB installed), then hutch-testing (the test and
-# quickstart tooling, testing/pyproject.toml). Idempotent: a stamp keyed by both pyproject
-# files' hash makes a second run instant.  Used by `make run`, `make test` and CI.
+# and spark extras (pyspark is large: about 850 MB installed), then hutch-localkube (the local
+# Kubernetes, localkube/pyproject.toml) and hutch-testing (the test and quickstart tooling,
+# testing/pyproject.toml). Idempotent: a stamp keyed by the three pyproject files' hash makes a
+# second run instant.  Used by `make run`, `make test` and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.hutch-stamp"
-want="$(cat pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
+want="$(cat pyproject.toml localkube/pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi
@@ -16,7 +17,9 @@ echo "==> bootstrap: creating $VENV and installing Hutch (dev, operator, spark e
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
 "$VENV/bin/pip" install --quiet -e '.[dev,operator,spark]'
-# The test and quickstart tooling: its own distribution, so it stays out of the wheel and images.
+# The local Kubernetes, then the test and quickstart tooling: distributions of their own, so they
+# stay out of the wheel and images.
+"$VENV/bin/pip" install --quiet --no-deps -e localkube
 "$VENV/bin/pip" install --quiet --no-deps -e testing
 echo "$want" > "$STAMP"
 echo "==> bootstrap: done ($("$VENV/bin/python" --version))"

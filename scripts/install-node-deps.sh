@@ -9,7 +9,7 @@
 # (dpkg already has every package). Without root it only checks: the node tier needs root to run
 # at all, so for a developer's `make test` missing packages are a warning (the node tests skip,
 # naming this script), and an error only under HUTCH_K8S_REQUIRED=1 (CI), as in the plane itself. Only Debian's own apt is used: nothing from image registries.
-# Nothing is started or enabled: the plane (hutch_testing.plane) starts containerd itself, as one
+# Nothing is started or enabled: the plane (hutch_localkube) starts containerd itself, as one
 # of its processes.
 set -euo pipefail
 

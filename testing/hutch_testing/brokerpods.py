@@ -7,7 +7,7 @@ namespace, which ignores a SIGKILL sent from inside), and the kubelet's record o
 (``restartCount``, ``lastState``). Clients reach the broker through its Service's ClusterIP,
 which routes from the host through kube-proxy and so follows the Pod when it is replaced.
 
-``plane`` is the node tier's ``Plane`` (hutch_testing.plane.planes): ``api``, ``node_layout``.
+``plane`` is the node tier's ``Plane`` (hutch_localkube.planes): ``api``, ``node_layout``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pika
 from hutch_testing import probes, waiting
 
 if TYPE_CHECKING:  # typing only: the plane package is heavy to import
-    from hutch_testing.plane.planes import Plane
+    from hutch_localkube.planes import Plane
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 ADDRESSES = "HUTCH_BROKER_ADDRESSES"

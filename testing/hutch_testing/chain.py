@@ -9,7 +9,7 @@ host, newest first.
 Everything runs as on a user's cluster: the operator is ``helm install`` of
 charts/hutch-operator (``releases``), each Broker's broker is the Pod of the StatefulSet the
 operator made, and the operator reaches it through its Service name. The cluster is the local
-plane's ``node`` tier (a real kubelet and containerd, hutch_testing.plane.realnode) or any
+plane's ``node`` tier (a real kubelet and containerd, hutch_localkube.realnode) or any
 kubeconfig (kind). Publishers, consumers and the Spark job on this host reach a broker through
 ``kubectl port-forward svc/<broker>`` on loopback ports, the same way on both (why not a
 NodePort: docs/real-node.md, "Outside access").
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
 
+from hutch_localkube import provisioner
+
 from hutch_testing import (
     clienttls,
     clusters,
@@ -33,7 +35,6 @@ from hutch_testing import (
     pods,
     releases,
 )
-from hutch_testing.plane import provisioner
 
 EXAMPLES = clusters.REPO_ROOT / "examples"
 CRDS = clusters.REPO_ROOT / "crds"

@@ -1,7 +1,7 @@
 """The Kubernetes side of the chain: the local control plane or any kubeconfig, and CR helpers.
 
 Why: the quickstart and the e2e suite drive the same chain against either the local plane
-(hutch_testing.plane: real upstream binaries, kwok Nodes, fake Pod IPs) or an external cluster such
+(hutch_localkube: real upstream binaries, kwok Nodes, fake Pod IPs) or an external cluster such
 as kind, where brokers are real Pods. Both are a ``Cluster`` here: a kubeconfig, kubectl and a raw
 GET, plus ``local`` telling the chain whether brokers must run as local processes
 (docs/contracts/local-kubernetes.md#fake-addresses). A pytest run and the quickstart share the
@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from hutch_localkube import binaries
+
 from hutch_testing import progress
-from hutch_testing.plane import binaries
 
 if TYPE_CHECKING:  # typing only: the plane package is heavy to import
-    from hutch_testing.plane.planes import Plane
+    from hutch_localkube.planes import Plane
 
 T = TypeVar("T")
 
@@ -109,7 +110,7 @@ def _next_line(lines: queue.Queue[str | None]) -> str | None:
 
 @dataclass
 class Cluster:
-    """A kubeconfig the chain drives; ``local`` = hutch_testing.plane's (fake Pod addresses)."""
+    """A kubeconfig the chain drives; ``local`` = hutch_localkube's (fake Pod addresses)."""
 
     kubeconfig: Path
     kubectl_path: Path

@@ -1,7 +1,7 @@
 """The node's images for the quickstart, built ahead of the plane so the wait has a bar.
 
 Why: on a fresh machine the node tier first debootstraps a base rootfs and then executes
-``docker/*.Dockerfile`` (hutch_testing.plane.images): about two minutes in which the plane's start
+``docker/*.Dockerfile`` (hutch_localkube.images): about two minutes in which the plane's start
 would print nothing. Built here first, in the same order and into the same cache the plane
 uses, each phase advances a bar by its measured cold time; when everything is cached the
 phases take under a second and the plane only imports the images.
@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hutch_localkube import images
+
 from hutch_testing import clusters, progress
-from hutch_testing.plane import images
 
 # Measured cold seconds per phase on 2 cores (docs/real-node.md): the bar's weights.
 PHASES: dict[str, float] = {
@@ -29,7 +30,7 @@ PHASES: dict[str, float] = {
 
 
 class ImageBuilds(Protocol):
-    """The builds a Builder runs: hutch_testing.plane.images (a module) or a test's stand-in."""
+    """The builds a Builder runs: hutch_localkube.images (a module) or a test's stand-in."""
 
     def base_rootfs(self) -> object: ...
 
@@ -42,7 +43,7 @@ class ImageBuilds(Protocol):
 class Builder:
     """Runs the phases in a thread; the caller polls ``fraction()`` and ``label()``."""
 
-    images: ImageBuilds  # hutch_testing.plane.images, or a stand-in that records the calls
+    images: ImageBuilds  # hutch_localkube.images, or a stand-in that records the calls
     done: list[str] = field(default_factory=list)
     current: str | None = None
     since: float = 0.0

@@ -1,7 +1,7 @@
 """Pre-made volumes on the local plane's real node, for tests that pin their PVs.
 
 Why: the node tier's default class ``hutch-local`` is served by its provisioner
-(``hutch_testing.plane.provisioner``), so a Broker that names no class gets a volume as on any
+(``hutch_localkube.provisioner``), so a Broker that names no class gets a volume as on any
 cluster, and ``make run`` relies on that. Some node tests instead want to know the PV before the
 Broker exists (its directory, to read the broker's files from the host): for them, as a
 cluster admin would, ``hutch-test`` becomes the only default class and one ``local`` PV per
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 
+from hutch_localkube import provisioner
+
 from hutch_testing import clusters
-from hutch_testing.plane import provisioner
 
 
 def provide_volumes(cluster: clusters.Cluster, sizes: list[str]) -> list[str]:

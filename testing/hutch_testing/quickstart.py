@@ -49,6 +49,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from hutch_localkube import binaries, planes
+
 from hutch_testing import (
     certs,
     chain,
@@ -65,7 +67,6 @@ from hutch_testing import (
     sparkpods,
     summaries,
 )
-from hutch_testing.plane import binaries, planes
 
 EVENTS_EXCHANGE = "orders"  # examples/topology.yaml: topic exchange, "eu.#" -> orders-eu
 EVENTS_QUEUE = sparkpods.JOB_QUEUE  # orders-eu: what examples/spark-user.yaml lets the job read

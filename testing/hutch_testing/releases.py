@@ -2,7 +2,7 @@
 
 Why: the chart's Deployment, ServiceAccount, RBAC and metrics Service are what a user gets, so
 the chain installs exactly that chart, with the images built on this machine from
-``docker/*.Dockerfile`` (hutch_testing.plane.images; with Docker: ``docker build`` + ``kind load``).
+``docker/*.Dockerfile`` (hutch_localkube.images; with Docker: ``docker build`` + ``kind load``).
 The operator then runs in its own container under the chart's restricted security context and
 reaches each broker the way it does in production, through ``<broker>.<ns>.svc``.
 
@@ -27,7 +27,7 @@ from typing import Any
 from hutch_testing import clusters, pods
 
 CHART = clusters.REPO_ROOT / "charts" / "hutch-operator"
-IMAGE_REPOSITORY = "localhost/hutch"  # hutch_testing.plane.images names its images so
+IMAGE_REPOSITORY = "localhost/hutch"  # hutch_localkube.images names its images so
 IMAGE_TAG = "0.1.0"
 OPERATOR_IMAGE = f"{IMAGE_REPOSITORY}/hutch-operator:{IMAGE_TAG}"
 BROKER_IMAGE = f"{IMAGE_REPOSITORY}/hutch-broker:{IMAGE_TAG}"

@@ -1,9 +1,9 @@
 """windowed_counts through the Kubeflow Spark Operator: its chart, ours, and the values both take.
 
 Why: charts/hutch-spark renders a SparkApplication, which only a Spark Operator turns into
-Pods. The node test (tests/k8s/test_spark_operator_node.py) installs the operator with its own
+Pods. The node test (tests/localkube/test_spark_operator_node.py) installs the operator with its own
 Helm chart (charts/spark-operator-chart of the released Go module, beside the controller that
-tests/k8s/build-spark-operator.sh builds) and our image, then ``helm install``s
+localkube/gobuild/build-spark-operator.sh builds) and our image, then ``helm install``s
 charts/hutch-spark with the values below. docs/spark.md shows these same values, and a test
 checks it does. Choices that matter, and why:
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
 
 if TYPE_CHECKING:  # typing only: the plane package is heavy to import
-    from hutch_testing.plane.planes import Plane
+    from hutch_localkube.planes import Plane
 
 OPERATOR_RELEASE = "spark-operator"
 OPERATOR_IMAGE = "localhost/hutch/hutch-spark-operator:0.1.0"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+from hutch_localkube import binaries
 from hutch_spark import classdata
 
 from hutch_testing import (
@@ -37,7 +38,6 @@ from hutch_testing import (
     submitclasses,
     waiting,
 )
-from hutch_testing.plane import binaries
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")  # the pyspark wheel's
 EXAMPLE_BROKER = clusters.REPO_ROOT / "examples" / "broker.yaml"

@@ -3,7 +3,7 @@
 Why: docs/spark.md promises a spark-submit command that runs the job as a driver Pod and
 executor Pods against an operator-managed Broker. This module is that command and the objects
 it needs (the driver's ServiceAccount and Role, the PVC, the Pod template), built by pure
-functions, so the node test (tests/k8s/test_spark_node.py) runs exactly what the docs show and
+functions, so the node test (tests/localkube/test_spark_node.py) runs exactly what the docs show and
 the docs can be checked against it. Choices that matter, and why:
 
 - credentials are the job's own User's (examples/spark-user.yaml: read on its queue, nothing

@@ -1,4 +1,4 @@
-"""The pinned helm binary (built into the k8s-bins cache by tests/k8s/build-binaries.sh)."""
+"""The pinned helm binary (built into the k8s-bins cache by localkube/gobuild/build-binaries.sh)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hutch_testing.plane import binaries
+from hutch_localkube import binaries
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"
@@ -25,7 +25,7 @@ def helm() -> Path:
             pytest.fail(f"helm is required here: {exc}")
         pytest.skip(f"helm missing: {exc}")
     if not path.is_file():
-        pytest.fail(f"{path} missing; run tests/k8s/build-binaries.sh")
+        pytest.fail(f"{path} missing; run localkube/gobuild/build-binaries.sh")
     return path
 
 

@@ -139,7 +139,7 @@ def operator(crds_applied: Any) -> Iterator[Any]:
 def node_operator(node: Any) -> Iterator[Any]:
     """The operator in-process against the node plane, creating Brokers with our built image.
 
-    The node tier's containerd holds only images built here (hutch_testing.plane.images), so the
+    The node tier's containerd holds only images built here (hutch_localkube.images), so the
     operator's default image is pointed at the local tag; ``brokerpods`` sets the broker
     addresses the operator dials, and they are cleared with it.
     """

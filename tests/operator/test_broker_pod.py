@@ -9,7 +9,7 @@ the host reads the container's cgroup and kills the broker from outside (``broke
 
 The memory-pressure test once failed in 3 of 10 runs, for two reasons outside the broker: the
 node's kube-proxy left conntrack-INVALID replies un-NATed, so the host reset the flood's
-connection through the ClusterIP (now ``conntrack.tcpBeLiberal``, hutch_testing.plane.realnode), and
+connection through the ClusterIP (now ``conntrack.tcpBeLiberal``, hutch_localkube.realnode), and
 pika's BlockingConnection hands ``connection.blocked`` to its callbacks only between publishes,
 never while ``basic_publish`` waits on a full socket (the flood listens on the I/O layer).
 """

@@ -17,14 +17,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hutch_testing.plane import binaries
+from hutch_localkube import binaries
 
 REPO = binaries.REPO_ROOT
-PLUGIN = "hutch_testing.plane.pytest_plugin"
+PLUGIN = "hutch_testing.localkube_plugin"
 PROBE = """
 def test_the_plane_plugin_is_registered_once(request):
     plugins = request.config.pluginmanager.get_plugins()
-    ours = [p for p in plugins if getattr(p, "__name__", "") == "hutch_testing.plane.pytest_plugin"]
+    ours = [p for p in plugins if getattr(p, "__name__", "") == "hutch_testing.localkube_plugin"]
     assert len(ours) == 1
     assert callable(ours[0].apiserver)
 """
@@ -41,13 +41,13 @@ def test_the_entry_point_is_named_as_the_module_the_conftests_list() -> None:
         assert f'"{PLUGIN}"' in (REPO / conftest).read_text(), conftest
 
 
-def test_bootstrap_reinstalls_when_the_testing_pyproject_changes() -> None:
-    (stamp_line,) = [
-        line
-        for line in (REPO / "scripts" / "bootstrap.sh").read_text().splitlines()
-        if line.startswith("want=")
-    ]
+def test_bootstrap_reinstalls_when_the_testing_or_localkube_pyproject_changes() -> None:
+    """The plugin imports hutch_localkube, its own distribution (localkube/pyproject.toml)."""
+    text = (REPO / "scripts" / "bootstrap.sh").read_text()
+    (stamp_line,) = [line for line in text.splitlines() if line.startswith("want=")]
     assert "testing/pyproject.toml" in stamp_line
+    assert "localkube/pyproject.toml" in stamp_line
+    assert "-e localkube" in text
 
 
 def run_probe(tmp_path: Path, entry_point_name: str, *, conftest: bool) -> str:

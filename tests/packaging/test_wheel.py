@@ -69,6 +69,7 @@ def test_no_image_copies_the_test_tooling() -> None:
         sources = {source.rstrip("/") for words in copies for source in words}
         assert "testing" not in sources, rel
         assert "tests" not in sources, rel
+        assert "localkube" not in sources, rel
 
 
 def test_the_broker_and_operator_images_build_hutchctl_into_their_wheel() -> None:

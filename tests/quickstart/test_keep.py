@@ -13,7 +13,7 @@ node), then what the issue's user did in it:
   ports, and the connect (with retries while the new Pod starts) publishes and gets a message.
 
 Ctrl-C then ends it, saying which directories it removes. The Pod-level checks of the
-provisioner are in tests/k8s/test_provisioner.py; ``keeping`` decides what to say.
+provisioner are in tests/localkube/test_provisioner.py; ``keeping`` decides what to say.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 import pika
 import pytest
+from hutch_localkube import provisioner
 from hutch_testing import chain, clusters, keeping, launchers
-from hutch_testing.plane import provisioner
 
 log = logging.getLogger("hutch.test_keep")
 NAMESPACE = "quickstart"

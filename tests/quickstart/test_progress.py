@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
+from hutch_localkube import binaries
 from hutch_testing import progress
-from hutch_testing.plane import binaries
 
 
 def _script_phases() -> list[str]:

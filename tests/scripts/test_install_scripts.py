@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hutch_testing.plane import binaries
+from hutch_localkube import binaries
 
 SCRIPTS = binaries.REPO_ROOT / "scripts"
 STUBS = {

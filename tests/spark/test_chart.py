@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
-from hutch_testing.plane import binaries
+from hutch_localkube import binaries
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-spark"
@@ -122,7 +122,7 @@ def test_spark_version_is_pinned_to_the_pyspark_wheel() -> None:
     pyspark = importlib.metadata.version("pyspark") if _has("pyspark") else "4.3.0"
     spec = render(*BASE)["SparkApplication"]["spec"]
     assert spec["sparkVersion"] == pyspark
-    # The default image is the one the node tier builds and runs (hutch_testing.plane.images); its
+    # The default image is the one the node tier builds and runs (hutch_localkube.images); its
     # Spark is the wheel's (the Dockerfile's pip install, below).
     assert spec["image"] == "localhost/hutch/hutch-spark:0.1.0"
     # The image installs pyspark from the hutch wheel's `spark` extra: pyproject's pin.

@@ -4,7 +4,7 @@ Why: the JVM uses an archive only when the classpath it was made with leads its 
 jar; a wrong order or a stale list does not fail, it silently costs every JVM its start-up
 time again. These pin the list, the check against the recorded jars, and the recording
 command; the image build records a real archive and checks that the JVM accepts it
-(``classdata.train``), and tests/k8s/test_spark_node.py checks that driver and executor JVMs
+(``classdata.train``), and tests/localkube/test_spark_node.py checks that driver and executor JVMs
 map it.
 """
 

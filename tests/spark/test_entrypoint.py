@@ -2,7 +2,7 @@
 
 Why: Spark on Kubernetes starts its driver and executor Pods with a role as the container's
 args and the rest in environment variables; a wrong flag or a missing variable shows only as a
-Pod that dies at start. These pin the translation; the node test (tests/k8s/test_spark_node.py)
+Pod that dies at start. These pin the translation; the node test (tests/localkube/test_spark_node.py)
 runs it for real.
 """
 

@@ -14,7 +14,7 @@ built first, and the new image is its layers plus one of what the Dockerfile cha
 ``COPY --from=NAME`` may take a named build context (``docker build --build-context NAME=DIR``),
 for things built outside Dockerfiles (the Spark Operator's Go binary, NAMED_CONTEXTS).
 
-CLI (``make images``): ``python -m hutch_testing.plane.images build
+CLI (``make images``): ``python -m hutch_localkube.images build
 [broker|operator|spark|spark-operator|pause]`` prints each layout dir; a cold Dockerfile build
 logs each step with its time (the Spark image's take minutes).
 """
@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hutch_testing.plane import binaries
+from hutch_localkube import binaries
 
 log = logging.getLogger("hutch.k8s.images")
 
 REPO_ROOT = binaries.REPO_ROOT  # the build context of every Dockerfile
-PAUSE_SOURCE = binaries.K8S_SCRIPTS / "pause" / "pause.go"
+PAUSE_SOURCE = binaries.GO_BUILD / "pause" / "pause.go"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 # python3-pip and python-is-python3 stand in for what python:3.11-slim has: pip and `python`.
@@ -73,7 +73,7 @@ IMAGES = {
         f"localhost/hutch/hutch-spark-operator:{IMAGE_TAG}",
     ),
 }
-SPARK_OPERATOR_SCRIPT = binaries.K8S_SCRIPTS / "build-spark-operator.sh"
+SPARK_OPERATOR_SCRIPT = binaries.GO_BUILD / "build-spark-operator.sh"
 PAUSE_NAME = "localhost/hutch/pause:3.10"
 
 
@@ -792,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
     """``build [broker|operator|spark|spark-operator|pause]...``: builds (or finds) and prints
     layouts."""
     parser = argparse.ArgumentParser(
-        prog="python -m hutch_testing.plane.images", description=__doc__.splitlines()[0]
+        prog="python -m hutch_localkube.images", description=__doc__.splitlines()[0]
     )
     parser.add_argument("command", choices=["build"])
     parser.add_argument("kinds", nargs="*", default=["pause", "broker"])

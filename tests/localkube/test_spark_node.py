@@ -6,7 +6,7 @@ image had never been built and docs/spark.md's spark-submit command had never ru
 failure cases (issue 13, "Failure and recovery, on pods") had run only as host processes
 (e2e/test_spark.py kills a local driver). Here the host's spark-submit (the pyspark wheel's)
 submits the job to the node tier's apiserver; the driver Pod and two executor Pods run the
-hutch-spark image (spark/jobs/Dockerfile, built by hutch_testing.plane.images) in containerd on
+hutch-spark image (spark/jobs/Dockerfile, built by hutch_localkube.images) in containerd on
 ``hutch-node``; the driver consumes the operator-managed Broker's queue through its Service's
 cluster DNS name as the job's own User of examples/spark-user.yaml (its Secret through
 ``secretKeyRef``; its Permission reads that queue and nothing else, so a Permission mistake

@@ -20,7 +20,7 @@ is on loopback and a list is a few milliseconds, and there is no watch to re-est
 
 The decisions (``to_provision``, ``volume_for``, ``to_delete``) are pure functions of the
 listings, tested without a cluster; ``main`` is the loop, run as
-``python -m hutch_testing.plane.provisioner --server URL --pki DIR --root DIR``.
+``python -m hutch_localkube.provisioner --server URL --pki DIR --root DIR``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hutch_testing.plane import realnode
+from hutch_localkube import realnode
 
 PROVISIONER = "hutch.dev/local-path"
 STORAGE_CLASS = "hutch-local"
@@ -288,7 +288,7 @@ class Provisioner:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hutch_testing.plane.provisioner")
+    parser = argparse.ArgumentParser(prog="python -m hutch_localkube.provisioner")
     parser.add_argument("--server", required=True, help="the apiserver URL")
     parser.add_argument("--pki", type=Path, required=True, help="ca.crt, provisioner.crt/.key")
     parser.add_argument("--root", type=Path, required=True, help="where volumes are made")

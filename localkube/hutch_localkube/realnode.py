@@ -68,8 +68,8 @@ CONTAINER_LOG_LINKS = Path("/var/log/containers")
 KUBELET_CHAINS = frozenset({"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"})
 KUBE_PROXY_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))  # its nftables mode's tables
 FORWARD_DROP = ("FORWARD", "-i", BRIDGE, "!", "-o", BRIDGE, "-j", "DROP")
-# Cluster DNS: CoreDNS (our wrapper build, tests/k8s/coredns/main.go) as a host process on the
-# bridge address, so Pods reach it directly and nothing listens on the machine's own :53.
+# Cluster DNS: CoreDNS (our wrapper build, localkube/gobuild/coredns/main.go) as a host process on
+# the bridge address, so Pods reach it directly and nothing listens on the machine's own :53.
 CLUSTER_DOMAIN = "cluster.local"
 DNS_IP = NODE_IP
 DNS_PORT = 53

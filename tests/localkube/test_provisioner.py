@@ -1,4 +1,4 @@
-"""The node tier's dynamic provisioner (hutch_testing.plane.provisioner; issue 31 item 6).
+"""The node tier's dynamic provisioner (hutch_localkube.provisioner; issue 31 item 6).
 
 Before it, a claim no script had pre-made a PV for stayed Pending ("didn't find available
 persistent volumes to bind"): any second Broker. The pure decisions are pinned first, without a
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hutch_localkube import provisioner
 from hutch_testing import clusters
-from hutch_testing.plane import provisioner
 
 ROOT = Path("/run-dir/volumes")
 CLASSES = {

@@ -3,14 +3,14 @@
 Why: Hutch depends on behaviour only a real kube-apiserver (CRD schemas, CEL, RBAC, watches) and
 kube-controller-manager (garbage collection, namespace deletion) provide, and our machines have
 no container engine. So, like controller-runtime's envtest, a ``Plane`` starts the upstream
-binaries built by ``tests/k8s/build-binaries.sh`` as local processes on loopback
+binaries built by ``localkube/gobuild/build-binaries.sh`` as local processes on loopback
 (contract: docs/contracts/local-kubernetes.md, operator notes: docs/control-plane.md).
 
 One ``Plane`` is one control plane of a tier (``apiserver``, ``workloads`` or ``node``) with its
 own run directory, PKI, kubeconfig and ports; every process it starts is stopped by its own PID.
 The ``node`` tier adds one real node (containerd + kubelet: ``realnode``, docs/real-node.md).
-``REGISTRY`` holds this process's planes, at most one per tier, for the pytest plugin
-(``pytest_plugin``), the CLI (``cli``), the quickstart and the benchmarks alike.
+``REGISTRY`` holds this process's planes, at most one per tier, for the CLI (``cli``), the
+pytest plugin (hutch_testing.localkube_plugin), the quickstart and the benchmarks alike.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from hutch_testing.plane import (
+from hutch_localkube import (
     binaries,
     images,
     imagestore,
@@ -612,7 +612,7 @@ class Plane:
         for path, obj in provisioner.rbac():
             self.create(path, obj)
         self.create("/apis/storage.k8s.io/v1/storageclasses", provisioner.storage_class())
-        args = ["-m", "hutch_testing.plane.provisioner", f"--server={self.server}",
+        args = ["-m", "hutch_localkube.provisioner", f"--server={self.server}",
                 f"--pki={self.pki}", f"--root={self.node_layout.volumes_dir}"]  # fmt: skip
         self._launch("provisioner", args, binary=Path(sys.executable))
         log_path = self.logs / "provisioner.log"

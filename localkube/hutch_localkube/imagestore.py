@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hutch_testing.plane import binaries, images
+from hutch_localkube import binaries, images
 
 log = logging.getLogger(__name__)
 

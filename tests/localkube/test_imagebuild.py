@@ -1,6 +1,6 @@
 """The quickstart's image phases (hutch_testing.imagebuild): what each run builds, and its bar.
 
-Pure: a stand-in for hutch_testing.plane.images records the calls, so no image is built here.
+Pure: a stand-in for hutch_localkube.images records the calls, so no image is built here.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""Where the plane's pinned binaries, kubectl and the repository's build scripts are found.
+"""Where the plane's pinned binaries, kubectl and the build scripts beside this package are found.
 
-Why: every face of the plane (pytest plugin, CLI, quickstart, benchmarks) must decide the same
-way whether the upstream binaries built by ``tests/k8s/build-binaries.sh`` are there, and say how
-to get them when they are not: skip locally, fail under ``HUTCH_K8S_REQUIRED=1`` (CI). The pins
-live in that shell script only; this module reads them.
+Why: every face of the plane (CLI, pytest plugin, quickstart, benchmarks) must decide the same
+way whether the upstream binaries built by ``localkube/gobuild/build-binaries.sh`` are there, and
+say how to get them when they are not: skip locally, fail under ``HUTCH_K8S_REQUIRED=1`` (CI). The
+pins live in that shell script only; this module reads them.
 
-``REPO_ROOT`` is the checkout this package sits in (testing/hutch_testing/plane/ -> three levels
-up). hutch-testing is only ever installed editable from a checkout (scripts/bootstrap.sh), so the
-shell scripts and Go sources under tests/k8s/ are found relative to this file; a copy installed
-elsewhere has no build script and ``pinned_versions`` fails naming the path it looked for.
+``REPO_ROOT`` is the checkout this package sits in (localkube/hutch_localkube/ -> two levels up).
+hutch-localkube is only ever installed editable from a checkout (scripts/bootstrap.sh), so the
+shell scripts and Go sources in localkube/gobuild/ are found relative to this file; a copy
+installed elsewhere has no build script and ``pinned_versions`` fails naming the path it looked
+for.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-K8S_SCRIPTS = REPO_ROOT / "tests" / "k8s"  # build-binaries.sh, build-spark-operator.sh, Go sources
-BUILD_SCRIPT = K8S_SCRIPTS / "build-binaries.sh"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# build-binaries.sh, build-spark-operator.sh and the Go sources of CoreDNS's wrapper and pause
+GO_BUILD = REPO_ROOT / "localkube" / "gobuild"
+BUILD_SCRIPT = GO_BUILD / "build-binaries.sh"
 BUILD_HINT = (
-    "run `bash tests/k8s/build-binaries.sh` (cold: ~10 min on 2 cores with CoreDNS; then cached)"
+    "run `bash localkube/gobuild/build-binaries.sh`"
+    " (cold: ~10 min on 2 cores with CoreDNS; then cached)"
 )
 
 TIERS = ("apiserver", "workloads", "node")
@@ -53,7 +56,8 @@ NODE_HOST_TOOLS = (
     "/usr/sbin/nft",
 )
 NODE_HINT = (
-    "run `bash scripts/install-node-deps.sh` (as root) and `bash tests/k8s/build-binaries.sh`"
+    "run `bash scripts/install-node-deps.sh` (as root)"
+    " and `bash localkube/gobuild/build-binaries.sh`"
 )
 KUBE_MINOR = "36"
 

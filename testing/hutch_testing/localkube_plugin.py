@@ -1,12 +1,14 @@
-"""The plane's pytest plugin: tier fixtures, the ``k8s`` marker, ordering, skips and the summary.
+"""The local plane's pytest plugin: tier fixtures, the ``k8s`` marker, ordering, skips, summary.
 
 Why: tests ask for a plane by fixture (``apiserver``, ``workloads``, ``node``, ``k8s_namespace``,
 ``make_pvs``, ``make_local_pvs``, ``spark_image``, ``spark_operator``) and this plugin does the
 rest: marks them ``k8s``, runs the tiers in order so two planes never outlive their need, skips
 with the build hint when the binaries are missing (fails under ``HUTCH_K8S_REQUIRED=1``), and
-reports start times. Registered for every pytest run of the venv by the ``pytest11`` entry point
-in testing/pyproject.toml; tests/conftest.py and e2e/conftest.py also name it in
-``pytest_plugins`` (the same name, so pytest registers it once) for venvs installed before it.
+reports start times. The plane itself is hutch_localkube (localkube/); this is the test suites'
+face of it, so it lives with the test tooling. Registered for every pytest run of the venv by
+the ``pytest11`` entry point in testing/pyproject.toml; tests/conftest.py and e2e/conftest.py
+also name it in ``pytest_plugins`` (the same name, so pytest registers it once) for venvs
+installed before it.
 
 PYTEST_DONT_REWRITE: pytest may import this module before it knows to rewrite it; nothing here
 relies on rewritten asserts.
@@ -21,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from hutch_testing.plane import binaries, images, planes
+from hutch_localkube import binaries, images, planes
 
 K8S_TEST_TIMEOUT = 180  # seconds; the first k8s test of a run also pays for the plane's start
 NODE_TEST_TIMEOUT = 600  # a cold node start also debootstraps and builds images (~2 min)
@@ -155,7 +156,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if count:
         required = " (HUTCH_K8S_REQUIRED=1: run failed)" if binaries.k8s_required() else ""
         terminalreporter.write_line(
-            f"K8S: {count} tests SKIPPED{required}; see tests/k8s/build-binaries.sh",
+            f"K8S: {count} tests SKIPPED{required}; see localkube/gobuild/build-binaries.sh",
             yellow=True,
             bold=True,
         )
@@ -221,7 +222,8 @@ def spark_image(node: planes.Plane) -> str:
 @dataclass(frozen=True)
 class SparkOperatorBuild:
     """The Kubeflow Spark Operator as the node runs it: our image of its controller (imported)
-    and its own Helm chart, from the released module (tests/k8s/build-spark-operator.sh)."""
+    and its own Helm chart, from the released module (localkube/gobuild/build-spark-operator.sh).
+    """
 
     image: str
     chart: Path

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing.plane import realnode
+from hutch_localkube import realnode
 
 pytestmark = pytest.mark.k8s
 log = logging.getLogger("hutch.k8s.dns")

@@ -1,4 +1,4 @@
-"""``python -m hutch_testing.plane up [--tier apiserver|workloads|node]`` / ``down``: a plane for
+"""``python -m hutch_localkube up [--tier apiserver|workloads|node]`` / ``down``: a plane for
 manual work (``make plane``), under .hutch-dev/ in the checkout, until Ctrl-C, SIGTERM or ``down``.
 
 Why: developers debug the operator against the same plane the tests use, with ``kubectl`` from
@@ -12,12 +12,12 @@ import logging
 import sys
 import time
 
-from hutch_testing.plane import binaries, planes, realnode, supervision
+from hutch_localkube import binaries, planes, realnode, supervision
 
 log = logging.getLogger("hutch.k8s")
 
 DEV_RUN_DIR = binaries.REPO_ROOT / ".hutch-dev"
-DOWN_COMMAND = "python -m hutch_testing.plane down"
+DOWN_COMMAND = "python -m hutch_localkube down"
 
 
 def cmd_up(tier: str) -> int:
@@ -65,7 +65,7 @@ def cmd_down() -> int:
 def main(argv: list[str] | None = None) -> int:
     """``up [--tier apiserver|workloads|node]`` or ``down``; the exit status of either."""
     parser = argparse.ArgumentParser(
-        prog="python -m hutch_testing.plane",
+        prog="python -m hutch_localkube",
         description="A local Kubernetes control plane for manual work (make plane), under "
         ".hutch-dev/; `up` runs until Ctrl-C, SIGTERM or `down`.",
     )

@@ -6,9 +6,9 @@
 # binaries are built from the Go module proxy (docs/contracts/local-kubernetes.md#toolset),
 # cached per version under ~/.cache/hutch/k8s-bins/<versions>/ and never committed.
 #
-# Usage: bash tests/k8s/build-binaries.sh      -> prints the bin-dir parent on stdout (last line)
+# Usage: bash localkube/gobuild/build-binaries.sh -> prints the bin-dir parent (last line of stdout)
 # A second run finds `.complete` and returns at once. Progress goes to stderr.
-# hutch_testing.plane.binaries (testing/) reads the *_VERSION pins below: keep them as plain
+# hutch_localkube.binaries (localkube/) reads the *_VERSION pins below: keep them as plain
 # NAME=value lines.
 set -euo pipefail
 
@@ -22,11 +22,11 @@ COREDNS_VERSION=v1.15.0
 # wrapper module, so their dependencies are the apiserver's own versions.
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 ALL_BINS=("${K8S_CMDS[@]}" etcd kwok helm)
-# CoreDNS is the node tier's cluster DNS, built from tests/k8s/coredns/main.go (a wrapper that
-# links only the plugins the plane uses: no `forward`, no cloud SDKs). It is an add-on of the bin
-# dir: its pin is not in the dir's name but in bin/.coredns.key (version + wrapper digest), so a
-# cache made before CoreDNS joined, or with another COREDNS_VERSION, gets CoreDNS alone built
-# into it instead of a rebuild of everything.
+# CoreDNS is the node tier's cluster DNS, built from coredns/main.go beside this script (a
+# wrapper that links only the plugins the plane uses: no `forward`, no cloud SDKs). It is an
+# add-on of the bin dir: its pin is not in the dir's name but in bin/.coredns.key (version +
+# wrapper digest), so a cache made before CoreDNS joined, or with another COREDNS_VERSION, gets
+# CoreDNS alone built into it instead of a rebuild of everything.
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 COREDNS_MAIN="$SCRIPT_DIR/coredns/main.go"
 
@@ -154,7 +154,7 @@ build_etcd() {
     "$GO" build -trimpath -ldflags '-s -w' -o "$STAGE/bin/etcd" go.etcd.io/etcd/server/v3
 }
 
-# --- CoreDNS: our wrapper main (tests/k8s/coredns/main.go) in a module of its own --------------
+# --- CoreDNS: our wrapper main (coredns/main.go) in a module of its own -----------------------
 # A module of its own, like etcd's: CoreDNS's client-go never meets the apiserver's in one graph.
 coredns_modules() {
     local info commit

@@ -1,4 +1,4 @@
-"""The Dockerfile interpreter behind the node tier's images (hutch_testing.plane.images).
+"""The Dockerfile interpreter behind the node tier's images (hutch_localkube.images).
 
 Why: the node tier's claim is "one recipe": the images tested on the real node are built by
 reading docker/*.Dockerfile and spark/jobs/Dockerfile. Most tests here pin, without root, the
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hutch_localkube import images
 from hutch_testing import waiting
-from hutch_testing.plane import images
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from hutch_testing.plane import binaries, realnode
+from hutch_localkube import binaries, realnode
 
 log = logging.getLogger("hutch.k8s")
 

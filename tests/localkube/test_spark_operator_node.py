@@ -2,7 +2,7 @@
 deleted half way.
 
 Why: the chart rendered a SparkApplication that no Spark Operator had ever read. Here the
-operator's controller (built from its released Go module, tests/k8s/build-spark-operator.sh)
+operator's controller (built from its released Go module, localkube/gobuild/build-spark-operator.sh)
 runs as a Pod of our image hutch-spark-operator (docker/spark-operator.Dockerfile, FROM
 hutch-spark, so its spark-submit is the jobs' Spark), installed with the operator's own Helm
 chart, webhook off. ``helm install`` of charts/hutch-spark then hands it windowed_counts against

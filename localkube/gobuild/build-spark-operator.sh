@@ -10,8 +10,8 @@
 # cmd/operator is built (the one binary the upstream image ships), stripped and -trimpath.
 # The module's Helm chart is copied beside the binary: the tests install it from there.
 #
-# Usage: bash tests/k8s/build-spark-operator.sh  -> prints the cache dir on stdout (last line):
-# bin/spark-operator, chart/ (charts/spark-operator-chart), timings.txt.
+# Usage: bash localkube/gobuild/build-spark-operator.sh -> prints the cache dir (stdout's last
+# line), which holds bin/spark-operator, chart/ (charts/spark-operator-chart), timings.txt.
 # A second run finds `.complete` and returns at once. The Spark node tests call it lazily;
 # `make k8s-bins` calls it too, so CI pays once, up front.
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""The order a plane stops in (hutch_testing.plane.planes.Plane.stop), without starting one.
+"""The order a plane stops in (hutch_localkube.planes.Plane.stop), without starting one.
 
 Why: the node's Pods must die before the control plane stops. With the node tier's processes
 stopped but its Pods alive, an operator Pod's open watches kept kube-apiserver's graceful
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hutch_testing.plane import planes, supervision
+from hutch_localkube import planes, supervision
 
 STARTED = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
            "coredns", "containerd", "kubelet", "kube-proxy"]  # fmt: skip

@@ -1,4 +1,4 @@
-"""The node's image store kept between starts (hutch_testing.plane.imagestore).
+"""The node's image store kept between starts (hutch_localkube.imagestore).
 
 Why: a node start imports only the images whose digest changed, and never lets a container of
 an earlier run reach the new kubelet. The decision is pure and pinned first; then the same
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hutch_testing.plane import binaries, images, imagestore, realnode
+from hutch_localkube import binaries, images, imagestore, realnode
 
 LISTING = """\
 REF                               TYPE                                       DIGEST                                                                  SIZE     PLATFORMS   LABELS

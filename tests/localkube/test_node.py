@@ -19,7 +19,7 @@ from typing import Any
 
 import pika
 import pytest
-from hutch_testing.plane import imagestore, realnode
+from hutch_localkube import imagestore, realnode
 
 pytestmark = pytest.mark.k8s
 
@@ -218,7 +218,7 @@ def test_broker_pod_is_ready_in_its_memory_cgroup_and_serves_amqp(node, k8s_name
 
 
 def test_the_image_store_kept_images_but_no_container_of_an_earlier_run(node, k8s_namespace):
-    """containerd's root is the image store under the cache (hutch_testing.plane.imagestore):
+    """containerd's root is the image store under the cache (hutch_localkube.imagestore):
     it keeps one version of each image between node starts, while every container record in
     it, Pod sandboxes included, was made after this node started."""
     ns = k8s_namespace
