@@ -22,7 +22,13 @@ from kubernetes import config as k8s_config
 from hutch_operator import errors
 
 FIELD_MANAGER = "hutch-operator"
-TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
+# The socket's connect is bounded on its own (``sock_connect``), and a request's whole life by
+# ``total``. Not ``connect``: aiohttp counts in it the wait for a free connection of the pool
+# (``POOL``), so a burst of more than ``POOL`` calls (a Broker's children applied while its
+# Secrets are read, say) failed its later calls as "cannot connect" although the apiserver
+# answered every one of them in time.
+TIMEOUT = aiohttp.ClientTimeout(total=30, sock_connect=10)
+POOL = 8
 
 
 def _load_configuration() -> Any:
@@ -52,7 +58,7 @@ class KubeApi:
 
     def _client_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=8)
+            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=POOL)
             self._session = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT)
         return self._session
 
