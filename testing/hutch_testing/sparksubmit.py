@@ -23,23 +23,35 @@ the docs can be checked against it. Choices that matter, and why:
   the Pod template projects alone at ``/etc/hutch-ca`` (Spark's ``secrets.*`` confs would mount
   every key, ``tls.key`` too when the CA is the certificate's own Secret);
 - executor Pods are kept after the job (``deleteOnTermination=false``) so what ran can be
-  shown; they go with the driver Pod, their owner.
+  shown; they go with the driver Pod, their owner;
+- the namespace's objects (ServiceAccount, Role, RoleBinding, the claim) are read from
+  examples/spark-job-namespace.yaml, the manifest docs/spark.md gives users, so the tests run
+  what users apply and there is one source for it;
+- a job of the user's own (``job_configmap``) is a ConfigMap mounted by the Pod template at
+  ``USER_JOB_DIR`` in the driver and the executors, run as ``local://`` from there: Spark's
+  ``volumes.*`` confs know no ConfigMaps, its Pod templates keep any volume.
 """
 
 from __future__ import annotations
 
+import copy
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hutch_testing import clienttls
+import yaml
+
+from hutch_testing import clienttls, clusters
 
 IMAGE = "localhost/hutch/hutch-spark:0.1.0"
 JOB_FILE = "local:///opt/hutch/jobs/windowed_counts.py"
 SERVICE_ACCOUNT = "hutch-spark"
 SPARK_UID = 185  # the image's user (spark/jobs/Dockerfile), as in Spark's own images
 MOUNT = "/data"
+NAMESPACE_MANIFEST = clusters.REPO_ROOT / "examples" / "spark-job-namespace.yaml"
+USER_JOB_DIR = "/opt/hutch/user"  # where a user's job ConfigMap is mounted
+USER_JOB_VOLUME = "hutch-user-job"
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,8 @@ class Submission:
     shuffle_partitions: int = 2
     extra_confs: dict[str, str] = field(default_factory=dict)
     ca_secret: str | None = None  # a TLS Broker: the Secret whose ca.crt issued its certificate
+    job_file: str = JOB_FILE  # spark-submit's main resource, a local:// path in the Pods
+    arguments: tuple[str, ...] | None = None  # the job's own; None: windowed_counts' (job_args)
 
     @property
     def driver_pod(self) -> str:
@@ -120,7 +134,10 @@ def confs(sub: Submission) -> dict[str, str]:
 
 
 def job_args(sub: Submission) -> list[str]:
-    """The job's own arguments: drain the queue (availableNow), then stop."""
+    """The job's own arguments: ``sub.arguments`` when given, else windowed_counts' (drain the
+    queue with availableNow, then stop)."""
+    if sub.arguments is not None:
+        return list(sub.arguments)
     return [
         *("--queue", sub.queue),
         *("--checkpoint", sub.checkpoint),
@@ -137,59 +154,57 @@ def command(sub: Submission, spark_submit: str = "spark-submit") -> list[str]:
     cmd += ["--name", sub.app_name]
     for key, value in confs(sub).items():
         cmd += ["--conf", f"{key}={value}"]
-    return [*cmd, JOB_FILE, *job_args(sub)]
+    return [*cmd, sub.job_file, *job_args(sub)]
 
 
-def pod_template(ca_secret: str | None = None) -> dict[str, Any]:
+def pod_template(ca_secret: str | None = None, job_configmap: str | None = None) -> dict[str, Any]:
     """Driver and executor Pods: the volume group-writable for the image's user; with
-    ``ca_secret``, its ``ca.crt`` alone mounted read-only (Spark keeps the template's volumes
-    and its first container's mounts). That container has no name: Spark keeps a template's
-    name, and the containers must stay ``spark-kubernetes-driver``/``-executor``."""
+    ``ca_secret``, its ``ca.crt`` alone mounted read-only; with ``job_configmap``, that
+    ConfigMap's files read-only at ``USER_JOB_DIR`` (Spark keeps the template's volumes and its
+    first container's mounts). That container has no name: Spark keeps a template's name, and
+    the containers must stay ``spark-kubernetes-driver``/``-executor``."""
     spec: dict[str, Any] = {"securityContext": {"fsGroup": SPARK_UID}}
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     if ca_secret is not None:
         volume, mount = clienttls.ca_volume(ca_secret)
-        spec["volumes"] = [volume]
-        spec["containers"] = [{"volumeMounts": [mount]}]
+        volumes.append(volume)
+        mounts.append(mount)
+    if job_configmap is not None:
+        volumes.append({"name": USER_JOB_VOLUME, "configMap": {"name": job_configmap}})
+        mounts.append({"name": USER_JOB_VOLUME, "mountPath": USER_JOB_DIR, "readOnly": True})
+    if volumes:
+        spec["volumes"] = volumes
+        spec["containers"] = [{"volumeMounts": mounts}]
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
 
 
+def namespace_objects() -> list[dict[str, Any]]:
+    """examples/spark-job-namespace.yaml's objects, as users apply them (no namespace)."""
+    return [doc for doc in yaml.safe_load_all(NAMESPACE_MANIFEST.read_text()) if doc]
+
+
+def _shipped(kind: str) -> list[dict[str, Any]]:
+    return [copy.deepcopy(obj) for obj in namespace_objects() if obj["kind"] == kind]
+
+
 def driver_rbac(namespace: str) -> list[dict[str, Any]]:
-    """What the driver needs to run executors: Pods, their headless Service, ConfigMaps and
-    PVCs in its namespace (Spark's documented minimum is ``edit``; this is narrower)."""
-    rules = [
-        {
-            "apiGroups": [""],
-            "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-            "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"],
-        }
-    ]
-    meta = {"name": SERVICE_ACCOUNT, "namespace": namespace}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-         "rules": rules},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                        "name": SERVICE_ACCOUNT},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
-                          "namespace": namespace}],
-        },
-    ]  # fmt: skip
+    """What the driver needs to run executors (Pods, their headless Service, ConfigMaps and
+    PVCs in its namespace; Spark's documented minimum is ``edit``, this is narrower): the
+    ServiceAccount, Role and RoleBinding of examples/spark-job-namespace.yaml, in
+    ``namespace``."""
+    objects = [*_shipped("ServiceAccount"), *_shipped("Role"), *_shipped("RoleBinding")]
+    for obj in objects:
+        obj["metadata"]["namespace"] = namespace
+    return objects
 
 
 def claim(name: str, namespace: str, volume: str, size: str) -> dict[str, Any]:
-    """A PVC bound to one named PV (the node tier pre-makes local PVs; no provisioner)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "hutch-test",
-            "volumeName": volume,
-            "resources": {"requests": {"storage": size}},
-        },
-    }
+    """examples/spark-job-namespace.yaml's claim, here bound to one named PV of class
+    ``hutch-test`` (a test that wants to know its volume's directory before the job runs)."""
+    (pvc,) = _shipped("PersistentVolumeClaim")
+    pvc["metadata"] = {"name": name, "namespace": namespace}
+    pvc["spec"]["storageClassName"] = "hutch-test"
+    pvc["spec"]["volumeName"] = volume
+    pvc["spec"]["resources"]["requests"]["storage"] = size
+    return dict(pvc)
