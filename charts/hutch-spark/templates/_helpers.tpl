@@ -65,3 +65,17 @@ hutch.dev/broker: {{ required "broker.name is required" .Values.broker.name }}
 {{- define "hutch-spark.claim" -}}
 {{- .Values.checkpoint.existingClaim | default (printf "%s-checkpoint" (include "hutch-spark.name" .)) -}}
 {{- end -}}
+
+{{/* A job of the user's own: its ConfigMap as a Pod-template volume, in the driver and the
+     executors (Spark's volume confs take no ConfigMaps; its pod templates keep any volume). */}}
+{{- define "hutch-spark.jobVolume" -}}
+- name: hutch-user-job
+  configMap:
+    name: {{ .Values.job.configMap }}
+{{- end -}}
+
+{{- define "hutch-spark.jobMount" -}}
+- name: hutch-user-job
+  mountPath: {{ .Values.job.filesPath }}
+  readOnly: true
+{{- end -}}
