@@ -8,6 +8,7 @@ names the option, queue or batch it is about, so it reads well inside Spark's wr
     HutchSparkError
      +-- HutchOptionError(ValueError)   an option is missing, malformed or out of range
      +-- HutchOffsetError               a checkpointed offset belongs to another queue
+     +-- HutchDataLossError             a stream no longer holds offsets a query needs
      +-- HutchConnectionError           the broker is unreachable for too long, refused us,
      |                                  or cancelled our consumer (queue deleted)
      +-- HutchPublishError              the sink's messages were nacked or returned unroutable
@@ -26,6 +27,10 @@ class HutchOptionError(HutchSparkError, ValueError):
 
 class HutchOffsetError(HutchSparkError):
     """A streaming offset does not belong to this source (for example another queue)."""
+
+
+class HutchDataLossError(HutchSparkError):
+    """Retention removed stream offsets a query still needs (failOnDataLoss=true)."""
 
 
 class HutchConnectionError(HutchSparkError):

@@ -8,6 +8,8 @@ Where it runs (PySpark 4.3; docs/contracts/spark.md#runtime and #ack-protocol):
   is the only place that acks, because delivery tags are scoped to its channel.
 - Executors only call `read(partition)`, on a copy of the reader pickled from a planning
   worker: the rows travel inside the partitions, as Arrow IPC bytes.
+- With option `streams` the source reads stream queues instead (streamsource.py): the driver
+  only plans offsets and each executor reads its own slice.
 
 The ack protocol: `latestOffset(start)` first acks every batch ending at or below `start`
 (Spark asks for data after `start` only once the batch ending there is in the commit log, and
@@ -45,7 +47,17 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from hutch_spark import batchreads, connections, offsets, options, records, sink
+from hutch_spark import (
+    batchreads,
+    connections,
+    offsets,
+    options,
+    records,
+    sink,
+    streamoptions,
+    streamrecords,
+    streamsource,
+)
 from hutch_spark.batchlog import BatchLog
 from hutch_spark.consumer import QueueConsumer
 from hutch_spark.errors import HutchConnectionError, HutchOptionError
@@ -65,14 +77,27 @@ class HutchDataSource(DataSource):
 
     def schema(self) -> StructType:
         # Only reads ask for the schema, so this is where bad read options fail fast.
+        if streamoptions.is_stream_read(self.options):
+            streamoptions.parse_stream_options(self.options)
+            return streamrecords.SCHEMA
         options.parse_source_options(self.options)
         return records.SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if streamoptions.is_stream_read(self.options):
+            _check_schema(schema, streamrecords.SCHEMA)
+            settings = streamoptions.parse_stream_options(self.options)
+            streamoptions.check_batch(settings)
+            return streamsource.HutchStreamsBatchReader(settings)
         _check_schema(schema)
         return HutchBatchReader(options.parse_source_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
+        if streamoptions.is_stream_read(self.options):
+            _check_schema(schema, streamrecords.SCHEMA)
+            settings = streamoptions.parse_stream_options(self.options)
+            streamoptions.check_streaming(settings)
+            return streamsource.HutchStreamsReader(settings)
         _check_schema(schema)
         return HutchStreamReader(options.parse_source_options(self.options))
 
@@ -373,11 +398,11 @@ class HutchBatchReader(DataSourceReader):
         return batchreads.read_queue(self._settings, partition.value)
 
 
-def _check_schema(schema: StructType) -> None:
-    if schema.fieldNames() != records.SCHEMA.fieldNames():
+def _check_schema(schema: StructType, fixed: StructType = records.SCHEMA) -> None:
+    if schema.fieldNames() != fixed.fieldNames():
         raise HutchOptionError(
-            "hutch: the source has a fixed schema "
-            f"({records.SCHEMA.simpleString()}); do not pass .schema(...)"
+            f"hutch: the source has a fixed schema ({fixed.simpleString()}); do not pass "
+            ".schema(...)"
         )
 
 

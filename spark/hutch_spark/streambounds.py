@@ -1,0 +1,136 @@
+"""Where each stream begins and ends, from the broker's management API (the driver's only I/O).
+
+Why the management API and not AMQP: the driver must plan a batch without consuming anything,
+holding no consumer, buffer or acks, so that every message travels from the broker straight to
+the executor that reads it. hutch-broker's queue object carries `first_offset` and
+`next_offset` for a stream (docs/streams.md); one `GET /api/queues/{vhost}/{name}` per stream
+per batch is the whole cost. RabbitMQ 3.10.8's queue object has no offsets, so this source
+needs hutch-broker, and says so.
+
+Credentials, as for AMQP (connections.py), come from the process that connects: the
+`managementUri`'s user, else the AMQP URI's, else `HUTCH_AMQP_USERNAME`/`HUTCH_AMQP_PASSWORD`,
+else guest/guest (pika's default). The user needs a management tag (`monitoring` or
+`management` with access to the vhost) to read the queue object.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+import pika
+
+from hutch_spark import connections
+from hutch_spark.errors import HutchConnectionError
+from hutch_spark.options import redact_uri
+from hutch_spark.streamoptions import StreamOptions
+from hutch_spark.streamplan import Bounds
+
+TIMEOUT_S = 30.0
+
+
+def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict[str, Bounds]:
+    """Every stream's bounds, in option order; a clear error for a missing or wrong queue."""
+    return {stream: fetch_one(settings, stream, env) for stream in settings.streams}
+
+
+def fetch_one(settings: StreamOptions, stream: str, env: Mapping[str, str] | None = None) -> Bounds:
+    vhost = pika.URLParameters(settings.uri).virtual_host
+    url = (
+        f"{_without_user(settings.management_uri)}/api/queues/"
+        f"{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(stream, safe='')}"
+    )
+    item = _get(url, settings, stream, vhost, env)
+    return bounds_of(item, stream, vhost, settings.management_uri)
+
+
+def bounds_of(item: Mapping[str, Any], stream: str, vhost: str, where: str) -> Bounds:
+    """The bounds in a queue object, or why it cannot be read as a stream."""
+    kind = item.get("type")
+    if kind != "stream":
+        raise HutchConnectionError(
+            f"hutch: queue {stream!r} in vhost {vhost!r} is a {kind} queue, not a stream; "
+            "declare it with x-queue-type=stream, or read it with option 'queue'"
+        )
+    first, following = item.get("first_offset"), item.get("next_offset")
+    if not isinstance(first, int) or not isinstance(following, int):
+        raise HutchConnectionError(
+            f"hutch: the management API at {redact_uri(where)} reports no first_offset and "
+            f"next_offset for stream {stream!r}: reading streams from the executors needs "
+            "hutch-broker (RabbitMQ 3.10.8's queue object has no offsets)"
+        )
+    return Bounds(first=first, next=following)
+
+
+def _get(
+    url: str, settings: StreamOptions, stream: str, vhost: str, env: Mapping[str, str] | None
+) -> Mapping[str, Any]:
+    request = urllib.request.Request(url)  # noqa: S310 - http(s) only (streamoptions)
+    user, password = credentials(settings, env)
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    context = None
+    if url.startswith("https:"):
+        context = ssl.create_default_context(cafile=settings.ca_file)
+    where = redact_uri(settings.management_uri)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as reply:  # noqa: S310
+            item = json.load(reply)
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            raise HutchConnectionError(
+                f"hutch: stream {stream!r} does not exist in vhost {vhost!r} (management API "
+                f"at {where})"
+            ) from error
+        if error.code in (401, 403):
+            raise HutchConnectionError(
+                f"hutch: the management API at {where} refused user {user!r} ({error.code}): "
+                "reading stream bounds needs a user with a management tag (monitoring, or "
+                f"management with access to vhost {vhost!r})"
+            ) from error
+        raise HutchConnectionError(
+            f"hutch: the management API at {where} answered {error.code} {error.reason} for "
+            f"stream {stream!r}"
+        ) from error
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise HutchConnectionError(
+            f"hutch: cannot read the bounds of stream {stream!r} from the management API at "
+            f"{where}: {reason} (set option 'managementUri' to the broker's management URL)"
+        ) from error
+    if not isinstance(item, dict):
+        raise HutchConnectionError(
+            f"hutch: the management API at {where} answered no queue object for {stream!r}"
+        )
+    return item
+
+
+def _without_user(uri: str) -> str:
+    parts = urllib.parse.urlsplit(uri)
+    netloc = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=netloc).geturl().rstrip("/")
+
+
+def credentials(settings: StreamOptions, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The management user: managementUri's, the AMQP URI's, the environment's, or guest."""
+    environment = os.environ if env is None else env
+    for uri in (settings.management_uri, settings.uri):
+        parts = urllib.parse.urlsplit(uri)
+        if parts.username is not None:
+            return (
+                urllib.parse.unquote(parts.username),
+                urllib.parse.unquote(parts.password or ""),
+            )
+    if connections.USERNAME_ENV in environment:
+        return (
+            environment[connections.USERNAME_ENV],
+            environment.get(connections.PASSWORD_ENV, ""),
+        )
+    return ("guest", "guest")

@@ -1,0 +1,209 @@
+"""Options of the stream-queue source (`format("hutch")` with option `streams`): pure rules.
+
+Why a module of its own: a stream is read by offset, not consumed and acked, so most of the
+classic source's options (`prefetch` as back-pressure, `durableBatches`, `batchMode`, ...) mean
+nothing here, and the options that do mean something are Spark's Kafka source's, with its names
+and meanings where the concept is the same (docs/spark.md, "Reading stream queues"):
+`startingOffsets`, `endingOffsets`, `maxOffsetsPerTrigger`, `failOnDataLoss`. Keeping the rules
+pure lets table tests cover each without Spark or a broker, and a mistake fails when the query is
+defined with a message naming the option and the allowed values.
+
+Offsets given in JSON use Kafka's markers: -2 is the earliest offset the stream holds, -1 the
+latest (its next offset); `{"orders-0": 120, "orders-1": -2}`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from hutch_spark import options
+from hutch_spark.errors import HutchOptionError
+
+EARLIEST = -2  # Kafka's JSON markers
+LATEST = -1
+MAX_STREAMS = 256
+MAX_OFFSET = 2**63 - 1
+
+STREAM_OPTIONS = (
+    "streams",
+    "uri",
+    "caFile",
+    "managementUri",
+    "startingOffsets",
+    "startingTimestamp",
+    "endingOffsets",
+    "maxOffsetsPerTrigger",
+    "failOnDataLoss",
+    "numPartitions",
+    "prefetch",
+    "readTimeoutMs",
+)
+
+# An offset spec: "earliest", "latest", or one offset (or marker) per stream.
+OffsetSpec = str | dict[str, int]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """Settings of the stream source (`readStream`) and the stream batch reader (`read`)."""
+
+    streams: tuple[str, ...]
+    uri: str
+    management_uri: str
+    starting_offsets: OffsetSpec | None  # None: the mode's default (latest / earliest)
+    ending_offsets: OffsetSpec | None  # batch reads only; None: latest
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    num_partitions: int
+    prefetch: int
+    read_timeout_ms: int
+    ca_file: str | None = None
+    starting_timestamp_ms: int | None = None  # instead of startingOffsets
+
+
+def is_stream_read(raw: Mapping[str, str]) -> bool:
+    """True when the options select the stream source (option `streams`, any case)."""
+    return any(key.lower() == "streams" for key in raw)
+
+
+def parse_stream_options(raw_options: Mapping[str, str]) -> StreamOptions:
+    """Validates the stream source's options; raises HutchOptionError naming the first bad one."""
+    raw = options._normalise(raw_options, STREAM_OPTIONS)
+    streams = _streams(raw.get("streams", ""))
+    uri = options._uri(raw)
+    starting = raw.get("startingOffsets")
+    ending = raw.get("endingOffsets")
+    if starting is not None and "startingTimestamp" in raw:
+        raise HutchOptionError(
+            "hutch: give either option 'startingOffsets' or option 'startingTimestamp', not both"
+        )
+    max_offsets = raw.get("maxOffsetsPerTrigger")
+    return StreamOptions(
+        streams=streams,
+        uri=uri,
+        management_uri=_management_uri(raw.get("managementUri"), uri),
+        starting_offsets=None if starting is None else _offsets(starting, streams, ending=False),
+        ending_offsets=None if ending is None else _offsets(ending, streams, ending=True),
+        max_offsets_per_trigger=None
+        if max_offsets is None
+        else options._integer(raw, "maxOffsetsPerTrigger", default=0, low=1, high=MAX_OFFSET),
+        fail_on_data_loss=options._boolean(raw, "failOnDataLoss", default=True),
+        num_partitions=options._integer(raw, "numPartitions", default=1, low=1, high=256),
+        prefetch=options._integer(raw, "prefetch", default=1000, low=1, high=options.MAX_UINT16),
+        read_timeout_ms=options._integer(
+            raw, "readTimeoutMs", default=60_000, low=100, high=3_600_000
+        ),
+        ca_file=options._ca_file(raw),
+        starting_timestamp_ms=None
+        if "startingTimestamp" not in raw
+        else options._integer(raw, "startingTimestamp", default=0, low=0, high=MAX_OFFSET),
+    )
+
+
+def check_streaming(settings: StreamOptions) -> None:
+    """`endingOffsets` belongs to batch reads: a stream has no end (Kafka refuses it too)."""
+    if settings.ending_offsets is not None:
+        raise HutchOptionError(
+            "hutch: option 'endingOffsets' is for batch reads (spark.read) only; a streaming "
+            "query reads until it is stopped (use trigger(availableNow=True) to stop at the "
+            "streams' ends)"
+        )
+
+
+def check_batch(settings: StreamOptions) -> None:
+    """A batch read has no trigger, so a per-trigger limit would silently mean nothing."""
+    if settings.max_offsets_per_trigger is not None:
+        raise HutchOptionError(
+            "hutch: option 'maxOffsetsPerTrigger' is for streaming queries only; a batch read "
+            "reads [startingOffsets, endingOffsets)"
+        )
+
+
+def _streams(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    for name in names:
+        size = len(name.encode("utf-8"))
+        if not 1 <= size <= 255:
+            raise HutchOptionError(
+                f"hutch: option 'streams' = {text[:80]!r} holds the name {name[:40]!r}: each "
+                f"stream name must be 1 to 255 bytes of UTF-8 (got {size})"
+            )
+    if len(set(names)) != len(names):
+        raise HutchOptionError(f"hutch: option 'streams' = {text!r} names a stream twice")
+    if len(names) > MAX_STREAMS:
+        raise HutchOptionError(
+            f"hutch: option 'streams' names {len(names)} streams (allowed: 1 to {MAX_STREAMS})"
+        )
+    return names
+
+
+def _offsets(text: str, streams: tuple[str, ...], *, ending: bool) -> OffsetSpec:
+    """`earliest`, `latest` or Kafka-style JSON `{"stream": offset, ...}` covering every
+    stream; -2 (earliest) is refused as an end, as in Kafka."""
+    name = "endingOffsets" if ending else "startingOffsets"
+    words = ("latest",) if ending else ("earliest", "latest")
+    lowered = text.strip().lower()
+    if lowered in words:
+        return lowered
+    allowed = " or ".join(repr(word) for word in words)
+    markers = "-1 (latest)" if ending else "-2 (earliest), -1 (latest)"
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise HutchOptionError(
+            f"hutch: option {name!r} = {text[:80]!r} must be {allowed} or a JSON object of "
+            f"an offset per stream, such as {{{json.dumps(streams[0])}: 0}}"
+        )
+    extra = sorted(set(parsed) - set(streams))
+    missing = [stream for stream in streams if stream not in parsed]
+    if extra:
+        raise HutchOptionError(
+            f"hutch: option {name!r} names {extra!r}, which option 'streams' does not list"
+        )
+    if missing:
+        raise HutchOptionError(
+            f"hutch: option {name!r} gives no offset for stream(s) {missing!r}; give one for "
+            f"every stream ({markers} allowed)"
+        )
+    low = LATEST if ending else EARLIEST
+    result: dict[str, int] = {}
+    for stream in streams:
+        value = parsed[stream]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_OFFSET:
+            raise HutchOptionError(
+                f"hutch: option {name!r} gives stream {stream!r} the offset {value!r}: it must "
+                f"be an offset >= 0 or {markers}"
+            )
+        result[stream] = value
+    return result
+
+
+def _management_uri(given: str | None, amqp_uri: str) -> str:
+    """`managementUri`, else the AMQP broker's host on the management port (15672, or 15671
+    with TLS), which is where hutch-broker and RabbitMQ serve it by default."""
+    if given is None:
+        parts = urlsplit(amqp_uri)
+        tls = parts.scheme == "amqps"
+        host = parts.hostname or "localhost"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if tls else 'http'}://{host}:{15671 if tls else 15672}"
+    parts = urlsplit(given)
+    shown = options.redact_uri(given)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HutchOptionError(
+            f"hutch: option 'managementUri' = {shown!r} must be an http:// or https:// URL "
+            "with a host (the broker's management API)"
+        )
+    try:
+        parts.port  # noqa: B018 - parsing it is the check
+    except ValueError:
+        raise HutchOptionError(
+            f"hutch: option 'managementUri' = {shown!r} has an invalid port"
+        ) from None
+    return given.rstrip("/")

@@ -1,0 +1,167 @@
+"""Planning a stream read: offsets, limits, data loss and slices. Pure: no Spark, no broker.
+
+Why this shape: a stream keeps every message at a dense offset, so a micro-batch is nothing but
+a range `[start, end)` per stream, and the driver needs only each stream's bounds (the first
+offset it still holds and its next offset, from the management API) to plan one. Executors
+then read their slices on their own connections. Because the same offset names the same message
+on every read, replaying a batch after a failure reads the same rows, and Spark's exactly-once
+sinks need no dedupe (docs/spark.md, "Reading stream queues").
+
+The rules are Spark's Kafka source's where the concept is the same:
+- `startingOffsets` earliest/latest/JSON are resolved once, when the query first starts;
+- `maxOffsetsPerTrigger` is shared among the streams in proportion to what each has waiting;
+- `failOnDataLoss`: an offset the query still needs but retention already removed fails the
+  query, naming the stream and the lost range; `false` skips to the first offset held, with a
+  warning.
+
+The checkpointed offset is `{"stream": next offset to read, ...}`, one entry per stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hutch_spark.errors import HutchDataLossError, HutchOffsetError
+from hutch_spark.streamoptions import EARLIEST, LATEST, OffsetSpec
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a stream holds now: offsets `[first, next)` (first == next while it is empty)."""
+
+    first: int
+    next: int
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One executor task's part of a batch: offsets `[start, end)` of one stream."""
+
+    stream: str
+    start: int
+    end: int
+
+
+def resolve(spec: OffsetSpec, bounds: Mapping[str, Bounds]) -> dict[str, int]:
+    """The offset of each stream for `spec` (earliest, latest, or an offset or marker each)."""
+    result: dict[str, int] = {}
+    for stream, held in bounds.items():
+        value = spec if isinstance(spec, str) else spec[stream]
+        if value in ("earliest", EARLIEST):
+            result[stream] = held.first
+        elif value in ("latest", LATEST):
+            result[stream] = held.next
+        else:
+            assert isinstance(value, int)  # noqa: S101 - parsed by streamoptions
+            result[stream] = value
+    return result
+
+
+def parse_offset(offset: Mapping[str, object], streams: tuple[str, ...]) -> dict[str, int]:
+    """A checkpointed offset of this source; one of other streams is an error, not a reset."""
+    if set(offset) != set(streams):
+        raise HutchOffsetError(
+            f"hutch: the checkpoint holds offsets of streams {sorted(offset)!r}, but this "
+            f"source reads streams {sorted(streams)!r}; use a new checkpointLocation"
+        )
+    result: dict[str, int] = {}
+    for stream in streams:
+        value = offset[stream]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise HutchOffsetError(
+                f"hutch: malformed offset {dict(offset)!r}: stream {stream!r} must have an "
+                "offset >= 0"
+            )
+        result[stream] = value
+    return result
+
+
+def readable_start(stream: str, start: int, held: Bounds, *, fail_on_data_loss: bool) -> int:
+    """Where reading `stream` from `start` really begins, given what it holds.
+
+    Below the first offset held, retention removed `[start, first)`; above the next offset, the
+    stream is not the one the checkpoint was written for (deleted and declared again). Either
+    is data loss: an error, or with failOnDataLoss=false the first offset held.
+    """
+    if held.first <= start <= held.next:
+        return start
+    if start < held.first:
+        problem = (
+            f"retention removed offsets [{start}, {held.first}) of stream {stream!r} before "
+            f"this query read them (it needs them from offset {start}; the stream now holds "
+            f"[{held.first}, {held.next}))"
+        )
+    else:
+        problem = (
+            f"stream {stream!r} ends at offset {held.next}, before the offset {start} this "
+            "query already read up to: it was deleted and declared again, or is another "
+            "broker's"
+        )
+    if fail_on_data_loss:
+        raise HutchDataLossError(
+            f"hutch: {problem}. Set failOnDataLoss=false to go on from offset {held.first} "
+            "(what is lost stays lost), or start over with a new checkpointLocation"
+        )
+    return held.first
+
+
+def data_loss_warning(stream: str, start: int, held: Bounds) -> str:
+    """The warning logged when failOnDataLoss=false skips a range."""
+    return (
+        f"hutch: stream {stream!r}: offsets from {start} are no longer held (it holds "
+        f"[{held.first}, {held.next})); failOnDataLoss=false, so reading goes on from "
+        f"{held.first}"
+    )
+
+
+def limit_ends(
+    starts: Mapping[str, int], tails: Mapping[str, int], max_offsets: int | None
+) -> dict[str, int]:
+    """Each stream's batch end: its tail, or with `max_offsets` a share of it.
+
+    As in Spark's Kafka source the limit is shared in proportion to what each stream has
+    waiting; the integer shares are rounded down and the rest handed out one by one to the
+    streams with the most waiting (ties in option order), so a batch takes exactly
+    min(max_offsets, everything waiting) and always makes progress.
+    """
+    waiting = {stream: max(tails[stream] - start, 0) for stream, start in starts.items()}
+    total = sum(waiting.values())
+    if max_offsets is None or total <= max_offsets:
+        return {stream: starts[stream] + waiting[stream] for stream in starts}
+    shares = {stream: max_offsets * lag // total for stream, lag in waiting.items()}
+    rest = max_offsets - sum(shares.values())
+    order = sorted(waiting, key=lambda stream: -(waiting[stream] - shares[stream]))
+    for stream in order[:rest]:
+        shares[stream] += 1
+    return {stream: starts[stream] + shares[stream] for stream in starts}
+
+
+def slices(stream: str, start: int, end: int, parts: int) -> list[Slice]:
+    """`[start, end)` in up to `parts` contiguous slices of near-equal size, none empty."""
+    count = end - start
+    if count <= 0:
+        return []
+    parts = min(parts, count)
+    size, extra = divmod(count, parts)
+    result: list[Slice] = []
+    low = start
+    for index in range(parts):
+        high = low + size + (1 if index < extra else 0)
+        result.append(Slice(stream, low, high))
+        low = high
+    return result
+
+
+def plan_slices(starts: Mapping[str, int], ends: Mapping[str, int], parts: int) -> list[Slice]:
+    """A batch's slices, stream by stream in option order.
+
+    A start above its end comes from a stream that was declared again, read with
+    failOnDataLoss=false (`readable_start`): the batch then reads the new stream from its
+    beginning, offset 0, and the executor skips what it no longer holds.
+    """
+    planned: list[Slice] = []
+    for stream, end in ends.items():
+        start = starts[stream]
+        planned.extend(slices(stream, 0 if start > end else start, end, parts))
+    return planned

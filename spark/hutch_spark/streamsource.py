@@ -1,0 +1,173 @@
+"""The stream-queue readers of the `hutch` data source: planning on the driver, reading on
+executors.
+
+Why it differs from source.py: a classic queue can only be acked on the channel that received
+a message, so the classic source consumes in the driver and ships rows to executors. A stream
+is read by offset, so here the driver only plans: it asks the management API where each stream
+begins and ends (streambounds.py), turns that into a range `[start, end)` per stream
+(streamplan.py), and splits each range into `numPartitions` slices. Each executor task reads its
+slice on its own connection (streamreads.py). Nothing is acked, buffered or held in the driver,
+and `commit()` has nothing to do. A batch replayed after a failure reads the same offsets, hence
+the same messages: with an exactly-once sink (the file sink, an idempotent `foreachBatch`) the
+output holds each message once, with no dedupe (docs/spark.md, "Reading stream queues").
+
+Both readers pickle to executors with their settings only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from hutch_spark import streambounds, streamplan, streamreads, streamtimes
+from hutch_spark.errors import HutchOptionError
+from hutch_spark.streamoptions import StreamOptions
+from hutch_spark.streamplan import Bounds, Slice
+
+log = logging.getLogger(__name__)
+
+
+class StreamSlice(InputPartition):
+    """One task's slice: offsets `[start, end)` of one stream."""
+
+    def __init__(self, slice_: Slice) -> None:
+        super().__init__((slice_.stream, slice_.start, slice_.end))
+
+    @property
+    def slice(self) -> Slice:
+        stream, start, end = self.value
+        return Slice(stream, start, end)
+
+    def __repr__(self) -> str:
+        stream, start, end = self.value
+        return f"StreamSlice(stream={stream!r}, start={start}, end={end})"
+
+
+class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """`spark.readStream.format("hutch").option("streams", ...)`; see the module doc."""
+
+    def __init__(self, settings: StreamOptions) -> None:
+        self._settings = settings
+        self._available_now: dict[str, int] | None = None  # the streams' ends to stop at
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
+        starts = starting_offsets(self._settings, self._bounds(), default="latest")
+        log.info("hutch: a new query starts reading streams at %s", starts)
+        return dict(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
+        limit = self._settings.max_offsets_per_trigger
+        return super().getDefaultReadLimit() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
+        # Read what the streams hold now, nothing published later.
+        self._available_now = {stream: held.next for stream, held in self._bounds().items()}
+        log.info("hutch: availableNow reads the streams up to %s", self._available_now)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
+        settings = self._settings
+        starts = streamplan.parse_offset(start, settings.streams)
+        bounds = self._bounds()
+        readable = {
+            stream: self._readable(stream, starts[stream], bounds[stream]) for stream in starts
+        }
+        tails = {stream: held.next for stream, held in bounds.items()}
+        if self._available_now is not None:
+            tails = {stream: min(tails[stream], self._available_now[stream]) for stream in tails}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        ends = streamplan.limit_ends(readable, tails, max_rows)
+        if all(ends[stream] == readable[stream] for stream in ends):
+            return dict(starts)  # nothing new: no batch (and no batch only to skip a loss)
+        return dict(ends)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        streams = self._settings.streams
+        starts = streamplan.parse_offset(start, streams)
+        ends = streamplan.parse_offset(end, streams)
+        planned = streamplan.plan_slices(starts, ends, self._settings.num_partitions)
+        return [StreamSlice(slice_) for slice_ in planned]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StreamSlice)  # noqa: S101 - Spark hands back our own
+        return streamreads.read_slice(self._settings, partition.slice)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: a stream keeps its messages, and nothing was consumed."""
+
+    def _bounds(self) -> dict[str, Bounds]:
+        return streambounds.fetch(self._settings)
+
+    def _readable(self, stream: str, start: int, held: Bounds) -> int:
+        readable = streamplan.readable_start(
+            stream, start, held, fail_on_data_loss=self._settings.fail_on_data_loss
+        )
+        if readable != start:
+            log.warning(streamplan.data_loss_warning(stream, start, held))
+        return readable
+
+
+class HutchStreamsBatchReader(DataSourceReader):
+    """`spark.read.format("hutch").option("streams", ...)`: `[startingOffsets, endingOffsets)`."""
+
+    def __init__(self, settings: StreamOptions) -> None:
+        self._settings = settings
+
+    def partitions(self) -> Sequence[InputPartition]:
+        settings = self._settings
+        bounds = streambounds.fetch(settings)
+        starts = starting_offsets(settings, bounds, default="earliest")
+        ends = streamplan.resolve(settings.ending_offsets or "latest", bounds)
+        return [StreamSlice(slice_) for slice_ in plan_batch(settings, bounds, starts, ends)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StreamSlice)  # noqa: S101 - Spark hands back our own
+        return streamreads.read_slice(self._settings, partition.slice)
+
+
+def starting_offsets(
+    settings: StreamOptions, bounds: Mapping[str, Bounds], *, default: str
+) -> dict[str, int]:
+    """Where a new query or a batch read starts: startingTimestamp, startingOffsets, or the
+    default (Kafka's: latest for a stream, earliest for a batch read)."""
+    if settings.starting_timestamp_ms is not None:
+        return streamtimes.offsets_at(settings, settings.starting_timestamp_ms, bounds)
+    return streamplan.resolve(settings.starting_offsets or default, bounds)
+
+
+def plan_batch(
+    settings: StreamOptions,
+    bounds: Mapping[str, Bounds],
+    starts: Mapping[str, int],
+    ends: Mapping[str, int],
+) -> list[Slice]:
+    """A batch read's slices: each range must lie within what its stream holds, else a clear
+    error (or, for a start below the first offset with failOnDataLoss=false, the held part)."""
+    planned: list[Slice] = []
+    for stream in settings.streams:
+        held, start, end = bounds[stream], starts[stream], ends[stream]
+        if end > held.next:
+            raise HutchOptionError(
+                f"hutch: endingOffsets gives stream {stream!r} the offset {end}, past its end "
+                f"{held.next} (offsets [{held.first}, {held.next}) are held)"
+            )
+        if start > end:
+            raise HutchOptionError(
+                f"hutch: stream {stream!r}: the starting offset {start} is after the ending "
+                f"offset {end}"
+            )
+        readable = streamplan.readable_start(
+            stream, start, held, fail_on_data_loss=settings.fail_on_data_loss
+        )
+        if readable != start:
+            log.warning(streamplan.data_loss_warning(stream, start, held))
+        planned.extend(streamplan.slices(stream, min(readable, end), end, settings.num_partitions))
+    return planned
