@@ -1,0 +1,104 @@
+"""A streaming driver for the stream-queue kill test, run as its own process (never collected).
+
+It reads stream queues with the `hutch` source (option `streams`) and writes them with Spark's
+file sink (Parquet) and a checkpoint, `maxOffsetsPerTrigger` rows a batch. With
+`--hang-stream S --hang-offset N` an executor task that meets offset N of stream S writes
+`<out>/hang` and blocks: that batch is in Spark's offsets log but not committed when the parent
+kills the whole process group. Without it, the run stops once the query has committed a batch
+ending at every stream's `--expect` offset (availableNow would also do; a processing-time
+trigger is what a long-running job uses, so this is what is killed and resumed).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def committed_end(checkpoint: Path) -> dict[str, int] | None:
+    """The source offset of the newest batch in the commit log, from the offsets log."""
+    commits = [int(path.name) for path in (checkpoint / "commits").glob("[0-9]*")]
+    if not commits:
+        return None
+    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--uri", required=True)
+    parser.add_argument("--management", required=True)
+    parser.add_argument("--streams", required=True)
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--max-offsets", default="100")
+    parser.add_argument("--hang-stream", default="")
+    parser.add_argument("--hang-offset", type=int, default=-1)
+    parser.add_argument("--expect", type=int, default=0)
+    args = parser.parse_args()
+
+    import hutch_spark
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's idiom
+    from pyspark.sql.types import LongType
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    hutch_spark.register(spark)
+    hang_flag = str(args.out / "hang")
+
+    def maybe_hang(stream: str, offset: int) -> int:
+        if stream == args.hang_stream and offset == args.hang_offset:
+            Path(hang_flag).touch()
+            time.sleep(600)
+        return offset
+
+    rows = (
+        spark.readStream.format("hutch")
+        .option("uri", args.uri)
+        .option("managementUri", args.management)
+        .option("streams", args.streams)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .option("numPartitions", "2")
+        .load()
+    )
+    if args.hang_stream:
+        rows = rows.withColumn("offset", F.udf(maybe_hang, LongType())("stream", "offset"))
+    frame: Any = rows.select("stream", "offset", "message_id", "body")
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", args.output)
+        .option("checkpointLocation", str(args.checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    streams = args.streams.split(",")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and query.exception() is None:
+        end = committed_end(args.checkpoint) if args.expect else None
+        if end is not None and all(end.get(stream) == args.expect for stream in streams):
+            break
+        time.sleep(0.2)
+    failure = query.exception()
+    query.stop()
+    spark.stop()
+    if failure is not None:
+        print(f"query failed: {failure}", file=sys.stderr)  # noqa: T201 - the parent reads it
+    sys.exit(1 if failure is not None else 0)
+
+
+if __name__ == "__main__":
+    main()

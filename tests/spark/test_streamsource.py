@@ -1,0 +1,321 @@
+"""The stream-queue source (option `streams`) against a real hutch-broker, Spark in local mode.
+
+What is at stake (docs/spark.md, "Reading stream queues"): the driver plans from the management
+API and the executors read their slices by offset, so
+
+- a batch read of `[startingOffsets, endingOffsets)` returns exactly those offsets, each row the
+  message published at that offset, and reading it again returns the same rows;
+- a streaming query with the file sink, SIGKILLed (driver JVM, its Python workers, executor
+  tasks) in the middle of a batch and restarted on its checkpoint, ends with every message
+  exactly once in the sink's committed output, with no dedupe anywhere: the killed batch is
+  replayed from the same offsets;
+- retention that removed offsets the checkpoint still needs fails the query naming the stream
+  and the range, and `failOnDataLoss=false` goes on from the first offset held;
+- the sink publishes into a stream.
+
+Stream offsets come from hutch-broker's management API (RabbitMQ 3.10.8 reports none), so these
+run on hutch-broker only; the broker's stream semantics are compared with RabbitMQ's in
+tests/sidebyside/test_streams.py.
+"""
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+pytestmark = pytest.mark.spark
+
+CHILD = Path(__file__).with_name("stream_child.py")
+
+
+class Streams:
+    """Declares stream queues and publishes to them with confirms (message_id `<stream>-<n>`,
+    so the n-th message of a stream is at offset n)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.url = broker.amqp_url
+        self.management_url = broker.http_url
+        self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        self.channel = self.connection.channel()
+        self.channel.confirm_delivery()
+        self.counts: dict[str, int] = {}
+
+    def declare(self, name: str, **arguments: Any) -> str:
+        self.channel.queue_declare(
+            name, durable=True, arguments={"x-queue-type": "stream", **arguments}
+        )
+        self.counts[name] = 0
+        return name
+
+    def publish(self, stream: str, count: int, *, size: int = 20) -> None:
+        for _ in range(count):
+            n = self.counts[stream]
+            body = json.dumps({"n": n, "pad": "x" * size}).encode()
+            properties = pika.BasicProperties(message_id=f"{stream}-{n}", delivery_mode=2)
+            self.channel.basic_publish("", stream, body, properties)
+            self.counts[stream] += 1
+
+    def get(self, path: str) -> Any:
+        """GET on the management API (basic auth)."""
+        request = urllib.request.Request(self.management_url + path)  # noqa: S310 - loopback
+        user, password = self.broker.credentials
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - loopback
+            return json.load(reply)
+
+    def item(self, name: str) -> Any:
+        return self.get(f"/api/queues/%2F/{name}")
+
+    def spark_connections(self) -> list[str]:
+        """The names of the hutch-spark connections open on the broker."""
+        names = [
+            str(item["client_properties"].get("connection_name", ""))
+            for item in self.get("/api/connections")
+        ]
+        return [name for name in names if name.startswith("hutch-spark")]
+
+    def close(self) -> None:
+        if self.connection.is_open:
+            self.connection.close()
+
+
+@pytest.fixture
+def streams(hutch_broker: Any) -> Iterator[Streams]:
+    helper = Streams(hutch_broker)
+    yield helper
+    helper.close()
+
+
+def reader(spark: Any, streams: Streams, names: str, *, batch: bool = True, **options: Any) -> Any:
+    base = spark.read if batch else spark.readStream
+    frame = (
+        base.format("hutch")
+        .option("uri", streams.url)
+        .option("managementUri", streams.management_url)
+        .option("streams", names)
+    )
+    for key, value in options.items():
+        frame = frame.option(key, value if isinstance(value, str) else json.dumps(value))
+    return frame.load()
+
+
+def offsets_and_ids(frame: Any) -> list[tuple[str, int, str]]:
+    rows = frame.select("stream", "offset", "message_id").collect()
+    return sorted((row.stream, row.offset, row.message_id) for row in rows)
+
+
+def expected(stream: str, start: int, end: int) -> list[tuple[str, int, str]]:
+    return [(stream, n, f"{stream}-{n}") for n in range(start, end)]
+
+
+def test_batch_read_of_a_range_reads_exactly_those_offsets_twice(
+    spark: Any, streams: Streams
+) -> None:
+    a, b = streams.declare("orders-0"), streams.declare("orders-1")
+    streams.publish(a, 120)
+    streams.publish(b, 45)
+    frame = reader(
+        spark,
+        streams,
+        "orders-0,orders-1",
+        startingOffsets={"orders-0": 17, "orders-1": -2},
+        endingOffsets={"orders-0": 101, "orders-1": -1},
+        numPartitions="3",
+    )
+    assert frame.rdd.getNumPartitions() == 6  # 3 slices per stream, each its own task
+    first = offsets_and_ids(frame)
+    assert first == expected(a, 17, 101) + expected(b, 0, 45)
+    assert offsets_and_ids(frame) == first  # a second read of the range: the same rows
+
+    everything = reader(spark, streams, "orders-0,orders-1")  # earliest to latest
+    assert everything.columns[:3] == ["stream", "offset", "message_id"]
+    assert offsets_and_ids(everything) == expected(a, 0, 120) + expected(b, 0, 45)
+    row = everything.where("stream = 'orders-0' AND offset = 3").collect()[0]
+    assert json.loads(row.body)["n"] == 3
+    assert row.headers["x-stream-offset"] == "3"
+    assert row.exchange == ""
+    assert row.routing_key == "orders-0"
+    assert streams.spark_connections() == []  # every task closed its connection
+
+
+def test_batch_read_from_a_timestamp(spark: Any, streams: Streams) -> None:
+    # AMQP timestamps are whole seconds: the second group starts in a later second than the
+    # first group's last publish, and the moment given is inside that later second.
+    name = streams.declare("timed")
+    streams.publish(name, 20)
+    time.sleep(1.1 - time.time() % 1)  # 0.1 s into the next second
+    moment_ms = int(time.time() * 1000)
+    streams.publish(name, 15)
+    frame = reader(spark, streams, name, startingTimestamp=str(moment_ms))
+    assert offsets_and_ids(frame) == expected(name, 20, 35)
+
+
+def test_batch_read_errors_name_the_stream(spark: Any, streams: Streams) -> None:
+    streams.declare("s")
+    streams.publish("s", 5)
+    streams.channel.queue_declare("classic", durable=True)
+    cases = [
+        ("nope", {}, "stream 'nope' does not exist in vhost '/'"),
+        ("classic", {}, "queue 'classic' in vhost '/' is a classic queue, not a stream"),
+        (
+            "s",
+            {"endingOffsets": {"s": 9}},
+            "endingOffsets gives stream 's' the offset 9, past its end 5",
+        ),
+        (
+            "s",
+            {"maxOffsetsPerTrigger": "3"},
+            "'maxOffsetsPerTrigger' is for streaming queries only",
+        ),
+    ]
+    for names, options, message in cases:
+        with pytest.raises(Exception) as caught:  # noqa: PT011 - Spark wraps our errors
+            reader(spark, streams, names, **options).collect()
+        assert message in str(caught.value), (names, str(caught.value)[:2000])
+
+
+def run_child(streams: Streams, work: Path, run: int, extra: list[str]) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        str(CHILD),
+        "--uri",
+        streams.url,
+        "--management",
+        streams.management_url,
+        "--streams",
+        "kill-0,kill-1",
+        "--checkpoint",
+        str(work / "checkpoint"),
+        "--output",
+        str(work / "output"),
+        "--out",
+        str(work),
+        *extra,
+    ]
+    log = (work / f"run{run}.log").open("wb")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def log_tail(work: Path, run: int) -> str:
+    return (work / f"run{run}.log").read_text(errors="replace")[-3000:]
+
+
+def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
+    return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
+
+
+def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
+    spark: Any, streams: Streams, tmp_path: Path
+) -> None:
+    total = 500
+    for name in ("kill-0", "kill-1"):
+        streams.declare(name)
+        streams.publish(name, total)
+    hang = ["--hang-stream", "kill-1", "--hang-offset", "230"]
+    first = run_child(streams, tmp_path, 1, hang)
+    try:
+        deadline = time.monotonic() + 180
+        while not (tmp_path / "hang").exists():
+            assert first.poll() is None, f"run 1 exited early:\n{log_tail(tmp_path, 1)}"
+            assert time.monotonic() < deadline, f"run 1 never hung:\n{log_tail(tmp_path, 1)}"
+            time.sleep(0.2)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    checkpoint = tmp_path / "checkpoint"
+    logged = sorted(int(path.name) for path in (checkpoint / "offsets").glob("[0-9]*"))
+    committed = sorted(int(path.name) for path in (checkpoint / "commits").glob("[0-9]*"))
+    killed = logged[-1]
+    assert killed not in committed  # killed inside the batch
+    assert killed >= 2  # and after some batches were committed
+    end = batch_offsets(checkpoint, killed)
+    start = batch_offsets(checkpoint, killed - 1)
+    assert start["kill-1"] <= 230 < end["kill-1"]
+
+    second = run_child(streams, tmp_path, 2, ["--expect", str(total)])
+    assert second.wait(240) == 0, f"run 2 failed:\n{log_tail(tmp_path, 2)}"
+    assert batch_offsets(checkpoint, killed) == end  # the replay used the logged range
+
+    output = spark.read.parquet(str(tmp_path / "output"))  # committed files only
+    rows = offsets_and_ids(output)
+    assert rows == expected("kill-0", 0, total) + expected("kill-1", 0, total)  # each once
+    replayed = output.where(
+        f"(stream = 'kill-0' AND offset >= {start['kill-0']} AND offset < {end['kill-0']}) OR "
+        f"(stream = 'kill-1' AND offset >= {start['kill-1']} AND offset < {end['kill-1']})"
+    )
+    again = reader(
+        spark, streams, "kill-0,kill-1", startingOffsets=start, endingOffsets=end
+    )  # the killed batch's range, read once more
+    assert offsets_and_ids(again) == offsets_and_ids(replayed)
+    assert len(offsets_and_ids(again)) == sum(end.values()) - sum(start.values())
+
+
+def test_retention_past_the_checkpoint_fails_or_skips_with_fail_on_data_loss(
+    spark: Any, streams: Streams, tmp_path: Path
+) -> None:
+    name = streams.declare(
+        "kept", **{"x-max-length-bytes": 40_000, "x-stream-max-segment-size-bytes": 8_000}
+    )
+    streams.publish(name, 10, size=200)
+    checkpoint = str(tmp_path / "checkpoint")
+    seen: list[tuple[str, int, str]] = []
+
+    def collect(frame: Any, _batch: int) -> None:
+        seen.extend(offsets_and_ids(frame))
+
+    def run(**options: Any) -> Any:
+        frame = reader(spark, streams, name, batch=False, startingOffsets="earliest", **options)
+        query = (
+            frame.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        return query
+
+    run()
+    assert seen == expected(name, 0, 10)
+    streams.publish(name, 600, size=200)  # far past the 40 kB kept: old segments go
+    item = streams.item(name)
+    first = item["first_offset"]
+    assert first > 10, item
+    seen.clear()
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - Spark wraps our errors
+        run()
+    text = str(caught.value)
+    assert f"retention removed offsets [10, {first}) of stream 'kept'" in text, text[:3000]
+    assert seen == []
+
+    run(failOnDataLoss="false")
+    assert seen == expected(name, first, item["next_offset"])
+
+
+def test_the_sink_publishes_into_a_stream(spark: Any, streams: Streams) -> None:
+    name = streams.declare("sunk")
+    data = spark.createDataFrame([(f"row-{n}",) for n in range(50)], "body string")
+    (
+        data.coalesce(1)
+        .write.format("hutch")
+        .mode("append")
+        .option("uri", streams.url)
+        .option("exchange", "")
+        .option("routingKey", name)
+        .save()
+    )
+    assert streams.item(name)["next_offset"] == 50
+    rows = reader(spark, streams, name).select("offset", "body").collect()
+    bodies = {row.offset: bytes(row.body).decode() for row in rows}
+    assert bodies == {n: f"row-{n}" for n in range(50)}
