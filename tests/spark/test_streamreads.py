@@ -1,0 +1,80 @@
+"""An executor's read of one stream slice (streamreads.read_slice) against a real hutch-broker,
+without Spark: the rows, the clean end, and data loss found while reading.
+
+The clean end matters because pika rejects the deliveries still in flight when a consumer is
+cancelled, and a stream answers basic.reject by closing the connection with 540: a reader that
+let the broker send past its slice ends every task with a broken connection (logged by the
+reader as "cancelling the reader ..."). The credit rule keeps the broker inside the slice.
+"""
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pytest
+from hutch_spark import streamoptions, streamreads
+from hutch_spark.errors import HutchDataLossError
+from hutch_spark.streamplan import Slice
+
+LOGGER = "hutch_spark.streamreads"
+
+
+@pytest.fixture
+def channel(hutch_broker: Any) -> Iterator[Any]:
+    connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    yield channel
+    connection.close()
+
+
+def stream(channel: Any, name: str, count: int, **arguments: Any) -> str:
+    channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream", **arguments})
+    for n in range(count):
+        body = json.dumps({"n": n, "pad": "x" * 200}).encode()
+        channel.basic_publish("", name, body, pika.BasicProperties(message_id=f"{name}-{n}"))
+    return name
+
+
+def read(broker: Any, slice_: Slice, **options: str) -> list[tuple[int, str]]:
+    settings = streamoptions.parse_stream_options(
+        {"streams": slice_.stream, "uri": broker.amqp_url, **options}
+    )
+    rows = []
+    for batch in streamreads.read_slice(settings, slice_):
+        offsets, ids = batch.column("offset").to_pylist(), batch.column("message_id").to_pylist()
+        rows.extend(zip(offsets, ids, strict=True))
+    return rows
+
+
+@pytest.mark.parametrize("prefetch", ["1000", "7", "1"])
+def test_a_slice_reads_its_offsets_and_ends_without_a_broken_connection(
+    hutch_broker: Any, channel: Any, caplog: pytest.LogCaptureFixture, prefetch: str
+) -> None:
+    name = stream(channel, "s", 100)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        rows = read(hutch_broker, Slice(name, 10, 30), prefetch=prefetch)
+        tail = read(hutch_broker, Slice(name, 95, 100), prefetch=prefetch)
+    assert rows == [(n, f"s-{n}") for n in range(10, 30)]
+    assert tail == [(n, f"s-{n}") for n in range(95, 100)]
+    assert "the reader of stream" not in caplog.text, caplog.text
+
+
+def test_retention_under_the_reader_is_data_loss(
+    hutch_broker: Any, channel: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    limits = {"x-max-length-bytes": 40_000, "x-stream-max-segment-size-bytes": 8_000}
+    name = stream(channel, "kept", 600, **limits)
+    gone = Slice(name, 0, 5)
+    with pytest.raises(HutchDataLossError, match=r"no longer holds offsets \[0, "):
+        read(hutch_broker, gone)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert read(hutch_broker, gone, failOnDataLoss="false") == []
+    assert "failOnDataLoss=false, so they are skipped" in caplog.text
+    # A slice across the first offset held reads what is left of it.
+    rows = read(hutch_broker, Slice(name, 0, 600), failOnDataLoss="false")
+    offsets = [offset for offset, _ in rows]
+    assert offsets == list(range(offsets[0], 600))
+    assert offsets[0] > 5
