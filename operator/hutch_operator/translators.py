@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from hutch_operator import errors
 from hutch_operator.models import bindings, exchanges, policies, queues
 from hutch_operator.models.common import same_json
 
 QUEUE_COLUMNS = (
     "name,durable,auto_delete,arguments,messages,messages_ready,messages_unacknowledged,"
-    "consumers,policy,operator_policy,effective_policy_definition"
+    "consumers,policy,operator_policy,effective_policy_definition,first_offset,last_offset,"
+    "segments"
 )
 LIMIT_KEYS = frozenset(queues.LIMIT_ARGUMENTS.values())
 
@@ -53,10 +53,9 @@ def queue_limits(spec: queues.QueueSpec, *, hutch: bool) -> dict[str, Any]:
 
 
 def queue_arguments(spec: queues.QueueSpec, *, hutch: bool) -> dict[str, Any]:
-    if hutch and spec.type == "stream":
-        raise errors.SpecError("hutch-broker has no stream queues; use type: classic or quorum")
     arguments: dict[str, Any] = dict(spec.arguments)
     arguments.update(queue_limits(spec, hutch=hutch))
+    arguments.update(spec.stream.as_arguments())
     if spec.single_active_consumer:
         arguments["x-single-active-consumer"] = True
     if spec.type != "classic":
@@ -113,7 +112,10 @@ def queue_differences(
 
 
 def queue_stats(listed: dict[str, Any]) -> dict[str, Any]:
-    """Queue status fields from a listed item (RabbitMQ names → camelCase)."""
+    """Queue status fields from a listed item (RabbitMQ names → camelCase).
+
+    A stream's offsets and segment count are hutch-broker's (docs/contracts/broker.md#st-5):
+    RabbitMQ 3.10.8 and other queue types have none, so they stay null (never written)."""
     return {
         "messages": listed.get("messages", 0),
         "messagesReady": listed.get("messages_ready", 0),
@@ -122,6 +124,9 @@ def queue_stats(listed: dict[str, Any]) -> dict[str, Any]:
         "policy": listed.get("policy") or None,
         "operatorPolicy": listed.get("operator_policy") or None,
         "effectivePolicyDefinition": listed.get("effective_policy_definition") or {},
+        "firstOffset": listed.get("first_offset"),
+        "lastOffset": listed.get("last_offset"),
+        "segments": listed.get("segments"),
     }
 
 

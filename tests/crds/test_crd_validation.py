@@ -170,7 +170,12 @@ def test_arguments_take_any_json_and_stay_immutable(plane: Any) -> None:
                                "arguments": {"x-match": "any", "on": True}}, "b",
     )  # fmt: skip
     assert status == 201, binding
-    changed = {**arguments, "x-single-active-consumer": 1}
+    changed = {**arguments, "x-int": "3"}
     result = plane.kubectl("-n", ns, "patch", "queues.hutch.dev", "q", "--type=merge",
                            "-p", json.dumps({"spec": {"arguments": changed}}), check=False)  # fmt: skip
     assert result.returncode != 0 and "arguments is immutable" in result.stderr, result.stderr
+    # x-single-active-consumer is declared (a stream's rule asks has() of it) as RabbitMQ
+    # takes it, a boolean: the integer 1 is refused at admission, as RabbitMQ refuses it.
+    status, reply = _create(plane, ns, "Queue", {**REF, "arguments": {
+        "x-single-active-consumer": 1}}, "sac")  # fmt: skip
+    assert status == 422 and "x-single-active-consumer" in reply["message"], reply

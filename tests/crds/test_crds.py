@@ -22,7 +22,7 @@ COPIES = (REPO / "crds", REPO / "charts" / "hutch-operator" / "crds")
 #: kind → spec fields that must carry an immutability rule (docs/contracts/operator.md#immutability).
 IMMUTABLE = {
     "Queue": ["vhost", "type", "durable", "autoDelete", "arguments", "singleActiveConsumer",
-              "brokerRef", "connectionSecret", "name"],
+              "stream", "brokerRef", "connectionSecret", "name"],
     "Exchange": ["vhost", "type", "durable", "autoDelete", "internal", "arguments", "brokerRef",
                  "connectionSecret", "name"],
     "Binding": ["vhost", "source", "destination", "destinationType", "routingKey", "arguments",
@@ -95,7 +95,8 @@ def test_printer_columns_and_names() -> None:
     queue = crdgen.crd(kinds.QUEUE)["spec"]
     assert queue["names"]["shortNames"] == ["hq"] and queue["names"]["categories"] == ["hutch"]
     columns = [c["name"] for c in queue["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Messages", "Consumers", "Policy", "Vhost", "Type", "Age"]
+    assert columns == ["Ready", "Messages", "Consumers", "Policy", "Vhost", "Type",
+                       "First Offset", "Last Offset", "Age"]  # fmt: skip
     assert queue["versions"][0]["subresources"] == {"status": {}}
 
 

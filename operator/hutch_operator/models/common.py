@@ -109,20 +109,26 @@ def cel_field(key: str) -> str:
     return key
 
 
-def arguments_field(description: str, known: tuple[str, ...] = ()) -> Any:
+def arguments_field(
+    description: str, known: tuple[str, ...] = (), typed: dict[str, Any] | None = None
+) -> Any:
     """An immutable ``x-`` argument map of JSON values; ``default: {}`` so the rule always runs.
 
     CEL cannot type a map whose values may be anything (the CRD is refused with "failed to
     convert to declType"), so the map is an object that keeps unknown fields: ``self ==
     oldSelf`` still compares all of it, types included. ``known`` keys are declared as
-    properties (a number or a string) so that other rules can ask ``has()`` of them.
+    properties (a number or a string) so that other rules can ask ``has()`` of them; CEL sees
+    no property without a type (the CRD is refused with "undefined field"), so a key whose value
+    is neither is given its schema in ``typed`` (``{"x-flag": {"type": "boolean"}}``).
     """
 
     def schema(field: dict[str, Any]) -> None:
         field.pop("additionalProperties", None)
         field.update({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
-        if known:
-            field["properties"] = {key: {"x-kubernetes-int-or-string": True} for key in known}
+        properties: dict[str, Any] = {key: {"x-kubernetes-int-or-string": True} for key in known}
+        properties.update(typed or {})
+        if properties:
+            field["properties"] = properties
         field.update({"default": {}, "maxProperties": 64, **immutable("arguments")})
 
     return Field(default_factory=dict, description=description, json_schema_extra=schema)

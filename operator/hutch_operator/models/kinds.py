@@ -97,6 +97,9 @@ QUEUE = Kind(
         Column("Policy", ".status.policy"),
         Column("Vhost", ".spec.vhost", priority=1),
         Column("Type", ".spec.type", priority=1),
+        # A stream's offsets (hutch-broker reports them; empty elsewhere): -o wide only.
+        Column("First Offset", ".status.firstOffset", "integer", priority=1),
+        Column("Last Offset", ".status.lastOffset", "integer", priority=1),
         _AGE,
     ),
     (_AMQ_NAME,),

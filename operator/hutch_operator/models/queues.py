@@ -4,16 +4,17 @@ Contract: docs/contracts/operator.md#queue-fields.
 
 ``limits`` are typed because they are the one part of a queue's arguments that Hutch brokers can
 change in place; everything else in ``arguments`` is fixed at declaration (CEL ``self == oldSelf``).
+A stream's own settings and refusals are in ``models.streams``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from hutch_operator.models import common
+from hutch_operator.models import common, streams
 
 QueueType = Literal["classic", "quorum", "stream"]
 Overflow = Literal["drop-head", "reject-publish", "reject-publish-dlx"]
@@ -70,6 +71,7 @@ class QueueSpec(common.TopologySpec):
                 *common.NAMED_RULES,
                 common.rule("self.type != 'quorum' || self.durable", "quorum queues are durable"),
                 _no_limit_in_arguments(),
+                *streams.spec_rules(),
             ]
         }
     )
@@ -99,7 +101,14 @@ class QueueSpec(common.TopologySpec):
     arguments: dict[str, common.ArgumentValue] = common.arguments_field(
         "Other x- queue arguments (any JSON value), fixed at declaration. Prefer limits, Policy "
         "or OperatorPolicy.",
-        known=tuple(LIMIT_ARGUMENTS.values()),
+        known=(*LIMIT_ARGUMENTS.values(), *streams.KNOWN_ARGUMENTS),
+        typed=streams.TYPED_ARGUMENTS,
+    )
+    stream: streams.StreamSettings = common.nested(
+        streams.StreamSettings,
+        "type: stream only: retention fixed at declaration (x-max-age, "
+        "x-stream-max-segment-size-bytes); size retention is limits.maxLengthBytes.",
+        **streams.IMMUTABLE,
     )
     single_active_consumer: bool = Field(
         False,
@@ -113,6 +122,14 @@ class QueueSpec(common.TopologySpec):
         False, description="On delete, keep the queue while it has consumers."
     )
 
+    @model_validator(mode="after")
+    def _stream_rules(self) -> QueueSpec:
+        """The CRD's stream rules, for an object an older CRD admitted (``InvalidSpec``)."""
+        found = streams.problems(self)
+        if found:
+            raise ValueError("; ".join(found))
+        return self
+
 
 class QueueStatus(common.TopologyStatus):
     messages: int | None = None
@@ -122,4 +139,11 @@ class QueueStatus(common.TopologyStatus):
     policy: str | None = None
     operator_policy: str | None = None
     effective_policy_definition: common.FreeForm | None = None
+    first_offset: int | None = Field(
+        None, description="A stream's first offset held (hutch-broker only; null elsewhere)."
+    )
+    last_offset: int | None = Field(
+        None, description="A stream's newest offset a consumer may read (null while empty)."
+    )
+    segments: int | None = Field(None, description="A stream's segment count (hutch-broker).")
     stats_updated_at: str | None = None
