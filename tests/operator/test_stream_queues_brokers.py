@@ -125,6 +125,11 @@ def test_stream_queue_on_hutch_broker(
     assert status["segments"] > 1, status  # several segments of SEGMENT_BYTES
     assert status["segments"] == _item(broker, name)["segments"]
     assert _offsets_from_first(broker, name, COUNT) == list(range(COUNT))
+    wide = kube.plane.kubectl("-n", kube.namespace, "get", "queues.hutch.dev", "events",
+                              "-o", "wide").stdout.splitlines()  # fmt: skip
+    columns = [column.strip() for column in wide[0].split("  ") if column.strip()]
+    assert columns[-4:] == ["TYPE", "FIRST OFFSET", "LAST OFFSET", "AGE"], wide
+    assert wide[1].split()[-4:-1] == ["stream", "0", str(COUNT - 1)], wide
     _no_drift(kit, kube)
 
     # Size retention is a limit: lowered in place (no re-declare, the stream and its offsets
