@@ -53,7 +53,7 @@ REFUSED_ARGUMENTS: dict[str, str | None] = {
     "x-expires": "limits.expires",
     "x-dead-letter-exchange": "limits.deadLetterExchange",
     "x-dead-letter-routing-key": "limits.deadLetterRoutingKey",
-    "x-ring-size": "limits.ringSize",  # Hutch's: hutch-broker would keep it without effect
+    "x-ring-size": "limits.ringSize",  # Hutch's: both brokers accept it on a stream (201)
     "x-single-active-consumer": "singleActiveConsumer",
     "x-max-priority": None,
     "x-queue-mode": None,
