@@ -81,6 +81,16 @@ def test_stream_stats_carry_the_offsets() -> None:
     assert {"first_offset", "last_offset", "segments"} <= set(columns)
 
 
+def test_a_stream_hutch_just_created_has_known_offsets() -> None:
+    """The create's status write carries a new stream's offsets on hutch-broker, without a read
+    (the sweep's first pass would otherwise fill them up to a period later)."""
+    assert translators.fresh_queue_stats(hutch_stream=True) == {
+        "messages": 0, "messagesReady": 0, "messagesUnacknowledged": 0, "consumers": 0,
+        "firstOffset": 0, "lastOffset": None, "segments": 0,
+    }  # fmt: skip
+    assert "firstOffset" not in translators.fresh_queue_stats()  # elsewhere, or not a stream
+
+
 def test_offsets_are_wide_columns() -> None:
     columns = {c.name: c for c in kinds.QUEUE.columns}
     assert columns["First Offset"].json_path == ".status.firstOffset"

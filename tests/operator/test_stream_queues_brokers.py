@@ -28,7 +28,11 @@ BODY = b"x" * 100
 SEGMENT_BYTES = 2000  # a few records a segment, so retention has segments to drop
 
 
-def _setup(kit: Any, plane: Any, broker: BrokerProcess, **stream: Any) -> tuple[Any, str]:
+def _setup(
+    kit: Any, plane: Any, broker: BrokerProcess, **stream: Any
+) -> tuple[Any, str, dict[str, Any]]:
+    """A stream Queue through a connectionSecret: (kube, broker queue name, the object as
+    first seen Declared)."""
     kube = kit.Kube(plane, plane.create_namespace())
     kube.secret(
         "conn", {"uri": broker.http_url, "username": broker.username, "password": broker.password}
@@ -42,9 +46,12 @@ def _setup(kit: Any, plane: Any, broker: BrokerProcess, **stream: Any) -> tuple[
         "stream": {"maxAge": "7D", "maxSegmentSizeBytes": SEGMENT_BYTES, **stream},
     }
     kube.create("Queue", "queues", "events", spec)
-    kit.wait_for(lambda: kit.ready(kube.get("queues", "events")) == ("True", "Declared"), 20,
-                 "stream Declared")  # fmt: skip
-    return kube, name
+    declared = kit.wait_for(
+        lambda: (o := kube.get("queues", "events")) and kit.ready(o) == ("True", "Declared") and o,
+        20,
+        "stream Declared",
+    )
+    return kube, name, declared
 
 
 def _publish(broker: BrokerProcess, queue: str, count: int) -> None:
@@ -107,7 +114,7 @@ def test_stream_queue_on_hutch_broker(
     operator: Any, crds_applied: Any, kit: Any, hutch_broker: BrokerProcess
 ) -> None:
     broker = hutch_broker
-    kube, name = _setup(kit, crds_applied, broker)
+    kube, name, _ = _setup(kit, crds_applied, broker)
     item = _item(broker, name)
     assert (item["type"], item["durable"], item["auto_delete"]) == ("stream", True, False)
     assert item["arguments"] == {
@@ -174,8 +181,9 @@ def test_stream_queue_on_rabbitmq(
     operator: Any, crds_applied: Any, kit: Any, rabbitmq: BrokerProcess
 ) -> None:
     broker = rabbitmq
-    kube, name = _setup(kit, crds_applied, broker, maxSegmentSizeBytes=1_000_000)
+    kube, name, declared = _setup(kit, crds_applied, broker, maxSegmentSizeBytes=1_000_000)
     try:
+        assert "firstOffset" not in declared["status"]  # RabbitMQ has no offsets to report
         item = _item(broker, name)
         assert (item["type"], item["durable"], item["auto_delete"]) == ("stream", True, False)
         assert item["arguments"] == {
@@ -212,15 +220,18 @@ def test_stream_queue_on_rabbitmq(
 def test_an_empty_stream_has_no_last_offset(
     operator: Any, crds_applied: Any, kit: Any, hutch_broker: BrokerProcess
 ) -> None:
-    """An empty stream: firstOffset 0 and lastOffset null (nothing to read yet), as the
-    management item says; the first message published then takes offset 0."""
+    """An empty stream: firstOffset 0, no segment and lastOffset null (nothing to read yet),
+    as the management item says, in status from the create's Declared write on (the create made
+    the stream, so they are known without a read); the first message then takes offset 0."""
     broker = hutch_broker
-    kube, name = _setup(kit, crds_applied, broker)
-    status = kit.wait_for(
-        lambda: (s := _status(kube)).get("firstOffset") == 0 and s, 20, "empty stream's offsets"
-    )
-    assert status.get("lastOffset") is None and status["messages"] == 0
-    assert _item(broker, name)["last_offset"] is None
+    kube, name, declared = _setup(kit, crds_applied, broker)
+    status = declared["status"]
+    assert (status.get("firstOffset"), status.get("segments"), status["messages"]) == (0, 0, 0)
+    assert status.get("lastOffset") is None
+    item = _item(broker, name)
+    assert (item["first_offset"], item["segments"], item["last_offset"]) == (0, 0, None)
+    time.sleep(2 * SWEEP_SECONDS)  # a sweep reads the same
+    assert _status(kube).get("firstOffset") == 0 and _status(kube).get("lastOffset") is None
     _publish(broker, name, 1)
     kit.wait_for(lambda: _status(kube).get("lastOffset") == 0, 20, "first message's offset")
     _release(kit, kube, ("queues", "events"))

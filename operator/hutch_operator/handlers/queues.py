@@ -117,7 +117,8 @@ async def stats(target: references.Target, spec: Spec, name: str) -> dict[str, A
     of a create). Its policy fields are left to the sweep's first pass, which writes them only
     if a policy applies (``translators.queue_stats``)."""
     if _created.get(False):
-        return translators.fresh_queue_stats()
+        stream = spec.type == "stream" and await target.client.is_hutch()
+        return translators.fresh_queue_stats(hutch_stream=stream)
     listed = await target.client.call(
         translators.Request("GET", translators.queue_path(spec.vhost, name))
     )
