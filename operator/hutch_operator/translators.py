@@ -139,7 +139,12 @@ def fresh_queue_stats(*, hutch_stream: bool = False) -> dict[str, Any]:
     are not known without a read and are left out (absent means no policy, ``POLICY_STATS``).
     A stream hutch-broker just created starts at offset 0 with no segment and nothing to read
     (docs/contracts/broker.md#st-5), so its offsets are known too."""
-    stats = {"messages": 0, "messagesReady": 0, "messagesUnacknowledged": 0, "consumers": 0}
+    stats: dict[str, Any] = {
+        "messages": 0,
+        "messagesReady": 0,
+        "messagesUnacknowledged": 0,
+        "consumers": 0,
+    }
     if hutch_stream:
         stats.update(firstOffset=0, lastOffset=None, segments=0)
     return stats
