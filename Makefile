@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run broker test check unit bench bench-report e2e bootstrap rabbitmq k8s-bins images plane clean
+.PHONY: run broker test check fast unit bench bench-report e2e bootstrap rabbitmq k8s-bins images plane clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -26,6 +26,11 @@ check: bootstrap
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+## The fast level: pure, in-memory tests, no process and no socket, in seconds (docs/testing.md#test-levels).
+fast: bootstrap
+	$(PY) -m pytest tests -m fast -q
+
+## The fast level and the broker level without RabbitMQ and the long cases: still starts brokers and Spark.
 unit: bootstrap
 	$(PY) -m pytest tests -m "not rabbitmq and not k8s and not slow"
 

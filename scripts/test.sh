@@ -1,14 +1,38 @@
 #!/usr/bin/env bash
-# The test suite: unit, broker (real sockets, pika/aio-pika), side by side with
-# RabbitMQ 3.10.8, and the Kubernetes control-plane tests.  Dependencies that
-# cannot start fail the run loudly under CI (HUTCH_*_REQUIRED); nothing skips silently.
+# The test suite, level by level, cheapest first, stopping at the first level that fails:
+# fast (pure, in memory: a failure shows in seconds), broker (processes and sockets on loopback,
+# side by side with RabbitMQ 3.10.8), node (the Kubernetes planes and the real node), then e2e.
+# Each test's level is derived by hutch_testing.levels (docs/testing.md#test-levels); together the
+# levels are every test of tests/ and e2e/. Dependencies that cannot start fail the run loudly
+# under CI (HUTCH_*_REQUIRED); nothing skips silently. Each level's time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 bash scripts/install-ui-deps.sh  # Chromium and its driver for the Web UI's tests (tests/ui)
-echo "==> pytest tests/"
-"$PY" -m pytest tests --durations=30 "$@"
+
+TIMES=()
+summary() {
+  echo "==> level times"
+  for line in "${TIMES[@]}"; do echo "    $line"; done
+}
+trap summary EXIT
+
+# One level: pytest's exit code 5 (no test selected, e.g. a -k that only matches other levels)
+# is not a failure.
+level() {
+  local name=$1 started=$SECONDS status=0
+  shift
+  echo "==> level $name: pytest $*"
+  "$PY" -m pytest "$@" || status=$?
+  TIMES+=("$(printf '%-7s %5d s  (exit %d)' "$name" $((SECONDS - started)) "$status")")
+  if [[ $status -ne 0 && $status -ne 5 ]]; then
+    exit "$status"
+  fi
+}
+
+level fast tests -m fast -q --durations=5 "$@"
+level broker tests -m broker --durations=30 "$@"
+level node tests -m node --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
-  echo "==> pytest e2e/"
-  "$PY" -m pytest e2e -m e2e --durations=10
+  level e2e e2e -m e2e --durations=10
 fi

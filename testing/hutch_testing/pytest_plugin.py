@@ -8,6 +8,11 @@ directory under tmp_path (kept by pytest for the last runs, with the broker's co
 A missing or broken reference node skips its tests on a developer machine but ERRORs them in CI
 (env `CI` set) or with `HUTCH_REFERENCE_REQUIRED=1`, so CI can never go green without it.
 
+It also gives every collected test its level (``hutch_testing.levels``: fast, broker, node, e2e)
+as a marker, so ``-m fast`` selects the fast level, and guards the fast level: a fast test that
+starts a process or opens a socket fails, saying what it did and where it belongs. Fast tests get
+a per-test timeout of 15 s (``FAST_TEST_TIMEOUT``) unless they set their own.
+
 Register with `pytest_plugins = ["hutch_testing.pytest_plugin"]` in tests/conftest.py.
 """
 
@@ -21,7 +26,7 @@ from typing import Protocol, Unpack
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from hutch_testing import brokers, clients, processes
+from hutch_testing import brokers, clients, levels, processes
 from hutch_testing import rabbitmq as reference
 
 
@@ -32,6 +37,13 @@ class HutchBrokerFactory(Protocol):
 
 
 _FALSE_VALUES = ("", "0", "false", "no")
+# A fast test is in memory: the slowest measured take about a second on a loaded 2-core machine.
+FAST_TEST_TIMEOUT = 15
+_LEVEL_MARKERS = (
+    "fast: level fast, set by hutch_testing.levels: pure and in memory, no process, no socket",
+    "broker: level broker, set by hutch_testing.levels: processes and sockets on loopback",
+    "node: level node, set by hutch_testing.levels: a Kubernetes plane",
+)
 
 
 def reference_required() -> bool:
@@ -63,6 +75,7 @@ def _start_reference(node: reference.RabbitMQ) -> str | None:
 
 
 @pytest.fixture(scope="session")
+@levels.broker_level
 def rabbitmq() -> Iterator[reference.RabbitMQ]:
     """The session's RabbitMQ 3.10.8 node on loopback (guest/guest, management plugin enabled)."""
     node = reference.RabbitMQ()
@@ -75,6 +88,7 @@ def rabbitmq() -> Iterator[reference.RabbitMQ]:
 
 
 @pytest.fixture
+@levels.broker_level
 def hutch_broker_factory(tmp_path: Path) -> Iterator[HutchBrokerFactory]:
     """Start hutch-brokers (keyword arguments go to `HutchBroker`); all stop after the test."""
     started: list[brokers.HutchBroker] = []
@@ -111,8 +125,71 @@ def channel(connection: BlockingConnection) -> BlockingChannel:
     return connection.channel()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the reference node `rabbitmq`, so `-m "not rabbitmq"` works."""
+def pytest_configure(config: pytest.Config) -> None:
+    for line in _LEVEL_MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks users of the reference node `rabbitmq` (so `-m "not rabbitmq"` works) and gives every
+    test its level marker; tryfirst, because `-m` deselects in pytest's own hook."""
+    timeouts = config.pluginmanager.hasplugin("timeout")
     for item in items:
         if "rabbitmq" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.rabbitmq)
+        level = item_level(item)
+        lower = {mark.name for mark in item.iter_markers() if mark.name in levels.LEVELS} - {level}
+        if lower:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked {', '.join(sorted(lower))} but its fixtures put it at "
+                f"level {level}: drop the mark (a test is at one level, {levels.HELP})"
+            )
+        item.add_marker(getattr(pytest.mark, level))
+        if level == levels.FAST and timeouts and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(FAST_TEST_TIMEOUT))
+
+
+def item_level(item: pytest.Item) -> str:
+    """The item's level from its markers and the levels its fixtures declare."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    declared = (levels.declared_level(fixture.func) for defs in definitions for fixture in defs)
+    return levels.level_of((mark.name for mark in item.iter_markers()), declared)
+
+
+def _guarded(item: pytest.Item, phase: str) -> Iterator[None]:
+    """Runs one phase of a fast test under the guard; a blocked attempt fails it by name, even
+    when the code under test caught the error."""
+    if not item.get_closest_marker(levels.FAST):
+        return (yield)
+    guard = levels.Guard()
+    with guard.active():
+        try:
+            result = yield
+        except BaseException:
+            if not guard.attempts:
+                raise
+            result = None  # the blocked attempt, or what the code under test made of it
+    if guard.attempts:
+        pytest.fail(
+            f"{item.nodeid} is at level fast, but in its {phase} it {guard.attempts[0]}. "
+            + levels.advice(),
+            pytrace=False,
+        )
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item, "call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item, "teardown"))

@@ -52,6 +52,7 @@ def test_bad_arguments_are_refused() -> None:
         broker_size.parse_args(["--brokers", "hutch,activemq"])
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 @pytest.mark.timeout(60)
 def test_quick_run_on_hutch_broker_measures_every_phase(tmp_path: Path) -> None:
     output = tmp_path / "size.json"

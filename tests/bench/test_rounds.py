@@ -143,6 +143,7 @@ def test_a_baseline_tree_gets_its_own_column_and_a_ratio_paired_by_round() -> No
     assert "0.90 (0.83-1.10)" in report.table(cpu, ["hutch-base", "hutch"]).splitlines()[2]
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_run_takes_a_baseline_tree_and_measures_it_first(tmp_path: Path) -> None:
     import run
 
@@ -155,6 +156,7 @@ def test_run_takes_a_baseline_tree_and_measures_it_first(tmp_path: Path) -> None
     assert broker._environment()["PYTHONPATH"].split(":")[0] == str(tmp_path / "broker")
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_run_starts_both_hutch_brokers_with_the_same_config(tmp_path: Path) -> None:
     import run
 

@@ -3,10 +3,11 @@
 import pytest
 from hutch_broker.config import BrokerConfig
 from hutch_broker.server.app import BrokerServer
-from hutch_testing import ports
+from hutch_testing import levels, ports
 
 
 @pytest.fixture
+@levels.broker_level
 async def server(tmp_path):
     """A whole broker in this test's own event loop, on free ports, its data under tmp_path:
     for tests that must see the loop's turns or the store's files while the broker runs.

@@ -68,6 +68,7 @@ def test_item_12_refused_recovery_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_item_12_port_in_use_is_one_line(tmp_path, capsys):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from hutch_localkube import binaries
+from hutch_testing import levels
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"
@@ -17,6 +18,7 @@ KUBE_VERSION = "1.36.4"  # a go-installed helm defaults to v1.20 capabilities
 
 
 @pytest.fixture(scope="session")
+@levels.broker_level  # its users run helm
 def helm() -> Path:
     try:
         path = binaries.find_bin_dir() / "helm"

@@ -14,6 +14,8 @@ import pytest
 from hutch_testing import certs
 from hutch_testing.tlsbrokers import TLSHutchBroker
 
+pytestmark = pytest.mark.broker  # level broker: runs kubectl-hutch against a fake kubectl
+
 PLUGIN = shutil.which("kubectl-hutch", path=str(Path(sys.executable).parent))
 
 # A kubectl that logs each call (argv and stdin) and answers from a table of argv prefixes.

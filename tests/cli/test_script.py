@@ -14,6 +14,8 @@ import pytest
 from hutch_testing import certs, ports
 from hutch_testing.tlsbrokers import TLSHutchBroker
 
+pytestmark = pytest.mark.broker  # level broker: runs hutchctl against a hutch-broker
+
 HUTCHCTL = shutil.which("hutchctl", path=str(Path(sys.executable).parent))
 
 

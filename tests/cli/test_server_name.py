@@ -15,6 +15,8 @@ import pytest
 from hutch_testing import certs
 from hutch_testing.tlsbrokers import TLSHutchBroker
 
+pytestmark = pytest.mark.broker  # level broker: a hutch-broker of its own
+
 HUTCHCTL = shutil.which("hutchctl", path=str(Path(sys.executable).parent))
 SERVICE = "hutch.team-a.svc"
 

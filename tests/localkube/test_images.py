@@ -104,6 +104,7 @@ def test_dockerignore_and_the_interpreter_skip_the_same_names():
     assert "**/*.egg-info" in ignored
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_layout_is_an_oci_image_containerd_can_import(tmp_path: Path):
     rootfs = tmp_path / "rootfs"
     rootfs.mkdir()
@@ -123,6 +124,7 @@ def test_layout_is_an_oci_image_containerd_can_import(tmp_path: Path):
     ]
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_a_layer_over_the_base_holds_only_what_the_build_changed(tmp_path: Path):
     lower = tmp_path / "lower"
     (lower / "etc").mkdir(parents=True)
@@ -156,6 +158,7 @@ def test_a_layer_over_the_base_holds_only_what_the_build_changed(tmp_path: Path)
         assert members["./etc/passwd"].uname == ""  # numeric owners only
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_a_layout_over_a_base_lists_the_shared_base_layer_first(tmp_path: Path):
     lower = tmp_path / "base"
     lower.mkdir()
@@ -190,6 +193,7 @@ def test_copy_from_a_named_build_context(tmp_path: Path):
         images.apply(stage, "COPY", "--from=other tool /x", {}, tmp_path, {"tools": named})
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_an_image_from_our_own_image_reuses_its_layers_and_config(tmp_path: Path):
     """FROM localhost/hutch/...: the parent's layers (whiteouts applied) are the new rootfs,
     its config the stage's start, and the new layout lists its layers, then ours."""

@@ -48,6 +48,7 @@ def test_the_listing_parses_into_references_and_digests():
     assert imagestore.parse_images(LISTING.splitlines()[0]) == {}
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_the_plan_imports_what_is_missing_or_changed_and_removes_the_old_version(
     tmp_path: Path,
 ):
@@ -69,6 +70,7 @@ def test_the_plan_imports_what_is_missing_or_changed_and_removes_the_old_version
                            wanted) == imagestore.Plan((), ())  # fmt: skip
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_the_plan_removes_the_cri_plugins_id_references_to_versions_no_name_holds(
     tmp_path: Path,
 ):
@@ -96,6 +98,7 @@ def test_the_plan_removes_the_cri_plugins_id_references_to_versions_no_name_hold
     assert not imagestore.is_id_reference("sha256:" + "A" * 64)
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_the_digest_is_the_one_the_layouts_index_names(tmp_path: Path):
     oci = layout(tmp_path, "localhost/x/y:1", "a")
     index = json.loads((oci / "index.json").read_text())
@@ -105,6 +108,7 @@ def test_the_digest_is_the_one_the_layouts_index_names(tmp_path: Path):
     )
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_the_store_is_under_the_cache_and_keyed_by_containerd_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -8,10 +8,11 @@ their fixes.
 from collections.abc import Iterator
 
 import pytest
-from hutch_testing import noisy_cases
+from hutch_testing import levels, noisy_cases
 
 
 @pytest.fixture
+@levels.broker_level
 def quiet_broker(tmp_path) -> Iterator[noisy_cases.SourceBroker]:
     broker = noisy_cases.start_hutch(tmp_path / "broker")
     yield broker

@@ -71,6 +71,7 @@ def run_probe(tmp_path: Path, entry_point_name: str, *, conftest: bool) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("conftest", [False, True], ids=["entry-point-alone", "with-conftest"])
 def test_the_entry_point_loads_the_plugin_once(tmp_path: Path, conftest: bool) -> None:
@@ -78,6 +79,7 @@ def test_the_entry_point_loads_the_plugin_once(tmp_path: Path, conftest: bool) -
     assert "1 passed" in output, output
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 @pytest.mark.timeout(120)
 def test_another_entry_point_name_beside_the_conftest_fails(tmp_path: Path) -> None:
     """The failure the module-named entry point avoids (pins the reason it is named so)."""

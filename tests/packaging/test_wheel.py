@@ -28,6 +28,7 @@ DOCKERFILES = [
 ]
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 @pytest.mark.timeout(180)  # pip fetches setuptools for the isolated build the first time
 def test_the_hutch_wheel_holds_the_product_packages_and_no_test_tooling(tmp_path: Path) -> None:
     """Built from a copy of the whole tree (testing/ included), so setuptools' build/ stays out

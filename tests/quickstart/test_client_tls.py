@@ -170,6 +170,7 @@ def _forwarded(broker: TLSHutchBroker, leaf: certs.Leaf) -> launchers.Endpoint:
     )  # fmt: skip
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 @pytest.mark.timeout(90)
 def test_the_host_clients_speak_verified_tls_to_a_tls_only_broker(leaf: certs.Leaf) -> None:
     """What the quickstart does through its port-forward, on loopback: the probe, a publish
@@ -194,6 +195,7 @@ def test_the_host_clients_speak_verified_tls_to_a_tls_only_broker(leaf: certs.Le
         assert management.Management(client).queue("orders-eu")["messages"] == 1
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 @pytest.mark.timeout(90)
 def test_keep_prints_a_curl_command_that_verifies_the_broker_through_the_forward(
     leaf: certs.Leaf, tmp_path: Path

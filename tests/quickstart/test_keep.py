@@ -34,6 +34,8 @@ import pytest
 from hutch_localkube import provisioner
 from hutch_testing import chain, clusters, keeping, launchers
 
+pytestmark = pytest.mark.node  # level node: its own node plane, through the quickstart
+
 log = logging.getLogger("hutch.test_keep")
 NAMESPACE = "quickstart"
 POD = "hutch-server-0"

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from hutch_testing import chain, quickstart, sparkpods, sparksubmit
 
+pytestmark = pytest.mark.broker  # level broker: a broker and Spark job of its own
+
 
 def test_the_jvm_accepts_the_options() -> None:
     java = shutil.which("java")

@@ -66,6 +66,7 @@ def test_another_jvm_or_other_jars_get_another_archive(tmp_path):
     assert submitclasses.key(home, java) != changed
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_a_recording_abandoned_by_a_process_that_is_gone_is_removed(tmp_path):
     home, java = _spark(tmp_path)
     directory = tmp_path / "cache" / submitclasses.SUBDIR
@@ -128,6 +129,7 @@ def _job(tmp_path: Path, code: str, phase: str) -> sparkpods.PodJob:
     return sparkpods.PodJob(_Driver(phase), sub, child, tmp_path, classes)  # type: ignore[arg-type]
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 @pytest.mark.parametrize(
     ("code", "phase", "kept"),
     [
@@ -147,6 +149,7 @@ def test_finish_keeps_the_recording_only_when_the_job_succeeded(tmp_path, code, 
     assert archive.exists() == kept and not pending.exists()
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_finish_while_spark_submit_runs_leaves_the_recording_pending(tmp_path):
     job = _job(tmp_path, "import time; time.sleep(30)", "Running")
     assert job.classes is not None

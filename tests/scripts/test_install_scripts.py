@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from hutch_localkube import binaries
 
+pytestmark = pytest.mark.broker  # level broker: runs the install scripts
+
 SCRIPTS = binaries.REPO_ROOT / "scripts"
 STUBS = {
     "id": 'echo "${STUB_UID}"',

@@ -8,11 +8,13 @@ difference (hutch_testing.differences), so the two brokers are held to one expec
 from collections.abc import Iterator
 
 import pytest
+from hutch_testing import levels
 from hutch_testing.differences import HUTCH, RABBITMQ
 from hutch_testing.sidebyside import Target
 
 
 @pytest.fixture(params=[RABBITMQ, HUTCH])
+@levels.broker_level
 def target(request) -> Iterator[Target]:
     if request.param == RABBITMQ:
         broker = request.getfixturevalue("rabbitmq")

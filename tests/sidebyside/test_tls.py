@@ -17,7 +17,7 @@ import pytest
 from hutch_testing import certs, probes
 from hutch_testing.tlsbrokers import TLSHutchBroker, TLSRabbitMQ, client_context
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.broker]  # level broker: TLS brokers of its own
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+from hutch_testing import levels
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -75,6 +76,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session")
+@levels.broker_level
 def spark() -> Iterator[Any]:
     """The session's SparkSession with the `hutch` data source registered."""
     import hutch_spark

@@ -62,6 +62,7 @@ BASE = ("broker.name=orders-broker", "queue=orders", f"broker.credentialsSecret=
 TLS = ("broker.tls.enabled=true", "broker.tls.caSecret=orders-broker-tls")
 
 
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_sparkapplication_wires_broker_secret_and_checkpoint() -> None:
     app = render(*BASE)["SparkApplication"]
     spec = app["spec"]
@@ -105,6 +106,7 @@ def test_sparkapplication_wires_broker_secret_and_checkpoint() -> None:
     assert executor_pod["containers"] == [{"name": "spark-kubernetes-executor"}]
 
 
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_exchange_sink_gives_executors_the_credentials() -> None:
     spec = render(*BASE, "job.sink=exchange", "job.exchange=results", "broker.vhost=prod/eu")[
         "SparkApplication"
@@ -118,6 +120,7 @@ def test_exchange_sink_gives_executors_the_credentials() -> None:
     assert "--output" not in spec["arguments"]
 
 
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_spark_version_is_pinned_to_the_pyspark_wheel() -> None:
     pyspark = importlib.metadata.version("pyspark") if _has("pyspark") else "4.3.0"
     spec = render(*BASE)["SparkApplication"]["spec"]
@@ -134,6 +137,7 @@ def test_spark_version_is_pinned_to_the_pyspark_wheel() -> None:
     assert chart["annotations"]["hutch.dev/spark-version"] == pyspark
 
 
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_missing_values_fail_clearly() -> None:
     user = f"broker.credentialsSecret={USER_SECRET}"
     assert "broker.name is required" in render("queue=q", user, check=False).stderr
@@ -158,6 +162,7 @@ def test_missing_values_fail_clearly() -> None:
     )
 
 
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_tls_connects_with_amqps_and_mounts_only_the_ca_on_the_driver() -> None:
     spec = render(*BASE, *TLS, "broker.namespace=messaging", "broker.vhost=team-a")[
         "SparkApplication"
@@ -195,6 +200,7 @@ def test_tls_connects_with_amqps_and_mounts_only_the_ca_on_the_driver() -> None:
     assert not any(key.startswith("spark.executorEnv.") for key in conf)
 
 
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_tls_with_the_exchange_sink_gives_executors_the_ca_too() -> None:
     spec = render(
         *BASE, *TLS, "job.sink=exchange", "job.exchange=results",
@@ -219,6 +225,7 @@ def test_tls_with_the_exchange_sink_gives_executors_the_ca_too() -> None:
         assert mounted["volumeMounts"][0]["mountPath"] == "/etc/broker-ca/"
 
 
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_tls_without_a_ca_secret_fails_clearly() -> None:
     missing = render(*BASE, "broker.tls.enabled=true", check=False)
     assert missing.returncode != 0

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import brokers, browser
+from hutch_testing import brokers, browser, levels
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "ui"
@@ -32,6 +32,7 @@ def browser_required() -> bool:
 
 
 @pytest.fixture(scope="module")
+@levels.broker_level
 def ui_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[brokers.HutchBroker]:
     broker = brokers.HutchBroker(work_dir=tmp_path_factory.mktemp("hutch"))
     broker.start()
@@ -40,6 +41,7 @@ def ui_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[brokers.Hutc
 
 
 @pytest.fixture(scope="module")
+@levels.broker_level
 def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[browser.Chromium]:
     work_dir = tmp_path_factory.mktemp("chromium")
     try:

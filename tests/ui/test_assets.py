@@ -15,6 +15,7 @@ from hutch_broker.admin.app import make_app
 from hutch_broker.admin.ui import assets, crossorigin
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model.broker import Broker
+from hutch_testing import levels
 
 GUEST = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
 # Ways to turn a string into markup or code; the UI uses none of them (static/js/dom.js).
@@ -32,6 +33,7 @@ def broker() -> Broker:
 
 
 @pytest.fixture
+@levels.broker_level  # aiohttp's TestServer listens on loopback
 async def client(broker):
     app = make_app(Context(broker, clock=lambda: 0))
     async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:

@@ -23,6 +23,7 @@ from hutch_broker.admin.views.overview import NodeInfo
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model import access
 from hutch_broker.model.broker import Broker
+from hutch_testing import levels
 
 NOW_MS = 1_795_342_369_163  # 2026-11-22T10:12:49.163Z, when the reference was captured
 REFERENCE = Path(__file__).parent / "reference"
@@ -128,6 +129,7 @@ class Api:
 
 
 @pytest.fixture
+@levels.broker_level  # aiohttp's TestServer listens on loopback
 async def client(
     context: Context, memory: FixedMemory
 ) -> AsyncIterator[TestClient[web.Request, web.Application]]:

@@ -11,8 +11,11 @@ import base64
 import socket
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 from hutch_broker.admin.app import make_app
+
+pytestmark = pytest.mark.broker  # level broker: a hutch-broker of its own
 
 QUEUES = 5000
 STALL_S = 0.5

@@ -51,6 +51,7 @@ async def https_get(broker: TLSHutchBroker, path: str, context: ssl.SSLContext) 
         return response.status, await response.json()
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 async def test_amqps_and_https_serve_the_configured_certificate(server_leaf, authority):
     with TLSHutchBroker(leaf=server_leaf) as broker:
         connection = amqps(broker, client_context(authority.pem))
@@ -74,6 +75,7 @@ async def test_amqps_and_https_serve_the_configured_certificate(server_leaf, aut
         assert not probes.amqp_answers(broker.host, broker.amqps_port)
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 async def test_a_client_trusting_another_ca_is_refused(server_leaf):
     stranger = client_context(certs.Authority("Some other CA").pem)
     with TLSHutchBroker(leaf=server_leaf) as broker:
@@ -84,6 +86,7 @@ async def test_a_client_trusting_another_ca_is_refused(server_leaf):
         assert "certificate verify failed" in str(https_info.value)
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 async def test_plain_listeners_off_leaves_only_tls(server_leaf, authority):
     with TLSHutchBroker(leaf=server_leaf, plain=False) as broker:
         assert not probes.amqp_answers(broker.host, broker.amqp_port)
@@ -97,6 +100,7 @@ async def test_plain_listeners_off_leaves_only_tls(server_leaf, authority):
         assert {item["protocol"] for item in overview["listeners"]} == {"amqp/ssl", "https"}
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 def test_mutual_tls_requires_a_client_certificate_from_the_ca(server_leaf, authority):
     mutual = ("ssl_options.verify = verify_peer", "ssl_options.fail_if_no_peer_cert = true")
     app = authority.issue("app", client=True)
@@ -111,6 +115,7 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(server_leaf, autho
         connection.close()
 
 
+@pytest.mark.broker  # starts processes (hutch_testing.levels)
 async def test_https_with_verify_peer_requires_a_client_certificate(server_leaf, authority):
     mutual = ("management.ssl.verify = verify_peer", "management.ssl.fail_if_no_peer_cert = true")
     app = authority.issue("monitoring", client=True)

@@ -24,7 +24,10 @@ from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 from hutch_testing.tlsloop import ConnectLoop, served_serial
 from hutch_testing.tlsloop import serial_of_leaf as leaf_serial
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [
+    pytest.mark.timeout(90),
+    pytest.mark.broker,
+]  # level broker: TLS hutch-brokers of its own
 
 HOSTS = ("localhost", "127.0.0.1")
 # The broker looks every CHECK_INTERVAL_S; a thread to read the files, a loaded machine.
