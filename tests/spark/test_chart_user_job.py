@@ -15,6 +15,8 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_localkube import binaries
 
+pytestmark = pytest.mark.broker  # runs helm template (hutch_testing.levels)
+
 pytestmark = pytest.mark.broker  # level broker: runs helm template
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "hutch-spark"
