@@ -11,7 +11,6 @@ between slices.
 
 import random
 import re
-import time
 
 import pytest
 from hutch_broker.model import automata, patterns, policies, policychanges
@@ -40,11 +39,19 @@ def test_the_attack_pattern_costs_a_few_units_per_character_once_compiled():
     assert matcher.cached()[0] <= 8  # states: the attack's DFA is tiny
 
 
-def test_the_attack_pattern_over_40_long_names_takes_milliseconds_not_seconds():
+def test_the_attack_pattern_over_40_long_names_costs_one_lookup_per_character():
+    """Counted, not timed (39 s before): after the first name has built the few states all
+    share, every name costs at most two units per character, not the whole program's."""
     candidate = policies.Policy("/", "slow", ATTACK_PATTERN, {"max-length": 1})
-    started = time.perf_counter()
-    assert all(candidate.matches(name, "queue") for name in attack_names())
-    assert time.perf_counter() - started < 0.5  # before: 39 s
+    names = attack_names()
+    first = candidate._matcher.begin(names[0])
+    costs = [first.advance()]
+    for name in names[1:]:
+        search = candidate._matcher.begin(name)
+        costs.append(search.advance())
+        assert search.result is True
+    assert sum(costs[1:]) <= 39 * (2 * len(names[0]) + 2), costs
+    assert all(candidate.matches(name, "queue") for name in names)
 
 
 @pytest.mark.parametrize(
@@ -66,19 +73,16 @@ def test_a_search_advances_in_slices_and_each_slice_is_bounded(pattern, oracle):
         + automata.TEST_UNITS * (len(program.tests) + 1)
     )
     rng = random.Random(7)
-    slices, slowest = 0, 0.0
+    slices = 0
     for _ in range(10):
         name = "".join(rng.choice("ab") for _ in range(254)) + "c"
         search = matcher.begin(name)
         while search.result is None:
-            started = time.perf_counter()
             spent = search.advance(2_000)
-            slowest = max(slowest, time.perf_counter() - started)
             slices += 1
             assert spent <= 2_000 + one_step  # the budget, overrun by one step at most
         assert search.result is (re.search(oracle, name) is not None)
-    assert slices > 10
-    assert slowest < 0.25  # about 0.1 ms (a loose bound for a busy machine): a name takes 20
+    assert slices > 10  # about 20 slices a name, each bounded by its budget (above)
     states, steps, characters = matcher.cached()
     assert states <= automata.MAX_STATES
     assert steps <= automata.MAX_TRANSITIONS
