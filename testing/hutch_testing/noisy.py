@@ -148,6 +148,7 @@ class CanaryReport:
     delivered: int = 0
     misses: int = 0
     drops: int = 0
+    start_retries: int = 0  # connects that failed before the first round trip: not drops
     max_ms: float = 0.0
     p50_ms: float = 0.0
     p99_ms: float = 0.0
@@ -156,7 +157,14 @@ class CanaryReport:
 
     @classmethod
     def from_samples(
-        cls, samples: list[float], *, misses: int, drops: int, lag_ms: float, errors: list[str]
+        cls,
+        samples: list[float],
+        *,
+        misses: int,
+        drops: int,
+        lag_ms: float,
+        errors: list[str],
+        start_retries: int = 0,
     ) -> CanaryReport:
         """``samples``: one per message sent, in ms (a miss counts as long as it was waited for)."""
         ordered = sorted(samples)
@@ -165,6 +173,7 @@ class CanaryReport:
             delivered=len(ordered) - misses,
             misses=misses,
             drops=drops,
+            start_retries=start_retries,
             max_ms=ordered[-1] if ordered else 0.0,
             p50_ms=percentile(ordered, 50),
             p99_ms=percentile(ordered, 99),
@@ -191,7 +200,7 @@ class CanaryReport:
         return (
             f"canary: {self.count} sent, max {self.max_ms:.1f} ms, p50 {self.p50_ms:.1f} ms, "
             f"p99 {self.p99_ms:.1f} ms, {self.misses} misses, {self.drops} drops, "
-            f"own timer lag max {self.own_lag_max_ms:.1f} ms"
+            f"{self.start_retries} start retries, own timer lag max {self.own_lag_max_ms:.1f} ms"
             + (f", errors: {'; '.join(self.errors[:3])}" if self.errors else "")
         )
 
@@ -301,9 +310,11 @@ class _Session:
         self.probe = probe
         self.closed = asyncio.Event()
         self.queue_name = ""
+        self.connected = False
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
         connection = await aio_pika.connect(url, timeout=MISS_AFTER_S)
+        self.connected = True
         connection.close_callbacks.add(lambda *_: self.closed.set())
         try:
             channel = await connection.channel(publisher_confirms=True)
@@ -357,6 +368,7 @@ class _Probe:
         self.samples: list[float] = []
         self.misses = 0
         self.drops = 0
+        self.start_retries = 0
         self.lag_ms = 0.0
         self.errors: list[str] = []
         self.tasks: set[asyncio.Task[None]] = set()
@@ -403,11 +415,18 @@ class _Probe:
             drops=self.drops,
             lag_ms=self.lag_ms,
             errors=self.errors,
+            start_retries=self.start_retries,
         )
 
 
 async def run_canary(url: str, stop: asyncio.Event, ready: Path | None = None) -> CanaryReport:
-    """Round trips until ``stop``; a dropped connection is counted and replaced."""
+    """Round trips until ``stop``; a dropped connection is counted and replaced.
+
+    A connect that fails before the first round trip is retried and counted apart, as a start
+    retry: the canary measures from its first round trip (``Canary.start`` returns then, and
+    bounds the start by ``READY_TIMEOUT_S``), and a broker still busy with a test's set-up can
+    take longer than the connect timeout to answer the first handshake on a loaded machine.
+    """
     probe = _Probe()
     announce = asyncio.create_task(_announce_ready(probe, ready))
     while not stop.is_set():
@@ -416,7 +435,10 @@ async def run_canary(url: str, stop: asyncio.Event, ready: Path | None = None) -
             await session.run(url, stop)
         except Exception as error:  # noqa: BLE001 - a drop or a refused connection: count, retry
             probe.error(f"session: {type(error).__name__}: {error}")
-        if not stop.is_set():
+        if not session.connected and not probe.first.is_set():
+            probe.start_retries += 1
+            await asyncio.sleep(RECONNECT_PAUSE_S)
+        elif not stop.is_set():
             probe.drops += 1
             probe.give_up()  # their queue was exclusive to the dropped connection
             await asyncio.sleep(RECONNECT_PAUSE_S)

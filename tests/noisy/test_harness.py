@@ -7,6 +7,7 @@ process is stopped (SIGSTOP) for 400 ms the canary reports a round trip of at le
 """
 
 import signal
+import threading
 import time
 
 from hutch_testing import noisy
@@ -48,6 +49,29 @@ def test_a_canary_that_never_gets_its_messages_back_counts_misses(quiet_broker, 
     assert report.misses >= 5, report.summary()
     assert report.max_ms >= noisy.MISS_AFTER_S * 1000, report.summary()
     assert any("missed" in problem for problem in report.violations()), report.summary()
+
+
+def test_a_first_connect_that_times_out_is_a_start_retry_not_a_drop(quiet_broker, tmp_path):
+    """A broker that answers the canary's first handshake after the connect timeout (a CI run at
+    load 10, right after a set-up of 120,000 durable bindings) is retried before the canary
+    measures anything: the canary counted it as a dropped connection, failing a test whose case
+    had not begun. Here the broker is stopped through the whole first attempt."""
+    tenant = noisy.create_tenant(quiet_broker, "canary")
+    quiet_broker.kill(signal.SIGSTOP)
+    resume = threading.Timer(noisy.MISS_AFTER_S + 1.0, quiet_broker.kill, (signal.SIGCONT,))
+    resume.start()
+    try:
+        with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path) as canary:
+            time.sleep(0.5)
+            report = canary.stop()
+    finally:
+        resume.cancel()
+        quiet_broker.kill(signal.SIGCONT)
+    assert report.drops == 0, report.summary()
+    assert report.start_retries >= 1, report.summary()
+    assert any("TimeoutError" in error for error in report.errors), report.summary()
+    assert not any("dropped" in problem for problem in report.violations()), report.summary()
+    assert report.misses == 0 and report.delivered == report.count > 0, report.summary()
 
 
 def test_percentiles_are_nearest_rank():
