@@ -19,6 +19,7 @@ tests/sidebyside/test_streams.py.
 """
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 
 pytestmark = pytest.mark.spark
@@ -88,7 +90,9 @@ class Streams:
 
     def close(self) -> None:
         if self.connection.is_open:
-            self.connection.close()
+            # Idle through a long child run, the broker may have dropped it (no heartbeats).
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                self.connection.close()
 
 
 @pytest.fixture
@@ -216,6 +220,19 @@ def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
     return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
 
 
+def committed_files(output: Path) -> set[str]:
+    """The file names the file sink's log (`_spark_metadata`) lists as added."""
+    names: set[str] = set()
+    for log in (output / "_spark_metadata").iterdir():
+        if log.name.startswith("."):
+            continue
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            if entry.get("action") == "add":
+                names.add(entry["path"].rsplit("/", 1)[-1])
+    return names
+
+
 def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
     spark: Any, streams: Streams, tmp_path: Path
 ) -> None:
@@ -247,6 +264,18 @@ def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
     second = run_child(streams, tmp_path, 2, ["--expect", str(total)])
     assert second.wait(240) == 0, f"run 2 failed:\n{log_tail(tmp_path, 2)}"
     assert batch_offsets(checkpoint, killed) == end  # the replay used the logged range
+
+    # The killed batch's finished tasks had written their files; the file sink's log lists
+    # only committed ones, which is what makes the output exactly once.
+    on_disk = {path.name for path in (tmp_path / "output").glob("part-*.parquet")}
+    orphans = sorted(on_disk - committed_files(tmp_path / "output"))
+    assert orphans, "the kill left no uncommitted file: it did not hit the batch mid-way"
+    orphan_rows = offsets_and_ids(
+        spark.read.parquet(*(str(tmp_path / "output" / name) for name in orphans))
+    )
+    assert orphan_rows
+    for stream, offset, _ in orphan_rows:  # all of the killed batch's range
+        assert start[stream] <= offset < end[stream]
 
     output = spark.read.parquet(str(tmp_path / "output"))  # committed files only
     rows = offsets_and_ids(output)
