@@ -1,0 +1,278 @@
+"""Where hutch-broker's CPU goes per message: a sampling profile of each bench scenario, by stage.
+
+Why: ``bench/run.py`` says how much CPU a message costs (CPU-seconds per consumed message, from
+/proc); this says where. py-spy samples the broker's stacks from outside at a fixed rate, so the
+broker runs unmodified and at full speed (cProfile's per-call hook would more than double the
+cost of the short functions a message goes through and distort the shares). Each sample is given
+to one stage of a message's life by the deepest stage frame on its stack (a delivery made inside
+a publish, to a consumer that was waiting, counts as delivery), and a stage's microseconds per
+message are its share of the samples times the broker's CPU per consumed message.
+
+    python bench/cpu_profile.py [--scenarios 1,2,3] [--duration 15] [--rate 250]
+                            [--hutch-config FILE] [--json out.json] [--markdown out.md]
+
+py-spy comes from PyPI (``pip install py-spy``; Linux needs ptrace rights, root here). The
+figures depend on the machine; the shares much less, and they are what docs/bench/profile.md
+reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import run
+import scenarios
+
+# Stages in the order a message meets them, each with the frames that mark it: (function name,
+# or "" for any function, and the source file's path suffix). A sample belongs to the stage of
+# the deepest marked frame on its stack.
+STAGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "read: socket and frame parsing",
+        (
+            ("AMQPConnection.data_received", "server/amqp.py"),
+            ("", "protocol/connection.py"),
+            ("", "protocol/events.py"),
+        ),
+    ),
+    (
+        "publish: method, permissions, message",
+        (
+            ("publish", "dispatch/publishing.py"),
+            ("", "model/messages.py"),
+            ("", "protocol/properties.py"),
+            ("", "protocol/rewrite.py"),
+            ("", "dispatch/replyto.py"),
+        ),
+    ),
+    (
+        "route: exchange and bindings",
+        (
+            ("publish_within", "model/publishes.py"),
+            ("routing_keys", "model/publishes.py"),
+            ("", "model/routing.py"),
+            ("", "model/exchanges.py"),
+            ("", "model/topics.py"),
+        ),
+    ),
+    (
+        "enqueue: queue and store append",
+        (
+            ("Queue.publish", "model/queues.py"),
+            ("", "model/ready.py"),
+            ("", "store/queuestores.py"),
+            ("", "store/segments.py"),
+            ("", "store/records.py"),
+        ),
+    ),
+    (
+        "deliver: consumer choice and encoding",
+        (
+            ("Channel.deliver", "dispatch/channels.py"),
+            ("Channel.drain_consumers", "dispatch/channels.py"),
+            ("Queue.drain", "model/queues.py"),
+            ("Queue._deliver", "model/queues.py"),
+            ("", "model/consumers.py"),
+            ("encode_deliver", "protocol/codec.py"),
+        ),
+    ),
+    (
+        "ack: settle and free",
+        (
+            ("basic_ack", "dispatch/methods.py"),
+            ("Queue.settle", "model/queues.py"),
+            ("Channel.settle", "dispatch/channels.py"),
+            ("Channel.take_unacked", "dispatch/channels.py"),
+        ),
+    ),
+    ("confirm: group commit and basic.ack out", (("", "dispatch/commits.py"),)),
+    (
+        "fsync (worker thread)",
+        (
+            ("", "store/syncing.py"),
+            ("", "store/files.py"),
+            ("MessageStore.sync", "store/messages.py"),
+        ),
+    ),
+    ("write: socket", (("AMQPConnection.flush", "server/amqp.py"),)),
+)
+OTHER = "event loop (uvloop, C), timers and the rest"
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    path: str
+
+    @classmethod
+    def parse(cls, text: str) -> Frame:
+        """``func (path/to/file.py:123)`` as py-spy's raw format writes a frame."""
+        function, _, rest = text.partition(" (")
+        return cls(function, rest.rsplit(":", 1)[0])
+
+
+def stage_of(frames: list[Frame]) -> str:
+    """The stage of the deepest marked frame (the stack runs from the root to the leaf)."""
+    for frame in reversed(frames):
+        for stage, markers in STAGES:
+            for function, suffix in markers:
+                if frame.path.endswith(suffix) and (not function or frame.function == function):
+                    return stage
+    return OTHER
+
+
+def stage_samples(collapsed: Iterable[str]) -> Counter[str]:
+    """Samples per stage from py-spy's raw (collapsed) lines: ``frame;frame;... count``."""
+    counts: Counter[str] = Counter()
+    for line in collapsed:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        counts[stage_of([Frame.parse(part) for part in stack.split(";")])] += int(count)
+    return counts
+
+
+def breakdown(counts: Counter[str], cpu_us_per_message: float) -> list[dict[str, Any]]:
+    """Each stage's share of the samples and of the CPU per consumed message, in stage order."""
+    total = sum(counts.values())
+    if total == 0:
+        return []
+    rows = []
+    for stage in [name for name, _ in STAGES] + [OTHER]:
+        share = counts.get(stage, 0) / total
+        rows.append(
+            {
+                "stage": stage,
+                "samples": counts.get(stage, 0),
+                "share": round(share, 4),
+                "us_per_message": round(share * cpu_us_per_message, 2),
+            }
+        )
+    return rows
+
+
+def profile_scenario(
+    scenario: scenarios.Scenario,
+    duration: int,
+    rate: int,
+    config: Path | None,
+    py_spy: str,
+    raw_dir: Path | None = None,
+) -> dict[str, Any]:
+    """One hutch-broker, loadgen for ``duration`` seconds, py-spy sampling it meanwhile."""
+    broker = run.make_broker("hutch", None, config)
+    broker.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="hutch-profile-") as tmp:
+            raw = Path(tmp) / "stacks.txt"
+            pid = broker.pid
+            if pid is None:
+                raise run.BenchError("hutch-broker has no process id")
+            cpu_before = run.cpu_seconds(broker)
+            sampler = subprocess.Popen(
+                [py_spy, "record", "--gil", "--format", "raw", "--rate", str(rate),
+                 "--duration", str(duration), "--output", str(raw), "--pid", str(pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            try:
+                result = run.run_loadgen(broker.amqp_url, scenario, duration)
+            finally:
+                _, err = sampler.communicate(timeout=duration + 60)
+            cpu_after = run.cpu_seconds(broker)
+            if sampler.returncode != 0 or not raw.exists():
+                raise run.BenchError(f"py-spy failed ({sampler.returncode}): {err.strip()[-300:]}")
+            counts = stage_samples(raw.read_text().splitlines())
+            if raw_dir is not None:
+                shutil.copy(raw, raw_dir / f"scenario{scenario.number}.txt")
+    finally:
+        broker.stop()
+    if cpu_before is None or cpu_after is None or not result.get("consumed"):
+        raise run.BenchError(f"scenario {scenario.number}: no CPU figure or nothing consumed")
+    cpu_us = (cpu_after - cpu_before) / result["consumed"] * 1e6
+    return {
+        "scenario": scenario.number,
+        "title": scenario.title,
+        "consumed_per_s": round(result["consume_rate"]),
+        "cpu_us_per_message": round(cpu_us, 2),
+        "samples": sum(counts.values()),
+        "stages": breakdown(counts, cpu_us),
+    }
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """One table: a row per stage, a column per scenario (µs per consumed message, share)."""
+    head = "| stage | " + " | ".join(f"scenario {r['scenario']}" for r in results) + " |"
+    lines = [head, "|---|" + "---|" * len(results)]
+    stages = [row["stage"] for row in results[0]["stages"]] if results else []
+    for index, stage in enumerate(stages):
+        cells = [
+            f"{r['stages'][index]['us_per_message']:.2f} µs ({r['stages'][index]['share']:.0%})"
+            for r in results
+        ]
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    total = " | ".join(f"**{r['cpu_us_per_message']:.2f} µs**" for r in results)
+    lines.append(f"| **broker CPU per consumed message** | {total} |")
+    rates = " | ".join(f"{r['consumed_per_s']:,}/s" for r in results)
+    lines.append(f"| consumed (under the profiler) | {rates} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", default="1,2,3")
+    parser.add_argument("--duration", type=int, default=15)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--hutch-config", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--raw-dir", type=Path, default=None, help="keep py-spy's stacks here")
+    args = parser.parse_args(argv)
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(py_spy).exists():
+        parser.error("py-spy is not installed: pip install py-spy")
+    numbers = [int(n) for n in args.scenarios.split(",") if n]
+    unknown = [n for n in numbers if n not in scenarios.SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}; known: {sorted(scenarios.SCENARIOS)}")
+    began = time.monotonic()
+    results = [
+        profile_scenario(
+            scenarios.SCENARIOS[n],
+            args.duration,
+            args.rate,
+            args.hutch_config,
+            py_spy,
+            args.raw_dir,
+        )
+        for n in numbers
+    ]
+    document = {
+        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "arguments": {"duration": args.duration, "rate": args.rate},
+        "load_average": Path("/proc/loadavg").read_text().split()[:3],
+        "results": results,
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    text = markdown(results)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""bench/cpu_profile.py's classification of sampled stacks into a message's stages (pure)."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import cpu_profile as broker_profile
+
+ROOT = (
+    "_run_module_as_main (<frozen runpy>:198);main (hutch_broker/__main__.py:112);"
+    "Runner.run (asyncio/runners.py:118);"
+    "AMQPConnection.data_received (hutch_broker/server/amqp.py:111);"
+    "Session._process (hutch_broker/dispatch/sessions.py:115)"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "stage"),
+    [
+        ("Connection.next_event (hutch_broker/protocol/connection.py:300)", "read"),
+        ("publish (hutch_broker/dispatch/publishing.py:70)", "publish"),
+        (
+            "publish (hutch_broker/dispatch/publishing.py:70);"
+            "publish_within (hutch_broker/model/publishes.py:90)",
+            "route",
+        ),
+        (
+            "publish (hutch_broker/dispatch/publishing.py:70);"
+            "publish_within (hutch_broker/model/publishes.py:90);"
+            "Queue.publish (hutch_broker/model/queues.py:162)",
+            "enqueue",
+        ),
+        # A consumer was waiting: the delivery made inside the publish counts as delivery.
+        (
+            "publish (hutch_broker/dispatch/publishing.py:70);"
+            "Queue.publish (hutch_broker/model/queues.py:162);"
+            "Channel.deliver (hutch_broker/dispatch/channels.py:142);"
+            "encode_deliver (hutch_broker/protocol/codec.py:154)",
+            "deliver",
+        ),
+        (
+            "handle (hutch_broker/dispatch/methods.py:10);basic_ack (hutch_broker/dispatch/methods.py:421)",
+            "ack",
+        ),
+        ("GroupCommit.release (hutch_broker/dispatch/commits.py:50)", "confirm"),
+    ],
+)
+def test_a_sample_belongs_to_its_deepest_stage(tail: str, stage: str) -> None:
+    frames = [broker_profile.Frame.parse(part) for part in f"{ROOT};{tail}".split(";")]
+    found = broker_profile.stage_of(frames)
+    assert found == stage or found.startswith(stage + ":")
+
+
+def test_the_loop_and_its_timers_are_the_rest() -> None:
+    stack = "main (hutch_broker/__main__.py:112);Runner.run (asyncio/runners.py:118)"
+    timers = stack + ";BrokerServer._timers (hutch_broker/server/app.py:400)"
+    for text in (stack, timers):
+        frames = [broker_profile.Frame.parse(part) for part in text.split(";")]
+        assert broker_profile.stage_of(frames) == broker_profile.OTHER
+
+
+def test_a_function_of_the_same_name_in_another_file_is_not_a_marker() -> None:
+    frames = [broker_profile.Frame.parse("publish (somewhere/else.py:1)")]
+    assert broker_profile.stage_of(frames) == broker_profile.OTHER
+
+
+def test_collapsed_lines_are_counted_and_shares_become_microseconds() -> None:
+    lines = [
+        f"{ROOT};Connection.next_event (hutch_broker/protocol/connection.py:300) 30",
+        f"{ROOT};publish (hutch_broker/dispatch/publishing.py:70) 10",
+        "main (hutch_broker/__main__.py:112);Runner.run (asyncio/runners.py:118) 10",
+        "",
+        "not a sample line",
+    ]
+    counts = broker_profile.stage_samples(lines)
+    assert sum(counts.values()) == 50
+    rows = {row["stage"].split(":")[0]: row for row in broker_profile.breakdown(counts, 10.0)}
+    assert rows["read"]["share"] == 0.6
+    assert rows["read"]["us_per_message"] == 6.0
+    assert rows["publish"]["us_per_message"] == 2.0
+    assert rows[broker_profile.OTHER.split(":")[0]]["us_per_message"] == 2.0
+    assert rows["deliver"]["samples"] == 0
+    assert sum(row["us_per_message"] for row in rows.values()) == pytest.approx(10.0)
+
+
+def test_no_samples_gives_no_rows() -> None:
+    assert broker_profile.breakdown(Counter(), 12.0) == []
+
+
+def test_the_table_has_a_row_per_stage_and_the_totals() -> None:
+    counts = Counter({broker_profile.STAGES[0][0]: 3, broker_profile.OTHER: 1})
+    result = {
+        "scenario": 1,
+        "cpu_us_per_message": 8.0,
+        "consumed_per_s": 1000,
+        "stages": broker_profile.breakdown(counts, 8.0),
+    }
+    text = broker_profile.markdown([result])
+    assert "| read: socket and frame parsing | 6.00 µs (75%) |" in text
+    assert "**8.00 µs**" in text
+    assert len(text.splitlines()) == 2 + len(broker_profile.STAGES) + 1 + 2
