@@ -154,6 +154,40 @@ def test_batch_read_of_a_range_reads_exactly_those_offsets_twice(
     assert streams.spark_connections() == []  # every task closed its connection
 
 
+def test_a_streaming_query_follows_the_tail_with_no_consumer_in_the_driver(
+    spark: Any, streams: Streams, tmp_path: Path, waiter: Any
+) -> None:
+    name = streams.declare("tail")
+    streams.publish(name, 30)
+    batches: list[list[int]] = []
+
+    def collect(frame: Any, _batch: int) -> None:
+        batches.append(sorted(row.offset for row in frame.select("offset").collect()))
+
+    frame = reader(
+        spark, streams, name, batch=False, startingOffsets="earliest", maxOffsetsPerTrigger="10"
+    )
+    query = (
+        frame.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        waiter("30 rows", lambda: sum(map(len, batches)) >= 30, 60, query)
+        assert batches[:3] == [list(range(n, n + 10)) for n in (0, 10, 20)]
+        waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
+        # Between batches nothing holds a connection: the driver plans from the management
+        # API only, and every executor task closed its own.
+        assert streams.spark_connections() == []
+        assert streams.item(name)["consumers"] == 0
+        streams.publish(name, 5)
+        waiter("5 more rows", lambda: sum(map(len, batches)) >= 35, 60, query)
+    finally:
+        query.stop()
+    assert [offset for batch in batches for offset in batch] == list(range(35))
+
+
 def test_batch_read_from_a_timestamp(spark: Any, streams: Streams) -> None:
     # AMQP timestamps are whole seconds: the second group starts in a later second than the
     # first group's last publish, and the moment given is inside that later second.
