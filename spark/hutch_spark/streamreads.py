@@ -6,10 +6,11 @@ broker requires), consumes with `x-stream-offset: start`, acks only to return cr
 not remove anything from a stream), and cancels and closes once it has seen `end - 1`.
 
 `SliceCursor` is the pure part, one decision per delivered offset: a broker may start a
-consumer at the beginning of the chunk or segment holding `start` (RabbitMQ does; hutch-broker
-starts exactly there), so offsets below `start` are skipped; an offset above the expected one
-means retention removed the gap under the reader, which is data loss (an error, or with
-failOnDataLoss=false a warning); an offset at or past `end` ends the slice without being read.
+consumer at the beginning of the chunk holding `start` (a RabbitMQ consumer may,
+docs/streams.md; hutch-broker starts exactly there), so offsets below `start` are skipped; an
+offset above the expected one means retention removed the gap under the reader, which is data
+loss (an error, or with failOnDataLoss=false a warning); an offset at or past `end` ends the
+slice without being read.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """An executor's read of one stream slice (streamreads.read_slice) against a real hutch-broker,
-without Spark: the rows, the clean end, and data loss found while reading.
+without Spark: the rows, the clean end, and data loss found while reading. And against
+RabbitMQ 3.10.8: a slice reads the same there, but its management API has no offsets to plan
+with, and the source says so.
 
 The clean end matters because pika rejects the deliveries still in flight when a consumer is
 cancelled, and a stream answers basic.reject by closing the connection with 540: a reader that
@@ -9,13 +11,14 @@ reader as "cancelling the reader ..."). The credit rule keeps the broker inside 
 
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pika
 import pytest
-from hutch_spark import streamoptions, streamreads
-from hutch_spark.errors import HutchDataLossError
+from hutch_spark import streambounds, streamoptions, streamreads
+from hutch_spark.errors import HutchConnectionError, HutchDataLossError
 from hutch_spark.streamplan import Slice
 
 LOGGER = "hutch_spark.streamreads"
@@ -78,3 +81,21 @@ def test_retention_under_the_reader_is_data_loss(
     offsets = [offset for offset, _ in rows]
     assert offsets == list(range(offsets[0], 600))
     assert offsets[0] > 5
+
+
+def test_rabbitmq_readers_skip_what_precedes_the_slice_and_planning_says_it_needs_hutch(
+    rabbitmq: Any,
+) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq.amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    try:
+        name = stream(channel, f"s-{uuid.uuid4().hex[:8]}", 100)
+    finally:
+        connection.close()
+    assert read(rabbitmq, Slice(name, 40, 60)) == [(n, f"{name}-{n}") for n in range(40, 60)]
+    settings = streamoptions.parse_stream_options(
+        {"streams": name, "uri": rabbitmq.amqp_url, "managementUri": rabbitmq.http_url}
+    )
+    with pytest.raises(HutchConnectionError, match="needs hutch-broker"):
+        streambounds.fetch(settings)
