@@ -19,6 +19,7 @@ from hutch_testing.waiting import wait_for
 pytestmark = pytest.mark.rabbitmq
 
 STREAM = {"x-queue-type": "stream"}
+TYPE_MODULE = "rabbit_stream_queue"
 ERRORS = (pika.exceptions.ChannelClosedByBroker, pika.exceptions.ConnectionClosedByBroker)
 
 
@@ -117,6 +118,10 @@ REFUSED = [
     ("x-single-active-consumer", True),
     ("x-queue-mode", "lazy"),
     ("x-delivery-limit", 3),
+    ("x-dead-letter-routing-key", "k"),  # refused as another type's, not for a missing DLX
+    ("x-queue-master-locator", "min-masters"),
+    ("x-max-in-memory-length", 3),
+    ("x-quorum-initial-group-size", 1),
 ]
 INVALID = [
     ("x-max-length-bytes", -1, "{value_negative,-1}"),
@@ -166,6 +171,50 @@ def test_st_1_stream_arguments_are_checked(target, arg, value, detail):
 def test_st_1_stream_arguments_are_accepted(target, arg, value):
     assert (
         _declare(target, target.name("a"), durable=True, arguments={**STREAM, arg: value}) == "ok"
+    )
+
+
+# 3.10.8's order (observed): the queue type, then the values of the arguments the type takes,
+# then the first argument (in the client's order) the type does not take, whatever its value.
+CHECK_ORDER = [
+    ({**STREAM, "x-message-ttl": "abc"}, "x-message-ttl", None),
+    ({**STREAM, "x-max-priority": 300}, "x-max-priority", None),
+    ({**STREAM, "x-overflow": "bogus"}, "x-overflow", None),
+    ({**STREAM, "x-dead-letter-routing-key": 5}, "x-dead-letter-routing-key", None),
+    ({**STREAM, "x-message-ttl": 5, "x-dead-letter-routing-key": "k"}, "x-message-ttl", None),
+    ({**STREAM, "x-dead-letter-routing-key": "k", "x-message-ttl": 5}, "x-dead-letter-routing-key",
+     None),
+    ({**STREAM, "x-quorum-initial-group-size": 1, "x-max-length": 5},
+     "x-quorum-initial-group-size", None),
+    ({**STREAM, "x-message-ttl": 5, "x-max-length-bytes": -1}, "x-max-length-bytes",
+     "{value_negative,-1}"),
+    ({"x-queue-type": "quorum", "x-max-priority": 300}, "x-max-priority", None),
+    ({"x-queue-type": "bogus", "x-message-ttl": "abc"}, "x-queue-type",
+     "\"unsupported queue type 'bogus'\""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("arguments", "arg", "detail"), CHECK_ORDER)
+def test_st_1_values_of_the_types_own_arguments_are_checked_before_other_types_arguments(
+    target, arguments, arg, detail
+):
+    queue = target.name("a")
+    module = "rabbit_quorum_queue" if arguments["x-queue-type"] == "quorum" else TYPE_MODULE
+    refused = f" of queue type {module}" if detail is None else f": {detail}"
+    assert _declare(target, queue, durable=True, arguments=arguments) == (
+        "ChannelClosedByBroker",
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{queue}' in vhost '/'{refused}",
+    )
+    assert target.api.get(f"/queues/%2F/{queue}").status == 404
+
+
+def test_st_1_a_malformed_max_age_is_541_before_other_types_arguments(target):
+    arguments = {**STREAM, "x-message-ttl": "abc", "x-max-age": "bogus"}
+    assert _declare(target, target.name("a"), durable=True, arguments=arguments) == (
+        "ConnectionClosedByBroker",
+        541,
+        "INTERNAL_ERROR",
     )
 
 

@@ -72,13 +72,9 @@ def _invalid(arg: str, queue: str, vhost: str, detail: str) -> errors.AMQPError:
 
 
 def check_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
-    """The quorum-only argument checks, after the common ones (``arguments``)."""
-    for arg in REFUSED_ARGUMENTS:
-        if arg in arguments:
-            raise errors.precondition_failed(
-                f"invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}' "
-                f"of queue type {TYPE_MODULE}"
-            )
+    """The quorum-only argument checks, after the common ones (``arguments``): the values of
+    its own arguments, then the first argument of another type in the client's order (3.10.8
+    checks values first: ``x-max-priority`` 300 is refused as another type's, not as too big)."""
     for arg in (*_POSITIVE, *_NON_NEGATIVE):
         value = arguments.get(arg)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -92,6 +88,12 @@ def check_arguments(queue: str, vhost: str, arguments: dict[str, Any]) -> None:
         not isinstance(strategy, str | bytes) or text(strategy) not in DEAD_LETTER_STRATEGIES
     ):
         raise _invalid("x-dead-letter-strategy", queue, vhost, "invalid_dlx_strategy")
+    foreign = next((arg for arg in arguments if arg in REFUSED_ARGUMENTS), None)
+    if foreign is not None:
+        raise errors.precondition_failed(
+            f"invalid arg '{foreign}' for queue '{queue}' in vhost '{vhost}' "
+            f"of queue type {TYPE_MODULE}"
+        )
 
 
 def settings(queue_settings: settings_mod.QueueSettings) -> settings_mod.QueueSettings:

@@ -7,9 +7,10 @@ test_streams.py), and tested without a broker:
 
 - a stream is durable, shared and named by its client: auto-delete, exclusive and non-durable
   declares are refused in that order, as for a quorum queue, and so is a server-named one;
-- the arguments of other queue types are refused (``REFUSED_ARGUMENTS``), its own are checked
-  (``x-max-age`` is a string such as ``7D``; a malformed one makes 3.10.8 fail with 541
-  ``INTERNAL_ERROR`` and close the connection, which Hutch answers the same way);
+- the arguments of other queue types are refused (``REFUSED_ARGUMENTS``, after the values of
+  its own, as 3.10.8 orders them), its own are checked (``x-max-age`` is a string such as
+  ``7D``; a malformed one makes 3.10.8 fail with 541 ``INTERNAL_ERROR`` and close the
+  connection, which Hutch answers the same way);
 - a consumer needs a per-consumer prefetch (``basic.qos``, not global), acknowledges what it
   gets (no ``no_ack``), has no ``x-priority``; ``basic.get``, ``queue.purge``, ``basic.nack``
   and ``basic.reject`` close the connection with 540.
@@ -49,6 +50,7 @@ REFUSED_ARGUMENTS: Final = (
     "x-max-in-memory-length",
     "x-max-in-memory-bytes",
     "x-quorum-initial-group-size",
+    "x-queue-master-locator",
 )
 _NON_NEGATIVE: Final = ("x-max-length-bytes", "x-stream-max-segment-size-bytes")
 # RabbitMQ's units for x-max-age (rabbit_amqqueue:check_max_age): years, months, days, hours,
@@ -90,13 +92,11 @@ def check_arguments(
     queue: str, vhost: str, arguments: dict[str, Any], type_name: Callable[[Any], str]
 ) -> None:
     """The stream-only argument checks, after the common ones (``model.arguments``, which
-    passes its ``type_name``: RabbitMQ's names of field-table types)."""
-    for arg in REFUSED_ARGUMENTS:
-        if arg in arguments:
-            raise errors.precondition_failed(
-                f"invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}' "
-                f"of queue type {TYPE_MODULE}"
-            )
+    passes its ``type_name``: RabbitMQ's names of field-table types).
+
+    As 3.10.8 does: the values of the stream's own arguments first, then the first argument of
+    another queue type in the client's order, whatever its value (``x-message-ttl: "abc"`` and
+    an ``x-dead-letter-routing-key`` without an exchange are refused as another type's)."""
     for arg in _NON_NEGATIVE:
         if arg not in arguments:
             continue
@@ -115,6 +115,12 @@ def check_arguments(
             raise internal_error()  # 3.10.8 crashes on it (observed: 541, connection closed)
         if millis == 0:
             raise _invalid("x-max-age", queue, vhost, "invalid_max_age")
+    foreign = next((arg for arg in arguments if arg in REFUSED_ARGUMENTS), None)
+    if foreign is not None:
+        raise errors.precondition_failed(
+            f"invalid arg '{foreign}' for queue '{queue}' in vhost '{vhost}' "
+            f"of queue type {TYPE_MODULE}"
+        )
 
 
 def check_consume(

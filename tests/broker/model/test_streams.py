@@ -87,6 +87,25 @@ def test_st_1_declare_checks_use_rabbitmqs_texts() -> None:
     arguments.validate_queue_arguments("q", "/", {**STREAM, "x-max-age": "1D"})
 
 
+def test_st_1_another_types_argument_is_refused_after_the_streams_own_values() -> None:
+    """3.10.8's order: an argument a stream does not take is refused whatever its value (no
+    ``routing_key_but_no_dlx_defined``), the first in the client's order, but only after the
+    values of the stream's own arguments."""
+
+    def refusal(args: dict[str, Any]) -> str:
+        with pytest.raises(errors.AMQPError) as caught:
+            arguments.validate_queue_arguments("q", "/", {**STREAM, **args})
+        return caught.value.reply_text.removeprefix("PRECONDITION_FAILED - invalid arg ")
+
+    other = "for queue 'q' in vhost '/' of queue type rabbit_stream_queue"
+    assert refusal({"x-dead-letter-routing-key": "k"}) == f"'x-dead-letter-routing-key' {other}"
+    assert refusal({"x-message-ttl": "abc"}) == f"'x-message-ttl' {other}"
+    assert refusal({"x-expires": 1, "x-max-length": 1}) == f"'x-expires' {other}"
+    assert refusal({"x-max-length": 1, "x-expires": 1}) == f"'x-max-length' {other}"
+    assert refusal({"x-expires": 1, "x-max-length-bytes": -1}).endswith("{value_negative,-1}")
+    assert refusal({"x-expires": 1, "x-max-age": "soon"}) == "INTERNAL_ERROR"
+
+
 def test_st_2_consume_checks_in_rabbitmqs_order() -> None:
     with pytest.raises(errors.HardError, match="automatic acknowledgement"):
         streamargs.check_consume("q", "/", prefetch=0, no_ack=True, arguments={})
