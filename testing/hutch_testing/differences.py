@@ -78,6 +78,18 @@ DIFFERENCES: Final[dict[str, Difference]] = {
         "no limit / dead-lettered at the first return",
         section="docs/contracts/broker.md#differences",
     ),
+    # Observed on 3.10.8 by tests/sidebyside/test_policy_stream_keys.py: its max-age check
+    # crashes (500, empty body) on a value without digits or not a string, and stores a list.
+    "policy-max-age-crash": Difference(
+        'A policy\'s malformed `max-age` (`x`, `""`, `-1D`, a number, a list)',
+        "400 `<value> is not a valid max age`",
+        "500 with an empty body; a list of strings is stored",
+    ),
+    "default-queue-type": Difference(
+        "A vhost's `default_queue_type` (`quorum`, `stream`)",
+        "applied to a typeless declare of a durable, shared, client-named queue (4.x)",
+        "stored, reported as `undefined`, every typeless declare classic",
+    ),
     "equal-policy-priorities": Difference(
         "Equal policy priorities", "lowest name wins", "unspecified"
     ),
