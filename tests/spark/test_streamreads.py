@@ -83,7 +83,7 @@ def test_retention_under_the_reader_is_data_loss(
     assert offsets[0] > 5
 
 
-def test_rabbitmq_readers_skip_what_precedes_the_slice_and_planning_says_it_needs_hutch(
+def test_rabbitmq_reads_a_slice_the_same_and_planning_says_it_needs_hutch(
     rabbitmq: Any,
 ) -> None:
     connection = pika.BlockingConnection(pika.URLParameters(rabbitmq.amqp_url))
