@@ -58,6 +58,8 @@ USER_KEYS: Final = frozenset(
         "single-active-consumer",
     }
 )
+# RabbitMQ 3.10.8's operator-policy keys (observed: it refuses ha-mode, ha-params,
+# ha-sync-mode and target-group-size there as not recognised), and Hutch's ring-size (RING-1).
 OPERATOR_KEYS: Final = frozenset(
     {
         "expires",
@@ -65,13 +67,9 @@ OPERATOR_KEYS: Final = frozenset(
         "max-length",
         "max-length-bytes",
         "ring-size",
-        "ha-mode",
-        "ha-params",
-        "ha-sync-mode",
         "delivery-limit",
         "max-in-memory-length",
         "max-in-memory-bytes",
-        "target-group-size",
     }
 )
 _NON_NEGATIVE: Final = {
@@ -145,7 +143,7 @@ def erlang_term(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f'<<"{value}">>'
+        return f'<<"{value}">>' if value else "<<>>"  # Erlang writes "" as <<>>
     if isinstance(value, list):
         return "[" + ",".join(erlang_term(item) for item in value) + "]"
     if value is None:
@@ -218,7 +216,21 @@ def _validate_value(key: str, value: Any) -> str | None:
         return f"{erlang_term(value)} is not a valid overflow value"
     if key == "queue-mode" and value not in _QUEUE_MODES:
         return f"{erlang_term(value)} is not a valid queue-mode value"
+    if key == "max-age" and not _valid_max_age(value):
+        return f"{erlang_term(value)} is not a valid max age"
+    if key == "stream-max-segment-size-bytes" and (not is_int or value < 0):
+        return f"{erlang_term(value)} is not a valid segment size"
     return None
+
+
+def _valid_max_age(value: Any) -> bool:
+    """A stream's ``max-age``: a string such as ``7D``, as its ``x-max-age`` argument is.
+
+    RabbitMQ 3.10.8 answers 400 for ``0D``, ``7`` or ``1d`` but crashes with 500 on ``x``,
+    ``""``, ``-1D`` or a number, and stores a list of strings; Hutch refuses them all with
+    its 400 (docs/broker-differences.md), so a stored policy always has an age streams use.
+    """
+    return isinstance(value, str) and streamargs.parse_age(value) not in (None, 0)
 
 
 def queue_kind(quorum: bool, stream: bool = False) -> str:

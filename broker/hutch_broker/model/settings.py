@@ -71,8 +71,6 @@ def merge_policies(
             merged[key] = value
         elif key in LESSER_WINS:
             merged[key] = min(merged[key], value)
-        elif key == "target-group-size":
-            merged[key] = max(merged[key], value)
         else:
             merged[key] = value
     return merged

@@ -37,6 +37,37 @@ def test_operator_policies_refuse_user_only_keys():
     assert detail is None and parsed is not None
 
 
+@pytest.mark.parametrize(
+    ("definition", "detail"),
+    [
+        ({"max-age": "0D"}, '<<"0D">> is not a valid max age'),
+        ({"max-age": "7"}, '<<"7">> is not a valid max age'),
+        ({"max-age": "1d"}, '<<"1d">> is not a valid max age'),
+        ({"max-age": "x"}, '<<"x">> is not a valid max age'),  # 3.10.8: 500
+        ({"max-age": ""}, "<<>> is not a valid max age"),  # 3.10.8: 500
+        ({"max-age": 5}, "5 is not a valid max age"),  # 3.10.8: 500
+        ({"max-age": ["1D"]}, '[<<"1D">>] is not a valid max age'),  # 3.10.8: stored
+        ({"max-age": "1D"}, None),
+        ({"max-age": "07D"}, None),
+        ({"stream-max-segment-size-bytes": -1}, "-1 is not a valid segment size"),
+        ({"stream-max-segment-size-bytes": "1"}, '<<"1">> is not a valid segment size'),
+        ({"stream-max-segment-size-bytes": 1.5}, "1.5 is not a valid segment size"),
+        ({"stream-max-segment-size-bytes": True}, "true is not a valid segment size"),
+        ({"stream-max-segment-size-bytes": 0}, None),
+    ],
+)
+def test_stream_retention_keys_are_validated(definition, detail):
+    assert policies.validate({"pattern": ".*", "definition": definition}, operator=False)[1] == (
+        detail
+    )
+
+
+@pytest.mark.parametrize("key", ["ha-mode", "ha-params", "ha-sync-mode", "target-group-size"])
+def test_operator_policies_refuse_keys_rabbitmq_does_not_recognise(key):
+    _, detail = policies.validate({"pattern": ".*", "definition": {key: 2}}, operator=True)
+    assert detail == f'[{{<<"{key}">>,2}}] are not recognised policy settings'
+
+
 def make(name, pattern, priority=0, apply_to="all", **definition):
     return policies.Policy("/", name, pattern, definition, priority, apply_to)
 
