@@ -1,4 +1,4 @@
-"""Policies for streams and operator-policy keys, side by side.
+"""Policies for streams, operator-policy keys and a stream default queue type, side by side.
 
 Observed on RabbitMQ 3.10.8 first: a policy's ``max-age`` must be a number and a unit such as
 ``7D`` (``0D``, ``7`` and ``1d`` are 400 ``<value> is not a valid max age``; values its check
@@ -8,6 +8,7 @@ Operator policies take neither the ``ha-*`` keys nor ``target-group-size`` (400,
 recognised); Hutch adds its own ``ring-size`` (RING-1). A refused policy changes nothing.
 """
 
+import pika
 import pytest
 
 pytestmark = pytest.mark.rabbitmq
@@ -120,3 +121,42 @@ def test_operator_policy_keys_both_accept_and_hutchs_ring_size(target):
     assert target.api.put_policy(name, "^nothing$", accepted, operator=True).status == 201
     ring = target.api.put_policy(name, "^nothing$", {"ring-size": 5}, operator=True).status
     assert ring == target.expect("ring-size", hutch=204, rabbitmq=400)
+
+
+def test_a_stream_default_queue_type(target):
+    """3.10.8 stores the key and declares classic queues; Hutch applies it as 4.x does
+    (``rabbit_amqqueue:augment_declare_args``): a durable, shared, client-named queue declared
+    without a type is a stream, any other stays classic, and a redeclare matches."""
+    vhost = target.name("dqt")
+    api = target.api
+    assert api.put(f"/vhosts/{vhost}", {"default_queue_type": "stream"}).status == 201
+    try:
+        connection = target.connect(vhost=vhost)
+        channel = connection.channel()
+        channel.queue_declare("events", durable=True)
+        channel.queue_declare("events", durable=True)  # the application's redeclare
+        channel.queue_declare("transient", durable=False)
+        channel.queue_declare("temporary", durable=True, auto_delete=True)
+        generated = channel.queue_declare("", durable=True).method.queue
+        assert api.put(f"/queues/{vhost}/via-http", {"durable": True}).status == 201
+        kinds = {item["name"]: item["type"] for item in api.get(f"/queues/{vhost}").body}
+        stream = target.expect("default-queue-type", hutch="stream", rabbitmq="classic")
+        assert kinds == {
+            "events": stream, "via-http": stream,
+            "transient": "classic", "temporary": "classic", generated: "classic",
+        }  # fmt: skip
+        shown = api.get(f"/vhosts/{vhost}").body["default_queue_type"]
+        assert shown == target.expect("default-queue-type", hutch="stream", rabbitmq="undefined")
+        refused = None
+        try:
+            channel.queue_declare("with-ttl", durable=True, arguments={"x-message-ttl": 5})
+        except pika.exceptions.ChannelClosedByBroker as closed:
+            refused = closed.reply_text
+        assert refused == target.expect(
+            "default-queue-type",
+            hutch="PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'with-ttl' in "
+            f"vhost '{vhost}' of queue type rabbit_stream_queue",
+            rabbitmq=None,
+        )
+    finally:
+        assert api.delete(f"/vhosts/{vhost}").status == 204

@@ -318,10 +318,11 @@ class VirtualHost:
     ) -> dict[str, Any]:
         """A declare's arguments with the vhost's default queue type where the client named none.
 
-        RabbitMQ 4.x: a new queue gets the default type when its properties suit it (quorum:
-        durable, shared, not auto-delete; here also client-named), otherwise stays classic.
-        A redeclare without a type is of the type the queue has, so changing the default never
-        makes an existing application's declare inequivalent.
+        RabbitMQ 4.x: a new queue gets the default type when its properties suit it (quorum
+        and stream alike: durable, shared, not auto-delete; here also client-named, as both
+        types refuse a server-named queue), otherwise stays classic. A redeclare without a type
+        is of the type the queue has, so changing the default never makes an existing
+        application's declare inequivalent.
         """
         if "x-queue-type" in arguments or self.default_queue_type in ("classic", "undefined"):
             return arguments
@@ -329,8 +330,8 @@ class VirtualHost:
             kept = existing.arguments.get("x-queue-type")
             return arguments if kept is None else {**arguments, "x-queue-type": kept}
         suits = durable and not exclusive and not auto_delete and not generated
-        if self.default_queue_type == quorum.QUEUE_TYPE and suits:
-            return {**arguments, "x-queue-type": quorum.QUEUE_TYPE}
+        if self.default_queue_type in (quorum.QUEUE_TYPE, streamargs.QUEUE_TYPE) and suits:
+            return {**arguments, "x-queue-type": self.default_queue_type}
         return arguments
 
     def update_queue_limits(self, name: str, limits: dict[str, Any]) -> Queue:
