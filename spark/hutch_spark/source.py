@@ -88,7 +88,7 @@ class HutchDataSource(DataSource):
             _check_schema(schema, streamrecords.SCHEMA)
             settings = streamoptions.parse_stream_options(self.options)
             streamoptions.check_batch(settings)
-            return streamsource.HutchStreamsBatchReader(settings)
+            return streamsource.HutchStreamsBatchReader(streamsource.resolved(settings))
         _check_schema(schema)
         return HutchBatchReader(options.parse_source_options(self.options))
 
@@ -97,7 +97,7 @@ class HutchDataSource(DataSource):
             _check_schema(schema, streamrecords.SCHEMA)
             settings = streamoptions.parse_stream_options(self.options)
             streamoptions.check_streaming(settings)
-            return streamsource.HutchStreamsReader(settings)
+            return streamsource.HutchStreamsReader(streamsource.resolved(settings))
         _check_schema(schema)
         return HutchStreamReader(options.parse_source_options(self.options))
 

@@ -47,8 +47,44 @@ def fetch_one(settings: StreamOptions, stream: str, env: Mapping[str, str] | Non
         f"{_without_user(settings.management_uri)}/api/queues/"
         f"{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(stream, safe='')}"
     )
-    item = _get(url, settings, stream, vhost, env)
+    item = _get(url, settings, f"stream {stream!r}", vhost, env)
+    if not isinstance(item, dict):
+        raise HutchConnectionError(
+            f"hutch: the management API at {redact_uri(settings.management_uri)} answered no "
+            f"queue object for stream {stream!r}"
+        )
     return bounds_of(item, stream, vhost, settings.management_uri)
+
+
+def partitions(settings: StreamOptions, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The streams of `superStream`: the queues bound to that exchange, in the order of their
+    bindings' `x-stream-partition-order` (as RabbitMQ's super streams declare them), then by
+    name. Found when a query starts; a partition added later needs a new checkpoint."""
+    name = settings.super_stream
+    assert name is not None  # noqa: S101 - only called for a superStream
+    vhost = pika.URLParameters(settings.uri).virtual_host
+    url = (
+        f"{_without_user(settings.management_uri)}/api/exchanges/"
+        f"{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
+        "/bindings/source"
+    )
+    bindings = _get(url, settings, f"super stream (exchange) {name!r}", vhost, env)
+    if not isinstance(bindings, list):
+        bindings = []
+    ranked: dict[str, tuple[int, int, str]] = {}
+    for binding in bindings:
+        if not isinstance(binding, dict) or binding.get("destination_type") != "queue":
+            continue
+        queue = str(binding.get("destination"))
+        order = (binding.get("arguments") or {}).get("x-stream-partition-order")
+        rank = (0, order, queue) if isinstance(order, int) else (1, 0, queue)
+        ranked[queue] = min(rank, ranked.get(queue, rank))
+    if not ranked:
+        raise HutchConnectionError(
+            f"hutch: super stream {name!r} has no partitions: no queue is bound to exchange "
+            f"{name!r} in vhost {vhost!r}"
+        )
+    return tuple(sorted(ranked, key=ranked.__getitem__))
 
 
 def bounds_of(item: Mapping[str, Any], stream: str, vhost: str, where: str) -> Bounds:
@@ -70,8 +106,8 @@ def bounds_of(item: Mapping[str, Any], stream: str, vhost: str, where: str) -> B
 
 
 def _get(
-    url: str, settings: StreamOptions, stream: str, vhost: str, env: Mapping[str, str] | None
-) -> Mapping[str, Any]:
+    url: str, settings: StreamOptions, what: str, vhost: str, env: Mapping[str, str] | None
+) -> Any:
     request = urllib.request.Request(url)  # noqa: S310 - http(s) only (streamoptions)
     user, password = credentials(settings, env)
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -86,8 +122,7 @@ def _get(
     except urllib.error.HTTPError as error:
         if error.code == 404:
             raise HutchConnectionError(
-                f"hutch: stream {stream!r} does not exist in vhost {vhost!r} (management API "
-                f"at {where})"
+                f"hutch: {what} does not exist in vhost {vhost!r} (management API at {where})"
             ) from error
         if error.code in (401, 403):
             raise HutchConnectionError(
@@ -96,19 +131,14 @@ def _get(
                 f"management with access to vhost {vhost!r})"
             ) from error
         raise HutchConnectionError(
-            f"hutch: the management API at {where} answered {error.code} {error.reason} for "
-            f"stream {stream!r}"
+            f"hutch: the management API at {where} answered {error.code} {error.reason} for {what}"
         ) from error
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         raise HutchConnectionError(
-            f"hutch: cannot read the bounds of stream {stream!r} from the management API at "
-            f"{where}: {reason} (set option 'managementUri' to the broker's management URL)"
+            f"hutch: cannot read {what} from the management API at {where}: {reason} (set "
+            "option 'managementUri' to the broker's management URL)"
         ) from error
-    if not isinstance(item, dict):
-        raise HutchConnectionError(
-            f"hutch: the management API at {where} answered no queue object for {stream!r}"
-        )
     return item
 
 

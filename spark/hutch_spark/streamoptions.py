@@ -14,6 +14,7 @@ latest (its next offset); `{"orders-0": 120, "orders-1": -2}`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ MAX_OFFSET = 2**63 - 1
 
 STREAM_OPTIONS = (
     "streams",
+    "superStream",
     "uri",
     "caFile",
     "managementUri",
@@ -62,17 +64,26 @@ class StreamOptions:
     read_timeout_ms: int
     ca_file: str | None = None
     starting_timestamp_ms: int | None = None  # instead of startingOffsets
+    super_stream: str | None = None  # streams are its partitions, found when the query starts
 
 
 def is_stream_read(raw: Mapping[str, str]) -> bool:
-    """True when the options select the stream source (option `streams`, any case)."""
-    return any(key.lower() == "streams" for key in raw)
+    """True when the options select the stream source (`streams` or `superStream`, any case)."""
+    return any(key.lower() in ("streams", "superstream") for key in raw)
 
 
 def parse_stream_options(raw_options: Mapping[str, str]) -> StreamOptions:
     """Validates the stream source's options; raises HutchOptionError naming the first bad one."""
     raw = options._normalise(raw_options, STREAM_OPTIONS)
-    streams = _streams(raw.get("streams", ""))
+    if ("streams" in raw) == ("superStream" in raw):
+        raise HutchOptionError(
+            "hutch: give either option 'streams' (a comma list of stream queues) or option "
+            "'superStream' (an exchange whose bound streams are its partitions), not both"
+        )
+    super_stream = raw.get("superStream")
+    if super_stream is not None:
+        _check_name("superStream", super_stream)
+    streams = () if super_stream is not None else _streams(raw["streams"])
     uri = options._uri(raw)
     starting = raw.get("startingOffsets")
     ending = raw.get("endingOffsets")
@@ -100,7 +111,20 @@ def parse_stream_options(raw_options: Mapping[str, str]) -> StreamOptions:
         starting_timestamp_ms=None
         if "startingTimestamp" not in raw
         else options._integer(raw, "startingTimestamp", default=0, low=0, high=MAX_OFFSET),
+        super_stream=super_stream,
     )
+
+
+def with_streams(settings: StreamOptions, streams: tuple[str, ...]) -> StreamOptions:
+    """The settings of a `superStream` once its partitions are known (streambounds.py): its
+    offsets in JSON must then name exactly those streams."""
+    for name, spec in (
+        ("startingOffsets", settings.starting_offsets),
+        ("endingOffsets", settings.ending_offsets),
+    ):
+        if isinstance(spec, dict):
+            _check_names(name, spec, streams, ending=name == "endingOffsets")
+    return dataclasses.replace(settings, streams=streams)
 
 
 def check_streaming(settings: StreamOptions) -> None:
@@ -159,20 +183,11 @@ def _offsets(text: str, streams: tuple[str, ...], *, ending: bool) -> OffsetSpec
             f"hutch: option {name!r} = {text[:80]!r} must be {allowed} or a JSON object of "
             f"an offset per stream, such as {{{json.dumps(streams[0])}: 0}}"
         )
-    extra = sorted(set(parsed) - set(streams))
-    missing = [stream for stream in streams if stream not in parsed]
-    if extra:
-        raise HutchOptionError(
-            f"hutch: option {name!r} names {extra!r}, which option 'streams' does not list"
-        )
-    if missing:
-        raise HutchOptionError(
-            f"hutch: option {name!r} gives no offset for stream(s) {missing!r}; give one for "
-            f"every stream ({markers} allowed)"
-        )
+    if streams:  # a superStream's partitions are checked once they are known
+        _check_names(name, parsed, streams, ending=ending)
     low = LATEST if ending else EARLIEST
     result: dict[str, int] = {}
-    for stream in streams:
+    for stream in parsed:
         value = parsed[stream]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_OFFSET:
             raise HutchOptionError(
@@ -181,6 +196,32 @@ def _offsets(text: str, streams: tuple[str, ...], *, ending: bool) -> OffsetSpec
             )
         result[stream] = value
     return result
+
+
+def _check_names(
+    name: str, parsed: Mapping[str, object], streams: tuple[str, ...], *, ending: bool
+) -> None:
+    markers = "-1 (latest)" if ending else "-2 (earliest), -1 (latest)"
+    extra = sorted(set(parsed) - set(streams))
+    missing = [stream for stream in streams if stream not in parsed]
+    if extra:
+        raise HutchOptionError(
+            f"hutch: option {name!r} names {extra!r}, which are not among the streams read "
+            f"{list(streams)!r}"
+        )
+    if missing:
+        raise HutchOptionError(
+            f"hutch: option {name!r} gives no offset for stream(s) {missing!r}; give one for "
+            f"every stream ({markers} allowed)"
+        )
+
+
+def _check_name(option: str, name: str) -> None:
+    size = len(name.encode("utf-8"))
+    if not 1 <= size <= 255:
+        raise HutchOptionError(
+            f"hutch: option {option!r} = {name[:40]!r} must be 1 to 255 bytes of UTF-8 (got {size})"
+        )
 
 
 def _management_uri(given: str | None, amqp_uri: str) -> str:

@@ -28,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from hutch_spark import streambounds, streamplan, streamreads, streamtimes
+from hutch_spark import streambounds, streamoptions, streamplan, streamreads, streamtimes
 from hutch_spark.errors import HutchOptionError
 from hutch_spark.streamoptions import StreamOptions
 from hutch_spark.streamplan import Bounds, Slice
@@ -131,6 +131,16 @@ class HutchStreamsBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamSlice)  # noqa: S101 - Spark hands back our own
         return streamreads.read_slice(self._settings, partition.slice)
+
+
+def resolved(settings: StreamOptions) -> StreamOptions:
+    """The settings with a `superStream`'s partitions as its streams (a management API call on
+    the driver, when the reader is made); as given otherwise."""
+    if settings.super_stream is None:
+        return settings
+    streams = streambounds.partitions(settings)
+    log.info("hutch: super stream %r has partitions %s", settings.super_stream, streams)
+    return streamoptions.with_streams(settings, streams)
 
 
 def starting_offsets(

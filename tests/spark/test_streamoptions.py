@@ -14,6 +14,10 @@ S = {"streams": "orders-0,orders-1"}
 
 OK: list[tuple[dict[str, str], str, Any]] = [
     (S, "streams", ("orders-0", "orders-1")),
+    (S, "super_stream", None),
+    ({"superStream": "orders"}, "super_stream", "orders"),
+    ({"superstream": "orders"}, "streams", ()),
+    ({"superStream": "o", "startingOffsets": '{"o-0": 3}'}, "starting_offsets", {"o-0": 3}),
     ({"STREAMS": " a , b "}, "streams", ("a", "b")),
     ({"streams": "x" * 255}, "streams", ("x" * 255,)),
     (S, "uri", "amqp://localhost:5672/%2F"),
@@ -55,6 +59,9 @@ OK: list[tuple[dict[str, str], str, Any]] = [
 ]
 
 BAD: list[tuple[dict[str, str], str]] = [
+    ({}, "give either option 'streams'"),
+    ({**S, "superStream": "orders"}, "give either option 'streams'"),
+    ({"superStream": ""}, "'superStream' = '' must be 1 to 255 bytes"),
     ({"streams": ""}, "each stream name must be 1 to 255 bytes"),
     ({"streams": "a,,b"}, "holds the name ''"),
     ({"streams": "a,b,a"}, "names a stream twice"),
@@ -67,7 +74,7 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({**S, "startingOffsets": '{"orders-0": 1}'}, "gives no offset for stream(s) ['orders-1']"),
     (
         {**S, "startingOffsets": '{"orders-0": 1, "orders-1": 1, "x": 0}'},
-        "names ['x'], which option 'streams' does not list",
+        "names ['x'], which are not among the streams read",
     ),
     (
         {**S, "startingOffsets": '{"orders-0": -3, "orders-1": 0}'},
@@ -117,6 +124,19 @@ def test_refuses(raw: dict[str, str], message: str) -> None:
 def test_the_stream_option_selects_the_stream_source() -> None:
     assert streamoptions.is_stream_read({"Streams": "a"})
     assert not streamoptions.is_stream_read({"queue": "a"})
+
+
+def test_a_super_streams_offsets_must_name_its_partitions() -> None:
+    settings = streamoptions.parse_stream_options(
+        {"superStream": "o", "startingOffsets": '{"o-0": 3, "o-1": -2}'}
+    )
+    resolved = streamoptions.with_streams(settings, ("o-0", "o-1"))
+    assert resolved.streams == ("o-0", "o-1")
+    assert resolved.super_stream == "o"
+    with pytest.raises(HutchOptionError, match=r"no offset for stream\(s\) \['o-2'\]"):
+        streamoptions.with_streams(settings, ("o-0", "o-1", "o-2"))
+    with pytest.raises(HutchOptionError, match=r"names \['o-1'\], which are not among"):
+        streamoptions.with_streams(settings, ("o-0",))
 
 
 def test_ending_offsets_are_for_batch_reads_only() -> None:

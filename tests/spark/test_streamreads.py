@@ -19,7 +19,7 @@ import pika
 import pytest
 from hutch_spark import streambounds, streamoptions, streamreads
 from hutch_spark.errors import HutchConnectionError, HutchDataLossError
-from hutch_spark.streamplan import Slice
+from hutch_spark.streamplan import Bounds, Slice
 
 LOGGER = "hutch_spark.streamreads"
 
@@ -99,3 +99,42 @@ def test_rabbitmq_reads_a_slice_the_same_and_planning_says_it_needs_hutch(
     )
     with pytest.raises(HutchConnectionError, match="needs hutch-broker"):
         streambounds.fetch(settings)
+
+
+def test_a_super_streams_partitions_are_its_bound_streams_in_partition_order(
+    hutch_broker: Any, channel: Any
+) -> None:
+    channel.exchange_declare("invoices", "direct", durable=True, arguments={"x-super-stream": True})
+    for n in (2, 0, 1):  # bound out of order: the partition order argument decides
+        name = stream(channel, f"invoices-{n}", n + 1)
+        args = {"x-stream-partition-order": n}
+        channel.queue_bind(name, "invoices", routing_key=str(n), arguments=args)
+        channel.queue_bind(name, "invoices", routing_key=f"again-{n}", arguments=args)
+    channel.queue_declare("audit", durable=True)
+    channel.exchange_declare("audit-x", "fanout", durable=True)
+    channel.exchange_bind("audit-x", "invoices", routing_key="0")  # not a queue: not a partition
+
+    def options(name: str) -> Any:
+        return streamoptions.parse_stream_options(
+            {
+                "superStream": name,
+                "uri": hutch_broker.amqp_url,
+                "managementUri": hutch_broker.http_url,
+            }
+        )
+
+    found = streambounds.partitions(options("invoices"))
+    assert found == ("invoices-0", "invoices-1", "invoices-2")
+    resolved = streamoptions.with_streams(options("invoices"), found)
+    assert streambounds.fetch(resolved) == {
+        "invoices-0": Bounds(0, 1),
+        "invoices-1": Bounds(0, 2),
+        "invoices-2": Bounds(0, 3),
+    }
+    channel.exchange_declare("empty", "direct", durable=True)
+    with pytest.raises(HutchConnectionError, match="super stream 'empty' has no partitions"):
+        streambounds.partitions(options("empty"))
+    with pytest.raises(
+        HutchConnectionError, match="super stream \\(exchange\\) 'nope' does not exist"
+    ):
+        streambounds.partitions(options("nope"))

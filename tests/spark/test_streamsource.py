@@ -188,6 +188,32 @@ def test_a_streaming_query_follows_the_tail_with_no_consumer_in_the_driver(
     assert [offset for batch in batches for offset in batch] == list(range(35))
 
 
+def test_a_super_stream_is_read_through_its_partitions(spark: Any, streams: Streams) -> None:
+    channel = streams.channel
+    channel.exchange_declare("invoices", "direct", durable=True, arguments={"x-super-stream": True})
+    for n in range(3):
+        name = streams.declare(f"invoices-{n}")
+        args = {"x-stream-partition-order": n}
+        channel.queue_bind(name, "invoices", routing_key=str(n), arguments=args)
+    for n in range(30):  # through the exchange, as a super-stream producer routes
+        properties = pika.BasicProperties(message_id=f"i-{n}")
+        channel.basic_publish("invoices", str(n % 3), b"{}", properties)
+    frame = (
+        spark.read.format("hutch")
+        .option("uri", streams.url)
+        .option("managementUri", streams.management_url)
+        .option("superStream", "invoices")
+        .option(
+            "startingOffsets", json.dumps({"invoices-0": 2, "invoices-1": -2, "invoices-2": -1})
+        )
+        .load()
+    )
+    rows = offsets_and_ids(frame)
+    assert rows == [("invoices-0", n // 3, f"i-{n}") for n in range(6, 30, 3)] + [
+        ("invoices-1", n // 3, f"i-{n}") for n in range(1, 30, 3)
+    ]
+
+
 def test_batch_read_from_a_timestamp(spark: Any, streams: Streams) -> None:
     # AMQP timestamps are whole seconds: the second group starts in a later second than the
     # first group's last publish, and the moment given is inside that later second.
