@@ -58,6 +58,8 @@ REF = {"brokerRef": {"name": "b"}}
         ("Policy", {**REF, "pattern": ".", "definition": {}}, "spec.definition"),
         ("OperatorPolicy", {**REF, "pattern": ".", "definition": {"overflow": "drop-head"}},
          "operator policies accept only"),
+        ("OperatorPolicy", {**REF, "pattern": ".", "definition": {"target-group-size": 3}},
+         "operator policies accept only"),
         ("Broker", {"replicas": 3}, "spec.replicas"),
         ("Broker", {"memoryHighWatermark": 0}, "spec.memoryHighWatermark"),
         ("Broker", {"service": {"type": "Ingress"}}, "spec.service.type"),

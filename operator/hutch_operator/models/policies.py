@@ -17,6 +17,8 @@ from pydantic import ConfigDict, Field, WithJsonSchema, field_validator
 
 from hutch_operator.models import common, streams
 
+#: What hutch-broker's operator policies take: RabbitMQ 3.10.8's, without target-group-size
+#: (3.10.8 refuses it there as not recognised, and so does hutch-broker), plus Hutch's ring-size.
 OPERATOR_POLICY_KEYS = (
     "expires",
     "message-ttl",
@@ -25,7 +27,6 @@ OPERATOR_POLICY_KEYS = (
     "delivery-limit",
     "max-in-memory-length",
     "max-in-memory-bytes",
-    "target-group-size",
     "ring-size",
 )
 #: Stream retention keys: a Policy's only (3.10.8 refuses them in operator policies).
