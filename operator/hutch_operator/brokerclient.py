@@ -21,11 +21,12 @@ import hashlib
 import json
 import ssl
 import time
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 
-from hutch_operator import config, errors, metrics, translators
+from hutch_operator import config, errors, metrics
 
 IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "HEAD"})
 CONNECTIONS_PER_BROKER = 4
@@ -33,12 +34,21 @@ KEEPALIVE_SECONDS = 30.0
 IDLE_SECONDS = 600.0
 
 
+@dataclass(frozen=True)
+class Request:
+    """One management-API call: what the translators build and every client sends."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None = field(default=None)
+
+
 class BrokerClient(Protocol):
     """What reconciling needs from a broker: one call shape and the product it is."""
 
     base_url: str
 
-    async def call(self, request: translators.Request) -> Any: ...
+    async def call(self, request: Request) -> Any: ...
 
     async def is_hutch(self) -> bool: ...
 
@@ -100,11 +110,11 @@ class HttpBrokerClient:
     async def is_hutch(self) -> bool:
         """Whether the in-place argument extension exists (``product_name`` is read once)."""
         if self._product is None:
-            overview = await self.call(translators.Request("GET", "/api/overview"))
+            overview = await self.call(Request("GET", "/api/overview"))
             self._product = str(overview.get("product_name") or "RabbitMQ")
         return self._product.lower().startswith("hutch")
 
-    async def call(self, request: translators.Request) -> Any:
+    async def call(self, request: Request) -> Any:
         self.last_used = time.monotonic()
         attempts = 2 if request.method in IDEMPOTENT else 1
         for attempt in range(attempts):
@@ -117,7 +127,7 @@ class HttpBrokerClient:
                     ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _once(self, request: translators.Request) -> Any:
+    async def _once(self, request: Request) -> Any:
         url = self.base_url + request.path
         try:
             async with (
@@ -179,7 +189,7 @@ class Created:
 CREATED = Created()
 
 
-def _outcome(request: translators.Request, status: int, text: str, base: str) -> Any:
+def _outcome(request: Request, status: int, text: str, base: str) -> Any:
     if status < 300:
         if text.strip():
             return json.loads(text)

@@ -24,7 +24,6 @@ from hutch_operator import (
     podstate,
     references,
 )
-from hutch_operator import translators as tr
 from hutch_operator.children import meta
 
 ALIVENESS = "/api/aliveness-test/%2F"
@@ -212,9 +211,9 @@ class Report:
                 ca_pem=trust.ca_pem,
                 ca_source=trust.ca_source,
             )
-            await client.call(tr.Request("GET", ALIVENESS))
-            overview = await client.call(tr.Request("GET", "/api/overview"))
-            nodes = await client.call(tr.Request("GET", "/api/nodes"))
+            await client.call(brokerclient.Request("GET", ALIVENESS))
+            overview = await client.call(brokerclient.Request("GET", "/api/overview"))
+            nodes = await client.call(brokerclient.Request("GET", "/api/nodes"))
         except errors.HutchError as exc:
             if isinstance(exc, errors.AuthenticationFailedError):
                 references.forget_secrets()

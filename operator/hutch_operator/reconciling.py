@@ -28,7 +28,6 @@ from hutch_operator import (
     metrics,
     references,
     snapshots,
-    translators,
 )
 from hutch_operator.models import common, kinds
 
@@ -482,7 +481,7 @@ async def refuse_unowned(
     if owned or adopt:
         return
     try:
-        await target.client.call(translators.Request("GET", path))
+        await target.client.call(brokerclient.Request("GET", path))
     except errors.ObjectNotFoundError:
         return
     raise errors.AlreadyExistsError(

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hutch_operator import brokerclient, metrics, translators
+from hutch_operator import brokerclient, metrics
 
 
 @dataclass
@@ -79,7 +79,7 @@ def scope(preloaded: dict[tuple[str, str, str], Listing] | None = None) -> Itera
 
 
 async def get(
-    client: brokerclient.BrokerClient, broker_key: str, kind: str, request: translators.Request
+    client: brokerclient.BrokerClient, broker_key: str, kind: str, request: brokerclient.Request
 ) -> Listing:
     """The listed items of ``request`` (``request.path`` carries the vhost), once per pass."""
     key = (broker_key, kind, request.path)

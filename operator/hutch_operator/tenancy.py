@@ -12,8 +12,9 @@ import urllib.parse
 from typing import Any
 
 from hutch_operator import errors
+from hutch_operator.brokerclient import Request
 from hutch_operator.models import permissions, topicpermissions, users, vhosts
-from hutch_operator.translators import Request, segment
+from hutch_operator.translators import segment
 
 AMQP_PORT = 5672
 

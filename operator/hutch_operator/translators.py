@@ -6,10 +6,10 @@ are encoded with ``quote(s, safe="")`` so ``/`` (the default vhost) becomes ``%2
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from hutch_operator.brokerclient import Request
 from hutch_operator.models import bindings, exchanges, policies, queues
 from hutch_operator.models.common import same_json
 
@@ -19,13 +19,6 @@ QUEUE_COLUMNS = (
     "segments"
 )
 LIMIT_KEYS = frozenset(queues.LIMIT_ARGUMENTS.values())
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    body: dict[str, Any] | None = field(default=None)
 
 
 def segment(value: str) -> str:

@@ -36,7 +36,7 @@ class ListingBroker:
         self.queues = queues_
         self.requests: list[tuple[str, str]] = []
 
-    async def call(self, request: translators.Request) -> Any:
+    async def call(self, request: brokerclient.Request) -> Any:
         self.requests.append((request.method, request.path))
         if request.method == "GET" and request.path.startswith("/api/queues/%2F?"):
             return list(self.queues.values())

@@ -21,7 +21,6 @@ from hutch_operator import (
     reconciling,
     references,
     sweeping,
-    translators,
 )
 from hutch_operator.handlers import queues
 
@@ -38,7 +37,7 @@ class FakeBroker:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str]] = []
 
-    async def call(self, request: translators.Request) -> Any:
+    async def call(self, request: brokerclient.Request) -> Any:
         self.requests.append((request.method, request.path))
         return brokerclient._outcome(request, 201, "", self.base_url)
 

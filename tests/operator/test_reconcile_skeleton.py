@@ -43,7 +43,7 @@ class FakeBroker:
         self.down = False
         self.existing: set[str] = set()  # paths a PUT finds (204); others it creates (201)
 
-    async def call(self, request: translators.Request) -> Any:
+    async def call(self, request: brokerclient.Request) -> Any:
         self.requests.append((request.method, request.path))
         if self.down:
             raise errors.BrokerUnavailableError(f"{self.base_url}: ClientConnectorError")
@@ -540,7 +540,7 @@ def test_backoff_errors_double_from_their_base_up_to_their_cap(
     ],
 )
 def test_http_status_maps_to_one_operator_error(status: int, error: type[Exception]) -> None:
-    request = translators.Request("PUT", QUEUE_PATH)
+    request = brokerclient.Request("PUT", QUEUE_PATH)
     with pytest.raises(error):
         brokerclient._outcome(request, status, '{"reason": "no"}', ENDPOINT)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 
-from hutch_operator import errors, reconciling, references, snapshots, translators
+from hutch_operator import brokerclient, errors, reconciling, references, snapshots, translators
 from hutch_operator.handlers import registration
 from hutch_operator.models import bindings, kinds
 
@@ -42,7 +42,7 @@ async def _missing(target: references.Target, spec: Spec) -> list[str]:
     missing = []
     for label, path in ends:
         try:
-            await target.client.call(translators.Request("GET", path))
+            await target.client.call(brokerclient.Request("GET", path))
         except errors.ObjectNotFoundError:
             missing.append(label)
     return missing
@@ -51,7 +51,7 @@ async def _missing(target: references.Target, spec: Spec) -> list[str]:
 async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
     collection = translators.binding_collection(spec)
     try:
-        listed = await target.client.call(translators.Request("GET", collection))
+        listed = await target.client.call(brokerclient.Request("GET", collection))
     except errors.ObjectNotFoundError:
         return None
     for item in listed or ():
@@ -62,7 +62,7 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
 
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
-    request = translators.Request("GET", f"/api/bindings/{translators.segment(spec.vhost)}")
+    request = brokerclient.Request("GET", f"/api/bindings/{translators.segment(spec.vhost)}")
     listing = await snapshots.get(target.client, target.key, "binding", request)
     ends = listing.all(
         source=spec.source, destination=spec.destination, destination_type=spec.destination_type

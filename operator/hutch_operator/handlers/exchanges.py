@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from hutch_operator import errors, reconciling, references, snapshots, translators
+from hutch_operator import brokerclient, errors, reconciling, references, snapshots, translators
 from hutch_operator.handlers import registration
 from hutch_operator.models import exchanges, kinds
 
@@ -19,13 +19,13 @@ async def declare(target: references.Target, spec: Spec, name: str, owned: bool)
 async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
     with contextlib.suppress(errors.ObjectNotFoundError):
         await target.client.call(
-            translators.Request("DELETE", translators.exchange_path(spec.vhost, name))
+            brokerclient.Request("DELETE", translators.exchange_path(spec.vhost, name))
         )
     return None
 
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
-    request = translators.Request("GET", f"/api/exchanges/{translators.segment(spec.vhost)}")
+    request = brokerclient.Request("GET", f"/api/exchanges/{translators.segment(spec.vhost)}")
     listing = await snapshots.get(target.client, target.key, "exchange", request)
     listed = listing.first(name=name)
     if listed is None:

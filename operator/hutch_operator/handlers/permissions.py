@@ -10,7 +10,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from hutch_operator import errors, reconciling, references, snapshots, tenancy, translators
+from hutch_operator import (
+    brokerclient,
+    errors,
+    reconciling,
+    references,
+    snapshots,
+    tenancy,
+)
 from hutch_operator.handlers import registration
 from hutch_operator.models import kinds, permissions
 
@@ -36,7 +43,7 @@ async def missing(target: references.Target, spec: Any) -> str:
     for what, path in (("vhost", tenancy.vhost_path(spec.vhost)),
                        ("user", tenancy.user_path(spec.user))):  # fmt: skip
         try:
-            await target.client.call(translators.Request("GET", path))
+            await target.client.call(brokerclient.Request("GET", path))
         except errors.ObjectNotFoundError:
             value = spec.vhost if what == "vhost" else spec.user
             found.append(f"{what} {value!r}")
@@ -47,12 +54,12 @@ async def missing(target: references.Target, spec: Any) -> str:
 async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
     with contextlib.suppress(errors.ObjectNotFoundError):
         path = tenancy.permission_path(spec.vhost, spec.user)
-        await target.client.call(translators.Request("DELETE", path))
+        await target.client.call(brokerclient.Request("DELETE", path))
     return None
 
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
-    request = translators.Request("GET", "/api/permissions")
+    request = brokerclient.Request("GET", "/api/permissions")
     listing = await snapshots.get(target.client, target.key, "permission", request)
     listed = listing.first(vhost=spec.vhost, user=spec.user)
     if listed is None:

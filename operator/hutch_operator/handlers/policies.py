@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from hutch_operator import errors, reconciling, references, snapshots, translators
+from hutch_operator import brokerclient, errors, reconciling, references, snapshots, translators
 from hutch_operator.handlers import registration
 from hutch_operator.models import kinds
 
@@ -21,13 +21,13 @@ def policy_ops(kind: Any, *, operator: bool) -> reconciling.KindOps:
     async def delete(target: references.Target, spec: Any, name: str) -> tuple[str, str] | None:
         path = translators.policy_path(spec.vhost, name, operator=operator)
         with contextlib.suppress(errors.ObjectNotFoundError):
-            await target.client.call(translators.Request("DELETE", path))
+            await target.client.call(brokerclient.Request("DELETE", path))
         return None
 
     async def observe(target: references.Target, spec: Any, name: str) -> reconciling.Observation:
         path = translators.policy_path(spec.vhost, "", operator=operator).rstrip("/")
         listing = await snapshots.get(
-            target.client, target.key, label, translators.Request("GET", path)
+            target.client, target.key, label, brokerclient.Request("GET", path)
         )
         listed = listing.first(name=name)
         if listed is None:

@@ -40,7 +40,7 @@ async def _change_limits(
     target: references.Target, spec: Spec, name: str, *, hutch: bool, refusal: Exception
 ) -> bool:
     path = translators.queue_path(spec.vhost, name)
-    listed = await target.client.call(translators.Request("GET", path))
+    listed = await target.client.call(brokerclient.Request("GET", path))
     fixed, limits = translators.queue_differences(spec, listed, hutch=hutch)
     if fixed or not limits:
         raise refusal
@@ -65,7 +65,7 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
     if spec.delete_if_empty or spec.delete_if_unused:
         try:
             listed = await target.client.call(
-                translators.Request("GET", path + "?columns=messages,consumers")
+                brokerclient.Request("GET", path + "?columns=messages,consumers")
             )
         except errors.ObjectNotFoundError:
             return None
@@ -120,7 +120,7 @@ async def stats(target: references.Target, spec: Spec, name: str) -> dict[str, A
         stream = spec.type == "stream" and await target.client.is_hutch()
         return translators.fresh_queue_stats(hutch_stream=stream)
     listed = await target.client.call(
-        translators.Request("GET", translators.queue_path(spec.vhost, name))
+        brokerclient.Request("GET", translators.queue_path(spec.vhost, name))
     )
     return translators.queue_stats(listed if isinstance(listed, dict) else {})
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from hutch_operator import errors, reconciling, references, snapshots, tenancy, translators
+from hutch_operator import (
+    brokerclient,
+    errors,
+    reconciling,
+    references,
+    snapshots,
+    tenancy,
+)
 from hutch_operator.handlers import permissions, registration
 from hutch_operator.models import kinds, topicpermissions
 
@@ -20,7 +27,7 @@ async def _listed(target: references.Target, spec: Spec) -> list[dict[str, Any]]
     """The user's entries in the vhost ([] when none: the broker answers 404 then)."""
     path = tenancy.topic_permissions_path(spec.vhost, spec.user)
     try:
-        listed = await target.client.call(translators.Request("GET", path))
+        listed = await target.client.call(brokerclient.Request("GET", path))
     except errors.ObjectNotFoundError:
         return []
     return [item for item in listed or () if isinstance(item, dict)]
@@ -59,7 +66,7 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
 
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
-    request = translators.Request("GET", "/api/topic-permissions")
+    request = brokerclient.Request("GET", "/api/topic-permissions")
     listing = await snapshots.get(target.client, target.key, "topicpermission", request)
     mine = listing.all(vhost=spec.vhost, user=spec.user)
     listed = tenancy.topic_permission_of(mine, spec.vhost, spec.user, spec.exchange)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 
 from hutch_operator import (
+    brokerclient,
     config,
     errors,
     reconciling,
     references,
     snapshots,
     tenancy,
-    translators,
     usersecrets,
 )
 from hutch_operator.handlers import registration, vhosts
@@ -67,20 +67,20 @@ async def _amqp_base(target: references.Target, spec: Spec, namespace: str) -> s
 async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str, str] | None:
     """The broker closes the user's connections; the Secret goes with the User (owner ref)."""
     with contextlib.suppress(errors.ObjectNotFoundError):
-        await target.client.call(translators.Request("DELETE", tenancy.user_path(name)))
+        await target.client.call(brokerclient.Request("DELETE", tenancy.user_path(name)))
     return None
 
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
     subject = reconciling.subject()
     current = await usersecrets.version(subject.namespace, spec, subject.name)
-    request = translators.Request("GET", "/api/users")
+    request = brokerclient.Request("GET", "/api/users")
     listing = await snapshots.get(target.client, target.key, "user", request)
     listed = listing.first(name=name)
     if listed is None:
         return reconciling.Observation(missing=True)
     changed = tenancy.user_differences(spec, listed)
-    request = translators.Request("GET", "/api/user-limits")
+    request = brokerclient.Request("GET", "/api/user-limits")
     limits = await snapshots.get(target.client, target.key, "user-limits", request)
     applied = tenancy.listed_limits(limits.all(user=name))
     if applied != tenancy.limit_values(spec.limits):

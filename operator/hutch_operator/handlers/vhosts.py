@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import contextlib
 
-from hutch_operator import errors, reconciling, references, snapshots, tenancy, translators
+from hutch_operator import (
+    brokerclient,
+    errors,
+    reconciling,
+    references,
+    snapshots,
+    tenancy,
+)
 from hutch_operator.handlers import registration
 from hutch_operator.models import kinds, vhosts
 
@@ -35,7 +42,7 @@ def record_name(name: str) -> None:
 
 async def apply_limits(target: references.Target, base: str, wanted: dict[str, int]) -> None:
     """Brings the broker's limits of a vhost or user to ``wanted`` (in place, no re-create)."""
-    current = tenancy.listed_limits(await target.client.call(translators.Request("GET", base)))
+    current = tenancy.listed_limits(await target.client.call(brokerclient.Request("GET", base)))
     for request in tenancy.limit_requests(base, wanted, current):
         await target.client.call(request)
 
@@ -53,18 +60,18 @@ async def delete(target: references.Target, spec: Spec, name: str) -> tuple[str,
                 "set deleteIfEmpty: false to delete it with everything in it"
             )
     with contextlib.suppress(errors.ObjectNotFoundError):
-        await target.client.call(translators.Request("DELETE", tenancy.vhost_path(name)))
+        await target.client.call(brokerclient.Request("DELETE", tenancy.vhost_path(name)))
     return None
 
 
 async def observe(target: references.Target, spec: Spec, name: str) -> reconciling.Observation:
-    request = translators.Request("GET", "/api/vhosts")
+    request = brokerclient.Request("GET", "/api/vhosts")
     listing = await snapshots.get(target.client, target.key, "vhost", request)
     listed = listing.first(name=name)
     if listed is None:
         return reconciling.Observation(missing=True)
     changed, fixed = tenancy.vhost_differences(spec, listed)
-    request = translators.Request("GET", "/api/vhost-limits")
+    request = brokerclient.Request("GET", "/api/vhost-limits")
     limits = await snapshots.get(target.client, target.key, "vhost-limits", request)
     current = tenancy.listed_limits(limits.all(vhost=name))
     if current != tenancy.limit_values(spec.limits):
