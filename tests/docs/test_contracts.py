@@ -37,10 +37,6 @@ TEXT_NAMES = {"Makefile", "Dockerfile", ".importlinter", ".gitignore", ".dockeri
 #: them when the references were rewritten (issue 29), so they were left alone. Each entry must
 #: still have such a reference: once it is fixed, the entry goes, so this list only shrinks.
 PENDING_OUTSIDE_REFERENCES = {
-    "operator/hutch_operator/handlers/registration.py": "WAITING_INDEXES comment: conflicts",
-    "operator/hutch_operator/handlers/startup.py": "docstring: operator.md#kopf-settings",
-    "operator/hutch_operator/reconciling.py": "docstrings: #handlers, #errors, #deletion, #conflicts",
-    "operator/hutch_operator/sweeping.py": "docstring: operator.md#sweep",
     "tests/operator/test_reconcile_skeleton.py": "docstring: operator.md#errors",
 }
 

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import pytest
-from hutch_operator import memory, podstate
+from hutch_operator.instances import memory, podstate
 from hutch_testing import brokerpods, waiting
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(600)]

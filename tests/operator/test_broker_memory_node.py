@@ -28,7 +28,7 @@ from typing import Any
 
 import pika
 import pytest
-from hutch_operator import memory
+from hutch_operator.instances import memory
 from hutch_testing import brokerpods, waiting
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(600)]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hutch_operator import memory
+from hutch_operator.instances import memory
 from hutch_testing import brokerpods, waiting
 
 pytestmark = pytest.mark.timeout(600)

@@ -15,8 +15,9 @@ from typing import Any
 
 import kopf
 import pytest
-from hutch_operator import brokerclient, references, snapshots, sweeping, translators
-from hutch_operator.handlers import queues, registration
+from hutch_operator.core import brokerclient, references
+from hutch_operator.topology import snapshots, sweeping, translators
+from hutch_operator.topology.handlers import queues, registration
 
 NAMESPACE = "team-a"
 GENERATION = 2

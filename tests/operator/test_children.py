@@ -6,9 +6,10 @@ Contract: docs/contracts/operator.md#children.
 from __future__ import annotations
 
 import pytest
-from hutch_operator import conditions, overrides
-from hutch_operator.children import configmaps, credentials, disruption, meta, services
-from hutch_operator.children import statefulsets as sts
+from hutch_operator.core import conditions
+from hutch_operator.instances import overrides
+from hutch_operator.instances.children import configmaps, credentials, disruption, meta, services
+from hutch_operator.instances.children import statefulsets as sts
 from hutch_operator.models import brokers
 
 

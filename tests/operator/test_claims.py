@@ -11,9 +11,10 @@ from typing import Any
 import kopf
 import pydantic
 import pytest
-from hutch_operator import conflicts, errors, reconciling, references
-from hutch_operator.handlers import queues
+from hutch_operator.core import errors, references
 from hutch_operator.models import queues as queue_models
+from hutch_operator.topology import conflicts, reconciling
+from hutch_operator.topology.handlers import queues
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
-from hutch_operator import reconciling, sweeping
-from hutch_operator.handlers import queues, registration
+from hutch_operator.topology import reconciling, sweeping
+from hutch_operator.topology.handlers import queues, registration
 from kopf._core.engines import indexing
 
 NAMESPACE = "team"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hutch_operator import kopfpatches
+from hutch_operator.core import kopfpatches
 from kopf._cogs.aiokits import aiotoggles
 
 OBJECTS = 400

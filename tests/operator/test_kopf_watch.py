@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 import pytest
-from hutch_operator import kopfpatches
+from hutch_operator.core import kopfpatches
 from kopf._cogs.clients import watching
 from kopf._cogs.structs import references
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from hutch_operator import kube
+from hutch_operator.core import kube
 
 pytestmark = pytest.mark.broker  # a real HTTP server on loopback
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from hutch_operator import memory
+from hutch_operator.instances import memory
 
 MiB, GiB = 1024**2, 1024**3
 

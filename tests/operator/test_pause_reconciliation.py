@@ -14,15 +14,10 @@ from typing import Any
 
 import kopf
 import pytest
-from hutch_operator import (
-    brokerclient,
-    conditions,
-    instances,
-    reconciling,
-    references,
-    sweeping,
-)
-from hutch_operator.handlers import queues
+from hutch_operator.core import brokerclient, conditions, references
+from hutch_operator.instances import brokers as instances
+from hutch_operator.topology import reconciling, sweeping
+from hutch_operator.topology.handlers import queues
 
 NAMESPACE = "team-a"
 PAUSED = {conditions.PAUSE_ANNOTATION: "true"}

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hutch_operator import brokerstatus, memory, podstate
+from hutch_operator.instances import brokerstatus, memory, podstate
 
 OLD, NEW = "bulk-server-6d5f8b7c9", "bulk-server-7f9c4d6b8"
 
@@ -290,7 +290,7 @@ class FakeKube:
 
 
 def broker_object() -> Any:
-    from hutch_operator.children import meta
+    from hutch_operator.instances.children import meta
     from hutch_operator.models import brokers
 
     spec = brokers.BrokerSpec.model_validate({"resources": {
@@ -302,7 +302,7 @@ def run_pass(monkeypatch: pytest.MonkeyPatch, fake: FakeKube, status: dict[str, 
     import asyncio
 
     import kopf
-    from hutch_operator import kube
+    from hutch_operator.core import kube
 
     events: list[tuple[str, str, str]] = []
     monkeypatch.setattr(kube, "api", lambda: fake)

@@ -14,16 +14,9 @@ from typing import Any
 
 import kopf
 import pytest
-from hutch_operator import (
-    abandoned,
-    brokerclient,
-    errors,
-    reconciling,
-    references,
-    sweeping,
-    translators,
-)
-from hutch_operator.handlers import exchanges, queues
+from hutch_operator.core import brokerclient, errors, references
+from hutch_operator.topology import abandoned, reconciling, sweeping, translators
+from hutch_operator.topology.handlers import exchanges, queues
 
 NAMESPACE = "team-a"
 ENDPOINT = "http://hutch.team-a.svc:15672"

@@ -13,9 +13,11 @@ from typing import Any
 
 import pydantic
 import pytest
-from hutch_operator import crdgen, errors, reconciling, translators
-from hutch_operator.handlers import queues as queue_handlers
+from hutch_operator import crdgen
+from hutch_operator.core import errors
 from hutch_operator.models import kinds, policies, queues, streams
+from hutch_operator.topology import reconciling, translators
+from hutch_operator.topology.handlers import queues as queue_handlers
 
 REF = {"brokerRef": {"name": "b"}}
 RETENTION = {"type": "stream", "limits": {"maxLengthBytes": 20_000_000_000},

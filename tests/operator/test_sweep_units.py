@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
-from hutch_operator import reconciling
-from hutch_operator.handlers import queues
+from hutch_operator.topology import reconciling
+from hutch_operator.topology.handlers import queues
 
 
 def _body(reason: str, status: str = "False", **spec: Any) -> kopf.Body:
@@ -40,7 +40,7 @@ def test_other_objects_do_not_wait() -> None:
 
 def test_abandoned_list_adds_replaces_and_drops_by_cr() -> None:
     """Defect 7: one entry per deleted CR; a cleaned one leaves, concurrent ones stay."""
-    from hutch_operator import abandoned
+    from hutch_operator.topology import abandoned
 
     first = abandoned.entry("Queue", "team", "orders", {"brokerRef": {"name": "b"}}, "/", "o")
     again = abandoned.entry("Queue", "team", "orders", {"brokerRef": {"name": "b"}}, "/", "o2")

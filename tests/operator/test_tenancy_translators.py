@@ -6,8 +6,9 @@ import urllib.parse
 from typing import Any
 
 import pytest
-from hutch_operator import errors, tenancy
+from hutch_operator.core import errors
 from hutch_operator.models import permissions, topicpermissions, users, vhosts
+from hutch_operator.topology import tenancy
 
 REF = {"brokerRef": {"name": "b"}}
 

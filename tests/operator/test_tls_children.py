@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 from hutch_broker import config as broker_config
-from hutch_operator import references
-from hutch_operator.children import configmaps, credentials, meta, services
-from hutch_operator.children import statefulsets as sts
+from hutch_operator.core import references
+from hutch_operator.instances.children import configmaps, credentials, meta, services
+from hutch_operator.instances.children import statefulsets as sts
 from hutch_operator.models import brokers
 
 

@@ -6,8 +6,8 @@ Contract: docs/contracts/operator.md#layers.
 from __future__ import annotations
 
 import pytest
-from hutch_operator import translators
 from hutch_operator.models import bindings, exchanges, policies, queues
+from hutch_operator.topology import translators
 
 REF = {"brokerRef": {"name": "b"}}
 

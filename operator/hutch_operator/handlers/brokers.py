@@ -16,9 +16,11 @@ from typing import Any
 
 import kopf
 
-from hutch_operator import abandoned, conditions, config, instances, reconciling, references
-from hutch_operator.handlers import registration
+from hutch_operator.core import conditions, config, references
+from hutch_operator.instances import brokers as instances
 from hutch_operator.models import common
+from hutch_operator.topology import abandoned, reconciling
+from hutch_operator.topology.handlers import registration
 
 RESOURCE = (common.GROUP, common.VERSION, "brokers")
 

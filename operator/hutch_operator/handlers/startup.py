@@ -1,4 +1,4 @@
-"""Operator-wide settings and cleanup (design §6).
+"""Operator-wide settings and cleanup (docs/contracts/operator.md#kopf-settings).
 
 Kopf's bookkeeping (handler progress, and the last-handled configuration it diffs against) lives
 in ``status.kopf``, not in annotations: with status a subresource, annotations and status are
@@ -20,17 +20,9 @@ from typing import Any
 import aiohttp
 import kopf
 
-from hutch_operator import (
-    brokerclient,
-    config,
-    kopfpatches,
-    kube,
-    metrics,
-    references,
-    snapshots,
-    sweeping,
-)
-from hutch_operator.handlers import registration
+from hutch_operator.core import brokerclient, config, kopfpatches, kube, metrics, references
+from hutch_operator.topology import snapshots, sweeping
+from hutch_operator.topology.handlers import registration
 
 kopfpatches.apply()  # before kopf.run builds its ToggleSets: a linear start-up with indexes
 

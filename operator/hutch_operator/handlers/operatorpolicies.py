@@ -1,9 +1,0 @@
-"""OperatorPolicy handlers: the same as Policy against /api/operator-policies."""
-
-from __future__ import annotations
-
-from hutch_operator.handlers import policies, registration
-from hutch_operator.models import kinds
-
-OPS = policies.policy_ops(kinds.OPERATOR_POLICY, operator=True)
-registration.register(OPS)
