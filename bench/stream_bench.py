@@ -1,0 +1,536 @@
+"""Benchmark the Hutch stream source against Spark's Kafka source on a local Apache Kafka.
+
+Why: issue 28 asks whether the stream source (option `streams`, docs/spark.md "Read stream
+queues") at least matches what users would pick instead, Spark's own Kafka source reading a Kafka
+broker on the same machine, in throughput and p50 latency. Both read the same number of messages
+of the same size, split the same way (one stream read in `--partitions` slices; a topic with
+`--partitions` partitions), in one Spark session in local mode (local[2]), in interleaved rounds
+(bench/rounds.py). A benchmark, not a timed test: nothing here runs in CI.
+
+    python bench/stream_bench.py [--messages 200000] [--body-size 200] [--partitions 2]
+                                 [--repeat 3] [--modes batch,available-now] [--latency-seconds 15]
+                                 [--scaling]
+
+Per system and round, on a fresh broker (hutch-broker as bench/run.py starts it; Kafka from
+bench/kafka.py, KRaft, one node): load the messages, then
+- batch: `spark.read` from earliest to latest, `count(*)` and `sum(length(body))` (so every
+  row and every body is read, and the counts are checked); rate = messages / wall time;
+- available-now: `readStream` with `trigger(availableNow=True)`, `maxOffsetsPerTrigger`
+  `--max-per-trigger` for both, noop sink; rate = messages / wall time from start to end, and
+  the rows Spark reports must be all of them;
+- latency: a query from `latest` with a 200 ms processing-time trigger; a publisher sends
+  `--latency-rate` msg/s for `--latency-seconds`; each row's latency is the time its batch's
+  foreachBatch ran minus its publish time (Hutch: the body, written by a pika publisher in
+  another process, as bench/spark_phases.py does; Kafka: the record's CreateTime, set by Kafka's
+  ProducerPerformance when it sends);
+- the broker's CPU seconds (user + system, /proc) during each read, per million messages.
+`--scaling` adds, in Hutch's rounds, the batch read with numPartitions 1 beside `--partitions`:
+local mode's two task threads, not executor Pods (bench/spark_node_bench.py runs Pods).
+
+The Kafka connector is the one Maven Central serves for this pyspark (bench/kafka.py,
+`connector_version`); the results name both versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import hutch_spark
+import kafka
+import pika
+import pyspark
+import rounds
+from hutch_spark import checkpoints
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812
+from spark_phases import publish_steadily
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEMS = ("hutch", "kafka")
+MODES = ("batch", "available-now")
+try:
+    from hutch_testing import brokers
+except ImportError:  # a plain checkout: the testing package is not installed
+    sys.path.insert(0, str(REPO / "testing"))
+    from hutch_testing import brokers
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: choose a comma list of {', '.join(allowed)}"
+            )
+        return list(dict.fromkeys(names))
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--systems", type=_choices(SYSTEMS), default=list(SYSTEMS))
+    parser.add_argument("--modes", type=_choices(MODES), default=list(MODES))
+    parser.add_argument("--messages", type=_positive, default=200_000)
+    parser.add_argument("--body-size", type=_positive, default=200)
+    parser.add_argument("--partitions", type=_positive, default=2,
+                        help="numPartitions on one stream; the topic's partitions")  # fmt: skip
+    parser.add_argument("--max-per-trigger", type=_positive, default=50_000,
+                        help="maxOffsetsPerTrigger of the availableNow read")  # fmt: skip
+    parser.add_argument("--repeat", type=_positive, default=3)
+    parser.add_argument("--latency-seconds", type=float, default=15.0,
+                        help="0 skips the latency phase")  # fmt: skip
+    parser.add_argument("--latency-rate", type=_positive, default=500)
+    parser.add_argument("--scaling", action="store_true",
+                        help="also read Hutch with numPartitions 1 in each round")  # fmt: skip
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="skip the discarded warm-up read on each system")  # fmt: skip
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.latency_seconds < 0:
+        parser.error("--latency-seconds must be 0 (skip) or more")
+    if args.scaling and args.partitions == 1:
+        parser.error("--scaling compares --partitions with 1: give --partitions 2 or more")
+    args.max_per_trigger = min(args.max_per_trigger, args.messages)
+    return args
+
+
+# --- the summaries (pure) ---------------------------------------------------------------------
+
+METRICS = {
+    "batch_rate": ("batch read", " msg/s", 0),
+    "available_now_rate": ("availableNow read", " msg/s", 0),
+    "latency_p50_ms": ("latency p50", " ms", 0),
+    "latency_p95_ms": ("latency p95", " ms", 0),
+    "batch_cpu_s_per_million": ("broker CPU, batch read", " s/M msg", 1),
+    "batch_rate_1_partition": ("batch read, numPartitions 1", " msg/s", 0),
+}
+
+
+def flatten(sample: dict[str, Any]) -> dict[str, float]:
+    """The figures of one sample that `summarize` compares, by metric name."""
+    flat: dict[str, float] = {}
+    if "batch" in sample:
+        flat["batch_rate"] = sample["batch"]["rate"]
+        cpu = sample["batch"].get("broker_cpu_seconds")
+        if cpu is not None:
+            flat["batch_cpu_s_per_million"] = cpu / sample["messages"] * 1e6
+    if "available_now" in sample:
+        flat["available_now_rate"] = sample["available_now"]["rate"]
+    if "latency" in sample:
+        flat["latency_p50_ms"] = sample["latency"]["p50_ms"]
+        flat["latency_p95_ms"] = sample["latency"]["p95_ms"]
+    if "batch_1_partition" in sample:
+        flat["batch_rate_1_partition"] = sample["batch_1_partition"]["rate"]
+    return flat
+
+
+def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per system and metric the median and range; Hutch/Kafka as the median of per-round
+    ratios (only rounds where both have the metric); Hutch's scaling, 2 over 1 partition."""
+    flat = {system: [flatten(s) for s in rows] for system, rows in samples.items()}
+    out: dict[str, Any] = {"systems": {}, "hutch_over_kafka": {}}
+    for system, rows in flat.items():
+        names = [name for name in METRICS if any(name in row for row in rows)]
+        out["systems"][system] = {
+            name: rounds.summarize([row[name] for row in rows if name in row]).as_dict()
+            for name in names
+        }
+    hutch, kafka = flat.get("hutch", []), flat.get("kafka", [])
+    for name in METRICS:
+        pairs = [(h[name], k[name]) for h, k in zip(hutch, kafka, strict=False)
+                 if name in h and name in k]  # fmt: skip
+        if pairs:
+            out["hutch_over_kafka"][name] = rounds.ratios(
+                [a for a, _ in pairs], [b for _, b in pairs]
+            ).as_dict()
+    scaled = [(h["batch_rate"], h["batch_rate_1_partition"]) for h in hutch
+              if "batch_rate_1_partition" in h and "batch_rate" in h]  # fmt: skip
+    if scaled:
+        out["hutch_scaling"] = rounds.ratios(
+            [a for a, _ in scaled], [b for _, b in scaled]
+        ).as_dict()
+    return out
+
+
+def _spread(stats: dict[str, Any], unit: str = "", digits: int = 0) -> str:
+    spread = rounds.Spread(**{key: stats[key] for key in ("n", "median", "low", "high")})
+    return spread.text(unit, digits)
+
+
+def report_lines(summary: dict[str, Any], partitions: int = 2) -> list[str]:
+    """The table: one row per metric, a column per system, and the Hutch/Kafka ratio.
+
+    For rates a ratio above 1 favours Hutch; for latency and CPU, below 1 does."""
+    systems = list(summary["systems"])
+    header = ["metric", *systems]
+    if "hutch" in systems and "kafka" in systems:
+        header.append("Hutch/Kafka (per round)")
+    rows = [header]
+    for name, (label, unit, digits) in METRICS.items():
+        cells = [summary["systems"][s].get(name) for s in systems]
+        if not any(cells):
+            continue
+        row = [label, *(_spread(c, unit, digits) if c else "-" for c in cells)]
+        if len(header) > len(systems) + 1:
+            ratio = summary["hutch_over_kafka"].get(name)
+            row.append(_spread(ratio, "", 2) if ratio else "-")
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+             for row in rows]  # fmt: skip
+    scaling = summary.get("hutch_scaling")
+    if scaling:
+        lines.append(
+            f"Hutch batch read, numPartitions {partitions} / 1 on local[2], per round: "
+            f"{_spread(scaling, '', 2)}"
+        )
+    return [line.rstrip() for line in lines]
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(fraction * (len(ordered) - 1))]
+
+
+# --- measuring (needs brokers, Java and Spark) ------------------------------------------------
+
+
+def cpu_seconds(pids: Sequence[int]) -> float | None:
+    """User plus system CPU time of these processes so far (/proc/<pid>/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    try:
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / ticks
+
+
+class System:
+    """One broker and how Spark reads it; `Hutch` and `Kafka` below."""
+
+    name = ""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+
+    def pids(self) -> list[int]:
+        raise NotImplementedError
+
+    def load(self, name: str, count: int) -> None:
+        raise NotImplementedError
+
+    def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
+        raise NotImplementedError
+
+    def publish_timed(self, name: str, seconds: float, rate: int) -> Any:
+        raise NotImplementedError
+
+    def publish_times(self, batch: Any) -> list[float]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class Hutch(System):
+    name = "hutch"
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        super().__init__(args, work)
+        self.broker = brokers.HutchBroker(work_dir=work / f"hutch-{time.monotonic_ns()}").start()
+
+    def pids(self) -> list[int]:
+        return list(self.broker.group_pids())
+
+    def _next_offset(self, name: str) -> int:
+        request = urllib.request.Request(f"{self.broker.http_url}/api/queues/%2F/{name}")  # noqa: S310
+        user, password = self.broker.credentials
+        manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+        manager.add_password(None, self.broker.http_url, user, password)
+        opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
+        with opener.open(request, timeout=10) as reply:
+            return int(json.load(reply).get("next_offset") or 0)
+
+    def declare(self, name: str) -> None:
+        connection = pika.BlockingConnection(pika.URLParameters(self.broker.amqp_url))
+        connection.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        connection.close()
+
+    def load(self, name: str, count: int) -> None:
+        self.declare(name)
+        connection = pika.BlockingConnection(pika.URLParameters(self.broker.amqp_url))
+        channel = connection.channel()
+        body = b"x" * self.args.body_size
+        properties = pika.BasicProperties(delivery_mode=2)
+        for start in range(0, count, 1000):
+            for _ in range(min(1000, count - start)):
+                channel.basic_publish("", name, body, properties)
+            connection.process_data_events(0)
+        connection.close()
+        deadline = time.monotonic() + 300
+        while self._next_offset(name) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"stream {name} never reached {count} messages")
+            time.sleep(0.2)
+
+    def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
+        base = spark.readStream if stream else spark.read
+        frame = (
+            base.format("hutch")
+            .option("uri", self.broker.amqp_url)
+            .option("managementUri", self.broker.http_url)
+            .option("streams", name)
+            .option("numPartitions", str(partitions))
+            .option("prefetch", "2000")
+        )
+        return frame, "body"
+
+    def publish_timed(self, name: str, seconds: float, rate: int) -> Any:
+        context = multiprocessing.get_context("spawn")  # never fork a process driving a JVM
+        sent = context.Value("i", 0)
+        process = context.Process(
+            target=publish_steadily, args=(self.broker.amqp_url, name, seconds, rate, sent)
+        )
+        process.start()
+        process.join(seconds + 60)
+        return sent.value
+
+    def publish_times(self, batch: Any) -> list[float]:
+        return [float(row.body) for row in batch.select("body").collect()]
+
+    def stop(self) -> None:
+        self.broker.stop()
+
+
+class Kafka(System):
+    name = "kafka"
+
+    def __init__(self, args: argparse.Namespace, work: Path, lib: Path) -> None:
+        super().__init__(args, work)
+        self.broker = kafka.KafkaBroker(lib, work / f"kafka-{time.monotonic_ns()}").start()
+
+    def pids(self) -> list[int]:
+        return [self.broker.pid] if self.broker.pid else []
+
+    def declare(self, name: str) -> None:
+        self.broker.create_topic(name, self.args.partitions)
+
+    def load(self, name: str, count: int) -> None:
+        self.declare(name)
+        self.broker.produce(name, count, self.args.body_size)
+
+    def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
+        base = spark.readStream if stream else spark.read
+        frame = (
+            base.format("kafka")
+            .option("kafka.bootstrap.servers", self.broker.bootstrap)
+            .option("subscribe", name)
+        )
+        return frame, "value"
+
+    def publish_timed(self, name: str, seconds: float, rate: int) -> Any:
+        count = int(seconds * rate)
+        self.broker.produce(name, count, 32, rate)
+        return count
+
+    def publish_times(self, batch: Any) -> list[float]:
+        return [
+            row.t for row in batch.select(F.col("timestamp").cast("double").alias("t")).collect()
+        ]
+
+    def stop(self) -> None:
+        self.broker.stop()
+
+
+def batch_read(spark: Any, system: System, name: str, count: int, partitions: int) -> dict:
+    before = cpu_seconds(system.pids())
+    began = time.perf_counter()
+    frame, body = system.reader(spark, name, stream=False, partitions=partitions)
+    frame = frame.option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
+    row = frame.agg(F.count("*").alias("n"), F.sum(F.length(body)).alias("bytes")).first()
+    elapsed = time.perf_counter() - began
+    after = cpu_seconds(system.pids())
+    if row.n != count or row.bytes != count * system.args.body_size:
+        raise RuntimeError(f"{system.name}: read {row.n} rows, {row.bytes} bytes of {count}")
+    result = {"rate": count / elapsed, "seconds": elapsed}
+    if before is not None and after is not None:
+        result["broker_cpu_seconds"] = round(after - before, 3)
+    return result
+
+
+def available_now_read(spark: Any, system: System, name: str, count: int, work: Path) -> dict:
+    before = cpu_seconds(system.pids())
+    began = time.perf_counter()
+    frame, _ = system.reader(spark, name, stream=True, partitions=system.args.partitions)
+    query = (
+        frame.option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(system.args.max_per_trigger))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(work / f"ckpt-{name}-{time.monotonic_ns()}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(600)
+    elapsed = time.perf_counter() - began
+    after = cpu_seconds(system.pids())
+    if query.exception() is not None:
+        raise RuntimeError(f"{system.name}: {query.exception()}")
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    if rows != count:
+        raise RuntimeError(f"{system.name}: the availableNow query read {rows} of {count}")
+    result = {"rate": count / elapsed, "seconds": elapsed, "batches": len(query.recentProgress)}
+    if before is not None and after is not None:
+        result["broker_cpu_seconds"] = round(after - before, 3)
+    return result
+
+
+def latency(spark: Any, system: System, name: str, work: Path) -> dict[str, Any]:
+    system.declare(name)
+    samples: list[float] = []
+    collecting = threading.Event()
+
+    def record(batch: Any, _batch_id: int) -> None:
+        now = time.time()
+        times = system.publish_times(batch)
+        if collecting.is_set():
+            samples.extend(now - t for t in times)
+
+    frame, _ = system.reader(spark, name, stream=True, partitions=1)
+    query = (
+        frame.option("startingOffsets", "latest")
+        .load()
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(work / f"ckpt-{name}-{time.monotonic_ns()}"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    time.sleep(8)  # the first batches pay for worker start-up; they are not measured
+    collecting.set()
+    sent = system.publish_timed(name, system.args.latency_seconds, system.args.latency_rate)
+    time.sleep(2.0)  # the last messages reach a batch
+    query.stop()
+    if not samples:
+        raise RuntimeError(f"{system.name}: the latency query saw no messages")
+    return {
+        "sent": sent,
+        "received": len(samples),
+        "p50_ms": 1000 * statistics.median(samples),
+        "p95_ms": 1000 * percentile(samples, 0.95),
+        "max_ms": 1000 * max(samples),
+    }
+
+
+def measure(spark: Any, system: System, work: Path, *, warm_up: bool, index: int) -> dict:
+    args = system.args
+    sample: dict[str, Any] = {"load": rounds.load(), "messages": args.messages}
+    name = f"bench-{index}-{time.monotonic_ns()}"
+    loaded = time.perf_counter()
+    system.load(name, args.messages)
+    sample["load_seconds"] = time.perf_counter() - loaded
+    # With --scaling the two partition counts alternate which goes first, as the systems do.
+    widths = [args.partitions]
+    if args.scaling and system.name == "hutch":
+        widths = [args.partitions, 1] if index % 2 else [1, args.partitions]
+    if "batch" in args.modes:
+        for width in widths:
+            key = "batch" if width == args.partitions else "batch_1_partition"
+            sample[key] = batch_read(spark, system, name, args.messages, width)
+    if "available-now" in args.modes:
+        sample["available_now"] = available_now_read(spark, system, name, args.messages, work)
+    if args.latency_seconds > 0 and not warm_up:
+        sample["latency"] = latency(spark, system, f"{name}-latency", work)
+    return sample
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    connector = kafka.connector_version(pyspark.__version__)
+    jars = kafka.fetch_connector(connector) if "kafka" in args.systems else []
+    lib = kafka.fetch_broker() if "kafka" in args.systems else None
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.jars", ",".join(str(jar) for jar in jars))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    hutch_spark.register(spark)
+    results: dict[str, Any] = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "pyspark": pyspark.__version__,
+        "spark_sql_kafka": connector if lib else None,
+        "kafka": kafka.KAFKA_VERSION if lib else None,
+        "cpus": os.cpu_count(),
+    }
+    samples: dict[str, list[dict[str, Any]]] = {system: [] for system in args.systems}
+
+    def start(kind: str, work: Path) -> System:
+        if kind == "hutch":
+            return Hutch(args, work)
+        assert lib is not None
+        return Kafka(args, work, lib)
+
+    with tempfile.TemporaryDirectory(prefix="hutch-stream-bench-") as scratch:
+        work = Path(scratch)
+        checkpoints.configure(spark, scratch)
+        if args.warm_up:
+            for kind in args.systems:
+                print(f"warm-up on {kind} (discarded)", flush=True)
+                system = start(kind, work)
+                try:
+                    measure(spark, system, work, warm_up=True, index=0)
+                finally:
+                    system.stop()
+        for index, order in enumerate(rounds.orders(args.systems, args.repeat)):
+            for kind in order:
+                print(f"round {index + 1}/{args.repeat}: {kind}", flush=True)
+                system = start(kind, work)
+                try:
+                    sample = measure(spark, system, work, warm_up=False, index=index + 1)
+                finally:
+                    system.stop()
+                sample["round"] = index
+                print(f"  {flatten(sample)} load {sample['load']}", flush=True)
+                samples[kind].append(sample)
+    spark.stop()
+    summary = summarize(samples)
+    results["summary"] = summary
+    results["samples"] = samples
+    every = [sample for rows in samples.values() for sample in rows]
+    results["machine_load"] = rounds.busiest(every)
+    print("\n".join(report_lines(summary, args.partitions)))
+    print(results["machine_load"])
+    rounds.write_results(results, args.output, "stream")
+
+
+if __name__ == "__main__":
+    main()
