@@ -29,6 +29,7 @@ import matplotlib as mpl
 import matplotlib.ticker
 import report
 import rounds
+import stream_summary
 
 mpl.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the headless backend
@@ -75,6 +76,7 @@ def pick_inputs(args: argparse.Namespace) -> dict[str, Path | None]:
         "spark": args.spark or newest("spark-*.json", lambda d: "hutch" in d),
         "spark_node": args.spark_node or newest("spark-node-*.json", lambda d: "summary" in d),
         "operator": args.operator or newest("operator-*.json", lambda d: "queues" in d),
+        "stream": args.stream or newest("stream-*.json", lambda d: "summary" in d),
     }
 
 
@@ -476,6 +478,43 @@ def spark_node_section(doc: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def stream_section(doc: dict[str, Any] | None, headline: list[str]) -> list[str]:
+    """The stream source against Spark's Kafka source on a local Kafka (bench/stream_bench.py)."""
+    title = "## Stream source: Hutch streams vs Spark's Kafka source (bench/stream_bench.py)"
+    if doc is None:
+        return [title, "", "No bench/stream_bench.py results found.", ""]
+    summary = doc["summary"]
+    args = doc.get("args", {})
+    header, rows = stream_summary.markdown_rows(summary)
+    lines = [title, "", *table(header, rows), ""]
+    scaling = summary.get("hutch_scaling")
+    if scaling:
+        lines += [
+            f"Hutch batch read with numPartitions {args.get('partitions', '?')} over 1, per round: "
+            f"{_spread(scaling, digits=2)} (two task threads in one local[2] JVM, not executor "
+            "Pods).",
+            "",
+        ]
+    lines += [
+        f"{args.get('messages', '?')} messages of {args.get('body_size', '?')} bytes per read, "
+        f"{args.get('partitions', '?')} partitions (Hutch: one stream in that many slices; "
+        f"Kafka: a topic with that many), Spark {doc.get('pyspark', '?')} in local[2] with "
+        f"spark-sql-kafka-0-10 {doc.get('spark_sql_kafka', '?')}, Kafka {doc.get('kafka', '?')} "
+        f"(KRaft, one node). Median (range) of {args.get('repeat', '?')} rounds after a "
+        "discarded warm-up, order alternating; ratios paired by round (for rates above 1.00 "
+        "favours Hutch, for latency and CPU below 1.00 does). Machine: "
+        f"{doc.get('machine_load', 'load not recorded')}.",
+        "",
+    ]
+    ratio = summary["hutch_over_kafka"].get("batch_rate")
+    if ratio:
+        headline.append(
+            f"Stream source vs Spark's Kafka source, batch read: {ratio['median']:.2f}x "
+            f"(per-round range {ratio['low']:.2f}-{ratio['high']:.2f}, n={ratio['n']})"
+        )
+    return lines
+
+
 OPERATOR_FIGURES = {
     "queues": "Queue CRs created at once",
     "create_seconds": "seconds to create them (16 POSTs in flight)",
@@ -530,6 +569,7 @@ def render(inputs: dict[str, Path | None], out: Path) -> tuple[str, list[str]]:
     body = broker_section(docs["broker"], out, headline)
     body += spark_section(docs["spark"], out, headline)
     body += spark_node_section(docs["spark_node"])
+    body += stream_section(docs["stream"], headline)
     body += operator_section(docs["operator"], out, headline)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = [
@@ -568,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         "--spark-node", type=Path, help="bench/spark_node_bench.py JSON (default: newest)"
     )
     parser.add_argument("--operator", type=Path, help="operator_bench.py JSON (default: newest)")
+    parser.add_argument("--stream", type=Path, help="stream_bench.py JSON (default: newest)")
     parser.add_argument("--out", type=Path, default=OUT, help="output directory (docs/bench)")
     args = parser.parse_args(argv)
     inputs = {k: (p.resolve() if p else None) for k, p in pick_inputs(args).items()}

@@ -18,8 +18,10 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
+import comparison  # noqa: E402
 import kafka  # noqa: E402
 import stream_bench  # noqa: E402
+import stream_summary  # noqa: E402
 
 
 def test_defaults_compare_both_systems_with_the_same_load() -> None:
@@ -76,15 +78,20 @@ def sample(batch: float, now: float, p50: float, cpu: float, one: float | None =
     return data
 
 
-def test_ratios_pair_the_rounds_and_put_hutch_on_top() -> None:
-    samples = {
+def two_rounds() -> dict[str, list[Any]]:
+    """Hutch 1.5x then 1.0x Kafka's batch rate; half its availableNow rate in both rounds."""
+    return {
         "hutch": [
             sample(30_000, 20_000, 300, 1.0, 20_000),
             sample(10_000, 10_000, 600, 2.0, 10_000),
         ],
         "kafka": [sample(20_000, 40_000, 600, 2.0), sample(10_000, 20_000, 300, 1.0)],
     }
-    summary = stream_bench.summarize(samples)
+
+
+def test_ratios_pair_the_rounds_and_put_hutch_on_top() -> None:
+    samples = two_rounds()
+    summary = stream_summary.summarize(samples)
     hutch = summary["systems"]["hutch"]
     assert hutch["batch_rate"]["median"] == 20_000
     assert (hutch["batch_rate"]["low"], hutch["batch_rate"]["high"]) == (10_000, 30_000)
@@ -103,23 +110,17 @@ def test_ratios_pair_the_rounds_and_put_hutch_on_top() -> None:
 
 
 def test_one_system_alone_has_no_ratio_column() -> None:
-    summary = stream_bench.summarize({"hutch": [sample(10_000, 9_000, 250, 1.0)]})
+    summary = stream_summary.summarize({"hutch": [sample(10_000, 9_000, 250, 1.0)]})
     assert summary["hutch_over_kafka"] == {}
-    lines = stream_bench.report_lines(summary)
+    lines = stream_summary.report_lines(summary)
     assert lines[0].split() == ["metric", "hutch"]
     assert "Hutch/Kafka" not in "\n".join(lines)
     assert any(line.startswith("batch read") and "10,000 msg/s (n=1)" in line for line in lines)
 
 
 def test_the_table_shows_medians_ranges_and_ratios() -> None:
-    samples = {
-        "hutch": [
-            sample(30_000, 20_000, 300, 1.0, 20_000),
-            sample(10_000, 10_000, 600, 2.0, 10_000),
-        ],
-        "kafka": [sample(20_000, 40_000, 600, 2.0), sample(10_000, 20_000, 300, 1.0)],
-    }
-    lines = stream_bench.report_lines(stream_bench.summarize(samples), partitions=2)
+    samples = two_rounds()
+    lines = stream_summary.report_lines(stream_summary.summarize(samples), partitions=2)
     table = "\n".join(lines)
     assert "Hutch/Kafka (per round)" in lines[0]
     batch = next(line for line in lines if line.startswith("batch read "))
@@ -165,3 +166,26 @@ def test_the_connector_matches_pyspark_or_falls_back_within_the_major_version() 
     assert kafka.connector_version("3.5.4", served) == "3.5.1"
     with pytest.raises(kafka.KafkaError, match=r"no Kafka connector for pyspark 5\.0\.0"):
         kafka.connector_version("5.0.0", served)
+
+
+def test_the_report_section_renders_the_newest_results_file() -> None:
+    samples = two_rounds()
+    doc = {
+        "summary": stream_summary.summarize(samples),
+        "args": {"messages": 200_000, "body_size": 200, "partitions": 2, "repeat": 2},
+        "pyspark": "4.3.0",
+        "spark_sql_kafka": "4.2.0",
+        "kafka": "4.1.1",
+        "machine_load": "1-min load average 1.00-2.00 on 2 CPUs",
+    }
+    headline: list[str] = []
+    text = "\n".join(comparison.stream_section(doc, headline))
+    assert "| figure | Hutch stream source | Spark Kafka source | Hutch/Kafka (per round) |" in text
+    assert "| batch read | 20,000 msg/s (10,000-30,000, n=2) |" in text
+    assert "numPartitions 2 over 1, per round: 1.25 (1.00-1.50, n=2)" in text
+    assert "spark-sql-kafka-0-10 4.2.0, Kafka 4.1.1" in text
+    assert "1-min load average 1.00-2.00" in text
+    assert headline == [
+        "Stream source vs Spark's Kafka source, batch read: 1.25x (per-round range 1.00-1.50, n=2)"
+    ]
+    assert "No bench/stream_bench.py results" in "\n".join(comparison.stream_section(None, []))
