@@ -46,6 +46,7 @@ BASIC_CLASS = 60
 FRAME_HEADER_STRUCT = struct.Struct(">BHI")
 UINT32 = struct.Struct(">I")
 CONTENT_PREFIX = struct.Struct(">HHQ")  # class id, weight, body size
+CONTENT_HEADER_START = struct.Struct(">BHIHHQ")  # frame header + CONTENT_PREFIX
 
 # Method indexes as pamqp numbers them: class_id << 16 | method_id.
 CHANNEL_CLOSE = commands.Channel.Close.index
@@ -145,8 +146,9 @@ def encode_deliver(
     frame_max: int,
 ) -> bytes:
     """Basic.Deliver + content header + body frames as one bytes object."""
-    exchange_b = short_string(exchange)
-    key_b = short_string(routing_key)
+    # The memo read inline (one per delivery): short_string only for a name not seen yet.
+    exchange_b = _SHORT_CACHE.get(exchange) or short_string(exchange)
+    key_b = _SHORT_CACHE.get(routing_key) or short_string(routing_key)
     size = head.fixed_size + len(exchange_b) + len(key_b)
     first = head.packer.pack(1, channel, size, head.const, delivery_tag, redelivered)
     body_size = len(body)

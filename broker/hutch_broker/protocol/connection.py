@@ -116,7 +116,12 @@ _EXPECT_METHOD, _EXPECT_HEADER, _EXPECT_BODY = (
     codec.FRAME_BODY,
 )
 _unpack_frame_header = codec.FRAME_HEADER_STRUCT.unpack_from
+_unpack_uint32 = codec.UINT32.unpack_from
+# A content header frame's first 21 bytes: type, channel, size, class id, weight, body size.
+_unpack_content_header_start = codec.CONTENT_HEADER_START.unpack_from
+_CONTENT_HEADER_START_SIZE = codec.CONTENT_HEADER_START.size
 _VALID_PROPERTIES_KEPT = 256
+_PUBLISH_FIELDS_KEPT = 256
 
 # What a client may send on an open channel (the rest is RabbitMQ's 503 "unimplemented method").
 _CLIENT_CHANNEL_METHODS = frozenset(
@@ -209,6 +214,7 @@ class Connection:
         self._closing: set[int] = set()
         self._deliver_heads: dict[tuple[int, str | bytes], codec.DeliverHead] = {}
         self._valid_properties: set[bytes] = set()
+        self._publish_fields: dict[bytes, tuple[str, str, bool]] = {}
         self.client_properties: common.FieldTable = {}
         self.mechanism = ""
         self.username = ""
@@ -302,7 +308,10 @@ class Connection:
             open_channel = channels.get(channel) if channel else None
             if open_channel is not None and frame_type == open_channel.expect:
                 if frame_type == codec.FRAME_METHOD:
-                    event = self._channel_method(open_channel, pos + 7, end)
+                    if size >= 4 and _unpack_uint32(buffer, pos + 7)[0] == codec.BASIC_PUBLISH:
+                        event = self._publish(open_channel, pos + 7, end)
+                    else:
+                        event = self._channel_method(open_channel, pos + 7, end)
                 elif frame_type == codec.FRAME_BODY:
                     event = self._content_body(open_channel, pos + 7, end)
                 else:
@@ -494,9 +503,6 @@ class Connection:
         if end - start < 4:
             raise self._unknown_frame(codec.FRAME_METHOD, start, end)
         index = codec.UINT32.unpack_from(buffer, start)[0]
-        if index == codec.BASIC_PUBLISH:
-            self._publish(channel, start, end)
-            return self._rest_of_message(channel)
         method = codec.decode_ack(buffer, start, end)
         if method is None:
             method = self._decode_method(start, end)
@@ -508,8 +514,112 @@ class Connection:
             raise errors.channel_error("second 'channel.open' seen", method=method)
         raise errors.command_invalid("unimplemented method", method=method)
 
-    def _publish(self, channel: _Channel, start: int, end: int) -> None:
-        """basic.publish by hand: ticket:u16 exchange:shortstr routing_key:shortstr bits:u8."""
+    def _publish(self, channel: _Channel, start: int, end: int) -> events.Event | None:
+        """basic.publish, and the whole message with it when it is all in the buffer.
+
+        The common publish arrives in one read: method, content header and one body frame (or
+        a few, split at frame_max).  This one call takes them all, with ``struct`` and slices,
+        when every frame is complete and sound (type, channel, size within frame_max, end
+        octet, class 60, body size within bounds, properties already seen valid, body frames
+        adding up to the announced size).  Anything else (a frame not yet read, a heartbeat or
+        another method in between, properties seen for the first time, any error) leaves the
+        content frames unread and goes the general way, ``_rest_of_message`` and the main
+        loop, which applies every rule and raises every error as before.
+        """
+        buffer = self._buffer
+        fields = self._publish_fields.get(bytes(buffer[start + 4 : end]))
+        if fields is None:
+            fields = self._decode_publish(start, end)
+        exchange, routing_key, mandatory = fields
+        number, frame_max, length = channel.number, self._frame_max, len(buffer)
+        pos = self._pos
+        if length - pos > _CONTENT_HEADER_START_SIZE:
+            frame_type, frame_channel, size, class_id, _, body_size = _unpack_content_header_start(
+                buffer, pos
+            )
+            end = pos + 7 + size
+            if (
+                frame_type == codec.FRAME_HEADER
+                and frame_channel == number
+                and 14 <= size <= frame_max
+                and end < length
+                and buffer[end] == codec.FRAME_END
+                and class_id == codec.BASIC_CLASS
+                and body_size <= self.max_body_size
+            ):
+                raw = bytes(buffer[pos + 19 : end])
+                if not (raw[0] or raw[1]) or raw in self._valid_properties:
+                    pos = end + 1
+                    if not body_size:
+                        self._pos = pos
+                        return events.PublishReceived(
+                            number, exchange, routing_key, mandatory, raw, b""
+                        )
+                    if length - pos >= codec.FRAME_OVERHEAD:
+                        frame_type, frame_channel, size = _unpack_frame_header(buffer, pos)
+                        end = pos + 7 + size
+                        if (
+                            frame_type == codec.FRAME_BODY
+                            and frame_channel == number
+                            and size <= frame_max
+                            and end < length
+                            and buffer[end] == codec.FRAME_END
+                        ):
+                            if size == body_size:
+                                self._pos = end + 1
+                                return events.PublishReceived(
+                                    number,
+                                    exchange,
+                                    routing_key,
+                                    mandatory,
+                                    raw,
+                                    bytes(buffer[pos + 7 : end]),
+                                )
+                            if size < body_size:
+                                body = self._split_body(number, body_size, pos)
+                                if body is not None:
+                                    return events.PublishReceived(
+                                        number, exchange, routing_key, mandatory, raw, body
+                                    )
+        channel.exchange = exchange
+        channel.routing_key = routing_key
+        channel.mandatory = mandatory
+        channel.expect = _EXPECT_HEADER
+        return self._rest_of_message(channel)
+
+    def _split_body(self, number: int, body_size: int, pos: int) -> bytes | None:
+        """A body in several frames, all in the buffer and adding up to ``body_size``: joined,
+        and the read offset moved past them.  None (nothing consumed) for anything else."""
+        buffer, frame_max, length = self._buffer, self._frame_max, len(self._buffer)
+        chunks: list[bytearray] = []
+        received = 0
+        while received < body_size:
+            if length - pos < codec.FRAME_OVERHEAD:
+                return None
+            frame_type, frame_channel, size = _unpack_frame_header(buffer, pos)
+            end = pos + 7 + size
+            if (
+                frame_type != codec.FRAME_BODY
+                or frame_channel != number
+                or size > frame_max
+                or end >= length
+                or buffer[end] != codec.FRAME_END
+                or received + size > body_size
+            ):
+                return None
+            chunks.append(buffer[pos + 7 : end])
+            received += size
+            pos = end + 1
+        self._pos = pos
+        return b"".join(chunks)
+
+    def _decode_publish(self, start: int, end: int) -> tuple[str, str, bool]:
+        """basic.publish by hand: ticket:u16 exchange:shortstr routing_key:shortstr bits:u8.
+
+        The decoded fields are kept by payload (publishers repeat theirs), so a repeated
+        publish costs one dictionary look-up and shares its exchange and routing-key strings,
+        whose hashes the router then finds already computed.
+        """
         buffer = self._buffer
         pos = start + 6
         try:
@@ -529,10 +639,11 @@ class Connection:
         bits = buffer[key_end]
         if bits & 2:
             raise errors.not_implemented("immediate=true", method=_PUBLISH)
-        channel.exchange = exchange
-        channel.routing_key = routing_key
-        channel.mandatory = bool(bits & 1)
-        channel.expect = _EXPECT_HEADER
+        fields = (exchange, routing_key, bool(bits & 1))
+        if len(self._publish_fields) >= _PUBLISH_FIELDS_KEPT:
+            self._publish_fields.clear()
+        self._publish_fields[bytes(buffer[start + 4 : end])] = fields
+        return fields
 
     def _rest_of_message(self, channel: _Channel) -> events.Event | None:
         """Whole-message fast path: header and body usually arrive in the same read as the
