@@ -109,7 +109,10 @@ class Session:
                 event = proto.next_event()
                 if event is proto_connection.NEED_DATA:
                     break
-                if isinstance(event, events.PublishReceived) and self._must_block():
+                if (
+                    isinstance(event, events.PublishReceived)
+                    and self.context.alarms.publishing_blocked  # _must_block(), read inline
+                ):
                     self._block(event)
                     break
                 self.handle_event(event)
