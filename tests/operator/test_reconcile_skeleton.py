@@ -4,7 +4,7 @@ The real Queue and Exchange ``KindOps`` run against ``FakeBroker``, which implem
 ``brokerclient.BrokerClient`` protocol and answers scripted HTTP statuses through the client's
 own status mapping (``brokerclient._outcome``). Only the two Kubernetes reads ``resolve`` makes
 are replaced: the Broker's default-user Secret and the connection pool. Events are recorded
-instead of posted. What is pinned: the error → Kopf retry-class mapping (design §2 #6), the
+instead of posted. What is pinned: the error → Kopf retry-class mapping (docs/contracts/operator.md#errors), the
 reserved ``amq.`` names, ``observedGeneration`` on every Ready write, and delete's 404 = gone.
 """
 
