@@ -100,8 +100,6 @@ class Target:
             with contextlib.suppress(AMQPError):  # the broker may have closed it meanwhile
                 if connection.is_open:
                     connection.close()
-        if self.is_hutch:
-            return  # the broker process goes away with the test
         for kind in ("policies", "operator-policies"):
             self._delete_matching(f"/{kind}/%2F", f"/{kind}/%2F/")
         self._delete_matching("/queues/%2F", "/queues/%2F/")

@@ -3,25 +3,35 @@
 `target` is parametrized over both brokers, so every test appears as `test_…[rabbitmq]` and
 `test_…[hutch]`; both runs assert the same observations, except where a test names a documented
 difference (hutch_testing.differences), so the two brokers are held to one expectation.
+
+Both sides are shared the same way: the session's RabbitMQ node and one hutch-broker per module,
+each test under its own name prefix, and what it made deleted after it (``Target.cleanup``). A
+test that needs a broker of its own (a config file, a restart) asks for ``hutch_broker_factory``.
 """
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from hutch_testing import levels
+from hutch_testing import brokers, levels
 from hutch_testing.differences import HUTCH, RABBITMQ
 from hutch_testing.sidebyside import Target
+
+
+@pytest.fixture(scope="module")
+@levels.broker_level
+def module_hutch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[brokers.HutchBroker]:
+    """The module's hutch-broker: one start per module instead of one per test."""
+    work_dir: Path = tmp_path_factory.mktemp("hutch")
+    broker = brokers.HutchBroker(work_dir=work_dir, data_dir=work_dir / "data").start()
+    yield broker
+    broker.stop(graceful=False)  # a clean shutdown is not under test here
 
 
 @pytest.fixture(params=[RABBITMQ, HUTCH])
 @levels.broker_level
 def target(request) -> Iterator[Target]:
-    if request.param == RABBITMQ:
-        broker = request.getfixturevalue("rabbitmq")
-    else:
-        broker = request.getfixturevalue("hutch_broker")
+    broker = request.getfixturevalue("rabbitmq" if request.param == RABBITMQ else "module_hutch")
     side = Target(request.param, broker, request.node.originalname)
     yield side
     side.cleanup()
-    if side.is_hutch:
-        broker.stop(graceful=False)  # fresh per test; a clean shutdown is not under test
