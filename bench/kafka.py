@@ -142,6 +142,16 @@ def server_properties(port: int, controller_port: int, log_dir: Path) -> str:
     )
 
 
+def consumer_rate(output: str) -> float:
+    """`fetch.nMsg.sec` from ConsumerPerformance's CSV output (a header, then a data line)."""
+    lines = [line for line in output.splitlines() if line.count(",") >= 5]
+    if len(lines) < 2 or "fetch.nMsg.sec" not in lines[0]:
+        raise KafkaError(f"ConsumerPerformance printed no summary: {output[-500:]}")
+    header = [cell.strip() for cell in lines[0].split(",")]
+    values = [cell.strip() for cell in lines[-1].split(",")]
+    return float(values[header.index("fetch.nMsg.sec")])
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -220,6 +230,15 @@ class KafkaBroker:
         if not lines:
             raise KafkaError(f"ProducerPerformance printed no summary: {out[-500:]}")
         return lines[-1]
+
+    def consume(self, topic: str, count: int) -> float:
+        """Kafka's own ConsumerPerformance reads `count` records from the start of `topic`:
+        the plain Java client's rate (records/s, its `fetch.nMsg.sec`: from the first fetch on,
+        without the consumer group's join, as a pika consumer has none)."""
+        out = self._java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+                         self.bootstrap, "--topic", topic, "--messages", str(count),
+                         "--timeout", "60000", timeout=600)  # fmt: skip
+        return consumer_rate(out)
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -8,11 +8,14 @@ of the same size, split the same way (one stream read in `--partitions` slices; 
 (bench/rounds.py). A benchmark, not a timed test: nothing here runs in CI.
 
     python bench/stream_bench.py [--messages 200000] [--body-size 200] [--partitions 2]
-                                 [--repeat 3] [--modes batch,available-now] [--latency-seconds 15]
+                                 [--repeat 3] [--modes plain,batch,available-now]
+                                 [--latency-seconds 15]
                                  [--scaling]
 
 Per system and round, on a fresh broker (hutch-broker as bench/run.py starts it; Kafka from
 bench/kafka.py, KRaft, one node): load the messages, then
+- plain: the broker's own client without Spark (pika on the stream; Kafka's
+  ConsumerPerformance), the ceiling each source's client sets;
 - batch: `spark.read` from earliest to latest, `count(*)` and `sum(length(body))` (so every
   row and every body is read, and the counts are checked); rate = messages / wall time;
 - available-now: `readStream` with `trigger(availableNow=True)`, `maxOffsetsPerTrigger`
@@ -60,7 +63,7 @@ from stream_summary import flatten, report_lines, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = ("hutch", "kafka")
-MODES = ("batch", "available-now")
+MODES = ("plain", "batch", "available-now")
 try:
     from hutch_testing import brokers
 except ImportError:  # a plain checkout: the testing package is not installed
@@ -152,6 +155,10 @@ class System:
     def load(self, name: str, count: int) -> None:
         raise NotImplementedError
 
+    def plain_rate(self, name: str, count: int) -> float:
+        """The broker's own client reading the same messages without Spark: the ceiling."""
+        raise NotImplementedError
+
     def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
         raise NotImplementedError
 
@@ -206,6 +213,27 @@ class Hutch(System):
                 raise RuntimeError(f"stream {name} never reached {count} messages")
             time.sleep(0.2)
 
+    def plain_rate(self, name: str, count: int) -> float:
+        connection = pika.BlockingConnection(pika.URLParameters(self.broker.amqp_url))
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=2000)
+        received = 0
+        began = time.perf_counter()
+
+        def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
+            nonlocal received
+            received += 1
+            if received % 500 == 0 or received == count:
+                ch.basic_ack(method.delivery_tag, multiple=True)
+            if received == count:
+                ch.stop_consuming()
+
+        channel.basic_consume(name, on_message, arguments={"x-stream-offset": "first"})
+        channel.start_consuming()
+        elapsed = time.perf_counter() - began
+        connection.close()
+        return count / elapsed
+
     def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
         base = spark.readStream if stream else spark.read
         frame = (
@@ -251,6 +279,9 @@ class Kafka(System):
     def load(self, name: str, count: int) -> None:
         self.declare(name)
         self.broker.produce(name, count, self.args.body_size)
+
+    def plain_rate(self, name: str, count: int) -> float:
+        return self.broker.consume(name, count)
 
     def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
         base = spark.readStream if stream else spark.read
@@ -361,6 +392,8 @@ def measure(spark: Any, system: System, work: Path, *, warm_up: bool, index: int
     loaded = time.perf_counter()
     system.load(name, args.messages)
     sample["load_seconds"] = time.perf_counter() - loaded
+    if "plain" in args.modes and not warm_up:
+        sample["plain_rate"] = system.plain_rate(name, args.messages)
     # With --scaling the two partition counts alternate which goes first, as the systems do.
     widths = [args.partitions]
     if args.scaling and system.name == "hutch":

@@ -14,6 +14,7 @@ import rounds
 
 TITLES = {"hutch": "Hutch stream source", "kafka": "Spark Kafka source"}
 METRICS = {
+    "plain_rate": ("plain client, no Spark", " msg/s", 0),
     "batch_rate": ("batch read", " msg/s", 0),
     "available_now_rate": ("availableNow read", " msg/s", 0),
     "latency_p50_ms": ("latency p50", " ms", 0),
@@ -26,6 +27,8 @@ METRICS = {
 def flatten(sample: dict[str, Any]) -> dict[str, float]:
     """The figures of one sample that `summarize` compares, by metric name."""
     flat: dict[str, float] = {}
+    if "plain_rate" in sample:
+        flat["plain_rate"] = sample["plain_rate"]
     if "batch" in sample:
         flat["batch_rate"] = sample["batch"]["rate"]
         cpu = sample["batch"].get("broker_cpu_seconds")

@@ -27,7 +27,7 @@ import stream_summary  # noqa: E402
 def test_defaults_compare_both_systems_with_the_same_load() -> None:
     args = stream_bench.parse_args([])
     assert args.systems == ["hutch", "kafka"]
-    assert args.modes == ["batch", "available-now"]
+    assert args.modes == ["plain", "batch", "available-now"]
     assert (args.messages, args.body_size, args.partitions, args.repeat) == (200_000, 200, 2, 3)
     assert args.warm_up is True
     assert args.scaling is False
@@ -69,6 +69,7 @@ def test_max_per_trigger_is_capped_at_the_message_count() -> None:
 def sample(batch: float, now: float, p50: float, cpu: float, one: float | None = None) -> Any:
     data: dict[str, Any] = {
         "messages": 100_000,
+        "plain_rate": 2 * batch,
         "batch": {"rate": batch, "broker_cpu_seconds": cpu},
         "available_now": {"rate": now},
         "latency": {"p50_ms": p50, "p95_ms": 2 * p50},
@@ -128,6 +129,8 @@ def test_the_table_shows_medians_ranges_and_ratios() -> None:
     assert batch.endswith("1.25 (1.00-1.50, n=2)")
     assert "numPartitions 2 / 1 on local[2], per round: 1.25 (1.00-1.50, n=2)" in table
     assert "broker CPU, batch read" in table
+    plain = next(line for line in lines if line.startswith("plain client"))
+    assert plain.endswith("1.25 (1.00-1.50, n=2)")  # twice the batch rates, the same ratios
 
 
 def test_percentile_is_the_nearest_rank_below() -> None:
@@ -189,3 +192,16 @@ def test_the_report_section_renders_the_newest_results_file() -> None:
         "Stream source vs Spark's Kafka source, batch read: 1.25x (per-round range 1.00-1.50, n=2)"
     ]
     assert "No bench/stream_bench.py results" in "\n".join(comparison.stream_section(None, []))
+
+
+def test_consumer_performance_summary_gives_the_message_rate() -> None:
+    output = (
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
+        "2026-11-28 11:20:00:123, 2026-11-28 11:20:03:456, 38.1470, 11.4466, 200000, "
+        "60012.0024, 512, 2821, 13.5225, 70896.8451\n"
+    )
+    # fetch.nMsg.sec: the rate without the consumer group's join (512 ms here).
+    assert kafka.consumer_rate(output) == pytest.approx(70896.8451)
+    with pytest.raises(kafka.KafkaError, match="no summary"):
+        kafka.consumer_rate("WARN something went wrong\n")
