@@ -53,10 +53,10 @@ async def apply(body: kopf.Body, patch: kopf.Patch, retry: int, **_: Any) -> Non
 
 
 @kopf.timer(*RESOURCE, id="refresh", interval=config.broker_status_period(), initial_delay=1)
-async def refresh(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
-    await instances.refresh(body, patch)
+async def refresh(body: kopf.Body, **kwargs: Any) -> None:
     stored = body.status.get("conditions")
-    if not reconciling.wakes(stored, patch.status.get("conditions", stored)):
+    written = await instances.refresh(body)
+    if written is None or not reconciling.wakes(stored, written.get("conditions", stored)):
         return
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
     indices = registration.views(kwargs)

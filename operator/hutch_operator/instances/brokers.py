@@ -20,7 +20,7 @@ from hutch_operator.core import brokerclient, conditions, config, errors, kube, 
 from hutch_operator.instances import brokerstatus, memory
 from hutch_operator.instances.children import configmaps, credentials, disruption, meta, services
 from hutch_operator.instances.children import statefulsets as sts_builder
-from hutch_operator.models import brokers
+from hutch_operator.models import brokers, common
 
 PLURALS = {
     "ConfigMap": "configmaps",
@@ -174,15 +174,19 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, retry: int) -> None:
     report.flush(patch)
 
 
-async def refresh(body: kopf.Body, patch: kopf.Patch) -> None:
+async def refresh(body: kopf.Body) -> dict[str, Any] | None:
     """The Broker timer: StatefulSet readiness, aliveness, alarms (a renewed TLS Secret needs
-    nothing here: the broker reloads the files the kubelet refreshes)."""
+    nothing here: the broker reloads the files the kubelet refreshes). Returns the status
+    changes written ({} for none), or None when the Broker changed meanwhile (written next tick).
+    """
     try:
         broker = broker_object(body)
     except errors.SpecError:
-        return
+        return {}
     report = brokerstatus.Report(body)
     note_pause(report, body)
     await report.observe(broker)
-    report.flush(patch)
+    path = kube.object_path(common.API_VERSION, "brokers", broker.namespace, broker.name)
+    written = await report.write_if_unchanged(path)
     await brokerclient.POOL.close_idle()  # the timer doubles as the pool's janitor
+    return written

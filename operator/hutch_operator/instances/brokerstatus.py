@@ -46,6 +46,7 @@ class Report:
         self.status: dict[str, Any] = {k: v for k, v in self.original.items() if k != "conditions"}
         self.conditions = [dict(c) for c in self.original.get("conditions") or ()]
         self.generation = body.metadata.get("generation")
+        self.resource_version = body.metadata.get("resourceVersion")
 
     def condition(self, type_: str, ok: bool, reason: str, message: str = "") -> bool:
         """Sets a condition; True when its status or reason changed."""
@@ -223,7 +224,34 @@ class Report:
             self.status["brokerVersion"] = str(version)
         return nodes[0] if isinstance(nodes, list) and nodes else {}
 
-    def flush(self, patch: kopf.Patch) -> None:
+    def changes(self) -> dict[str, Any]:
+        """The top-level status keys to write (``conditions`` is one key: the whole list)."""
         desired = {**self.status, "conditions": self.conditions}
-        for key, value in conditions.status_patch(self.original, desired).items():
+        return conditions.status_patch(self.original, desired)
+
+    def flush(self, patch: kopf.Patch) -> None:
+        """For the ``apply`` handler, through Kopf's patch: it owns ``ReconcileSuccess``."""
+        for key, value in self.changes().items():
             patch.status[key] = value
+
+    async def write_if_unchanged(self, path: str) -> dict[str, Any] | None:
+        """For the timer: the changes written, or None when the object changed since it was read.
+
+        Why not Kopf's patch: ``conditions`` is one list, written whole, and the timer runs
+        beside the ``apply`` handler. A tick that read the Broker before ``apply`` wrote
+        ``ReconcileSuccess=False`` (a refused volume shrink, say) put its old
+        ``ReconcileSuccess=True`` back, and nothing reconciled again until the spec changed.
+        The write carries the resourceVersion the tick read, so the apiserver refuses it (409)
+        after any other write; the next tick observes again from the new state.
+        """
+        changes = self.changes()
+        if not changes:
+            return changes
+        body = {"metadata": {"resourceVersion": self.resource_version}, "status": changes}
+        try:
+            await kube.api().merge_patch(f"{path}/status", body)
+        except errors.KubeError as error:
+            if error.status in (404, 409):
+                return None
+            raise
+        return changes
