@@ -133,6 +133,18 @@ def confs(sub: Submission) -> dict[str, str]:
     return {**values, **sub.extra_confs}
 
 
+def executor_credentials(secret: str) -> dict[str, str]:
+    """Confs that give the executors the job's User too, from its Secret through
+    ``secretKeyRef``: a job reading stream queues (option ``streams``) consumes on the
+    executors, which the default submission (only the driver consumes) leaves without
+    credentials. For ``Submission.extra_confs``."""
+    prefix = "spark.kubernetes.executor.secretKeyRef"
+    return {
+        f"{prefix}.HUTCH_AMQP_USERNAME": f"{secret}:username",
+        f"{prefix}.HUTCH_AMQP_PASSWORD": f"{secret}:password",
+    }
+
+
 def job_args(sub: Submission) -> list[str]:
     """The job's own arguments: ``sub.arguments`` when given, else windowed_counts' (drain the
     queue with availableNow, then stop)."""
