@@ -43,7 +43,10 @@ def test_memory_is_what_the_queue_holds_not_its_message_bytes(target: Target) ->
         _queue(target, large, COUNT),
     )
 
-    assert 1024 <= none["memory"] <= 65536, none  # the queue's own structures
+    # The queue's own structures: an Erlang queue process's heap, which RabbitMQ 3.10.8 has
+    # reported at up to 68,200 bytes when idle on a machine at load 10 (its garbage collector
+    # had not run yet), far below the messages' bytes either way.
+    assert 1024 <= none["memory"] <= 256 * 1024, none
     assert hundreds["message_bytes"] == COUNT * 100
     assert kibs["message_bytes"] == COUNT * 8192
     # Each message costs more than its 100-byte body: entries, not only bytes.
