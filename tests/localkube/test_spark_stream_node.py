@@ -1,0 +1,449 @@
+"""A stream-queue job as driver and executor Pods on the real node, an executor Pod and then
+the driver Pod killed mid-run, and the output exactly once with no dedupe (issue 28, part 3).
+
+Why: the stream source's promise (docs/spark.md, "Read stream queues") is that the driver only
+plans offsets and the executors read them, so a batch replayed after a failure reads the same
+messages and Spark's file sink needs no dedupe. tests/spark/test_streamsource.py shows it in
+local mode, where "executors" are threads of one JVM and a kill takes all of them at once. Here
+the pieces are apart, as a user runs them: the host's spark-submit (cluster mode) starts a
+driver Pod and two executor Pods of the hutch-spark image on ``hutch-node``; the job is
+examples/spark-stream-copy.py from a ConfigMap (docs/spark.md, "Run your own job"); it reads
+two stream queues of the Broker of examples/broker.yaml as a User of its own (read on the two
+streams, tag ``monitoring`` for the management API), 2 slices per stream per batch and
+``maxOffsetsPerTrigger`` well below what is held, so it takes many micro-batches, and writes
+Parquet with its checkpoint on a PVC.
+
+Mid-run, each at a moment when a task is reading (the broker lists one of the executors'
+reading connections) and batches are still to come:
+
+1. an executor Pod is force-deleted (``--grace-period=0 --force``): Spark fails the task it
+   was running (its log says so), runs it again on another executor, and asks Kubernetes for a
+   replacement Pod;
+2. then every process of the driver's container is killed with ``kill -9`` inside a
+   micro-batch that is in the offsets log and not in the commit log; the same spark-submit,
+   with the same checkpoint, starts a new driver.
+
+Asserted: the second driver Succeeded, replayed the killed batch with the range it had logged,
+and the files the sink's log commits hold every message of both streams exactly once (each
+``(stream, offset)`` with the ``message_id`` published there); every AMQP connection of the job
+the broker listed came from an executor Pod, none from a driver Pod; at the end no connection of
+the job is open and the streams have no consumer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pika
+import pyarrow.parquet as pq
+import pytest
+from hutch_spark import publishing
+from hutch_testing import (
+    clusters,
+    launchers,
+    localnode,
+    management,
+    pipeline,
+    pods,
+    releases,
+    sparkpods,
+    sparksubmit,
+    waiting,
+)
+
+REPO = clusters.REPO_ROOT
+JOB = REPO / "examples" / "spark-stream-copy.py"
+CONFIGMAP = "stream-copy-job"
+STREAMS = ("orders-stream-0", "orders-stream-1")
+PER_STREAM = 12000
+MAX_OFFSETS = 1500  # per batch over both streams: 16 batches, so both kills land mid-run
+USER = "spark-stream-copy"
+CHECKPOINT = f"{sparksubmit.MOUNT}/stream-copy/checkpoint"
+OUTPUT = f"{sparksubmit.MOUNT}/stream-copy/output"
+SUBMIT_TIMEOUT = 600
+POLL_S = 0.1
+# How Spark 4.3's driver words a task lost with its executor, in its log.
+LOST_TASK = ("Lost task", "its executor exited for a reason unrelated to the task")
+# A force-deleted executor Pod is removed from Spark when its connection drops or, at the
+# latest, when the Pod has been missing for spark.kubernetes.executor.missingPodDetectDelta
+# (30 s); its running tasks are failed then.
+LOSS_NOTICED_S = 60
+
+
+@pytest.mark.k8s
+@pytest.mark.spark
+@pytest.mark.timeout(1500)  # a cold hutch-spark build is minutes
+def test_stream_job_pods_are_exactly_once_through_an_executor_and_a_driver_kill(
+    node: Any, spark_image: str, k8s_namespace: str, tmp_path: Path
+) -> None:
+    cluster = clusters.local_cluster(node)
+    node.apply_crds(REPO / "crds")
+    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
+    (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's: checkpoint and output
+    operator = releases.install(cluster, k8s_namespace, tmp_path)
+    try:
+        _run(node, cluster, k8s_namespace, spark_image, volume, tmp_path)
+    except BaseException:
+        pods.save_logs(cluster, k8s_namespace, tmp_path / "pod-logs")
+        sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
+        raise
+    finally:
+        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
+                        "--timeout=120s", check=False)  # fmt: skip
+        operator.uninstall()
+
+
+def _run(
+    node: Any, cluster: clusters.Cluster, ns: str, image: str, volume: str, work: Path
+) -> None:
+    t0 = time.monotonic()
+    endpoint = sparkpods.example_broker(cluster, ns)
+    began = time.monotonic()
+    _publish(endpoint)
+    _say(f"published {PER_STREAM} confirmed messages to each of {STREAMS} in "
+         f"{time.monotonic() - began:.1f}s")  # fmt: skip
+    secret = _stream_user(cluster, ns)
+
+    template = work / "spark-pod-template.json"
+    template.write_text(json.dumps(sparksubmit.pod_template(job_configmap=CONFIGMAP)))
+    cluster.kubectl("create", "configmap", CONFIGMAP, "-n", ns, f"--from-file=job.py={JOB}")
+    cluster.apply(ns, clusters.manifest(*sparksubmit.driver_rbac(ns)))
+    claim = sparksubmit.claim("spark-data", ns, volume, "1Gi")
+    cluster.apply(ns, clusters.manifest(claim))
+    pv_dir = node.node_layout.volumes_dir / volume
+    checkpoint = pv_dir / Path(CHECKPOINT).relative_to(sparksubmit.MOUNT)
+    output = pv_dir / Path(OUTPUT).relative_to(sparksubmit.MOUNT)
+
+    first = _submission(node.server, ns, template, image, secret, "stream-copy")
+    env = sparkpods.environment(node.kubeconfig)
+    watch = _Watch(cluster, ns, management.Management(endpoint))
+    began = time.monotonic()
+    submit = _spark_submit(first, env, work / "spark-submit-1.log")
+    try:
+        killed = _disrupt(watch, first, submit, checkpoint)
+        submit.wait(timeout=120)  # it follows the driver Pod, which is gone
+    finally:
+        _stop(submit)
+    _say(f"first spark-submit exited {submit.returncode} {time.monotonic() - began:.0f}s "
+         "after it started")  # fmt: skip
+
+    second = _submission(node.server, ns, template, image, secret, "stream-copy-resumed")
+    began = time.monotonic()
+    resumed = _spark_submit(second, env, work / "spark-submit-2.log")
+    try:
+        waiting.wait_for(lambda: watch.poll(second.driver_pod) or resumed.poll() is not None,
+                         timeout=SUBMIT_TIMEOUT, interval=POLL_S,
+                         what="the resumed job's end")  # fmt: skip
+        resumed.wait(timeout=60)
+    finally:
+        _stop(resumed)
+    log = (work / "spark-submit-2.log").read_text(errors="replace")
+    _say(f"resumed job: spark-submit exited {resumed.returncode} "
+         f"{time.monotonic() - began:.0f}s after it started")  # fmt: skip
+    assert resumed.returncode == 0, log[-3000:]
+    driver = pods.get_pod(cluster, ns, second.driver_pod)
+    assert driver is not None and driver["status"]["phase"] == "Succeeded", log[-3000:]
+    pods.save_logs(cluster, ns, work / "pod-logs")
+    for pod in [driver, *pods.list_pods(cluster, ns, "spark-role=executor")]:
+        facts = pods.facts(pod)
+        _say(f"  {facts.line()}")
+        assert facts.node == "hutch-node", facts
+        assert facts.containers and all(c.startswith("containerd://") for _, c in facts.containers)
+
+    # The replay: the killed batch ran again with the range the first driver had logged.
+    assert _batch_offsets(checkpoint, killed.batch) == killed.end
+    committed = sorted(int(p.name) for p in (checkpoint / "commits").glob("[0-9]*"))
+    _say(f"{len(committed)} micro-batches committed in all; batch {killed.batch} "
+         f"[{killed.start} -> {killed.end}) replayed")  # fmt: skip
+
+    # Exactly once, read through the file sink's log; nothing deduplicated anywhere.
+    files = pipeline.committed_files(output, root=(sparksubmit.MOUNT, pv_dir))
+    rows = [
+        (row["stream"], row["offset"], row["message_id"])
+        for path in files
+        for row in pq.read_table(path, columns=["stream", "offset", "message_id"]).to_pylist()
+    ]
+    on_disk = {p.name for p in output.glob("part-*.parquet")}
+    orphans = on_disk - {p.name for p in files}
+    orphan_rows = sum(pq.read_metadata(output / name).num_rows for name in orphans)
+    _say(f"{len(rows)} committed rows in {len(files)} files; {len(orphans)} files on disk "
+         f"with {orphan_rows} rows that the sink's log does not list (left by the killed "
+         "batches: a reader of the directory without the log would count them twice)")  # fmt: skip
+    twice = [key for key, n in Counter((s, o) for s, o, _ in rows).items() if n > 1]
+    assert not twice, f"{len(twice)} offsets twice in the output, e.g. {twice[:5]}"
+    assert sorted(rows) == [
+        (stream, n, f"{stream}-{n}") for stream in STREAMS for n in range(PER_STREAM)
+    ]
+
+    # Only executors consumed: every job connection the broker listed came from an executor
+    # Pod's address, none from a driver's; none is left open, and no stream has a consumer.
+    _say(f"job connections seen on the broker: {len(watch.connections)} from "
+         f"{sorted(set(watch.connections.values()))}; driver Pods at "
+         f"{sorted(watch.driver_ips)}, executor Pods at {sorted(watch.executor_ips)}")  # fmt: skip
+    assert watch.connections, "the broker never listed a reading connection"
+    assert not set(watch.connections.values()) & watch.driver_ips, watch.connections
+    assert set(watch.connections.values()) <= set(watch.executor_ips), watch.connections
+    assert watch.job_connections() == {}
+    for stream in STREAMS:
+        listed = watch.mgmt.queue(stream)
+        assert listed["consumers"] == 0, listed
+    _say(f"whole test {time.monotonic() - t0:.0f}s after the broker was asked for")
+
+
+@dataclass
+class _Killed:
+    """The batch the driver died in: its number and the ranges of the offsets log."""
+
+    batch: int
+    start: dict[str, int]
+    end: dict[str, int]
+
+
+@dataclass
+class _Watch:
+    """The job as the broker and the apiserver see it, polled: the reading connections (name
+    to peer address) and the driver and executor Pods' addresses."""
+
+    cluster: clusters.Cluster
+    ns: str
+    mgmt: management.Management
+    connections: dict[str, str] = field(default_factory=dict)
+    driver_ips: set[str] = field(default_factory=set)
+    executor_ips: dict[str, str] = field(default_factory=dict)  # ip -> Pod
+
+    def job_connections(self) -> dict[str, str]:
+        """The job's connections open now: name -> peer address."""
+        listed = self.mgmt.get("/connections")
+        assert listed.ok, listed
+        found = {
+            str(item["client_properties"].get("connection_name", "")): str(item["peer_host"])
+            for item in listed.body
+        }
+        return {name: peer for name, peer in found.items() if name.startswith("hutch-spark")}
+
+    def poll(self, driver_pod: str) -> bool:
+        """Records what is open now; True once the driver Pod has ended."""
+        for pod in pods.list_pods(self.cluster, self.ns, "spark-role"):
+            ip = pod.get("status", {}).get("podIP")
+            if not ip:
+                continue
+            if pod["metadata"]["labels"]["spark-role"] == "driver":
+                self.driver_ips.add(ip)
+            else:
+                self.executor_ips[ip] = pod["metadata"]["name"]
+        open_now = self.job_connections()
+        self.connections.update(open_now)
+        driver = pods.get_pod(self.cluster, self.ns, driver_pod)
+        phase = (driver or {}).get("status", {}).get("phase")
+        return phase in ("Succeeded", "Failed")
+
+    def reading_executor(self) -> str | None:
+        """An executor Pod that has a reading connection open right now."""
+        for peer in self.job_connections().values():
+            if peer in self.executor_ips:
+                return self.executor_ips[peer]
+        return None
+
+
+def _disrupt(
+    watch: _Watch,
+    sub: sparksubmit.Submission,
+    submit: subprocess.Popen[bytes],
+    checkpoint: Path,
+) -> _Killed:
+    """Kills an executor Pod while it reads, then the driver inside a batch; see the module
+    doc. An executor Pod removed between two of its tasks costs Spark no task, so up to three
+    are removed, each while it reads, until the driver's log shows a lost task."""
+    cluster, ns = watch.cluster, watch.ns
+    total_batches = -(-2 * PER_STREAM // MAX_OFFSETS)
+    t0 = time.monotonic()
+
+    def running() -> None:
+        assert submit.poll() is None, "spark-submit ended before the kills were done"
+        assert not watch.poll(sub.driver_pod), "the driver Pod ended before the kills"
+
+    def committed() -> int:
+        return len(list((checkpoint / "commits").glob("[0-9]*"))) if checkpoint.is_dir() else 0
+
+    def victim() -> str | None:
+        running()
+        return watch.reading_executor() if committed() >= 2 else None
+
+    def lost_tasks() -> list[str]:
+        log = cluster.kubectl("logs", "-n", ns, sub.driver_pod, check=False).stdout
+        return [line for line in log.splitlines() if any(t in line for t in LOST_TASK)]
+
+    lost: list[str] = []
+    for attempt in range(1, 4):
+        executor = waiting.wait_for(victim, timeout=420, interval=POLL_S,
+                                    what="an executor reading after two committed batches")  # fmt: skip
+        before = committed()
+        _force_delete(cluster, ns, executor)
+        _say(f"+{time.monotonic() - t0:.1f}s force-deleted executor Pod {executor} while it "
+             f"read, {before} of {total_batches} batches committed")  # fmt: skip
+        assert before <= total_batches - 4, before  # batches still to come
+        deadline = time.monotonic() + LOSS_NOTICED_S
+        while not lost and time.monotonic() < deadline:
+            lost = lost_tasks()
+            time.sleep(0.5)
+        if lost:
+            break
+        _say(f"  attempt {attempt}: no task was running on it")
+    _say(f"  the driver's log on the executor's tasks: {lost[:2]}")
+    assert lost, "three executor Pods removed while reading, and Spark lost no task"
+    after_executor = committed()
+
+    def in_flight() -> int | None:
+        """A batch in the offsets log, not in the commit log, with a task reading."""
+        running()
+        done = committed()
+        if done < after_executor + 2 or watch.reading_executor() is None:
+            return None
+        logged = (checkpoint / "offsets" / str(done)).is_file()
+        return done if logged and not (checkpoint / "commits" / str(done)).exists() else None
+
+    batch = waiting.wait_for(in_flight, timeout=300, interval=POLL_S,
+                             what="a batch in flight, two after the executor's loss")  # fmt: skip
+    # kill -9 of every process of the driver's container but its init (tini): the JVM and its
+    # Python workers die at once, as in a node crash; the container then ends, and the Pod.
+    cluster.kubectl("exec", "-n", ns, sub.driver_pod, "--", "sh", "-c", "kill -9 -1",
+                    check=False)  # fmt: skip
+    ended = waiting.wait_for(lambda: watch.poll(sub.driver_pod), timeout=60, interval=POLL_S,
+                             what="the killed driver Pod's end")  # fmt: skip
+    phase = (pods.get_pod(cluster, ns, sub.driver_pod) or {}).get("status", {}).get("phase")
+    assert ended and phase == "Failed", phase  # spark-submit itself may still exit 0
+    logged = max(int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*"))
+    assert not (checkpoint / "commits" / str(logged)).exists(), "killed between two batches"
+    killed = _Killed(
+        logged, _batch_offsets(checkpoint, logged - 1), _batch_offsets(checkpoint, logged)
+    )
+    _say(f"+{time.monotonic() - t0:.1f}s killed the driver (kill -9) inside batch {logged} of "
+         f"{total_batches} (seen in flight: {batch}; {killed.start} -> {killed.end})")  # fmt: skip
+    assert sum(killed.end.values()) < 2 * PER_STREAM  # batches still to come
+    return killed
+
+
+def _force_delete(cluster: clusters.Cluster, ns: str, pod: str) -> None:
+    """``kubectl delete pod --grace-period=0 --force``, straight to the apiserver (no kubectl
+    start-up between seeing the Pod read and removing it)."""
+    assert cluster.plane is not None
+    path = f"/api/v1/namespaces/{ns}/pods/{pod}"
+    status, reply = cluster.plane.api("DELETE", path, {"gracePeriodSeconds": 0})
+    assert status == 200, (status, reply)
+
+
+def _submission(
+    api_server: str, ns: str, template: Path, image: str, secret: str, app: str
+) -> sparksubmit.Submission:
+    """The job from the ConfigMap, two executors, the User's credentials on every Pod."""
+    return sparksubmit.Submission(
+        api_server=api_server, namespace=ns, broker="hutch", queue=",".join(STREAMS),
+        credentials_secret=secret, claim="spark-data", pod_template=template, image=image,
+        app_name=app, executors=2, job_file=f"local://{sparksubmit.USER_JOB_DIR}/job.py",
+        extra_confs=sparksubmit.executor_credentials(secret),
+        arguments=("--streams", ",".join(STREAMS), "--checkpoint", CHECKPOINT,
+                   "--output", OUTPUT, "--max-offsets-per-trigger", str(MAX_OFFSETS),
+                   "--num-partitions", "2"),
+    )  # fmt: skip
+
+
+def _stream_user(cluster: clusters.Cluster, ns: str) -> str:
+    """The job's own User: read on the two streams, tag monitoring (the driver reads the
+    streams' offsets from the management API); the name of its Secret."""
+    objects = [
+        clusters.cr("User", USER, {"brokerRef": {"name": "hutch"}, "tags": ["monitoring"]}),
+        clusters.cr("Permission", USER, {
+            "brokerRef": {"name": "hutch"}, "vhost": "/", "user": USER,
+            "configure": "", "write": "", "read": "^orders-stream-[01]$",
+        }),
+    ]  # fmt: skip
+    cluster.apply(ns, clusters.manifest(*objects))
+    for plural in ("users", "permissions"):
+        clusters.wait_condition(cluster, ns, plural, USER, "Ready", timeout=90)
+    secret = f"{USER}-user-credentials"
+    clusters.wait_for(lambda: cluster.get(f"/api/v1/namespaces/{ns}/secrets/{secret}"),
+                      f"the User's Secret {secret}", timeout=90)  # fmt: skip
+    return secret
+
+
+def _publish(endpoint: launchers.Endpoint) -> None:
+    """Both streams declared (as an application would) and filled, persistent, every message
+    confirmed (pipelined, the sink's publisher); message ``n`` of a stream has id
+    ``<stream>-<n>`` and lands at offset ``n``."""
+    connection = pika.BlockingConnection(pika.URLParameters(endpoint.amqp_url))
+    try:
+        for stream in STREAMS:
+            arguments = {"x-queue-type": "stream"}
+            connection.channel().queue_declare(stream, durable=True, arguments=arguments)
+    finally:
+        connection.close()
+    messages = (
+        publishing.Outbound(
+            "", stream, json.dumps({"n": n, "pad": "x" * 100}).encode(),
+            pika.BasicProperties(delivery_mode=2, message_id=f"{stream}-{n}"),
+        )
+        for n in range(PER_STREAM)
+        for stream in STREAMS
+    )  # fmt: skip
+    publisher = publishing.ConfirmedPublisher(
+        pika.URLParameters(endpoint.amqp_url), window=500, mandatory=True
+    )
+    assert publisher.publish_all(messages) == len(STREAMS) * PER_STREAM
+    listed = management.Management(endpoint)
+    for stream in STREAMS:
+        item = listed.queue(stream)
+        assert (item["type"], item["first_offset"], item["next_offset"]) == (
+            "stream", 0, PER_STREAM,
+        ), item  # fmt: skip
+
+
+def _batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
+    """The source's end offsets of ``batch`` in Spark's offsets log (its last line)."""
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    return dict(json.loads(lines[-1]))
+
+
+def _spark_submit(
+    sub: sparksubmit.Submission, env: dict[str, str], log_path: Path
+) -> subprocess.Popen[bytes]:
+    """The host's spark-submit (the pyspark wheel's), logged; it follows the driver Pod."""
+    command = sparksubmit.command(sub, str(sparkpods.SPARK_SUBMIT))
+    log_path.write_text(" ".join(command) + "\n")
+    with log_path.open("a") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"  {text}\n")
+
+
+def test_the_submission_gives_the_executors_the_users_credentials_and_the_job_its_options() -> None:
+    """The executors consume, so they get the User's Secret as the driver does; the job file
+    accepts the arguments the test passes."""
+    sub = _submission("https://127.0.0.1:1", "t", Path("t.json"), "img", "u-creds", "app")
+    words = sparksubmit.command(sub)
+    for role in ("driver", "executor"):
+        for key, field_ in (("USERNAME", "username"), ("PASSWORD", "password")):
+            conf = f"spark.kubernetes.{role}.secretKeyRef.HUTCH_AMQP_{key}=u-creds:{field_}"
+            assert conf in words, words
+    spec = importlib.util.spec_from_file_location("stream_copy", JOB)
+    assert spec is not None and spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    args = job.parse_args(words[words.index(sub.job_file) + 1 :])
+    assert (args.streams, args.checkpoint, args.output) == (",".join(STREAMS), CHECKPOINT, OUTPUT)
+    assert (args.max_offsets_per_trigger, args.num_partitions) == (MAX_OFFSETS, 2)
