@@ -37,7 +37,9 @@ import scenarios
 
 # Stages in the order a message meets them, each with the frames that mark it: (function name,
 # or "" for any function, and the source file's path suffix). A sample belongs to the stage of
-# the deepest marked frame on its stack.
+# the deepest marked frame on its stack; on one frame a marker that names the function wins
+# over a file-wide one, so ``Connection.send_deliver`` (protocol/connection.py, which the read
+# stage claims as a whole) counts as delivery.
 STAGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "read: socket and frame parsing",
@@ -85,6 +87,7 @@ STAGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("Queue.drain", "model/queues.py"),
             ("Queue._deliver", "model/queues.py"),
             ("", "model/consumers.py"),
+            ("Connection.send_deliver", "protocol/connection.py"),
             ("encode_deliver", "protocol/codec.py"),
         ),
     ),
@@ -110,6 +113,23 @@ STAGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 OTHER = "event loop (uvloop, C), timers and the rest"
 
+# Output frames that belong to whoever calls them, not to the file they live in: a confirm's
+# basic.ack goes through ``send_method`` in protocol/connection.py, and is confirm work.
+PASS_THROUGH: tuple[tuple[str, str], ...] = (
+    ("Connection.send_method", "protocol/connection.py"),
+    ("Connection._may_send", "protocol/connection.py"),
+    ("Connection._may_send_content", "protocol/connection.py"),
+    ("Connection.data_to_send", "protocol/connection.py"),
+)
+
+# Named markers first, then file-wide ones: the order ``stage_of`` tries them on each frame.
+_MARKERS: tuple[tuple[str, str, str], ...] = tuple(
+    sorted(
+        ((function, suffix, stage) for stage, markers in STAGES for function, suffix in markers),
+        key=lambda marker: not marker[0],
+    )
+)
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -126,10 +146,14 @@ class Frame:
 def stage_of(frames: list[Frame]) -> str:
     """The stage of the deepest marked frame (the stack runs from the root to the leaf)."""
     for frame in reversed(frames):
-        for stage, markers in STAGES:
-            for function, suffix in markers:
-                if frame.path.endswith(suffix) and (not function or frame.function == function):
-                    return stage
+        if any(
+            frame.function == function and frame.path.endswith(suffix)
+            for function, suffix in PASS_THROUGH
+        ):
+            continue
+        for function, suffix, stage in _MARKERS:
+            if frame.path.endswith(suffix) and (not function or frame.function == function):
+                return stage
     return OTHER
 
 

@@ -49,6 +49,28 @@ ROOT = (
             "ack",
         ),
         ("GroupCommit.release (hutch_broker/dispatch/commits.py:50)", "confirm"),
+        # send_deliver lives in protocol/connection.py, which read claims file-wide: the marker
+        # that names it wins, so its own samples are delivery's, inside a publish or a drain.
+        (
+            "publish (hutch_broker/dispatch/publishing.py:70);"
+            "Queue.publish (hutch_broker/model/queues.py:162);"
+            "Channel.deliver (hutch_broker/dispatch/channels.py:142);"
+            "Connection.send_deliver (hutch_broker/protocol/connection.py:915)",
+            "deliver",
+        ),
+        (
+            "Connection.next_event (hutch_broker/protocol/connection.py:300);"
+            "Connection.send_deliver (hutch_broker/protocol/connection.py:915)",
+            "deliver",
+        ),
+        # A confirm's basic.ack goes out through send_method: the caller's stage, not read.
+        (
+            "GroupCommit.release (hutch_broker/dispatch/commits.py:50);"
+            "Channel.release_durable (hutch_broker/dispatch/channels.py:290);"
+            "Connection.send_method (hutch_broker/protocol/connection.py:900);"
+            "encode_method (hutch_broker/protocol/codec.py:110)",
+            "confirm",
+        ),
     ],
 )
 def test_a_sample_belongs_to_its_deepest_stage(tail: str, stage: str) -> None:
