@@ -22,7 +22,7 @@ test: bootstrap rabbitmq k8s-bins check
 
 check: bootstrap
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check broker operator spark cli localkube testing tests e2e bench
+	$(VENV)/bin/ruff format --check broker operator spark cli localkube demo testing tests e2e bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

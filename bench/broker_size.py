@@ -57,10 +57,12 @@ from pamqp import commands, frame
 
 REPO = Path(__file__).resolve().parents[1]
 try:
-    from hutch_testing import management, noisy, noisy_cases, processes, rabbitmq
+    from hutch_demo import management, processes
+    from hutch_testing import noisy, noisy_cases, rabbitmq
 except ImportError:  # a plain checkout: the testing package is not installed
     sys.path.insert(0, str(REPO / "testing"))
-    from hutch_testing import management, noisy, noisy_cases, processes, rabbitmq
+    from hutch_demo import management, processes
+    from hutch_testing import noisy, noisy_cases, rabbitmq
 
 log = logging.getLogger("broker_size")
 

@@ -45,10 +45,12 @@ import scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 try:
-    from hutch_testing import brokers, processes, rabbitmq
+    from hutch_demo import processes
+    from hutch_testing import brokers, rabbitmq
 except ImportError:  # a plain checkout: the testing package is not installed
     sys.path.insert(0, str(REPO / "testing"))
-    from hutch_testing import brokers, processes, rabbitmq
+    from hutch_demo import processes
+    from hutch_testing import brokers, rabbitmq
 
 log = logging.getLogger("bench")
 

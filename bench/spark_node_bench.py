@@ -6,7 +6,7 @@ driver reads through a Service and the node's bridge, the executors are separate
 own containers, and every process shares the node's cores with the broker. This script measures
 that: it starts the local plane's node tier, installs the operator with `helm install`, runs
 examples/broker.yaml's Broker as a Pod, then submits bench/spark_node_job.py with the very
-spark-submit command docs/spark.md shows (``hutch_testing.sparksubmit``: a driver Pod, two
+spark-submit command docs/spark.md shows (``hutch_demo.sparksubmit``: a driver Pod, two
 executor Pods, the Broker's Secret by ``secretKeyRef``), the job's files and results on a local
 PV this host reads back. The job runs the same phases as local mode (bench/spark_phases.py):
 plain pika consumer, source throughput, latency at a 200 ms trigger; a discarded warm-up, then
@@ -37,12 +37,12 @@ from spark_phases import add_arguments, report_lines, summary
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 try:
+    from hutch_demo import clusters, localnode, pods, releases, sparkpods, sparksubmit
     from hutch_localkube import planes
-    from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
 except ImportError:  # a plain checkout: the testing and localkube packages are not installed
     sys.path[:0] = [str(REPO / "testing"), str(REPO / "localkube")]
+    from hutch_demo import clusters, localnode, pods, releases, sparkpods, sparksubmit
     from hutch_localkube import planes
-    from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
 
 NAMESPACE = "spark-bench"
 JOB_FILES = ("spark_node_job.py", "spark_phases.py", "rounds.py")

@@ -1,4 +1,4 @@
-"""e2e fixtures: the quickstart's chain (hutch_testing.chain) on a cluster with real Pods.
+"""e2e fixtures: the quickstart's chain (hutch_demo.chain) on a cluster with real Pods.
 
 Why: the e2e suite checks the mission end to end through the very steps the quickstart runs:
 CRDs, the operator installed with Helm (its Pod), the Broker from examples/broker.yaml (its
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hutch_testing import chain, clusters, summaries
+from hutch_demo import chain, clusters, summaries
 
 # Also hutch-testing's pytest11 entry point, under this same name: pytest registers it once.
 pytest_plugins = ["hutch_testing.localkube_plugin"]

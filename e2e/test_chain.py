@@ -13,7 +13,8 @@ from typing import Any
 
 import pika
 import pytest
-from hutch_testing import chain, clients, clusters, steps, waiting
+from hutch_demo import chain, clusters, waiting
+from hutch_testing import clients, steps
 
 pytestmark = pytest.mark.e2e
 

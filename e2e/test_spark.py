@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hutch_testing import chain, clusters, launchers, pipeline, summaries, waiting
+from hutch_demo import chain, clusters, launchers, pipeline, summaries, waiting
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(600)]
 

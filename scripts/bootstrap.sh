@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Create (or refresh) the project virtualenv in .venv and install Hutch with its dev, operator
 # and spark extras (pyspark is large: about 850 MB installed), then hutch-localkube (the local
-# Kubernetes, localkube/pyproject.toml) and hutch-testing (the test and quickstart tooling,
-# testing/pyproject.toml). Idempotent: a stamp keyed by the three pyproject files' hash makes a
+# Kubernetes, localkube/pyproject.toml), hutch-demo (the demo chain behind `make run`,
+# demo/pyproject.toml) and hutch-testing (the test tooling, testing/pyproject.toml).
+# Idempotent: a stamp keyed by the four pyproject files' hash makes a
 # second run instant.  Used by `make run`, `make test` and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.hutch-stamp"
-want="$(cat pyproject.toml localkube/pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
+want="$(cat pyproject.toml localkube/pyproject.toml demo/pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi
@@ -17,9 +18,10 @@ echo "==> bootstrap: creating $VENV and installing Hutch (dev, operator, spark e
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
 "$VENV/bin/pip" install --quiet -e '.[dev,operator,spark]'
-# The local Kubernetes, then the test and quickstart tooling: distributions of their own, so they
+# The local Kubernetes, the demo chain, then the test tooling: distributions of their own, so they
 # stay out of the wheel and images.
 "$VENV/bin/pip" install --quiet --no-deps -e localkube
+"$VENV/bin/pip" install --quiet --no-deps -e demo
 "$VENV/bin/pip" install --quiet --no-deps -e testing
 echo "$want" > "$STAMP"
 echo "==> bootstrap: done ($("$VENV/bin/python" --version))"

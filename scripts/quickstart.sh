@@ -2,7 +2,7 @@
 # The main job in one command: the whole Hutch chain in real containers on a local node.
 #
 # Installs what it needs (the venv via bootstrap.sh, the spark extra, Java 17 and the node's
-# Debian packages through apt when run as root), then runs `python -m hutch_testing.quickstart`:
+# Debian packages through apt when run as root), then runs `python -m hutch_demo.quickstart`:
 # the Kubernetes binaries and the images (built once, cached), the local plane with a real node
 # (kubelet, containerd, kube-proxy), the CRDs, `helm install` of the operator, a Broker from
 # examples/ as a StatefulSet Pod, the examples' topology, JSON events published through a
@@ -40,4 +40,4 @@ if [[ " $* " != *" --kubeconfig"* ]]; then
   bash scripts/install-node-deps.sh
 fi
 
-exec "$PY" -m hutch_testing.quickstart "$@"
+exec "$PY" -m hutch_demo.quickstart "$@"

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pika
-
-from hutch_testing import probes, waiting
+from hutch_demo import probes, waiting
 
 if TYPE_CHECKING:  # typing only: the plane package is heavy to import
     from hutch_localkube.planes import Plane

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Unpack
 
-from hutch_testing import processes
+from hutch_demo import processes
 
 # broker/ of this source tree: lets the child import hutch_broker when the repo is not installed.
 _SOURCE_BROKER_DIR = Path(__file__).resolve().parents[2] / "broker"

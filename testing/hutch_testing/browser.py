@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from hutch_testing import ports
+from hutch_demo import ports
 
 T = TypeVar("T")
 

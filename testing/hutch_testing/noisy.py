@@ -44,8 +44,7 @@ from typing import Protocol
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
-
-from hutch_testing import management
+from hutch_demo import management
 
 INTERVAL_S = 0.020  # one round trip started every 20 ms, as the canary
 MISS_AFTER_S = 5.0  # a message not back within this is a miss (and counts at least this long)

@@ -28,8 +28,9 @@ from typing import Any, Protocol
 import aio_pika
 import aiormq
 import pika
+from hutch_demo import management
 
-from hutch_testing import brokers, management, noisy
+from hutch_testing import brokers, noisy
 
 MB = 1024 * 1024
 Facts = dict[str, Any]

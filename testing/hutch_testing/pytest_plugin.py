@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Protocol, Unpack
 
 import pytest
+from hutch_demo import processes
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from hutch_testing import brokers, clients, levels, processes
+from hutch_testing import brokers, clients, levels
 from hutch_testing import rabbitmq as reference
 
 

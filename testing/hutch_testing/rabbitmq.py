@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Unpack
 
-from hutch_testing import ports, processes
+from hutch_demo import ports, processes
 
 RABBITMQ_HOME = Path("/usr/lib/rabbitmq")
 SERVER_SCRIPT = RABBITMQ_HOME / "bin" / "rabbitmq-server"

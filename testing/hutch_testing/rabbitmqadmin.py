@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
-from hutch_testing import management, probes
+from hutch_demo import management, probes
 
 CACHE = Path.home() / ".cache" / "hutch" / "rabbitmqadmin-3.10.8"
 

@@ -13,12 +13,12 @@ import re
 import secrets
 from typing import Protocol, TypeVar, Unpack
 
+from hutch_demo.management import Management, quote
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import AMQPError
 
 from hutch_testing import differences
 from hutch_testing.clients import ConnectOptions, connect
-from hutch_testing.management import Management, quote
 
 T = TypeVar("T")
 

@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Unpack
 
-from hutch_testing import ports, probes
+from hutch_demo import ports, probes
+from hutch_demo.certs import Leaf
+from hutch_demo.processes import ProcessOptions
+
 from hutch_testing.brokers import HutchBroker, HutchBrokerOptions
-from hutch_testing.certs import Leaf
-from hutch_testing.processes import ProcessOptions
 from hutch_testing.rabbitmq import RabbitMQ
 
 PLAIN_FLAGS = ("--amqp-port", "--http-port")

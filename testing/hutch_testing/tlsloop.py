@@ -16,9 +16,8 @@ import time
 from typing import Self
 
 from cryptography import x509
-
-from hutch_testing import probes
-from hutch_testing.certs import Leaf
+from hutch_demo import probes
+from hutch_demo.certs import Leaf
 
 
 def serial_of_leaf(leaf: Leaf) -> int:

@@ -50,8 +50,9 @@ from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractConnection
+from hutch_demo import processes
 
-from hutch_testing import brokers, clients, processes
+from hutch_testing import brokers, clients
 
 CONSUMED = ("ack1", "batch", "chclose", "connclose", "nack", "quorum")
 QUEUES = ("none", *CONSUMED, "ttl", "ring", "overflow", "fan.a", "fan.b", "fan.c")

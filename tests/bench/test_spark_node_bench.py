@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hutch_testing import sparksubmit
+from hutch_demo import sparksubmit
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))

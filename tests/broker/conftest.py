@@ -3,7 +3,8 @@
 import pytest
 from hutch_broker.config import BrokerConfig
 from hutch_broker.server.app import BrokerServer
-from hutch_testing import levels, ports
+from hutch_demo import ports
+from hutch_testing import levels
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ declared) must not make recovery drop queues: recovery imports queues without th
 import signal
 
 import pytest
+from hutch_demo.management import Management
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
 from pika.exceptions import ChannelClosedByBroker, ProbableAccessDeniedError
 
 

@@ -3,7 +3,7 @@
 import signal
 
 import pytest
-from hutch_testing.management import Management
+from hutch_demo.management import Management
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])

@@ -11,8 +11,8 @@ import signal
 import pika
 import pytest
 from hutch_broker.model import quorum
+from hutch_demo.management import Management
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
 from hutch_testing.steps import get, publish
 
 QUORUM = {"x-queue-type": "quorum", "x-delivery-limit": 5}

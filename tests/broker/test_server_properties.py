@@ -12,8 +12,8 @@ from hutch_broker import __version__
 from hutch_broker import config as config_mod
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import identity
+from hutch_demo.management import Management
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
 
 
 def test_configured_entries_replace_the_brokers_own_and_extra_keys_are_kept():

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pika
 import pytest
+from hutch_demo.processes import BrokerStartError
 from hutch_testing.clients import connect, drain
-from hutch_testing.processes import BrokerStartError
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 

@@ -15,9 +15,9 @@ import time
 
 import pika
 import pytest
+from hutch_demo.management import Management
+from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
-from hutch_testing.waiting import wait_for
 
 STREAM = {"x-queue-type": "stream"}
 CONFIRMED = 400

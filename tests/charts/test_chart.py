@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hutch_demo.ports import free_port
 from hutch_testing import admission
-from hutch_testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from hutch_testing import chain, clusters, localnode, pods, releases
+from hutch_demo import chain, clusters, localnode, pods, releases
 
 pytestmark = pytest.mark.timeout(600)
 

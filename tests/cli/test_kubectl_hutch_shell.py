@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hutch_testing import certs
+from hutch_demo import certs
 from hutch_testing.tlsbrokers import TLSHutchBroker
 
 pytestmark = pytest.mark.broker  # level broker: runs kubectl-hutch against a fake kubectl

@@ -1,4 +1,4 @@
-"""The quickstart's image phases (hutch_testing.imagebuild): what each run builds, and its bar.
+"""The quickstart's image phases (hutch_demo.imagebuild): what each run builds, and its bar.
 
 Pure: a stand-in for hutch_localkube.images records the calls, so no image is built here.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hutch_testing import imagebuild
+from hutch_demo import imagebuild
 
 
 def recorder() -> tuple[SimpleNamespace, list[str]]:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hutch_demo import waiting
 from hutch_localkube import images
-from hutch_testing import waiting
 
 REPO = Path(__file__).resolve().parents[2]
 

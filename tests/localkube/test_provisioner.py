@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hutch_demo import clusters
 from hutch_localkube import provisioner
-from hutch_testing import clusters
 
 ROOT = Path("/run-dir/volumes")
 CLASSES = {

@@ -12,7 +12,7 @@ cluster DNS name as the job's own User of examples/spark-user.yaml (its Secret t
 ``secretKeyRef``; its Permission reads that queue and nothing else, so a Permission mistake
 in the example fails this test),
 and the checkpoint, the state and the Parquet output live on a PVC (a local PV the kubelet
-mounts into all three Pods). The command is ``hutch_testing.sparksubmit.command``, the one
+mounts into all three Pods). The command is ``hutch_demo.sparksubmit.command``, the one
 docs/spark.md shows, with smaller micro-batches so the job is mid-stream long enough.
 
 One job run (a Spark run costs minutes of CI), three disruptions in order, each while batches
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import (
+from hutch_demo import (
     clusters,
     launchers,
     localnode,

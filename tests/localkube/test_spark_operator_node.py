@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
-from hutch_testing import (
+from hutch_demo import (
     clusters,
     management,
     pipeline,

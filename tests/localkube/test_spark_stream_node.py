@@ -46,8 +46,7 @@ import pika
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hutch_spark import publishing
-from hutch_testing import (
+from hutch_demo import (
     clusters,
     launchers,
     localnode,
@@ -59,6 +58,7 @@ from hutch_testing import (
     sparksubmit,
     waiting,
 )
+from hutch_spark import publishing
 
 REPO = clusters.REPO_ROOT
 JOB = REPO / "examples" / "spark-stream-copy.py"

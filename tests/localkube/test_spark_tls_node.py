@@ -26,15 +26,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
-from hutch_testing import (
-    certs,
-    clusters,
-    management,
-    pipeline,
-    pods,
-    sparkoperator,
-    sparkpods,
-)
+from hutch_demo import certs, clusters, management, pipeline, pods, sparkoperator, sparkpods
 
 REPO = clusters.REPO_ROOT
 EVENTS = 300

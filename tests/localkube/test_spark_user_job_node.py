@@ -35,8 +35,7 @@ from typing import Any
 import pika
 import pyarrow.parquet as pq
 import pytest
-from hutch_localkube import provisioner
-from hutch_testing import (
+from hutch_demo import (
     clusters,
     launchers,
     localnode,
@@ -46,6 +45,7 @@ from hutch_testing import (
     sparkpods,
     sparksubmit,
 )
+from hutch_localkube import provisioner
 
 REPO = clusters.REPO_ROOT
 NAMESPACE = "team-spark"  # not make run's quickstart, not a test's t-<hex>: a team's own

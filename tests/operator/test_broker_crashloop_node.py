@@ -26,8 +26,9 @@ import time
 from typing import Any
 
 import pytest
+from hutch_demo import waiting
 from hutch_operator.instances import memory, podstate
-from hutch_testing import brokerpods, waiting
+from hutch_testing import brokerpods
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(600)]
 

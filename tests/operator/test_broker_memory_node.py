@@ -28,8 +28,9 @@ from typing import Any
 
 import pika
 import pytest
+from hutch_demo import waiting
 from hutch_operator.instances import memory
-from hutch_testing import brokerpods, waiting
+from hutch_testing import brokerpods
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(600)]
 

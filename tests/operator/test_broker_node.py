@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
+from hutch_demo import waiting
 from hutch_operator.instances import memory
-from hutch_testing import brokerpods, waiting
+from hutch_testing import brokerpods
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pika
 import pytest
-from hutch_testing import certs
+from hutch_demo import certs
 from hutch_testing.tlsbrokers import TLSHutchBroker, TLSRabbitMQ, client_context
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,7 +19,8 @@ from typing import Any
 import pika
 import pytest
 from cryptography import x509
-from hutch_testing import brokerpods, certs, tlsloop
+from hutch_demo import certs
+from hutch_testing import brokerpods, tlsloop
 from hutch_testing.tlsbrokers import client_context
 from hutch_testing.tlsloop import ConnectLoop
 

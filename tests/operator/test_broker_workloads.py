@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 
 pytestmark = pytest.mark.timeout(150)
 

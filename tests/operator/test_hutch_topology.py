@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.brokers import HutchBroker
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 import pytest
-from hutch_testing import management
-from hutch_testing.processes import BrokerProcess
+from hutch_demo import management
+from hutch_demo.processes import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

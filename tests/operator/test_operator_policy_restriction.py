@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hutch_demo.management import Management
 from hutch_testing.brokers import HutchBroker
-from hutch_testing.management import Management
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import ports
+from hutch_demo import ports
 from hutch_testing.brokers import HutchBroker
 
 pytestmark = pytest.mark.timeout(240)

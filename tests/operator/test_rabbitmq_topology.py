@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 
 pytestmark = pytest.mark.timeout(120)
 

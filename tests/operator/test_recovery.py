@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import management, ports
+from hutch_demo import management, ports
 from hutch_testing.brokers import HutchBroker
 
 pytestmark = pytest.mark.timeout(180)

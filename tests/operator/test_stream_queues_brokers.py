@@ -16,8 +16,9 @@ import time
 from typing import Any
 
 import pytest
-from hutch_testing import clients, management
-from hutch_testing.processes import BrokerProcess
+from hutch_demo import management
+from hutch_demo.processes import BrokerProcess
+from hutch_testing import clients
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.brokers import HutchBroker
 
 pytestmark = pytest.mark.timeout(180)

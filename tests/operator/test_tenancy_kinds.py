@@ -20,7 +20,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.brokers import HutchBroker
 
 pytestmark = pytest.mark.timeout(180)

@@ -24,7 +24,7 @@ import pika
 import pika.exceptions
 import pytest
 import yaml
-from hutch_testing import certs, management
+from hutch_demo import certs, management
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 
 pytestmark = pytest.mark.timeout(180)

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from hutch_testing import clusters
+from hutch_demo import clusters
 
 REPO = clusters.REPO_ROOT
 IGNORED = (".git", ".venv", "__pycache__", "*.egg-info", "build", "test-artifacts", ".*cache")

@@ -18,7 +18,7 @@ from typing import Any
 import pika
 import pytest
 import yaml  # type: ignore[import-untyped]
-from hutch_testing import (
+from hutch_demo import (
     certs,
     chain,
     clienttls,

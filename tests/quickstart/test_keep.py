@@ -1,6 +1,6 @@
 """``make run ARGS=--keep`` as a user keeps working in it (issue 31 items 4, 5 and 6).
 
-One real kept run (``python -m hutch_testing.quickstart --keep``, its own plane with the real
+One real kept run (``python -m hutch_demo.quickstart --keep``, its own plane with the real
 node), then what the issue's user did in it:
 
 - item 5: it printed the kubectl it uses and the API server URL for Spark's ``--master``, and
@@ -31,8 +31,8 @@ from typing import Any
 
 import pika
 import pytest
+from hutch_demo import chain, clusters, keeping, launchers
 from hutch_localkube import provisioner
-from hutch_testing import chain, clusters, keeping, launchers
 
 pytestmark = pytest.mark.node  # level node: its own node plane, through the quickstart
 
@@ -48,7 +48,7 @@ class Kept:
         self.out, self.err = work / "stdout.txt", work / "stderr.txt"
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hutch_testing.quickstart", "--keep", "--events", "300"],
+                [sys.executable, "-m", "hutch_demo.quickstart", "--keep", "--events", "300"],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
 

@@ -8,7 +8,7 @@ Broker's default user; ``kubectl hutch manage`` is the way to the same page late
 
 from types import SimpleNamespace
 
-from hutch_testing import summaries
+from hutch_demo import summaries
 
 
 def test_keep_prints_the_web_ui_url_and_how_to_log_in() -> None:

@@ -1,4 +1,4 @@
-"""The build bar's phases (hutch_testing.progress.BuildTracker) against build-binaries.sh.
+"""The build bar's phases (hutch_demo.progress.BuildTracker) against build-binaries.sh.
 
 Why: a phase the script runs but the tracker does not know weighs nothing, so the bar reaches
 100 % while CoreDNS still builds for a minute, and the label counts past its total ("phase 9/8").
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
+from hutch_demo import progress
 from hutch_localkube import binaries
-from hutch_testing import progress
 
 
 def _script_phases() -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import chain, quickstart, sparkpods, sparksubmit
+from hutch_demo import chain, quickstart, sparkpods, sparksubmit
 
 pytestmark = pytest.mark.broker  # level broker: a broker and Spark job of its own
 

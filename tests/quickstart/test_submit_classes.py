@@ -1,4 +1,4 @@
-"""The host spark-submit JVM's class data (hutch_testing.submitclasses).
+"""The host spark-submit JVM's class data (hutch_demo.submitclasses).
 
 Why: the archive is recorded by a real submission and mapped by the next; a wrong rule does not
 fail, it either costs every run the parsing again (an archive the JVM refuses, or one never
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_testing import launchers, sparkpods, sparksubmit, submitclasses
+from hutch_demo import launchers, sparkpods, sparksubmit, submitclasses
 
 
 def _spark(tmp_path: Path) -> tuple[str, str]:

@@ -8,8 +8,8 @@ name.
 from collections.abc import Iterator
 
 import pytest
+from hutch_demo.management import Management
 from hutch_testing.brokers import HutchBroker
-from hutch_testing.management import Management
 from hutch_testing.steps import confirm_channel
 from pika.adapters.blocking_connection import BlockingChannel
 

@@ -2,9 +2,9 @@
 
 import datetime
 
+from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import closed_by_broker, get, publish, publish_all, ready
-from hutch_testing.waiting import wait_for
 from hutch_testing.wire import FrameRecorder, plain
 
 TO_DLQ = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}

@@ -9,9 +9,9 @@ without a type matches whatever type the queue already has.
 
 import pika
 import pytest
+from hutch_demo.management import Management
 from hutch_testing.brokers import HutchBroker
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
 
 VHOST = "quorum-by-default"
 

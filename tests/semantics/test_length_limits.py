@@ -2,6 +2,7 @@
 
 from decimal import Decimal
 
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import (
     ACK,
     NACK,
@@ -11,7 +12,6 @@ from hutch_testing.steps import (
     publish_all,
     ready,
 )
-from hutch_testing.waiting import wait_for
 from hutch_testing.wire import FrameRecorder
 from pika.compat import long
 

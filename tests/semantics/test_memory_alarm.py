@@ -7,10 +7,10 @@ it, so no test needs real memory pressure.
 import math
 
 import pytest
+from hutch_demo.management import Management
+from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
 from hutch_testing.steps import get, publish
-from hutch_testing.waiting import wait_for
 
 WATERMARK = "/vm-memory-high-watermark"
 FORCE_ALARM = {"absolute": 1}

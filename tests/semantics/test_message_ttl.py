@@ -6,9 +6,9 @@ a second each on any machine that can run the broker at all.
 
 import time
 
+from hutch_demo.waiting import sleep_until, wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, closed_by_broker, get, publish, ready
-from hutch_testing.waiting import sleep_until, wait_for
 from hutch_testing.wire import FrameRecorder
 
 SHORT = 200  # ms: a TTL that expires during the test

@@ -2,8 +2,8 @@
 
 import time
 
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import get, publish, publish_all, ready
-from hutch_testing.waiting import wait_for
 
 REFERENCE_POLICY_KEYS = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
 

@@ -6,9 +6,9 @@ something renews it, and "gone" checks poll with a generous bound.
 
 import time
 
+from hutch_demo.waiting import sleep_until, wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import closed_by_broker, get, publish
-from hutch_testing.waiting import sleep_until, wait_for
 
 LEASE = 400  # ms
 LONG = 60_000

@@ -1,8 +1,8 @@
 """Ring queues (RING-1..RING-7), Artemis semantics, with the contract's seed examples."""
 
+from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, closed_by_broker, get, publish, publish_all, ready
-from hutch_testing.waiting import wait_for
 
 TO_DLQ = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
 

@@ -11,7 +11,7 @@ import random
 import pytest
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
-from hutch_testing.waiting import wait_for
+from hutch_demo.waiting import wait_for
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.timeout(120)]
 

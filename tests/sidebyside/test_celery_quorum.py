@@ -9,7 +9,7 @@ the queue must be a quorum queue, on both brokers.
 import pytest
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
-from hutch_testing.waiting import wait_for
+from hutch_demo.waiting import wait_for
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.timeout(120)]
 

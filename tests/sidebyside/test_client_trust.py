@@ -10,7 +10,7 @@ import struct
 import time
 
 import pytest
-from hutch_testing.management import quote
+from hutch_demo.management import quote
 from hutch_testing.rawamqp import open_connection, publish_frames
 from hutch_testing.steps import closed_by_broker, get, publish
 

@@ -3,8 +3,8 @@
 from decimal import Decimal
 
 import pytest
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import ACK, NACK, RETURNED, closed_by_broker, get, publish, ready
-from hutch_testing.waiting import wait_for
 from hutch_testing.wire import FrameRecorder
 from pika.compat import long
 

@@ -10,7 +10,7 @@ whole set of limits, so an import replaces them, and ``[]`` clears them.
 from collections.abc import Iterator
 
 import pytest
-from hutch_testing.management import Management, quote
+from hutch_demo.management import Management, quote
 
 pytestmark = pytest.mark.rabbitmq
 

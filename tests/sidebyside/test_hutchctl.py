@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hutch_testing import ports
-from hutch_testing.management import Management, quote
+from hutch_demo import ports
+from hutch_demo.management import Management, quote
 
 pytestmark = pytest.mark.rabbitmq
 

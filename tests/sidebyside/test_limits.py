@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from hutch_testing.management import quote
+from hutch_demo.management import quote
 from pika.exceptions import (
     ChannelClosedByBroker,
     ConnectionClosedByBroker,

@@ -3,8 +3,8 @@
 import time
 
 import pytest
+from hutch_demo.waiting import sleep_until, wait_for
 from hutch_testing.steps import ACK, NACK, closed_by_broker, get, publish, ready
-from hutch_testing.waiting import sleep_until, wait_for
 from hutch_testing.wire import FrameRecorder
 
 pytestmark = pytest.mark.rabbitmq

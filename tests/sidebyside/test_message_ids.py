@@ -12,7 +12,7 @@ import time
 
 import pika
 import pytest
-from hutch_testing.management import quote
+from hutch_demo.management import quote
 from hutch_testing.steps import ACK, get, publish
 
 pytestmark = pytest.mark.rabbitmq

@@ -7,7 +7,7 @@ refusals are tested in tests/broker/admin/test_http_trust.py, not here.
 """
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 
 
 @pytest.mark.parametrize("suffix", ["café", "q!", "a b"])

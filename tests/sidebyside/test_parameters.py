@@ -8,7 +8,7 @@ parameters carry the test's prefix and are removed afterwards (the RabbitMQ node
 from collections.abc import Iterator
 
 import pytest
-from hutch_testing.management import quote
+from hutch_demo.management import quote
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -5,9 +5,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hutch_testing.management import quote
+from hutch_demo.management import quote
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import closed_by_broker, get, publish, ready
-from hutch_testing.waiting import wait_for
 from pika.exceptions import ConnectionClosedByBroker
 
 pytestmark = pytest.mark.rabbitmq

@@ -7,8 +7,8 @@ client observes, so each is asserted on both brokers with the same pika steps.
 
 import pika
 import pytest
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import ACK, NACK, closed_by_broker, get, publish
-from hutch_testing.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

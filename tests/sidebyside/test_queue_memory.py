@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hutch_testing.management import quote
+from hutch_demo.management import quote
 from hutch_testing.sidebyside import Target
 
 COUNT = 2000

@@ -9,8 +9,8 @@ node is shared by the whole session.
 
 import pika
 import pytest
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import ACK, NACK, closed_by_broker, get, publish, ready
-from hutch_testing.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

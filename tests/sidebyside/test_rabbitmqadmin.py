@@ -9,10 +9,10 @@ value is not a port, a node name or a version.
 from collections.abc import Iterator
 
 import pytest
+from hutch_demo.waiting import wait_for
 from hutch_testing import rabbitmqadmin
 from hutch_testing.differences import HUTCH, RABBITMQ
 from hutch_testing.sidebyside import Target
-from hutch_testing.waiting import wait_for
 
 ERLANG_INTERNALS = {
     "backing_queue_status",

@@ -9,8 +9,8 @@ settled. The management API shows which one is active.
 import time
 
 import pytest
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import closed_by_broker, publish
-from hutch_testing.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

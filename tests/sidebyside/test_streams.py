@@ -13,8 +13,8 @@ import datetime
 
 import pika
 import pytest
+from hutch_demo.waiting import wait_for
 from hutch_testing.steps import closed_by_broker
-from hutch_testing.waiting import wait_for
 
 pytestmark = pytest.mark.rabbitmq
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pika
 import pytest
-from hutch_testing import certs, probes
+from hutch_demo import certs, probes
 from hutch_testing.tlsbrokers import TLSHutchBroker, TLSRabbitMQ, client_context
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.broker]  # level broker: TLS brokers of its own

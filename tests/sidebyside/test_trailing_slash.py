@@ -7,7 +7,7 @@ compared by the names they hold, as the brokers' other objects differ).
 """
 
 import pytest
-from hutch_testing.management import quote
+from hutch_demo.management import quote
 from hutch_testing.sidebyside import Target
 
 LISTS = [

@@ -20,11 +20,11 @@ from typing import Any
 
 import pika
 import pytest
+from hutch_demo import certs, management, ports
 from hutch_spark import batchreads, connections, options
 from hutch_spark.consumer import QueueConsumer
 from hutch_spark.errors import HutchConnectionError
 from hutch_spark.publishing import ConfirmedPublisher, Outbound
-from hutch_testing import certs, management, ports
 from hutch_testing.tlsbrokers import TLSHutchBroker, TLSRabbitMQ
 
 pytestmark = pytest.mark.spark

@@ -5,7 +5,7 @@ from typing import Any
 
 import pika
 import pytest
-from hutch_testing import ports
+from hutch_demo import ports
 
 pytestmark = pytest.mark.spark
 

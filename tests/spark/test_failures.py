@@ -12,9 +12,9 @@ import ssl
 
 import pika.exceptions
 import pytest
+from hutch_demo import certs
 from hutch_spark import connections, failures
 from hutch_spark.failures import Endpoint
-from hutch_testing import certs
 from pika.adapters.utils import connection_workflow as workflow
 
 TLS = Endpoint("orders-broker.apps.svc", 5671, tls=True, ca_file="/etc/hutch-ca/ca.crt")

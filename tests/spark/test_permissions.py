@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
-from hutch_testing import management
+from hutch_demo import management
 
 pytestmark = pytest.mark.spark
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pika
 import pytest
+from hutch_demo import certs
 from hutch_spark import options
 from hutch_spark.errors import HutchOptionError
-from hutch_testing import certs
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 
 pytestmark = pytest.mark.spark

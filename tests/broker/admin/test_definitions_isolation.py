@@ -9,7 +9,8 @@ clear reason and changes nothing (5,000 queues, 5,000 bindings, then the bad one
 """
 
 import pytest
-from hutch_testing import management, noisy
+from hutch_demo import management
+from hutch_testing import noisy
 
 QUEUES = 5000
 EXCHANGES = 50

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 
 QUEUES = 5000
 POLLERS = 6

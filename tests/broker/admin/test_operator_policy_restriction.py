@@ -9,7 +9,7 @@ with 405 while reads, user policies and definitions files keep working.
 
 import pytest
 from hutch_broker import config as config_mod
-from hutch_testing.management import Management
+from hutch_demo.management import Management
 
 OPERATOR_POLICY = {"pattern": "^x", "definition": {"max-length": 3}}
 

@@ -25,7 +25,8 @@ from hutch_broker.admin import errors, listing
 from hutch_broker.admin.views import bindings as bindings_view
 from hutch_broker.admin.views import exchanges as exchanges_view
 from hutch_broker.admin.views import queues as queues_view
-from hutch_testing import management, noisy
+from hutch_demo import management
+from hutch_testing import noisy
 
 AUTH = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.clients import connect
 
 CANARY_BOUND_SECONDS = 0.25  # a loopback round trip takes ~1 ms; the freeze took 39 s

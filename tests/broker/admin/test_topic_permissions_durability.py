@@ -1,6 +1,6 @@
 """Topic permissions are definitions: they survive a restart, and go with their user."""
 
-from hutch_testing import management
+from hutch_demo import management
 
 
 def test_topic_permissions_survive_a_restart_and_leave_with_the_user(hutch_broker):

@@ -4,7 +4,7 @@ import urllib.request
 
 import pika
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 

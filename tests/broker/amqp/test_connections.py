@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pika
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.clients import connect, drain
 from pamqp import commands, frame
 from pamqp import header as pamqp_header

@@ -18,7 +18,8 @@ import struct
 from types import SimpleNamespace
 
 import pytest
-from hutch_testing import inmemory, management, noisy
+from hutch_demo import management
+from hutch_testing import inmemory, noisy
 from pamqp import commands, frame
 
 ROUNDS, PIPELINED = 4, 5

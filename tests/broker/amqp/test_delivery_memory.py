@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pika
 import pytest
-from hutch_testing.management import Management
+from hutch_demo.management import Management
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 

@@ -6,7 +6,7 @@ Imported queues used to get a last-used time of 0 (1970), so every imported queu
 
 import time
 
-from hutch_testing import management
+from hutch_demo import management
 
 DEFINITIONS = {
     "queues": [

@@ -10,7 +10,7 @@ Before the fix the first publish alone took minutes.
 import threading
 import time
 
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.clients import connect, drain
 
 CANARY_BOUND_SECONDS = 1.0  # a loopback round trip takes about 1 ms; the exponential match minutes

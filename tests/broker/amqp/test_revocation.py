@@ -10,7 +10,7 @@ import time
 
 import pika
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.clients import connect
 from pika.exceptions import AMQPConnectionError, ChannelClosedByBroker, ConnectionClosedByBroker
 

@@ -23,7 +23,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from hutch_testing import inmemory, management
+from hutch_demo import management
+from hutch_testing import inmemory
 from hutch_testing.clients import connect, drain
 from pamqp import body, commands, frame, header
 

@@ -1,6 +1,6 @@
 """Issue 16, TLS: AMQPS and HTTPS from the certificate the config names, with real clients.
 
-Certificates are made per test (``hutch_testing.certs``); pika and aiohttp verify them against
+Certificates are made per test (``hutch_demo.certs``); pika and aiohttp verify them against
 the test's CA, so a handshake that succeeds proves the broker served that very certificate.
 """
 
@@ -11,7 +11,7 @@ import aiohttp
 import pika
 import pytest
 from hutch_broker import __main__ as entry
-from hutch_testing import certs, probes
+from hutch_demo import certs, probes
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 from pika.exceptions import AMQPConnectionError
 

@@ -19,7 +19,7 @@ import pika
 import pytest
 from cryptography import x509
 from hutch_broker.server import tlsreload
-from hutch_testing import certs
+from hutch_demo import certs
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 from hutch_testing.tlsloop import ConnectLoop, served_serial
 from hutch_testing.tlsloop import serial_of_leaf as leaf_serial

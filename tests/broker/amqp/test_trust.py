@@ -1,7 +1,7 @@
 """Issue "Broker trust", item 12 over AMQP: wrong errors that changed state or answered 541."""
 
 import pytest
-from hutch_testing import management
+from hutch_demo import management
 from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker
 

@@ -30,9 +30,9 @@ import time
 
 import pika
 import pytest
+from hutch_demo.management import Management
+from hutch_demo.waiting import wait_for
 from hutch_testing import inmemory
-from hutch_testing.management import Management
-from hutch_testing.waiting import wait_for
 from pamqp import commands, frame
 
 MIB = 1024 * 1024

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hutch_broker.config import TLSOptions
 from hutch_broker.server import tls, tlsreload
-from hutch_testing import certs
+from hutch_demo import certs
 
 
 @pytest.fixture

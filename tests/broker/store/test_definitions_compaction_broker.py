@@ -23,9 +23,9 @@ import time
 import pika
 import pytest
 from hutch_broker.store import definitions, load_definitions
+from hutch_demo.management import Management
 from hutch_testing import noisy
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
 
 COUNT = 5000
 LOOSE = noisy.CanaryBound(max_ms=250.0, p99_ms=250.0)

@@ -16,9 +16,9 @@ import pika
 from aiohttp import web
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.store import DefinitionsStore, definitions, journal, load_definitions
-from hutch_testing import probes
+from hutch_demo import probes
+from hutch_demo.management import Management, quote
 from hutch_testing.clients import connect, drain
-from hutch_testing.management import Management, quote
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 

@@ -18,8 +18,8 @@ import pytest
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
 from hutch_broker.store import MessageStore, segments
+from hutch_demo.management import Management
 from hutch_testing.clients import connect
-from hutch_testing.management import Management
 
 MIB = 1024 * 1024
 

@@ -15,8 +15,8 @@ import signal
 
 import pika
 from hutch_broker.store import layout
+from hutch_demo.management import Management
 from hutch_testing.clients import connect, drain
-from hutch_testing.management import Management
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hutch_testing import clusters
+from hutch_demo import clusters
 
 
 def list_pods(

@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, Unpack
 
-from hutch_testing import probes
+from hutch_demo import probes
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from hutch_localkube import images
 
-from hutch_testing import clusters, progress
+from hutch_demo import clusters, progress
 
 # Measured cold seconds per phase on 2 cores (docs/real-node.md): the bar's weights.
 PHASES: dict[str, float] = {

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from hutch_broker.model import settings
 
-from hutch_testing import clusters, management, pipeline, pods, progress
+from hutch_demo import clusters, management, pipeline, pods, progress
 
 if TYPE_CHECKING:
-    from hutch_testing.chain import Chain
-    from hutch_testing.launchers import Endpoint
+    from hutch_demo.chain import Chain
+    from hutch_demo.launchers import Endpoint
 
 LIMIT_FIELDS = (
     ("max_length", "max-length"),

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self, TypedDict
 
-from hutch_testing import ports, probes
+from hutch_demo import ports, probes
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ checks it does. Choices that matter, and why:
   its controller do: ``controller_rbac`` grants it in the job namespace, as an administrator
   must (without it the submission fails 403 and the application ends FAILED);
 - CPU *requests* are fractions (``coreRequest``) while each executor runs one task at a time,
-  as in hutch_testing.sparksubmit: a 2-core node also runs the broker and both operators.
+  as in hutch_demo.sparksubmit: a 2-core node also runs the broker and both operators.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hutch_testing import clusters, localnode, pods, releases, sparkpods, sparksubmit
+from hutch_demo import clusters, localnode, pods, releases, sparkpods, sparksubmit
 
 if TYPE_CHECKING:  # typing only: the plane package is heavy to import
     from hutch_localkube.planes import Plane

@@ -14,7 +14,7 @@ import json
 
 from hutch_localkube import provisioner
 
-from hutch_testing import clusters
+from hutch_demo import clusters
 
 
 def provide_volumes(cluster: clusters.Cluster, sizes: list[str]) -> list[str]:

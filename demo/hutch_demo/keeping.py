@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hutch_testing import chain, clusters, launchers, pods
+from hutch_demo import chain, clusters, launchers, pods
 
 FORWARD_TIMEOUT = 30  # seconds for a new forward to answer AMQP once its Pod is Ready
 

@@ -25,7 +25,7 @@ from typing import Any, TypedDict
 
 import pika
 
-from hutch_testing import launchers
+from hutch_demo import launchers
 
 EVENT_TYPES = ("click", "view", "purchase")
 JOB_MODULE = "hutch_spark.jobs.windowed_counts"

@@ -28,7 +28,7 @@ import pika
 from hutch_localkube import binaries
 from hutch_spark import classdata
 
-from hutch_testing import (
+from hutch_demo import (
     clusters,
     launchers,
     pipeline,

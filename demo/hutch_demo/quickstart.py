@@ -7,7 +7,7 @@ it. So the chain's steps are the methods of ``chain.Chain``; ``run()`` here stri
 together with a progress reporter and returns a ``summaries.Summary``; ``e2e/conftest.py``
 calls the same steps.
 
-    python -m hutch_testing.quickstart [--keep] [--events N] [--kubeconfig PATH] [--tls]
+    python -m hutch_demo.quickstart [--keep] [--events N] [--kubeconfig PATH] [--tls]
 
 By default it starts the local plane's ``node`` tier (a real kubelet, containerd and CNI
 bridge; docs/real-node.md) after building the images from ``docker/*.Dockerfile`` and
@@ -51,7 +51,7 @@ from typing import Any
 
 from hutch_localkube import binaries, planes
 
-from hutch_testing import (
+from hutch_demo import (
     certs,
     chain,
     clienttls,
@@ -480,7 +480,7 @@ def _exit_on_signals() -> dict[int, Callable[[int, FrameType | None], object] | 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m hutch_testing.quickstart", description=__doc__.splitlines()[0]
+        prog="python -m hutch_demo.quickstart", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--keep", action="store_true", help="keep everything up until Ctrl-C")
     parser.add_argument("--events", type=int, default=3000, help="JSON events to publish")

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from hutch_testing import clienttls, clusters, ports, probes, processes
+from hutch_demo import clienttls, clusters, ports, probes, processes
 
 GRACE_SECONDS = 10.0
 _RUNNING: weakref.WeakSet[Child] = weakref.WeakSet()

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from hutch_testing import clienttls, clusters
+from hutch_demo import clienttls, clusters
 
 IMAGE = "localhost/hutch/hutch-spark:0.1.0"
 JOB_FILE = "local:///opt/hutch/jobs/windowed_counts.py"

@@ -25,7 +25,7 @@ from typing import Any, Unpack
 
 from hutch_localkube import provisioner
 
-from hutch_testing import (
+from hutch_demo import (
     clienttls,
     clusters,
     launchers,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hutch_testing import clusters, pods
+from hutch_demo import clusters, pods
 
 CHART = clusters.REPO_ROOT / "charts" / "hutch-operator"
 IMAGE_REPOSITORY = "localhost/hutch"  # hutch_localkube.images names its images so

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from hutch_localkube import binaries
 
-from hutch_testing import progress
+from hutch_demo import progress
 
 if TYPE_CHECKING:  # typing only: the plane package is heavy to import
     from hutch_localkube.planes import Plane
