@@ -42,9 +42,10 @@ _STATE = _SessionState(skipped=set())
 
 
 def _item_tier(item: pytest.Item) -> str | None:
-    """Which plane a test needs, from its fixture closure; node > workloads > apiserver."""
+    """Which plane a test needs, from its fixture closure (or the ``k8s_node`` marker of a test
+    that asks for the node at run time, as e2e's cluster does); node > workloads > apiserver."""
     names = getattr(item, "fixturenames", ())
-    if "node" in names or "make_local_pvs" in names:
+    if "node" in names or "make_local_pvs" in names or item.get_closest_marker("k8s_node"):
         return "node"
     if "workloads" in names:
         return "workloads"
@@ -75,8 +76,11 @@ def _binaries_problem() -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Declares the marker too, so e2e/ (or any rootdir) can load this plugin as is."""
+    """Declares the markers too, so e2e/ (or any rootdir) can load this plugin as is."""
     config.addinivalue_line("markers", "k8s: needs the local Kubernetes control plane")
+    config.addinivalue_line(
+        "markers", "k8s_node: asks for the node tier at run time (request.getfixturevalue)"
+    )
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -96,10 +100,12 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Runs workloads-tier tests after apiserver ones and node-tier tests last."""
+    """Runs workloads-tier tests after apiserver ones, node-tier tests after them and e2e tests
+    last: in one session with the node level (scripts/test.sh), e2e runs on the node plane the
+    node-tier tests started, which stops after the last e2e test."""
     # Stable sort by tier: each plane is stopped before the next tier's starts.
     order = {None: 0, "apiserver": 0, "workloads": 1, "node": 2}
-    items.sort(key=lambda it: order[_item_tier(it)])
+    items.sort(key=lambda it: (it.get_closest_marker("e2e") is not None, order[_item_tier(it)]))
     planes.REGISTRY.pending = collections.Counter(t for t in map(_item_tier, items) if t)
 
 
