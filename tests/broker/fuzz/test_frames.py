@@ -6,7 +6,9 @@ arguments, truncated frames, bad frame-end octets, oversized sizes, wrong channe
 field tables, content with lying sizes, consumers fed messages with random headers and random
 acks, and plain random bytes.  The broker must answer all of
 it with protocol errors: no crash, no traceback in its log, never 541 INTERNAL_ERROR, and the
-canary's publish + get round trip must never stall beyond ``MAX_STALL_MS``.
+canary's publish + get round trip must never stall beyond ``MAX_STALL_MS`` of the broker's own
+time: the round trip less the time the broker's loop thread and the canary waited for a CPU
+(canary.py), which is the loaded machine's share, not a stalled loop's.
 
 ``HUTCH_FUZZ_SEED=<seed> HUTCH_FUZZ_ONLY=<n,m>`` replays only connections n and m of that run
 (a failure names them), one at a time.
@@ -394,7 +396,12 @@ def connection_inputs(fuzz: Any, index: int) -> tuple[bytes, int]:
 async def test_frame_fuzzer(hutch_broker, fuzz, tracebacks, tmp_path):
     stop, report = tmp_path / "stop", tmp_path / "canary.json"
     canary = await asyncio.create_subprocess_exec(
-        sys.executable, str(CANARY), str(hutch_broker.amqp_port), str(stop), str(report)
+        sys.executable,
+        str(CANARY),
+        str(hutch_broker.amqp_port),
+        str(stop),
+        str(report),
+        str(hutch_broker.pid),
     )
     codes: Counter[int | None] = Counter()
     internal: list[str] = []
@@ -444,12 +451,12 @@ async def test_frame_fuzzer(hutch_broker, fuzz, tracebacks, tmp_path):
     assert found == [], "\n\n".join(found[:3])
     assert canary_report["errors"] == []
     assert canary_report["round_trips"] > 100
-    worst = canary_report["worst"][0] if canary_report["worst"] else (0, 0)
+    _, round_trip_ms, began = canary_report["worst"][0] if canary_report["worst"] else (0, 0, 0)
     suspects = [
         n
         for opened, closed, n in spans
-        if opened <= worst[1] + worst[0] / 1000 and closed >= worst[1]
+        if opened <= began + round_trip_ms / 1000 and closed >= began
     ]
-    assert canary_report["max_ms"] <= MAX_STALL_MS, (
+    assert canary_report["stall_max_ms"] <= MAX_STALL_MS, (
         f"{canary_report}; fuzz connections open during the worst stall: {suspects}"
     )
