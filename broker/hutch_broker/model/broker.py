@@ -22,7 +22,7 @@ from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors, identity
 
 if TYPE_CHECKING:
-    from hutch_broker.store import MessageStore
+    from hutch_broker.model.storage import LogStore
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Broker:
         *,
         cluster_name: str = "hutch@localhost",
         clock: Callable[[], int] | None = None,
-        paging_store: MessageStore | None = None,
+        paging_store: LogStore | None = None,
     ) -> None:
         """``paging_store`` is where bodies go under memory pressure (none: never paged)."""
         self.cluster_name = cluster_name

@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
-from hutch_broker.store import StoreError
+from hutch_broker.store.errors import StoreError
 
 if TYPE_CHECKING:
-    from hutch_broker.store import MessageStore, QueueStore
+    from hutch_broker.model.storage import LogStore, QueueLog
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +38,16 @@ KEEP_BYTES: Final = 4 * 1024 * 1024  # ... and no more than this many body bytes
 
 
 class Pager:
-    def __init__(self, store: MessageStore | None = None) -> None:
+    def __init__(self, store: LogStore | None = None) -> None:
         self.store = store
         self.active = False
-        self._queues: dict[tuple[str, str], QueueStore] = {}
+        self._queues: dict[tuple[str, str], QueueLog] = {}
 
     @property
     def enabled(self) -> bool:
         return self.active and self.store is not None
 
-    def queue_store(self, vhost: str, queue: str) -> QueueStore:
+    def queue_store(self, vhost: str, queue: str) -> QueueLog:
         key = (vhost, queue)
         found = self._queues.get(key)
         if found is None:
@@ -66,7 +66,7 @@ class Pager:
             self.store.sync()
 
 
-def read_body(store: QueueStore, msg_id: int, vhost: str, queue: str) -> bytes | None:
+def read_body(store: QueueLog, msg_id: int, vhost: str, queue: str) -> bytes | None:
     """The stored body of ``msg_id``, or None (with an ERROR line) when it cannot be read."""
     try:
         return store.read(msg_id).body

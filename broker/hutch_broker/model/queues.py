@@ -25,7 +25,7 @@ from hutch_broker.model.messages import Entry, Message
 from hutch_broker.protocol import properties
 
 if TYPE_CHECKING:
-    from hutch_broker.store import QueueStore
+    from hutch_broker.model.storage import QueueLog
 
 
 class DeliveryTarget(Protocol):
@@ -110,7 +110,7 @@ class Queue:
         self.policy: Any = None
         self.operator_policy: Any = None
         self.settings = self._own_settings(settings_mod.effective(self.arguments, None, None))
-        self.store: QueueStore | None = None
+        self.store: QueueLog | None = None
         self.pager: paging.Pager | None = None
         self.may_expire = False  # set once any entry has an expiry: skips head checks until then
         self.on_dead_letter: DeadLetterHook | None = None

@@ -40,10 +40,11 @@ from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.streamindex import SegmentIndex, SegmentInfo
 from hutch_broker.protocol import rewrite
-from hutch_broker.store import StoreError, records, segments
+from hutch_broker.store import records
+from hutch_broker.store.errors import StoreError
 
 if TYPE_CHECKING:
-    from hutch_broker.store import StoredMessage
+    from hutch_broker.store.records import StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class StreamQueue(queues.Queue):
         return queues.PUBLISH_SYNC
 
     def _appended(self, msg_id: int, size: int, now_ms: int) -> None:
-        number = segments.split_msg_id(msg_id)[0]
+        number = records.split_msg_id(msg_id)[0]
         rotated = bool(self.index.segments) and self.index.segments[-1].number != number
         offset = self.index.add(number, msg_id, size, now_ms)
         self.ready_count += 1
@@ -361,7 +362,7 @@ class StreamQueue(queues.Queue):
             cursor.offset, cursor.msg_id = following.first_offset, None  # a gap recovery left
             segment = following
         msg_id = cursor.msg_id
-        if msg_id is not None and segments.split_msg_id(msg_id)[0] != segment.number:
+        if msg_id is not None and records.split_msg_id(msg_id)[0] != segment.number:
             msg_id = None  # the store started a new segment after the one the cursor was in
         if msg_id is None:
             if cursor.offset == segment.first_offset:
@@ -438,7 +439,7 @@ class StreamQueue(queues.Queue):
         message, msg_id = entry.message, entry.store_id
         if msg_id is None:
             return
-        number = segments.split_msg_id(msg_id)[0]
+        number = records.split_msg_id(msg_id)[0]
         size = _record_size(
             message.exchange, message.routing_key, message.raw_properties, body_size or 0
         )

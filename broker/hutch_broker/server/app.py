@@ -37,7 +37,7 @@ from hutch_broker.protocol import errors, identity
 from hutch_broker.server import tlsreload
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
-from hutch_broker.store import DefinitionsStore, MessageStore, StoreError
+from hutch_broker.store import DefinitionsStore, MessageStore, QueueStore, StoreError
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -148,17 +148,16 @@ class BrokerServer:
                 if not queue.durable:
                     continue
                 live.add((vhost.name, queue.name))
-                self._attach_store(queue)
-                self._restore(queue, now_ms)
+                self._restore(queue, self._attach_store(queue), now_ms)
         self.store.set_aside_unclaimed(live)  # quarantined with an ERROR line, never deleted
 
-    def _attach_store(self, queue: Queue) -> None:
-        queue.store = self.store.open_queue(queue.vhost, queue.name)
+    def _attach_store(self, queue: Queue) -> QueueStore:
+        queue.store = handle = self.store.open_queue(queue.vhost, queue.name)
+        return handle
 
-    def _restore(self, queue: Queue, now_ms: int) -> None:
-        assert queue.store is not None  # noqa: S101
+    def _restore(self, queue: Queue, handle: QueueStore, now_ms: int) -> None:
         count = 0
-        for stored in queue.store.recover():  # no bodies: read back at the head (_page_in)
+        for stored in handle.recover():  # no bodies: read back at the head (_page_in)
             message = Message(
                 stored.exchange, stored.routing_key, stored.raw_properties, b"", persistent=True
             )

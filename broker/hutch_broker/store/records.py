@@ -118,6 +118,9 @@ _CRC_SIZE = 4
 _NAME_LENGTH = struct.Struct("<I")
 
 HEADER_SIZE = _HEADER.size
+# A msg id is (segment number, byte offset in the segment): an offset fits 32 bits.
+OFFSET_BITS = 32
+OFFSET_MASK = (1 << OFFSET_BITS) - 1
 ACK_RECORD_SIZE = _ACK.size
 
 Buffer = bytes | bytearray | memoryview
@@ -298,6 +301,15 @@ def _crc_ok(data: Buffer, start: int, end: int, crc: int) -> bool:
 def record_seed(salt: int, offset: int) -> int:
     """Where the CRC of the record at ``offset`` of a segment with this salt starts."""
     return zlib.crc32(_SEED.pack(salt, offset))
+
+
+def msg_id_of(number: int, offset: int) -> int:
+    return (number << OFFSET_BITS) | offset
+
+
+def split_msg_id(msg_id: int) -> tuple[int, int]:
+    """(segment number, offset): a stream's index, in the model, keys its segments by number."""
+    return msg_id >> OFFSET_BITS, msg_id & OFFSET_MASK
 
 
 def encode_name(name: str, *, what: str) -> bytes:

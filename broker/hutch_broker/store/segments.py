@@ -26,8 +26,11 @@ FLUSH_THRESHOLD = 1024 * 1024
 SEGMENT_PREFIX = "msgs."
 ACK_PREFIX = "acks."
 TOMBSTONE_SUFFIX = ".deleted"
-OFFSET_BITS = 32
-OFFSET_MASK = (1 << OFFSET_BITS) - 1
+# A msg id's layout (segment number, offset) is part of the record format: records.py.
+OFFSET_BITS = records.OFFSET_BITS
+OFFSET_MASK = records.OFFSET_MASK
+msg_id_of = records.msg_id_of
+split_msg_id = records.split_msg_id
 
 
 def segment_name(number: int) -> str:
@@ -55,14 +58,6 @@ def parse_number(name: str, prefix: str) -> int | None:
     if digits == name or len(digits) != 10 or not digits.isdigit():
         return None
     return int(digits)
-
-
-def msg_id_of(number: int, offset: int) -> int:
-    return (number << OFFSET_BITS) | offset
-
-
-def split_msg_id(msg_id: int) -> tuple[int, int]:
-    return msg_id >> OFFSET_BITS, msg_id & OFFSET_MASK
 
 
 class Segment:
