@@ -220,6 +220,10 @@ class Channel:
                 return taken
             if tag not in unacked:
                 raise errors.precondition_failed(f"unknown delivery tag {tag}")
+            if tag == self.next_delivery_tag - 1:  # the newest: all of them, without a loop
+                taken = list(unacked.values())
+                unacked.clear()
+                return taken
             taken = []
             while True:
                 first, delivery = unacked.popitem(last=False)
@@ -232,18 +236,26 @@ class Channel:
         return [found]
 
     def settle(self, tag: int, multiple: bool, now_ms: int) -> None:
-        touched: set[Queue] = set()
+        """basic.ack: one pass over the deliveries it names (``_release`` folded in)."""
         taken = self.take_unacked(tag, multiple)
-        resume = self._release(taken)
+        session = self.session
+        over = session.held_bytes >= session.held_budget
+        touched: set[Queue] = set()
+        last = None
+        freed = 0
         for queue, entry, consumer in taken:
+            freed += len(entry.message.body)
             queue.settle(entry)
             if consumer is not None:
                 consumer.unacked -= 1
-            touched.add(queue)
-        self.session.context.stats.acks += len(taken)
+            if queue is not last:
+                touched.add(queue)
+                last = queue
+        session.held_bytes -= freed
+        session.context.stats.acks += len(taken)
         self._drain(touched, now_ms)
-        if resume:
-            self.session.resume_deliveries(now_ms)
+        if over and session.held_bytes < session.held_budget:
+            session.resume_deliveries(now_ms)
 
     def reject(self, tag: int, multiple: bool, requeue: bool, now_ms: int) -> None:
         taken = self.take_unacked(tag, multiple)
