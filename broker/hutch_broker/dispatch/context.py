@@ -153,6 +153,8 @@ class Context:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         request_flush: Callable[[], None] = lambda: None,
+        alarms: AlarmState | None = None,
+        stamp_message_id: bool = False,
     ) -> None:
         self.broker = broker
         self.clock = clock
@@ -162,7 +164,7 @@ class Context:
         self.commits = GroupCommit(request_flush)
         broker.streams.commits = self.commits  # streams deliver what this made durable
         self.stats = Stats()
-        self.alarms: AlarmState = _NoAlarms()
+        self.alarms: AlarmState = alarms if alarms is not None else _NoAlarms()
         self.channel_count = 0
         self.flow = FlowControl()
         self.replies = ReplyConsumers()  # direct reply-to (amq.rabbitmq.reply-to)
@@ -174,7 +176,7 @@ class Context:
         self.delivery_totals = memory.DeliveryTotals()  # kept by the server's connections
         # Opt-in (``stamp_message_id = true``; RabbitMQ stamps nothing): a message_id on
         # publishes that carry none, unique across restarts: a random boot prefix plus a counter.
-        self.stamp_message_id = False
+        self.stamp_message_id = stamp_message_id
         self._message_ids = itertools.count(1)
         self._boot_id = os.urandom(6).hex()
 

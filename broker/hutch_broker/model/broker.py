@@ -11,13 +11,12 @@ from __future__ import annotations
 import base64
 import logging
 import secrets
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from hutch_broker.model import access, budgets, changes, limits, paging, streams
 from hutch_broker.model import policies as policies_mod
 from hutch_broker.model.changes import Change
-from hutch_broker.model.queues import Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors, identity
 
@@ -44,11 +43,16 @@ class Broker:
         cluster_name: str = "hutch@localhost",
         clock: Callable[[], int] | None = None,
         paging_store: LogStore | None = None,
+        message_logs: LogStore | None = None,
+        loopback_users: Iterable[str] = ("guest",),
     ) -> None:
-        """``paging_store`` is where bodies go under memory pressure (none: never paged)."""
+        """``paging_store`` is where bodies go under memory pressure (none: never paged);
+        ``message_logs`` where durable queues keep their messages (none: in memory only);
+        ``loopback_users`` may connect only from localhost, as RabbitMQ's setting says."""
         self.cluster_name = cluster_name
         self.clock = clock
         self.pager = paging.Pager(paging_store)
+        self.message_logs = message_logs
         # Where vhosts defer routing that does not fit in a loop turn: wired by dispatch.
         self.scheduler = budgets.Scheduler()
         # What stream queues borrow from dispatch: its group commit and this scheduler.
@@ -60,11 +64,10 @@ class Broker:
         self.topic_permissions: dict[tuple[str, str, str], access.TopicPermission] = {}
         # Runtime parameters outside any vhost (``/api/global-parameters``), JSON values.
         self.global_parameters: dict[str, Any] = {}
-        self.loopback_users: list[str] = ["guest"]
-        # Wired by the server: persistence of definitions and durable queues.
+        self.loopback_users = list(loopback_users)
+        # Set by the server once recovery has imported what is on disk: from then on every
+        # durable definition change is journalled (recovery's own import must not be).
         self.on_definitions_changed: changes.ChangeListener = changes.ignore
-        self.on_queue_created: Callable[[Queue], None] = lambda queue: None
-        self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
 
     # -- bootstrap ----------------------------------------------------
 
@@ -104,15 +107,13 @@ class Broker:
             description=description,
             tags=tags or [],
             default_queue_type=default_queue_type or "classic",
+            on_definitions_changed=self._definitions_changed,
+            pager=self.pager,
+            message_logs=self.message_logs,
+            backlog=budgets.Backlog(self.scheduler),
+            streams_hooks=self.streams,
+            clock=self.clock,
         )
-        vhost.on_definitions_changed = self._definitions_changed
-        vhost.on_queue_created = self._queue_created
-        vhost.on_queue_deleted = self._queue_deleted
-        if self.clock is not None:
-            vhost.clock = self.clock
-        vhost.pager = self.pager
-        vhost.backlog = budgets.Backlog(self.scheduler)
-        vhost.streams = self.streams
         self.vhosts[name] = vhost
         self._definitions_changed(Change("vhosts", changes.vhost_item(vhost)))
         return vhost, True
@@ -311,12 +312,6 @@ class Broker:
 
     def _definitions_changed(self, change: Change | None = None, /) -> None:
         self.on_definitions_changed(change)
-
-    def _queue_created(self, queue: Queue) -> None:
-        self.on_queue_created(queue)
-
-    def _queue_deleted(self, queue: Queue) -> None:
-        self.on_queue_deleted(queue)
 
     # -- definitions --------------------------------------------------
 

@@ -85,7 +85,13 @@ PUBLISH_REJECTED = 2  # refused by overflow=reject-publish*; nack under confirms
 
 
 class Queue:
-    """A classic queue; ``vhost`` and the store handle are wired by the vhost."""
+    """A classic queue, complete when constructed: the vhost passes its log and hooks in.
+
+    ``store``: the durable queue's message log (None: nothing is written); ``pager``: where
+    bodies go under memory pressure; ``on_dead_letter``: the vhost's republish;
+    ``declared_via``: "amqp" or "http" (the equivalence rules of the declare that made it);
+    ``last_used_ms``: the declare's time, where an ``x-expires`` lease starts.
+    """
 
     def __init__(
         self,
@@ -96,6 +102,11 @@ class Queue:
         exclusive_owner: object | None = None,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
+        store: QueueLog | None = None,
+        pager: paging.Pager | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
+        declared_via: str = "amqp",
+        last_used_ms: int = 0,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -106,14 +117,14 @@ class Queue:
         self.quorum = quorum.is_quorum(self.arguments)  # one replica: model/quorum.py
         # "amqp" or "http": the management API accepts a few argument spellings AMQP refuses,
         # and redeclare equivalence is judged by the rules of the way it was declared.
-        self.declared_via = "amqp"
+        self.declared_via = declared_via
         self.policy: Any = None
         self.operator_policy: Any = None
         self.settings = self._own_settings(settings_mod.effective(self.arguments, None, None))
-        self.store: QueueLog | None = None
-        self.pager: paging.Pager | None = None
+        self.store = store
+        self.pager = pager
         self.may_expire = False  # set once any entry has an expiry: skips head checks until then
-        self.on_dead_letter: DeadLetterHook | None = None
+        self.on_dead_letter = on_dead_letter
         self.incoming: dict[int, Any] = {}  # bindings that target this queue
         max_priority = self.arguments.get("x-max-priority")
         self._ready = ready.for_arguments(max_priority if isinstance(max_priority, int) else None)
@@ -126,7 +137,7 @@ class Queue:
             single_active=self.arguments.get("x-single-active-consumer") is True
         )
         self.deleted = False
-        self.last_used_ms = 0
+        self.last_used_ms = last_used_ms
         self.stats_publish = 0
         self.stats_deliver = 0
         self.stats_ack = 0

@@ -91,7 +91,7 @@ class Cursor:
 
 
 class StreamQueue(queues.Queue):
-    """An ``x-queue-type: stream`` queue; ``store`` is attached by the server (always durable)."""
+    """An ``x-queue-type: stream`` queue: always durable, so its vhost passes it a ``store``."""
 
     def __init__(self, name: str, *, hooks: StreamHooks | None = None, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)

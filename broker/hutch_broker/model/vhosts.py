@@ -17,7 +17,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from hutch_broker.model import arguments as args_mod
 from hutch_broker.model import (
@@ -39,6 +39,9 @@ from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.policymatch import PolicyMatch
 from hutch_broker.model.queues import Queue
 from hutch_broker.protocol import errors
+
+if TYPE_CHECKING:
+    from hutch_broker.model.storage import LogStore
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,21 @@ def generated_queue_name() -> str:
     return f"amq.gen-{token}"
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class VirtualHost:
+    """One vhost, complete when constructed: the broker passes in what it shares with it.
+
+    ``on_definitions_changed``: told of every durable definition change (the server journals
+    it); ``clock``: the time of declares that give none (None: the wall clock); ``pager``: the
+    paging of bodies under memory pressure; ``message_logs``: where durable queues keep their
+    messages (None: in memory only, as in model tests); ``backlog`` and ``streams_hooks``: the
+    broker's scheduler of deferred routing and what stream queues borrow from dispatch (alone,
+    a vhost runs both at once).
+    """
+
     def __init__(
         self,
         name: str,
@@ -70,6 +87,12 @@ class VirtualHost:
         description: str = "",
         tags: Iterable[str] = (),
         default_queue_type: str = "classic",
+        on_definitions_changed: changes.ChangeListener = changes.ignore,
+        clock: Callable[[], int] | None = None,
+        pager: paging.Pager | None = None,
+        message_logs: LogStore | None = None,
+        backlog: budgets.Backlog | None = None,
+        streams_hooks: streams.StreamHooks | None = None,
     ) -> None:
         self.name = name
         self.description = description
@@ -84,17 +107,17 @@ class VirtualHost:
         self.policy_changes: deque[policychanges.PolicyChange] = deque()
         # An import in progress: policies are stored but matched once, at the end (resume).
         self.policies_paused = False
-        # Wired by the broker: called when a durable definition changes (with what
-        # changed), when a queue is created (store attach) or deleted (store cleanup).
-        self.on_definitions_changed: changes.ChangeListener = changes.ignore
-        self.on_queue_created: Callable[[Queue], None] = lambda queue: None
-        self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
-        self.clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000
-        self.pager: paging.Pager | None = None
-        # Dead letters waiting for a later loop turn (model/budgets.py); the broker wires
-        # its scheduler, alone a vhost routes them at once.
-        self.backlog = budgets.Backlog()
-        self.streams = streams.StreamHooks(self.backlog.scheduler)  # the broker's, once wired
+        self.on_definitions_changed = on_definitions_changed
+        self.clock = clock or _wall_clock_ms
+        self.pager = pager
+        self.message_logs = message_logs
+        # Dead letters waiting for a later loop turn (model/budgets.py).
+        self.backlog = backlog if backlog is not None else budgets.Backlog()
+        self.streams = (
+            streams_hooks
+            if streams_hooks is not None
+            else streams.StreamHooks(self.backlog.scheduler)
+        )
         self.default_exchange = make_exchange("", "direct", durable=True, vhost=name)
         for exchange_name, kind, internal in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = make_exchange(
@@ -284,25 +307,29 @@ class VirtualHost:
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
                 "is reached"
             )
-        kind = streams.StreamQueue if stream else Queue
-        queue = kind(
-            name,
-            vhost=self.name,
-            durable=durable,
-            exclusive_owner=exclusive_owner,
-            auto_delete=auto_delete,
-            arguments=arguments,
+        store = None
+        if durable and self.message_logs is not None:
+            store = self.message_logs.open_queue(self.name, name)
+        common: dict[str, Any] = {
+            "vhost": self.name,
+            "durable": durable,
+            "exclusive_owner": exclusive_owner,
+            "auto_delete": auto_delete,
+            "arguments": arguments,
+            "store": store,
+            "pager": self.pager,
+            "on_dead_letter": self.dead_letter,
+            "declared_via": source,
+            "last_used_ms": now_ms,
+        }
+        queue = (
+            streams.StreamQueue(name, hooks=self.streams, **common)
+            if stream
+            else Queue(name, **common)
         )
-        if isinstance(queue, streams.StreamQueue):
-            queue.hooks = self.streams
-        queue.declared_via = source
-        queue.last_used_ms = now_ms
-        queue.on_dead_letter = self.dead_letter
-        queue.pager = self.pager
         self.queues[name] = queue
         self._apply_queue_policy(queue, matched)
         self._include_in_policy_changes(queue)
-        self.on_queue_created(queue)
         self._queue_changed(queue)
         return queue, True
 
@@ -393,9 +420,17 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             queue.remove_consumer(consumer)
             consumer.channel.cancelled_by_broker(consumer)
-        self.on_queue_deleted(queue)
+        self._drop_logs(queue)
         self._queue_changed(queue, deleted=True)
         return count
+
+    def _drop_logs(self, queue: Queue) -> None:
+        """A deleted queue's paged bodies and durable log go with it."""
+        if self.pager is not None:
+            self.pager.forget(self.name, queue.name)
+        if queue.store is not None and self.message_logs is not None:
+            queue.store = None
+            self.message_logs.delete_queue(self.name, queue.name)
 
     # -- bindings -----------------------------------------------------
 

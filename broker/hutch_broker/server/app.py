@@ -67,9 +67,9 @@ class BrokerServer:
             cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}",
             clock=wall_clock_ms,
             paging_store=self.paging_store,
+            message_logs=self.store,
+            loopback_users=config.loopback_users,
         )
-        self.context = Context(self.broker, clock=wall_clock_ms, request_flush=self.request_flush)
-        self.broker.loopback_users = list(config.loopback_users)
         self.connections: set[AMQPConnection] = set()
         self.resources = ResourceMonitor(
             watermark=memory.Watermark(
@@ -81,8 +81,13 @@ class BrokerServer:
             on_clear=self._alarm_cleared,
             on_paging=self.broker.set_paging,
         )
-        self.context.alarms = self.resources
-        self.context.stamp_message_id = config.stamp_message_id
+        self.context = Context(
+            self.broker,
+            clock=wall_clock_ms,
+            request_flush=self.request_flush,
+            alarms=self.resources,
+            stamp_message_id=config.stamp_message_id,
+        )
         self._flush_scheduled = False
         self._definitions_dirty = False
         self._snapshot_due = False  # a change came without saying what: write everything
@@ -113,9 +118,7 @@ class BrokerServer:
                 stored, source="amqp", set_aside=self._set_aside_definition
             )
         self._recover_messages()
-        self.broker.on_definitions_changed = self._definitions_changed
-        self.broker.on_queue_created = self._queue_created
-        self.broker.on_queue_deleted = self._queue_deleted
+        self.broker.on_definitions_changed = self._definitions_changed  # journal from now on
         self._compact_definitions()  # start from a fresh snapshot and an empty journal
 
     def _set_aside_definition(self, kind: str, item: dict[str, Any], reason: str) -> None:
@@ -148,12 +151,9 @@ class BrokerServer:
                 if not queue.durable:
                     continue
                 live.add((vhost.name, queue.name))
-                self._restore(queue, self._attach_store(queue), now_ms)
+                # The queue's log, opened by its declare: the same object while it is open.
+                self._restore(queue, self.store.open_queue(vhost.name, queue.name), now_ms)
         self.store.set_aside_unclaimed(live)  # quarantined with an ERROR line, never deleted
-
-    def _attach_store(self, queue: Queue) -> QueueStore:
-        queue.store = handle = self.store.open_queue(queue.vhost, queue.name)
-        return handle
 
     def _restore(self, queue: Queue, handle: QueueStore, now_ms: int) -> None:
         count = 0
@@ -188,16 +188,6 @@ class BrokerServer:
         self._changes_made += 1
         self._definitions_dirty = True
         self.request_flush()
-
-    def _queue_created(self, queue: Queue) -> None:
-        if queue.durable:
-            self._attach_store(queue)
-
-    def _queue_deleted(self, queue: Queue) -> None:
-        self.broker.pager.forget(queue.vhost, queue.name)
-        if queue.store is not None:
-            queue.store = None
-            self.store.delete_queue(queue.vhost, queue.name)
 
     def _save_definitions(self) -> bool:
         """The tick's changes to disk: O(changes) and one fdatasync, and then the waiters.

@@ -19,6 +19,7 @@ from typing import Any
 import hutch_broker.store
 import pytest
 from hutch_broker.model import storage
+from hutch_broker.model.broker import Broker
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import PUBLISH_SYNC, Queue
 from hutch_broker.protocol import properties
@@ -97,8 +98,7 @@ def test_an_in_memory_log_has_every_method_of_the_queue_log_protocol() -> None:
 
 def test_a_durable_queue_keeps_persistent_messages_in_any_queue_log() -> None:
     log = MemoryLog()
-    queue = Queue("q", durable=True)
-    queue.store = log
+    queue = Queue("q", durable=True, store=log)
     persistent = properties.encode_properties(delivery_mode=2)
     assert queue.publish(Message("", "q", persistent, b"a", persistent=True), 5) == PUBLISH_SYNC
     assert [(r.body, r.enqueued_at_ms) for r in log.records.values()] == [(b"a", 5)]
@@ -106,6 +106,51 @@ def test_a_durable_queue_keeps_persistent_messages_in_any_queue_log() -> None:
     assert entry is not None
     queue.settle(entry)
     assert log.records == {}
+
+
+class MemoryLogs:
+    """A ``LogStore`` of in-memory logs, recording what the model opens and deletes."""
+
+    def __init__(self) -> None:
+        self.logs: dict[tuple[str, str], MemoryLog] = {}
+        self.deleted: list[tuple[str, str]] = []
+
+    def open_queue(self, vhost: str, queue: str) -> MemoryLog:
+        return self.logs.setdefault((vhost, queue), MemoryLog())
+
+    def delete_queue(self, vhost: str, queue: str) -> None:
+        self.logs.pop((vhost, queue), None)
+        self.deleted.append((vhost, queue))
+
+    def sync(self) -> None:
+        pass
+
+
+def test_a_durable_queue_is_declared_with_its_log_and_deleted_with_it() -> None:
+    """The log is a constructor argument: no queue exists, even briefly, without it."""
+    logs = MemoryLogs()
+    broker = Broker(message_logs=logs, loopback_users=[])
+    vhost, _ = broker.add_vhost("v")
+    durable, _ = vhost.declare_queue("d", durable=True, now_ms=0)
+    stream, _ = vhost.declare_queue(
+        "s", durable=True, arguments={"x-queue-type": "stream"}, now_ms=0
+    )
+    transient, _ = vhost.declare_queue("t", now_ms=0)
+    assert durable.store is logs.logs[("v", "d")] and stream.store is logs.logs[("v", "s")]
+    assert transient.store is None and set(logs.logs) == {("v", "d"), ("v", "s")}
+    assert broker.loopback_users == []
+    vhost.delete_queue("t")
+    vhost.delete_queue("d")
+    assert logs.deleted == [("v", "d")] and durable.store is None
+
+
+def test_a_vhost_of_a_broker_shares_its_clock_pager_and_scheduler_from_construction() -> None:
+    broker = Broker(clock=lambda: 42)
+    vhost, _ = broker.add_vhost("v")
+    queue, _ = vhost.declare_queue("q", arguments={"x-expires": 1000})
+    assert vhost.clock() == 42 and queue.last_used_ms == 42
+    assert vhost.pager is broker.pager and queue.pager is broker.pager
+    assert vhost.backlog.scheduler is broker.scheduler and vhost.streams is broker.streams
 
 
 def test_the_import_contract_forbids_every_store_module_but_the_format_and_the_errors() -> None:
