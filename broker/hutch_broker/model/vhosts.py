@@ -27,6 +27,7 @@ from hutch_broker.model import (
     limits,
     paging,
     policychanges,
+    queuedeclares,
     quorum,
     routing,
     streamargs,
@@ -249,9 +250,13 @@ class VirtualHost:
     ) -> tuple[Queue, bool]:
         """Create or check a queue; returns (queue, created) (Q-1..Q-3).
 
+        Its steps: the type (``default_type``), then either the equivalence check against the
+        queue it meets or the new queue's checks (both pure, in ``queuedeclares``), the
+        vhost's max-queues, the creation with its log and the journal record, and policies.
+
         ``default_type``: a client's declare (AMQP, HTTP PUT) without ``x-queue-type`` takes
-        the vhost's default queue type, as RabbitMQ 4.x does (``_typed``); definitions imports
-        and recovery keep what was written.
+        the vhost's default queue type, as RabbitMQ 4.x does (``queuedeclares.typed_arguments``);
+        definitions imports and recovery keep what was written.
 
         The declare counts as a use (EXP-1): a queue with ``x-expires`` starts its lease now,
         the vhost's clock when no time is given (a definitions import), never at 0.
@@ -268,45 +273,60 @@ class VirtualHost:
             name = matched.name if matched is not None else generated_queue_name()
         existing = self.queues.get(name)
         if default_type:
-            arguments = self._typed(
-                arguments, existing, durable=durable, exclusive=exclusive_owner is not None,
-                auto_delete=auto_delete, generated=generated,
+            arguments = queuedeclares.typed_arguments(
+                self.default_queue_type, arguments, existing, durable=durable,
+                exclusive=exclusive_owner is not None, auto_delete=auto_delete,
+                generated=generated,
             )  # fmt: skip
         if existing is not None:
-            self.check_exclusive(existing, exclusive_owner)
-            args_mod.check_flag("durable", "queue", name, self.name, durable, existing.durable)
-            args_mod.check_flag(
-                "auto_delete", "queue", name, self.name, auto_delete, existing.auto_delete
-            )
-            args_mod.check_queue_equivalence(
-                name,
-                self.name,
-                existing.arguments,
-                arguments,
-                current_source=existing.declared_via,
-            )
+            queuedeclares.check_equivalent(
+                self.name, existing, exclusive_owner=exclusive_owner, durable=durable,
+                auto_delete=auto_delete, arguments=arguments,
+            )  # fmt: skip
             existing.last_used_ms = now_ms
             return existing, False
-        if name.startswith("amq.") and not generated:
-            raise errors.access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-        args_mod.validate_queue_arguments(name, self.name, arguments)
-        stream = streamargs.is_stream(arguments)
-        if stream or quorum.is_quorum(arguments):
-            args_mod.check_replicated_properties(
-                streamargs.TYPE_MODULE if stream else quorum.TYPE_MODULE,
-                name,
-                self.name,
-                durable=durable,
-                exclusive=exclusive_owner is not None,
-                auto_delete=auto_delete,
-                generated=generated,
-            )
+        stream = queuedeclares.check_new(
+            self.name, name, arguments, durable=durable, exclusive=exclusive_owner is not None,
+            auto_delete=auto_delete, generated=generated,
+        )  # fmt: skip
+        if check_limits:
+            self._check_queue_limit(name)
+        queue = self._create_queue(
+            name, stream=stream, durable=durable, exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete, arguments=arguments, source=source, now_ms=now_ms,
+        )  # fmt: skip
+        self._place_under_policies(queue, matched)
+        self._queue_changed(queue)
+        return queue, True
+
+    def _check_queue_limit(self, name: str) -> None:
+        """The vhost's max-queues (model/limits.py): a client's declare of a new queue only;
+        an import or recovery passes ``check_limits=False``, so a limit set later never
+        refuses a queue that exists on disk."""
         limit = limits.reached(self.limits, "max-queues", len(self.queues))
-        if check_limits and limit is not None:
+        if limit is not None:
             raise errors.precondition_failed(
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
                 "is reached"
             )
+
+    def _create_queue(
+        self,
+        name: str,
+        *,
+        stream: bool,
+        durable: bool,
+        exclusive_owner: object | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        source: str,
+        now_ms: int,
+    ) -> Queue:
+        """A valid new queue, complete at construction and registered in the vhost.
+
+        A durable queue's log is opened first (``message_logs``), so no queue exists without
+        the log its persistent messages go to; a failure to open it leaves the vhost as it was.
+        """
         store = None
         if durable and self.message_logs is not None:
             store = self.message_logs.open_queue(self.name, name)
@@ -328,38 +348,14 @@ class VirtualHost:
             else Queue(name, **common)
         )
         self.queues[name] = queue
+        return queue
+
+    def _place_under_policies(self, queue: Queue, matched: PolicyMatch | None) -> None:
+        """A new queue takes its policies now (the match found in slices beforehand, when it
+        is still current) and joins the policy changes in flight, which re-evaluate it when
+        they are installed (POL-7)."""
         self._apply_queue_policy(queue, matched)
         self._include_in_policy_changes(queue)
-        self._queue_changed(queue)
-        return queue, True
-
-    def _typed(
-        self,
-        arguments: dict[str, Any],
-        existing: Queue | None,
-        *,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        generated: bool,
-    ) -> dict[str, Any]:
-        """A declare's arguments with the vhost's default queue type where the client named none.
-
-        RabbitMQ 4.x: a new queue gets the default type when its properties suit it (quorum
-        and stream alike: durable, shared, not auto-delete; here also client-named, as both
-        types refuse a server-named queue), otherwise stays classic. A redeclare without a type
-        is of the type the queue has, so changing the default never makes an existing
-        application's declare inequivalent.
-        """
-        if "x-queue-type" in arguments or self.default_queue_type in ("classic", "undefined"):
-            return arguments
-        if existing is not None:
-            kept = existing.arguments.get("x-queue-type")
-            return arguments if kept is None else {**arguments, "x-queue-type": kept}
-        suits = durable and not exclusive and not auto_delete and not generated
-        if self.default_queue_type in (quorum.QUEUE_TYPE, streamargs.QUEUE_TYPE) and suits:
-            return {**arguments, "x-queue-type": self.default_queue_type}
-        return arguments
 
     def update_queue_limits(self, name: str, limits: dict[str, Any]) -> Queue:
         """Replace a live queue's limit arguments, keeping its messages (Hutch extension).
@@ -393,12 +389,7 @@ class VirtualHost:
             self.on_definitions_changed(Change("queues", item, deleted=deleted))
 
     def check_exclusive(self, queue: Queue, owner: object | None) -> None:
-        if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
-            raise errors.resource_locked(
-                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
-                f"'{self.name}'. It could be originally declared on another connection or "
-                "the exclusive property value does not match that of the original declaration."
-            )
+        queuedeclares.check_exclusive(self.name, queue, owner)
 
     def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
         """Delete a queue; returns its ready message count. Missing is OK."""
@@ -596,8 +587,8 @@ class VirtualHost:
         generated = not name
         arguments = dict(arguments or {})
         if default_type:
-            arguments = self._typed(
-                arguments, None, durable=durable, exclusive=exclusive,
+            arguments = queuedeclares.typed_arguments(
+                self.default_queue_type, arguments, None, durable=durable, exclusive=exclusive,
                 auto_delete=auto_delete, generated=generated,
             )  # fmt: skip
         kind = policies_mod.queue_kind(quorum.is_quorum(arguments), streamargs.is_stream(arguments))
