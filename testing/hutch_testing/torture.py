@@ -14,7 +14,12 @@ consumer pattern:
 - ``overflow``: max-length 50, drop-head, dead-lettering what it drops;
 - ``quorum``: a quorum queue with delivery-limit 1 whose consumer always nacks with requeue,
   so each message is re-written once (its delivery count) and then dead-lettered;
-- ``fan.a``, ``fan.b``, ``fan.c``: a fanout exchange into three queues, one consumed.
+- ``fan.a``, ``fan.b``, ``fan.c``: a fanout exchange into three queues, one consumed;
+- ``stream``, ``stream.ret``: stream queues (the second with retention over small segments)
+  read by consumers at random offsets (``first``, ``next``, numeric, timestamp) that ack as
+  they go and close their channels; checked by offset after each restart
+  (``torture_streams``: every confirmed message at its offset, offsets dense and never reused,
+  retention by whole segments only).
 
 Every dead-lettering is a move between two queue logs (the copy appended in one, the
 original acked in the other), so four patterns exercise the group commit's ordering.
@@ -52,7 +57,8 @@ import aio_pika
 from aio_pika.abc import AbstractConnection
 from hutch_demo import processes
 
-from hutch_testing import brokers, clients
+from hutch_testing import brokers, clients, torture_streams
+from hutch_testing.torture_streams import STREAMS
 
 CONSUMED = ("ack1", "batch", "chclose", "connclose", "nack", "quorum")
 QUEUES = ("none", *CONSUMED, "ttl", "ring", "overflow", "fan.a", "fan.b", "fan.c")
@@ -91,6 +97,7 @@ class Ledger:
     first_confirm_s: float | None = None  # after ``began``
     killed_s: float | None = None
     any_confirm: asyncio.Event = field(default_factory=asyncio.Event)
+    streams: torture_streams.Seen = field(default_factory=torture_streams.Seen)
 
     def confirm(self, queues: tuple[str, ...], message_id: str) -> None:
         for queue in queues:
@@ -118,6 +125,12 @@ class CycleResult:
     restart_s: float
     first_confirm_s: float | None
     killed_s: float | None
+    stream_confirmed: int = 0
+    stream_read: int = 0  # deliveries to stream readers during the cycle
+    stream_sessions: int = 0
+    stream_held: int = 0  # messages in both streams after the restart
+    stream_dropped: int = 0  # stream.ret's first offset: what retention dropped so far
+    stream_faults: list[str] = field(default_factory=list)
 
 
 def declare(broker: processes.BrokerProcess) -> None:
@@ -138,6 +151,7 @@ def declare(broker: processes.BrokerProcess) -> None:
     ch.exchange_declare("fan", "fanout", durable=True)
     for name in ("fan.a", "fan.b", "fan.c"):
         ch.queue_bind(name, "fan")
+    torture_streams.declare(ch)
     conn.close()
 
 
@@ -150,6 +164,7 @@ async def publisher(
     """Confirm mode, up to 16 publishes in flight, spread over every target."""
     targets: list[tuple[str, str, tuple[str, ...]]] = [("", q, (q,)) for q in QUEUES[:-3]]
     targets.append(("fan", "", ("fan.a", "fan.b", "fan.c")))
+    targets += [("", stream, (stream,)) for stream in STREAMS for _ in range(2)]  # 4 in 18
     seq = 0
     with contextlib.suppress(Exception):
         connection = await aio_pika.connect(url)
@@ -286,7 +301,11 @@ async def killer(
 
 
 async def one_cycle(
-    broker: processes.BrokerProcess, rng: random.Random, how: signal.Signals, cycle: int
+    broker: processes.BrokerProcess,
+    rng: random.Random,
+    how: signal.Signals,
+    cycle: int,
+    history: torture_streams.History,
 ) -> Ledger:
     url = f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}/"
     ledger = Ledger()
@@ -295,6 +314,12 @@ async def one_cycle(
     tasks.append(tx_publisher(url, f"c{cycle}.tx", ledger, stop, rng))
     tasks += [consumer(url, queue, ledger, stop, rng) for queue in CONSUMED]
     tasks.append(consumer(url, "fan.a", ledger, stop, rng))
+    for stream in STREAMS:  # two readers each, from random places
+        end = history.end(stream)
+        tasks += [
+            torture_streams.reader(url, stream, ledger.streams, end, parse, stop, rng)
+            for _ in range(2)
+        ]
     tasks.append(killer(broker, ledger, stop, rng, how))
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
     return ledger
@@ -334,7 +359,7 @@ def check(ledger: Ledger, found: dict[str, list[str]]) -> tuple[list[str], list[
         else:
             duplicated += twice
     for queue, confirmed in ledger.confirmed.items():
-        if queue in MAY_DROP:
+        if queue in MAY_DROP or queue in STREAMS:  # streams: torture_streams.History.check
             continue
         accounted = set(found.get(queue, ())) | ledger.acked.get(queue, set())
         dead = DEAD_LETTERS.get(queue)
@@ -354,17 +379,24 @@ def run(
     """``cycles`` crash cycles against a started ``broker``; returns one result per cycle."""
     rng = random.Random(seed)
     declare(broker)
+    history = torture_streams.History()
     results = []
     for cycle in range(cycles):
         how = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
         began = time.monotonic()
-        ledger = asyncio.run(one_cycle(broker, rng, how, cycle))
+        ledger = asyncio.run(one_cycle(broker, rng, how, cycle, history))
         ran = time.monotonic() - began
         began = time.monotonic()
         broker.start()
         restart = time.monotonic() - began
         found = drain_all(broker)
         lost, duplicated, moved_twice = check(ledger, found)
+        in_streams = torture_streams.read_all(broker, parse)
+        stream_confirmed = {s: ledger.confirmed.get(s, set()) for s in STREAMS}
+        stream_lost, stream_faults, dropped = history.check(
+            f"c{cycle}.", stream_confirmed, ledger.streams, in_streams
+        )
+        lost += stream_lost
         result = CycleResult(
             cycle=cycle,
             signal=how.name,
@@ -379,6 +411,12 @@ def run(
             restart_s=round(restart, 2),
             first_confirm_s=_rounded(ledger.first_confirm_s),
             killed_s=_rounded(ledger.killed_s),
+            stream_confirmed=sum(len(ids) for ids in stream_confirmed.values()),
+            stream_read=sum(len(s.offsets) for s in ledger.streams.sessions),
+            stream_sessions=len(ledger.streams.sessions),
+            stream_held=sum(len(r.ids) for r in in_streams.values()),
+            stream_dropped=dropped,
+            stream_faults=stream_faults,
         )
         results.append(result)
         log(
@@ -386,7 +424,10 @@ def run(
             f"({result.transacted} by tx.commit), "
             f"acked {result.acked}, recovered {result.recovered}, lost {len(lost)}, "
             f"duplicated {len(duplicated)}, first confirm {result.first_confirm_s}s, "
-            f"killed {result.killed_s}s, restart {restart:.2f}s"
+            f"killed {result.killed_s}s, restart {restart:.2f}s; streams: confirmed "
+            f"{result.stream_confirmed}, read {result.stream_read} in {result.stream_sessions} "
+            f"sessions, held {result.stream_held}, dropped {dropped}, "
+            f"faults {len(stream_faults)}"
         )
     return results
 
@@ -420,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
         "lost": lost,
         "duplicated": sum(len(r.duplicated) for r in results),
         "moved_twice": sum(len(r.moved_twice) for r in results),
+        "stream_confirmed": sum(r.stream_confirmed for r in results),
+        "stream_read": sum(r.stream_read for r in results),
+        "stream_sessions": sum(r.stream_sessions for r in results),
+        "stream_dropped": max((r.stream_dropped for r in results), default=0),
+        "stream_faults": [f for r in results for f in r.stream_faults],
         "loud_lines": loud,
         "results": [asdict(r) for r in results],
     }
@@ -429,11 +475,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['cycles']} cycles ({summary['kills']} kill -9, {summary['sigterms']} SIGTERM), "
         f"seed {args.seed}: {summary['confirmed']} confirmed, {lost} lost, "
         f"{summary['duplicated']} duplicated, {summary['moved_twice']} moved twice "
-        f"(at-least-once), {len(loud)} ERROR/CRITICAL lines; figures in {args.out}"
+        f"(at-least-once), {len(loud)} ERROR/CRITICAL lines; streams: "
+        f"{summary['stream_confirmed']} confirmed, {summary['stream_read']} read in "
+        f"{summary['stream_sessions']} sessions, {summary['stream_dropped']} dropped by "
+        f"retention, {len(summary['stream_faults'])} faults; figures in {args.out}"
     )
+    for fault in summary["stream_faults"]:
+        _say(f"  stream fault: {fault}")
     for line in loud:
         _say(f"  loud: {line}")
-    return 1 if lost or summary["duplicated"] or loud else 0
+    return 1 if lost or summary["duplicated"] or loud or summary["stream_faults"] else 0
 
 
 def loud_lines(console: Path) -> list[str]:
