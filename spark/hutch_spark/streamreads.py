@@ -3,7 +3,9 @@
 Why here and how: the driver plans offsets only (streamplan.py); each task connects by itself,
 so adding executors adds readers. A task sets `basic.qos` (a stream consumer's credit, which the
 broker requires), consumes with `x-stream-offset: start`, acks only to return credit (acks do
-not remove anything from a stream), and cancels and closes once it has seen `end - 1`.
+not remove anything from a stream), and closes once it has seen `end - 1`. The connection is
+streamwire's and the parsing streamframes': bulk reads into column lists, no pika object per
+message.
 
 `SliceCursor` is the pure part, one decision per delivered offset: a broker may start a
 consumer at the beginning of the chunk holding `start` (a RabbitMQ consumer may,
@@ -16,22 +18,19 @@ slice without being read.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
-import pika
 import pika.exceptions
 import pyarrow as pa
 
-from hutch_spark import connections, failures, streamrecords
+from hutch_spark import connections, failures, streamframes, streamwire
 from hutch_spark.errors import HutchConnectionError, HutchDataLossError
 from hutch_spark.streamoptions import StreamOptions
 from hutch_spark.streamplan import Slice
 
 log = logging.getLogger(__name__)
 
-CHUNK_ROWS = 4096  # rows per Arrow batch handed to Spark while the slice is read
-OFFSET_HEADER = "x-stream-offset"
+CHUNK_ROWS = 4096  # rows per Arrow batch handed to Spark while the slice is read (at least)
 
 
 class SliceCursor:
@@ -75,9 +74,10 @@ class SliceCursor:
 class Credit:
     """When to ack, so that the broker never sends past the slice's end.
 
-    Why: a stream consumer's credit is its prefetch, and pika rejects the deliveries still in
-    flight when a consumer is cancelled or its channel closed, which a stream answers by closing
-    the connection (540 NOT_IMPLEMENTED). So a reader lets the broker send exactly the
+    Why: a stream consumer's credit is its prefetch, and whatever the broker sends past the
+    slice's end it reads from its segments and sends for nothing (and a client such as pika
+    rejects what is in flight when it cancels, which a stream answers by closing the connection
+    with 540). So a reader lets the broker send exactly the
     deliveries up to offset `end - 1`: the prefetch is at most the slice's size, and an ack
     (which grants more credit) is sent only while the credit it grants stays within the slice.
     The first delivery's offset fixes the count: a broker starting before `start` (at a chunk's
@@ -104,98 +104,84 @@ class Credit:
             return True
         return False
 
+    def acked_through(self, count: int, first_offset: int, end: int) -> int:
+        """The same rule for `count` deliveries seen so far, counted in bulk: how many to ack
+        through now (multiple), or 0 for no ack yet."""
+        if self._budget is None:
+            self._budget = end - first_offset
+        self._count = count
+        last_ack = self._budget - self.prefetch
+        target = min(count, last_ack)
+        if target <= self._acked:
+            return 0
+        if target - self._acked >= self.every or target == last_ack:
+            self._acked = target
+            return target
+        return 0
+
 
 def read_slice(settings: StreamOptions, slice_: Slice) -> Iterator[pa.RecordBatch]:
-    """The rows of `slice_`, in offset order, in batches of up to CHUNK_ROWS."""
+    """The rows of `slice_`, in offset order, in batches of about CHUNK_ROWS."""
     cursor = SliceCursor(slice_, fail_on_data_loss=settings.fail_on_data_loss)
     if cursor.done:
         return
     stream = slice_.stream
-    params = connections.parameters(
-        settings.uri,
-        connection_name=f"hutch-spark stream read {stream} [{slice_.start}, {slice_.end})",
-        ca_file=settings.ca_file,
-    )
+    name = f"hutch-spark stream read {stream} [{slice_.start}, {slice_.end})"
+    params = connections.parameters(settings.uri, connection_name=name, ca_file=settings.ca_file)
+    timeout_s = settings.read_timeout_ms / 1000
+    parser = streamframes.SliceParser(stream, cursor)
+    connection = streamwire.StreamConnection(params, timeout_s)
     try:
-        connection = pika.BlockingConnection(params)
-    except (pika.exceptions.AMQPError, OSError) as error:  # TLS and DNS errors come unwrapped
+        connection.open(parser, name)
+    except (pika.exceptions.AMQPError, OSError, streamframes.FrameError) as error:
+        connection.close(parser)
         description = failures.connect_failure(error, connections.endpoint(params))
         raise HutchConnectionError(
             f"hutch: cannot read stream {stream!r}: {description}"
         ) from error
     try:
-        yield from _consume(connection, settings, cursor)
-    except pika.exceptions.ChannelClosedByBroker as error:
+        yield from _consume(connection, parser, settings, cursor)
+    except streamwire.BrokerClosedError as error:
         raise HutchConnectionError(
             f"hutch: the broker refused to let us read stream {stream!r} from offset "
-            f"{slice_.start}: {error.reply_code} {error.reply_text}"
+            f"{slice_.start}: {error.code} {error.text}"
         ) from error
-    except pika.exceptions.AMQPConnectionError as error:
+    except TimeoutError as error:
+        raise HutchConnectionError(
+            f"hutch: no message of stream {stream!r} arrived for {timeout_s:.0f} s "
+            f"while reading [{slice_.start}, {slice_.end}), expecting offset "
+            f"{cursor.expected} (readTimeoutMs)"
+        ) from error
+    except (OSError, streamframes.FrameError) as error:
         raise HutchConnectionError(
             f"hutch: the connection broke while reading stream {stream!r} "
             f"[{slice_.start}, {slice_.end}) at offset {cursor.expected}: {error!r}"
         ) from error
     finally:
-        if connection.is_open:
-            try:
-                connection.close()
-            except pika.exceptions.AMQPError as error:  # as for cancel() in _consume
-                log.info("hutch: closing the reader of stream %r: %r", stream, error)
+        # Nothing is in flight past the slice (Credit), and a stream keeps what a consumer was
+        # sent: closing the connection rejects and loses nothing.
+        connection.close(parser)
 
 
 def _consume(
-    connection: pika.BlockingConnection, settings: StreamOptions, cursor: SliceCursor
+    connection: streamwire.StreamConnection,
+    parser: streamframes.SliceParser,
+    settings: StreamOptions,
+    cursor: SliceCursor,
 ) -> Iterator[pa.RecordBatch]:
     slice_ = cursor.slice
     credit = Credit(settings.prefetch, slice_.end - slice_.start)
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=credit.prefetch)
-    rows: list[streamrecords.StreamDelivery] = []
-    timeout_s = settings.read_timeout_ms / 1000
-    deliveries = channel.consume(
-        slice_.stream,
-        auto_ack=False,
-        arguments={OFFSET_HEADER: slice_.start},
-        inactivity_timeout=timeout_s,
-    )
-    for method, properties, body in deliveries:
-        if method is None:
-            raise HutchConnectionError(
-                f"hutch: no message of stream {slice_.stream!r} arrived for {timeout_s:.0f} s "
-                f"while reading [{slice_.start}, {slice_.end}), expecting offset "
-                f"{cursor.expected} (readTimeoutMs)"
-            )
-        offset = (properties.headers or {}).get(OFFSET_HEADER)
-        if not isinstance(offset, int):
-            raise HutchConnectionError(
-                f"hutch: a delivery from stream {slice_.stream!r} has no {OFFSET_HEADER} "
-                f"header (got {offset!r}); is {slice_.stream!r} a stream queue?"
-            )
-        if cursor.accept(offset):
-            rows.append(
-                streamrecords.StreamDelivery(
-                    offset=offset,
-                    exchange=method.exchange,
-                    routing_key=method.routing_key,
-                    properties=properties,
-                    body=body,
-                    received_at_us=time.time_ns() // 1000,
-                )
-            )
-        if credit.delivered(offset, slice_.end) and not cursor.done:
-            channel.basic_ack(method.delivery_tag, multiple=True)  # credit only
-        if cursor.done:
-            break
-        if len(rows) >= CHUNK_ROWS:
-            yield streamrecords.to_record_batch(slice_.stream, rows)
-            rows = []
-    if rows:
-        yield streamrecords.to_record_batch(slice_.stream, rows)
-    # Nothing is in flight past the slice (Credit), so cancelling rejects nothing: pika rejects
-    # a consumer's unhandled deliveries when it cancels, and a stream answers basic.reject by
-    # closing the connection (540). That happens only when retention moved the reader past the
-    # slice's start, so more than the slice was in flight; every row is read by then.
-    try:
-        channel.cancel()
-    except pika.exceptions.AMQPError as error:
-        log.info("hutch: cancelling the reader of stream %r: %r", slice_.stream, error)
+    connection.consume(parser, slice_.stream, credit.prefetch, slice_.start)
+    first_tag = 0
+    while not cursor.done:
+        connection.read(parser)
+        if parser.deliveries and not first_tag:
+            first_tag = parser.last_tag - parser.deliveries + 1
+        if parser.first_offset is not None and not cursor.done:
+            through = credit.acked_through(parser.deliveries, parser.first_offset, slice_.end)
+            if through:
+                connection.ack(first_tag + through - 1)  # tags count deliveries from first_tag
+        if parser.rows >= CHUNK_ROWS:
+            yield parser.take()
+    if parser.rows:
+        yield parser.take()

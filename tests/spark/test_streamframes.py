@@ -1,0 +1,273 @@
+"""The executor's frame parser (streamframes.SliceParser), fed frames as a broker sends them.
+
+The frames are encoded by pika (an encoder independent of the parser), with `x-stream-offset`
+last in the headers as a long, as RabbitMQ 3.10.8 and hutch-broker put it. However the bytes are
+cut (whole, split in two at every position, across several chunks, one byte at a time) the rows
+are the same, and the slice's cursor rules hold: offsets before the start skipped, the end
+offset not read, a gap left by retention is data loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any
+
+import pika
+import pytest
+from hutch_spark import streamframes, streamrecords, streamwire
+from hutch_spark.errors import HutchDataLossError
+from hutch_spark.streamframes import FrameError, SliceParser
+from hutch_spark.streamplan import Slice
+from hutch_spark.streamreads import SliceCursor
+from pika import frame, spec
+from pyspark.sql.pandas.types import to_arrow_schema
+
+_BIG = 1 << 40  # encodes as 'l' in pika; patched to the real offset below
+
+
+def delivery(
+    offset: int,
+    body: bytes = b"hello",
+    *,
+    tag: int | None = None,
+    exchange: str = "",
+    routing_key: str = "s",
+    frame_max: int = 4096,
+    offset_type: str = "l",
+    **props: Any,
+) -> bytes:
+    """One basic.deliver, its content header and body frames, as a broker sends them."""
+    headers = {**props.pop("headers", {}), "x-stream-offset": _BIG if offset_type == "l" else 1}
+    properties = spec.BasicProperties(headers=headers, **props)
+    deliver = spec.Basic.Deliver("ctag", tag or offset + 1, False, exchange, routing_key)
+    raw = frame.Method(1, deliver).marshal() + frame.Header(1, len(body), properties).marshal()
+    mark = b"\x0fx-stream-offset"
+    at = raw.index(mark) + len(mark)
+    if offset_type == "l":
+        raw = raw[: at + 1] + struct.pack(">q", offset) + raw[at + 9 :]
+    else:  # a short int, as a client may encode small numbers: the parser's slow path
+        assert raw[at : at + 1] == b"I"
+        raw = raw[: at + 1] + struct.pack(">i", offset) + raw[at + 5 :]
+    size = frame_max - 8
+    for low in range(0, len(body), size):
+        raw += frame.Body(1, body[low : low + size]).marshal()
+    return raw
+
+
+def parser(start: int, end: int, *, fail_on_data_loss: bool = True) -> SliceParser:
+    cursor = SliceCursor(Slice("s", start, end), fail_on_data_loss=fail_on_data_loss)
+    return SliceParser("s", cursor)
+
+
+def rows(p: SliceParser) -> list[dict[str, Any]]:
+    found = p.take().to_pylist()
+    for row in found:
+        for key in ("headers", "properties"):
+            if row[key] is not None:
+                row[key] = dict(row[key])
+    return found
+
+
+def feed_in(p: SliceParser, raw: bytes, cuts: list[int]) -> None:
+    low = 0
+    for cut in [*cuts, len(raw)]:
+        p.feed(raw[low:cut], 7)
+        low = cut
+
+
+RICH = {
+    "message_id": "m-1",
+    "correlation_id": "c-1",
+    "content_type": "application/json",
+    "timestamp": 1_700_000_000,
+    "delivery_mode": 2,
+    "priority": 3,
+    "reply_to": "replies",
+    "app_id": "bench",
+    "headers": {"tenant": "acme", "n": 42, "raw": b"\xff\xfe", "nested": {"a": [1, "b"]}},
+}
+
+
+def test_a_rich_delivery_becomes_the_row_the_classic_rules_give() -> None:
+    p = parser(3, 10)
+    p.feed(delivery(3, b'{"a":1}', exchange="x", routing_key="k", **RICH), 1_000)
+    [row] = rows(p)
+    assert row["stream"] == "s" and row["offset"] == 3
+    assert row["message_id"] == "m-1" and row["correlation_id"] == "c-1"
+    assert row["exchange"] == "x" and row["routing_key"] == "k"
+    assert row["content_type"] == "application/json"
+    assert row["timestamp"].timestamp() == 1_700_000_000
+    assert row["received_at"].timestamp() == 0.001
+    assert row["body"] == b'{"a":1}'
+    assert row["headers"] == {
+        "tenant": "acme",
+        "n": "42",
+        "raw": "//4=",  # not UTF-8: base64, as records.header_text says
+        "nested": '{"a":[1,"b"]}',
+        "x-stream-offset": "3",
+    }
+    assert row["properties"] == {
+        "delivery_mode": "2",
+        "priority": "3",
+        "reply_to": "replies",
+        "app_id": "bench",
+    }
+
+
+def stream_of(count: int, first: int = 0, **kwargs: Any) -> bytes:
+    parts = []
+    for offset in range(first, first + count):
+        body = f"body-{offset}".encode() * (offset % 5)  # empty bodies too
+        parts.append(delivery(offset, body, message_id=f"id-{offset % 3}", **kwargs))
+    return b"".join(parts)
+
+
+def expected(first: int, end: int) -> list[tuple[int, bytes, str, dict[str, Any]]]:
+    return [
+        (
+            offset,
+            f"body-{offset}".encode() * (offset % 5),
+            f"id-{offset % 3}",
+            {"x-stream-offset": str(offset)},
+        )
+        for offset in range(first, end)
+    ]
+
+
+def brief(found: list[dict[str, Any]]) -> list[tuple[int, bytes, str, dict[str, Any]]]:
+    return [(r["offset"], r["body"], r["message_id"], r["headers"]) for r in found]
+
+
+def test_every_split_of_the_bytes_gives_the_same_rows() -> None:
+    raw = stream_of(12)
+    whole = parser(0, 12)
+    whole.feed(raw, 7)
+    reference = rows(whole)
+    assert brief(reference) == expected(0, 12)
+    for cut in range(1, len(raw)):
+        p = parser(0, 12)
+        feed_in(p, raw, [cut])
+        assert rows(p) == reference, cut
+    p = parser(0, 12)
+    feed_in(p, raw, list(range(1, len(raw))))  # one byte at a time
+    assert rows(p) == reference
+    assert p.pending == 0 and p.deliveries == 12 and p.last_tag == 12
+
+
+def test_bodies_over_several_frames_and_chunk_boundaries() -> None:
+    body = bytes(range(256)) * 40  # 10,240 bytes: three body frames at frame_max 4096
+    raw = delivery(0, body, frame_max=4096) + delivery(1, body[:4088], frame_max=4096)
+    for cuts in ([4096], [20, 4200, 8000, 10300], [len(raw) - 1]):
+        p = parser(0, 2)
+        feed_in(p, raw, cuts)
+        assert [r["body"] for r in rows(p)] == [body, body[:4088]], cuts
+
+
+def test_a_small_int_offset_takes_the_slow_path_to_the_same_rows() -> None:
+    raw = b"".join(delivery(n, b"x", offset_type="I", message_id="same") for n in range(5))
+    p = parser(0, 5)
+    p.feed(raw, 7)
+    assert [(r["offset"], r["headers"]) for r in rows(p)] == [
+        (n, {"x-stream-offset": str(n)}) for n in range(5)
+    ]
+
+
+def test_the_end_offset_is_not_read_and_offsets_before_the_start_are_skipped() -> None:
+    # A broker may start at the beginning of the chunk holding the start (RabbitMQ does).
+    p = parser(5, 9)
+    p.feed(stream_of(12, first=2), 7)
+    assert brief(rows(p)) == expected(5, 9)
+    assert p.cursor.done and p.cursor.expected == 9
+    assert p.deliveries == 12  # all counted for credit, only the slice's are rows
+
+
+def test_the_message_at_the_end_offset_completes_nothing_and_is_not_a_row() -> None:
+    p = parser(0, 3)
+    p.feed(stream_of(2), 7)
+    assert not p.cursor.done
+    p.feed(delivery(2, b"last") + delivery(3, b"past"), 7)
+    assert [(r["offset"], r["body"]) for r in rows(p)] == [(0, b""), (1, b"body-1"), (2, b"last")]
+    assert p.cursor.done and p.deliveries == 4
+
+
+def test_a_gap_from_retention_is_data_loss_or_skipped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    raw = stream_of(3) + stream_of(4, first=6)  # offsets 3, 4, 5 removed under the reader
+    with pytest.raises(HutchDataLossError, match=r"no longer holds offsets \[3, 6\)"):
+        parser(0, 10).feed(raw, 7)
+    p = parser(0, 10, fail_on_data_loss=False)
+    with caplog.at_level(logging.WARNING, logger="hutch_spark.streamreads"):
+        p.feed(raw, 7)
+    assert "failOnDataLoss=false, so they are skipped" in caplog.text
+    assert brief(rows(p)) == expected(0, 3) + expected(6, 10)
+    assert p.cursor.lost == [(3, 6)] and p.cursor.done
+
+
+def test_the_end_offset_after_a_gap_ends_the_slice_with_the_gap_lost() -> None:
+    p = parser(0, 3, fail_on_data_loss=False)
+    p.feed(stream_of(2) + delivery(3, b"past"), 7)
+    assert brief(rows(p)) == expected(0, 2)
+    assert p.cursor.lost == [(2, 3)] and p.cursor.done
+
+
+def test_heartbeats_and_other_methods_between_deliveries() -> None:
+    heartbeat = streamwire.frame(streamframes.HEARTBEAT, 0, b"")
+    blocked = frame.Method(0, spec.Connection.Blocked("low on memory")).marshal()
+    raw = delivery(0) + heartbeat + blocked + delivery(1)
+    p = parser(0, 2)
+    feed_in(p, raw, [3, len(raw) - 2])
+    assert [r["offset"] for r in rows(p)] == [0, 1]
+    assert [(m.class_id, m.method_id) for m in p.methods] == [(10, 60)]
+
+
+def test_templates_are_shared_by_repeated_properties_and_kept_apart_otherwise() -> None:
+    raw = b"".join(
+        delivery(n, b"b", routing_key=f"k{n % 2}", message_id="same") for n in range(6)
+    ) + delivery(6, b"b", routing_key="k0", message_id="other")
+    p = parser(0, 8)
+    p.feed(raw, 7)
+    assert len(p._templates) == 3  # (k0, same), (k1, same), (k0, other)
+    found = rows(p)
+    assert [(r["routing_key"], r["message_id"]) for r in found] == [
+        ("k0", "same"),
+        ("k1", "same"),
+        ("k0", "same"),
+        ("k1", "same"),
+        ("k0", "same"),
+        ("k1", "same"),
+        ("k0", "other"),
+    ]
+    p.feed(delivery(7, b"b"), 7)  # after take(), templates start afresh
+    assert [r["offset"] for r in rows(p)] == [7]
+
+
+def test_bad_frames_are_errors_not_rows() -> None:
+    good = delivery(0)
+    method_end = 7 + struct.unpack_from(">I", good, 3)[0]
+    broken_end = good[:method_end] + b"\x00" + good[method_end + 1 :]
+    with pytest.raises(FrameError, match="does not end with 0xCE"):
+        parser(0, 1).feed(broken_end, 7)
+    with pytest.raises(FrameError, match="a body frame of the delivery at byte 0 is missing"):
+        parser(0, 1).feed(good[:-1] + b"\x00", 7)
+    no_header = frame.Method(1, spec.Basic.Deliver("c", 1, False, "", "s")).marshal()
+    with pytest.raises(FrameError, match="not followed by its header"):
+        parser(0, 1).feed(no_header + frame.Body(1, b"x").marshal(), 7)
+    plain = (
+        frame.Method(1, spec.Basic.Deliver("c", 1, False, "", "s")).marshal()
+        + frame.Header(1, 1, pika.BasicProperties(message_id="m")).marshal()
+        + frame.Body(1, b"x").marshal()
+    )
+    with pytest.raises(FrameError, match="has no x-stream-offset header"):
+        parser(0, 1).feed(plain, 7)
+
+
+def test_an_empty_take_has_the_schema() -> None:
+    batch = parser(0, 1).take()
+    assert batch.num_rows == 0
+    assert batch.schema == streamrecords.arrow_schema()
+
+
+def test_the_stream_schema_is_what_pyspark_derives_from_the_spark_schema() -> None:
+    assert streamrecords.arrow_schema() == to_arrow_schema(streamrecords.SCHEMA, timezone="UTC")
