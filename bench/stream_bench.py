@@ -14,8 +14,9 @@ of the same size, split the same way (one stream read in `--partitions` slices; 
 
 Per system and round, on a fresh broker (hutch-broker as bench/run.py starts it; Kafka from
 bench/kafka.py, KRaft, one node): load the messages, then
-- plain: the broker's own client without Spark (pika on the stream; Kafka's
-  ConsumerPerformance), the ceiling each source's client sets;
+- plain: each source's client without Spark (Hutch: the source's executor reader,
+  streamreads.read_slice, on the whole stream in this process; Kafka: ConsumerPerformance), the
+  ceiling each source's client sets;
 - batch: `spark.read` from earliest to latest, `count(*)` and `sum(length(body))` (so every
   row and every body is read, and the counts are checked); rate = messages / wall time;
 - available-now: `readStream` with `trigger(availableNow=True)`, `maxOffsetsPerTrigger`
@@ -55,7 +56,8 @@ import kafka
 import pika
 import pyspark
 import rounds
-from hutch_spark import checkpoints
+from hutch_spark import checkpoints, streamoptions, streamreads
+from hutch_spark.streamplan import Slice
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from spark_phases import publish_steadily
@@ -214,24 +216,16 @@ class Hutch(System):
             time.sleep(0.2)
 
     def plain_rate(self, name: str, count: int) -> float:
-        connection = pika.BlockingConnection(pika.URLParameters(self.broker.amqp_url))
-        channel = connection.channel()
-        channel.basic_qos(prefetch_count=2000)
-        received = 0
+        """The source's own executor reader on the whole stream, in this process, no Spark."""
+        settings = streamoptions.parse_stream_options(
+            {"streams": name, "uri": self.broker.amqp_url, "prefetch": "2000"}
+        )
         began = time.perf_counter()
-
-        def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
-            nonlocal received
-            received += 1
-            if received % 500 == 0 or received == count:
-                ch.basic_ack(method.delivery_tag, multiple=True)
-            if received == count:
-                ch.stop_consuming()
-
-        channel.basic_consume(name, on_message, arguments={"x-stream-offset": "first"})
-        channel.start_consuming()
+        batches = streamreads.read_slice(settings, Slice(name, 0, count))
+        rows = sum(batch.num_rows for batch in batches)
         elapsed = time.perf_counter() - began
-        connection.close()
+        if rows != count:
+            raise RuntimeError(f"hutch: the reader read {rows} of {count} messages")
         return count / elapsed
 
     def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
