@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hutch_demo import clusters, localnode, pods, releases, sparkpods, sparksubmit
+from hutch_demo import clusters, pods, releases, sparkpods, sparksubmit
 
 if TYPE_CHECKING:  # typing only: the plane package is heavy to import
     from hutch_localkube.planes import Plane
@@ -199,27 +198,13 @@ class NodeRun:
 
 @contextlib.contextmanager
 def on_node(node: Plane, namespace: str, work: Path) -> Iterator[NodeRun]:
-    """The node tier ready for a chart run: the CRDs, the Broker's volume, the job's PV and
-    the hutch operator released in ``namespace``. A failure saves the namespace's Pod logs;
-    the end removes both Spark releases, the Hutch objects (while the operator still runs to
-    release their finalizers) and then the operator."""
-    cluster = clusters.local_cluster(node)
-    node.apply_crds(clusters.REPO_ROOT / "crds")
-    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-    (volume,) = node.make_local_pvs(1, size="1Gi")
-    operator = releases.install(cluster, namespace, work)
-    helm = Helm(operator)
-    try:
-        yield NodeRun(cluster, helm, volume)
-    except BaseException:
-        pods.save_logs(cluster, namespace, work / "pod-logs")
-        sys.stderr.write(f"pod logs: {work / 'pod-logs'}\n")
-        raise
-    finally:
-        helm.uninstall_both()
-        cluster.kubectl("delete", "hutch", "--all", "-n", namespace, "--wait",
-                        "--timeout=120s", check=False)  # fmt: skip
-        operator.uninstall()
+    """``sparkpods.on_node`` for a chart run: the same setup, and at the end both Spark
+    releases go first (after a failure's Pod logs are saved), then the Hutch objects and the
+    hutch operator."""
+    with sparkpods.on_node(node, namespace, work) as setup:
+        helm = Helm(setup.operator)
+        setup.cleanups.append(helm.uninstall_both)
+        yield NodeRun(setup.cluster, helm, setup.volume)
 
 
 def prepare_job(

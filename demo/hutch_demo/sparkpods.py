@@ -16,13 +16,16 @@ are read back in place. Another cluster keeps the local-mode job (quickstart's d
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pika
 from hutch_localkube import binaries
@@ -31,13 +34,18 @@ from hutch_spark import classdata
 from hutch_demo import (
     clusters,
     launchers,
+    localnode,
     pipeline,
     pods,
     probes,
+    releases,
     sparksubmit,
     submitclasses,
     waiting,
 )
+
+if TYPE_CHECKING:  # typing only: the plane package is heavy to import
+    from hutch_localkube.planes import Plane
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")  # the pyspark wheel's
 EXAMPLE_BROKER = clusters.REPO_ROOT / "examples" / "broker.yaml"
@@ -125,6 +133,57 @@ def environment(kubeconfig: Path) -> dict[str, str]:
         # The wheel's spark-submit finds Spark with `python3` from PATH, not this venv's.
         "SPARK_HOME": next(iter(spec.submodule_search_locations)),
     }
+
+
+def start_submit(
+    sub: sparksubmit.Submission, env: dict[str, str], log_path: Path
+) -> subprocess.Popen[bytes]:
+    """The host's spark-submit for ``sub``, its command line and then its output in
+    ``log_path``; it follows the driver Pod until that ends. A bare child, not a
+    ``launchers.Child``: the node tests that disrupt a job wait on it and kill it themselves."""
+    command = sparksubmit.command(sub, str(SPARK_SUBMIT))
+    log_path.write_text(" ".join(command) + "\n")
+    with log_path.open("a") as out:
+        return subprocess.Popen(  # noqa: S603 - our own fixed command
+            command, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+
+
+@dataclass
+class NodeSetup:
+    """What ``on_node`` set up for one Spark run on the node tier."""
+
+    cluster: clusters.Cluster
+    volume: str  # a 1Gi local PV for the job's claim (checkpoint, state, output)
+    operator: releases.OperatorRelease
+    # Run first at the end, the last added first: what the caller installed on top (a Helm
+    # release) goes while the hutch operator still runs.
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def on_node(node: Plane, namespace: str, work: Path) -> Iterator[NodeSetup]:
+    """The node tier ready for a Spark run: the CRDs, the Broker's volume, the job's PV and
+    the hutch operator released in ``namespace``. A failure saves the namespace's Pod logs
+    under ``work``; the end runs the caller's cleanups, removes the Hutch objects (while the
+    operator still runs to release their finalizers) and then the operator."""
+    cluster = clusters.local_cluster(node)
+    node.apply_crds(clusters.REPO_ROOT / "crds")
+    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
+    (volume,) = node.make_local_pvs(1, size="1Gi")
+    setup = NodeSetup(cluster, volume, releases.install(cluster, namespace, work))
+    try:
+        yield setup
+    except BaseException:
+        pods.save_logs(cluster, namespace, work / "pod-logs")
+        sys.stderr.write(f"pod logs: {work / 'pod-logs'}\n")
+        raise
+    finally:
+        for cleanup in reversed(setup.cleanups):
+            cleanup()
+        cluster.kubectl("delete", "hutch", "--all", "-n", namespace, "--wait",
+                        "--timeout=120s", check=False)  # fmt: skip
+        setup.operator.uninstall()
 
 
 @dataclass

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-import importlib.util
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -52,11 +50,9 @@ import pytest
 from hutch_demo import (
     clusters,
     launchers,
-    localnode,
     pipeline,
     pods,
     probes,
-    releases,
     sparkpods,
     sparksubmit,
     waiting,
@@ -67,7 +63,6 @@ EVENTS = 1800  # plus 72 duplicates and the closing tick
 BATCH = 150  # messages per micro-batch: 13 batches, so the disruptions land mid-stream
 QUEUE = sparkpods.JOB_QUEUE  # the one examples/spark-user.yaml's Permission lets the job read
 SUBMIT_TIMEOUT = 720
-SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 # docs/spark.md, "Broker restarts: the reconnect bound": once the broker answers again the
 # source consumes within 45 s (a 15 s attempt, the 30 s backoff step, the attempt that works).
 RECONNECT_BOUND_S = 45.0
@@ -80,21 +75,8 @@ POLL_SLACK_S = 2.0  # this test sees it through the management API, polled every
 def test_windowed_counts_pods_count_exactly_once_through_executor_and_broker_pod_loss(
     node: Any, spark_image: str, k8s_namespace: str, tmp_path: Path
 ) -> None:
-    cluster = clusters.local_cluster(node)
-    node.apply_crds(REPO / "crds")
-    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-    (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's: checkpoint, state, output
-    operator = releases.install(cluster, k8s_namespace, tmp_path)
-    try:
-        _run(node, cluster, k8s_namespace, spark_image, volume, tmp_path)
-    except BaseException:
-        pods.save_logs(cluster, k8s_namespace, tmp_path / "pod-logs")
-        sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
-        raise
-    finally:
-        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
-                        "--timeout=120s", check=False)  # fmt: skip
-        operator.uninstall()
+    with sparkpods.on_node(node, k8s_namespace, tmp_path) as setup:
+        _run(node, setup.cluster, k8s_namespace, spark_image, setup.volume, tmp_path)
 
 
 def _run(
@@ -120,7 +102,7 @@ def _run(
 
     began = time.monotonic()
     log_path = work / "spark-submit.log"
-    submit = _start_spark_submit(node, sub, log_path)
+    submit = sparkpods.start_submit(sub, sparkpods.environment(node.kubeconfig), log_path)
     try:
         chaos = _disrupt(cluster, ns, endpoint, sub, submit, commits, stream.published)
         submit.wait(timeout=max(SUBMIT_TIMEOUT - (time.monotonic() - began), 1))
@@ -322,29 +304,6 @@ def _timeline(driver: dict[str, Any], executors: list[dict[str, Any]], pv_dir: P
         offset = (span(pod)[0] - start).total_seconds()
         lines.append(f"  {pod['metadata']['name']} started {offset:.0f}s after the driver\n")
     return "".join(lines)
-
-
-def _start_spark_submit(
-    node: Any, sub: sparksubmit.Submission, log_path: Path
-) -> subprocess.Popen[bytes]:
-    """The host's spark-submit against the node tier's apiserver; it waits for the driver."""
-    spec = importlib.util.find_spec("pyspark")
-    assert spec is not None and spec.submodule_search_locations, "pyspark is not installed"
-    # spark-submit passes the host's PYSPARK_PYTHON to a cluster-mode driver, which then
-    # looks for this venv's interpreter inside the image (tests/spark/conftest.py sets it for
-    # local-mode tests in the same process; a user's shell may too).
-    host_only = {"PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"}
-    env = {
-        **{key: value for key, value in os.environ.items() if key not in host_only},
-        "KUBECONFIG": str(node.kubeconfig),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        # The wheel's spark-submit looks for Spark with `python3` from PATH, not this venv's.
-        "SPARK_HOME": next(iter(spec.submodule_search_locations)),
-    }
-    command = sparksubmit.command(sub, str(SPARK_SUBMIT))
-    log_path.write_text(" ".join(command) + "\n")
-    with log_path.open("a") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 def _management(endpoint: launchers.Endpoint, path: str, *, missing: bool = False) -> Any:

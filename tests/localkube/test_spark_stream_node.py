@@ -49,11 +49,9 @@ import pytest
 from hutch_demo import (
     clusters,
     launchers,
-    localnode,
     management,
     pipeline,
     pods,
-    releases,
     sparkpods,
     sparksubmit,
     waiting,
@@ -85,21 +83,8 @@ LOSS_NOTICED_S = 60
 def test_stream_job_pods_are_exactly_once_through_an_executor_and_a_driver_kill(
     node: Any, spark_image: str, k8s_namespace: str, tmp_path: Path
 ) -> None:
-    cluster = clusters.local_cluster(node)
-    node.apply_crds(REPO / "crds")
-    localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-    (volume,) = node.make_local_pvs(1, size="1Gi")  # the job's: checkpoint and output
-    operator = releases.install(cluster, k8s_namespace, tmp_path)
-    try:
-        _run(node, cluster, k8s_namespace, spark_image, volume, tmp_path)
-    except BaseException:
-        pods.save_logs(cluster, k8s_namespace, tmp_path / "pod-logs")
-        sys.stderr.write(f"pod logs: {tmp_path / 'pod-logs'}\n")
-        raise
-    finally:
-        cluster.kubectl("delete", "hutch", "--all", "-n", k8s_namespace, "--wait",
-                        "--timeout=120s", check=False)  # fmt: skip
-        operator.uninstall()
+    with sparkpods.on_node(node, k8s_namespace, tmp_path) as setup:
+        _run(node, setup.cluster, k8s_namespace, spark_image, setup.volume, tmp_path)
 
 
 def _run(
@@ -127,7 +112,7 @@ def _run(
     env = sparkpods.environment(node.kubeconfig)
     watch = _Watch(cluster, ns, management.Management(endpoint))
     began = time.monotonic()
-    submit = _spark_submit(first, env, work / "spark-submit-1.log")
+    submit = sparkpods.start_submit(first, env, work / "spark-submit-1.log")
     try:
         killed = _disrupt(watch, first, submit, checkpoint)
         submit.wait(timeout=120)  # it follows the driver Pod, which is gone
@@ -138,7 +123,7 @@ def _run(
 
     second = _submission(node.server, ns, template, image, secret, "stream-copy-resumed")
     began = time.monotonic()
-    resumed = _spark_submit(second, env, work / "spark-submit-2.log")
+    resumed = sparkpods.start_submit(second, env, work / "spark-submit-2.log")
     try:
         waiting.wait_for(lambda: watch.poll(second.driver_pod) or resumed.poll() is not None,
                          timeout=SUBMIT_TIMEOUT, interval=POLL_S,
@@ -416,16 +401,6 @@ def _batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
     """The source's end offsets of ``batch`` in Spark's offsets log (its last line)."""
     lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
     return dict(json.loads(lines[-1]))
-
-
-def _spark_submit(
-    sub: sparksubmit.Submission, env: dict[str, str], log_path: Path
-) -> subprocess.Popen[bytes]:
-    """The host's spark-submit (the pyspark wheel's), logged; it follows the driver Pod."""
-    command = sparksubmit.command(sub, str(sparkpods.SPARK_SUBMIT))
-    log_path.write_text(" ".join(command) + "\n")
-    with log_path.open("a") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
