@@ -11,13 +11,11 @@ has been recorded by some run.
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+import childsession
 
 
 def write_atomically(path: Path, payload: object) -> None:
@@ -48,17 +46,7 @@ def main() -> None:
     parser.add_argument("--durable", action="store_true")
     args = parser.parse_args()
 
-    import hutch_spark
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    hutch_spark.register(spark)
+    spark = childsession.local_session()
     reader = (
         spark.readStream.format("hutch")
         .option("uri", args.uri)
@@ -84,16 +72,12 @@ def main() -> None:
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and query.exception() is None:
-        if args.expect and len(seen_ids(args.out)) >= args.expect:
-            time.sleep(1.0)  # a few more triggers, so the last batch is acked too
-            break
-        time.sleep(0.2)
-    failure = query.exception()
-    query.stop()
-    spark.stop()
-    sys.exit(1 if failure is not None else 0)
+
+    # Once every id is recorded, a few more triggers, so the last batch is acked too.
+    def done() -> bool:
+        return bool(args.expect) and len(seen_ids(args.out)) >= args.expect
+
+    childsession.run_until(spark, query, done, settle_s=1.0)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,11 @@ trigger is what a long-running job uses, so this is what is killed and resumed).
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+import childsession
 
 
 def committed_end(checkpoint: Path) -> dict[str, int] | None:
@@ -44,19 +41,10 @@ def main() -> None:
     parser.add_argument("--expect", type=int, default=0)
     args = parser.parse_args()
 
-    import hutch_spark
-    from pyspark.sql import SparkSession
+    spark = childsession.local_session()
     from pyspark.sql import functions as F  # noqa: N812 - Spark's idiom
     from pyspark.sql.types import LongType
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    hutch_spark.register(spark)
     hang_flag = str(args.out / "hang")
 
     def maybe_hang(stream: str, offset: int) -> int:
@@ -86,18 +74,12 @@ def main() -> None:
         .start()
     )
     streams = args.streams.split(",")
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and query.exception() is None:
+
+    def done() -> bool:
         end = committed_end(args.checkpoint) if args.expect else None
-        if end is not None and all(end.get(stream) == args.expect for stream in streams):
-            break
-        time.sleep(0.2)
-    failure = query.exception()
-    query.stop()
-    spark.stop()
-    if failure is not None:
-        print(f"query failed: {failure}", file=sys.stderr)  # noqa: T201 - the parent reads it
-    sys.exit(1 if failure is not None else 0)
+        return end is not None and all(end.get(stream) == args.expect for stream in streams)
+
+    childsession.run_until(spark, query, done)
 
 
 if __name__ == "__main__":
