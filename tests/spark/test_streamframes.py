@@ -261,6 +261,10 @@ def test_bad_frames_are_errors_not_rows() -> None:
     )
     with pytest.raises(FrameError, match="has no x-stream-offset header"):
         parser(0, 1).feed(plain, 7)
+    declared_one = delivery(0, b"x")
+    longer = declared_one[: -len(frame.Body(1, b"x").marshal())] + frame.Body(1, b"xy").marshal()
+    with pytest.raises(FrameError, match="has more body than it declared"):
+        parser(0, 1).feed(longer, 7)
 
 
 def test_an_empty_take_has_the_schema() -> None:
