@@ -4,12 +4,12 @@
 # volume at /var/lib/hutch, the config at /etc/hutch and an emptyDir at /tmp).
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# Only the broker's distribution (broker/pyproject.toml) and hutch_cli's (cli/pyproject.toml:
+# hutchctl, and the load generator `kubectl hutch perf-test` runs as a Job in this image): no
+# operator or Spark code, and a change outside broker/ and cli/ neither reaches it nor rebuilds it.
 COPY broker/ broker/
-COPY operator/ operator/
-COPY spark/ spark/
 COPY cli/ cli/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ./broker ./cli
 
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

@@ -4,12 +4,10 @@
 # writable path. Tested without Docker on the node tier (docs/real-node.md).
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY broker/ broker/
+# Only the operator's distribution (operator/pyproject.toml): the image holds no broker, Spark or
+# CLI code, and a change outside operator/ neither reaches it nor rebuilds it.
 COPY operator/ operator/
-COPY spark/ spark/
-COPY cli/ cli/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[operator]"
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ./operator
 
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

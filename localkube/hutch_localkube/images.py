@@ -59,6 +59,11 @@ DEFAULT_ENV = {
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 SKIP_NAMES = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 IMAGE_TAG = "0.1.0"
+# Part of every image's cache key in place of this file's text: bump it when a change here makes
+# a build from the same inputs produce a different image (an instruction's semantics, the
+# layout). A change that does not (a log line, a docstring) then rebuilds nothing, not the
+# ~5-minute Spark image.
+BUILDER_VERSION = 2
 KEEP_IMAGES = 3  # per kind, least recently used removed first
 IMAGES = {
     "broker": ("docker/broker.Dockerfile", f"localhost/hutch/hutch-broker:{IMAGE_TAG}"),
@@ -132,11 +137,14 @@ def cached_dir(final: Path, build: Any) -> Path:
 # --- the base rootfs ----------------------------------------------------------------------------
 
 
+def base_rootfs_name() -> str:
+    """The base rootfs's cache name: what it is made of, known before it is built."""
+    return f"{SUITE}-minbase-python3-{digest_of(SUITE, 'minbase', ','.join(BASE_PACKAGES), MIRROR)}"
+
+
 def base_rootfs() -> Path:
     """A debootstrapped bookworm minbase with python3 and pip (cold ~1 min, then cached)."""
-    key = digest_of(SUITE, "minbase", ",".join(BASE_PACKAGES), MIRROR)
-    final = binaries.cache_root() / "rootfs" / f"{SUITE}-minbase-python3-{key}"
-    return cached_dir(final, _debootstrap)
+    return cached_dir(binaries.cache_root() / "rootfs" / base_rootfs_name(), _debootstrap)
 
 
 def _debootstrap(stage: Path) -> None:
@@ -639,28 +647,39 @@ def image_config(stage: Stage) -> dict[str, Any]:
 # --- the images -----------------------------------------------------------------------------------
 
 
-def context_key(dockerfile: Path, named: dict[str, Path] | None = None) -> str:
-    """Content key: the Dockerfile, every COPY source's files (named contexts' too), the base
-    (our own base image's key, when FROM names one) and this builder."""
+def context_key(
+    dockerfile: Path, named: dict[str, Path] | None = None, root: Path = REPO_ROOT
+) -> str:
+    """Content key: the Dockerfile, the files its COPY steps take from the build context ``root``
+    (named contexts' too) and nothing else of it, the base (our own base image's key, when FROM
+    names one) and this builder's version. So an image is rebuilt when what it is made of
+    changes, not when the README or another product's package does."""
     h = hashlib.sha256(dockerfile.read_bytes())
-    h.update(base_rootfs().name.encode())
-    h.update(Path(__file__).read_bytes())  # the interpreter is part of the recipe
+    h.update(base_rootfs_name().encode())
+    h.update(f"builder {BUILDER_VERSION}".encode())
     for keyword, args in instructions(dockerfile.read_text()):
         kind = own_kind(args.split()[0]) if keyword == "FROM" else None
         if kind is not None:
-            h.update(build_dockerfile_image(kind).parent.name.encode())
+            h.update(image_key(kind, root).encode())
         if keyword != "COPY":
             continue
         words = args.split()
-        root = REPO_ROOT
+        origin = root
         if words[0].startswith("--from="):
             source = words.pop(0).split("=", 1)[1]
             if not named or source not in named:
                 continue  # an earlier stage: its inputs are keyed already
-            root = named[source]
+            origin = named[source]
         for src in words[:-1]:
-            h.update(_tree_digest(root / src).encode())
+            h.update(_tree_digest(origin / src).encode())
     return h.hexdigest()[:16]
+
+
+def image_key(kind: str, root: Path = REPO_ROOT) -> str:
+    """The cache name of ``kind``'s image built from the context ``root`` (``broker-<key>``);
+    named contexts (the Spark Operator's binary) are made first, as their content is keyed."""
+    named = {key: make() for key, make in NAMED_CONTEXTS.get(kind, {}).items()}
+    return f"{kind}-{context_key(root / IMAGES[kind][0], named, root)}"
 
 
 def _tree_digest(path: Path) -> str:

@@ -10,11 +10,15 @@ never silently build a different image). The hutch-spark image is also run on th
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import re
 import shutil
 import subprocess
+import sys
 import tarfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +241,104 @@ def test_an_image_from_our_own_image_reuses_its_layers_and_config(tmp_path: Path
         assert tar.getnames() == ["./usr", "./usr/operator"]
 
 
+# -- each image from only what it runs -----------------------------------------------------------
+
+PRODUCTS = {"broker": "hutch_broker", "operator": "hutch_operator", "spark": "hutch_spark"}
+# What each image is built from: its product, and for the broker's the CLI (hutchctl, and the
+# perf-test generator `kubectl hutch perf-test` runs as a Job in the broker image).
+SOURCES = {"broker": ("broker", "cli"), "operator": ("operator",), "spark": ("spark",)}
+
+
+def a_context(tmp_path: Path) -> Path:
+    """A copy of the build context's parts any image could take: Dockerfiles, every product's
+    package, the root pyproject and the README."""
+    root = tmp_path / "context"
+    for part in ("docker", "broker", "operator", "spark", "cli"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, root / name)
+    return root
+
+
+def test_an_image_key_changes_with_its_own_files_only(tmp_path: Path):
+    root = a_context(tmp_path)
+
+    def keys() -> dict[str, str]:
+        return {kind: images.image_key(kind, root) for kind in PRODUCTS}
+
+    before = keys()
+    assert len(set(before.values())) == 3
+    # Not the README, the root pyproject or the tests.
+    (root / "README.md").write_text("rewritten")
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# edit\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_x.py").write_text("# edit\n")
+    assert keys() == before
+    # An edit to one package changes the keys of exactly the images built from it.
+    for part in ("broker", "operator", "spark", "cli"):
+        (root / part / f"hutch_{part}" / "__init__.py").write_text(f"# an edit to {part}/\n")
+        after = keys()
+        changed = {kind for kind in PRODUCTS if after[kind] != before[kind]}
+        assert changed == {kind for kind, parts in SOURCES.items() if part in parts}, part
+        before = after
+    # Its Dockerfile, its distribution's pyproject and the builder's version are part of it.
+    (root / "docker" / "broker.Dockerfile").write_text(
+        (root / "docker" / "broker.Dockerfile").read_text() + "# edit\n"
+    )
+    (root / "spark" / "pyproject.toml").write_text("# edit\n")
+    after = keys()
+    assert after["broker"] != before["broker"] and after["spark"] != before["spark"]
+    assert after["operator"] == before["operator"]
+
+
+def test_the_builder_version_not_its_text_is_in_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    root = a_context(tmp_path)
+    key = images.image_key("broker", root)
+    monkeypatch.setattr(images, "BUILDER_VERSION", images.BUILDER_VERSION + 1)
+    assert images.image_key("broker", root) != key
+
+
+def requirement_names(requirements: list[str]) -> dict[str, str]:
+    """``{name: requirement}`` of PEP 508 strings, comments already stripped by TOML."""
+    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower(): r for r in requirements}
+
+
+def test_each_product_distribution_pins_what_the_development_install_pins():
+    root = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pinned = requirement_names(root["dependencies"])
+    for extra in ("operator", "spark"):
+        pinned.update(requirement_names(root["optional-dependencies"][extra]))
+    for part in ("broker", "operator", "spark", "cli"):
+        package = f"hutch_{part}"
+        project = tomllib.loads((REPO / part / "pyproject.toml").read_text())["project"]
+        assert project["version"] == root["version"], part
+        for name, requirement in requirement_names(project["dependencies"]).items():
+            assert pinned[name] == requirement, f"{part}/pyproject.toml: {requirement}"
+        # Every third-party module the package imports is one of its dependencies.
+        third_party = top_level_imports(REPO / part / package) - set(sys.stdlib_module_names)
+        third_party -= {package, "__future__"}
+        modules = {"pyyaml": "yaml", "prometheus-client": "prometheus_client"}
+        provided = {
+            modules.get(name, name.replace("-", "_"))
+            for name in requirement_names(project["dependencies"])
+        }
+        assert third_party <= provided, f"{part}: imports {sorted(third_party - provided)}"
+
+
+def top_level_imports(package: Path) -> set[str]:
+    """The first name of every absolute import in a package's modules."""
+    names: set[str] = set()
+    for source in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
 def test_spark_operator_dockerfile_builds_on_hutch_spark():
     parsed = images.instructions((REPO / "docker" / "spark-operator.Dockerfile").read_text())
     (base,) = [args for keyword, args in parsed if keyword == "FROM"]
@@ -277,7 +379,8 @@ def test_spark_dockerfile_is_one_recipe_the_interpreter_executes():
     assert images.IMAGES["spark"] == ("spark/jobs/Dockerfile", "localhost/hutch/hutch-spark:0.1.0")
     run_steps = " ".join(args for keyword, args in parsed if keyword == "RUN")
     assert "openjdk-17-jre-headless" in run_steps
-    assert "[spark]" in run_steps  # pyspark and pyarrow at pyproject's pins, from PyPI
+    # hutch_spark's own distribution: pyspark and pyarrow at spark/pyproject.toml's pins, from PyPI
+    assert "./spark" in run_steps and "hutch_spark-" in run_steps
 
 
 @pytest.mark.k8s  # explicit: the plugin marks plane users after `-m` selection (make unit)
@@ -337,3 +440,57 @@ def test_spark_image_runs_java_pyspark_and_our_entrypoint_as_uid_185(
     assert version == "4.3.0"
     assert done["executor"]["exitCode"] == 2, logs
     assert "executor: SPARK_DRIVER_URL" in logs["executor"]
+
+
+# -- each image holds only its own product, as built for the node -------------------------------
+
+FOREIGN = {  # what another product brings: its package, and the dependencies only it has
+    "broker": {"hutch_operator", "hutch_spark", "kopf", "kubernetes", "pyspark", "pyarrow",
+               "pika"},
+    "operator": {"hutch_broker", "hutch_spark", "hutch_cli", "pamqp", "uvloop", "pyspark",
+                 "pyarrow", "pika"},
+    "spark": {"hutch_broker", "hutch_operator", "hutch_cli", "pamqp", "uvloop", "kopf",
+              "kubernetes", "aiohttp"},
+}  # fmt: skip
+
+
+def installed_distributions(layout: Path) -> set[str]:
+    """Top-level names under the image's site-/dist-packages: importable packages and modules,
+    and distributions by their ``.dist-info`` (``hutch_broker-0.1.0.dist-info`` is hutch_broker)."""
+    found: set[str] = set()
+    for member in layer_members(layout):
+        parts = Path(member).parts
+        for index, part in enumerate(parts[:-1]):
+            if part in {"site-packages", "dist-packages"}:
+                name = parts[index + 1].split("-")[0].removesuffix(".py").lower()
+                found.add(name)
+    return found
+
+
+def assert_only_its_own_product(kind: str) -> None:
+    layout = images.build_dockerfile_image(kind)
+    installed = installed_distributions(layout)
+    assert {PRODUCTS[kind]} | {f"hutch_{part}" for part in SOURCES[kind]} <= installed, sorted(
+        installed
+    )
+    assert installed & FOREIGN[kind] == set(), f"{kind} image holds {installed & FOREIGN[kind]}"
+    assert not any("/src/" in member for member in layer_members(layout))  # no build stage
+
+
+@pytest.mark.k8s
+@pytest.mark.parametrize("kind", ["broker", "operator"])
+def test_broker_and_operator_images_hold_only_their_own_product(node: Any, kind: str):
+    """The images the node runs (built and imported by ``node``): the broker's has the broker
+    and the CLI (the perf-test Job runs in it) but no operator or Spark code nor their
+    dependencies, and the operator's none of the broker's or the CLI's."""
+    assert_only_its_own_product(kind)
+
+
+@pytest.mark.k8s
+def test_the_spark_image_holds_only_hutch_spark(spark_image: str):
+    """hutch-spark as imported for the Spark Pods: hutch_spark, pyspark, pyarrow and pika, and
+    no broker, operator or CLI code."""
+    assert {"pyspark", "pyarrow", "pika"} <= installed_distributions(
+        images.build_dockerfile_image("spark")
+    )
+    assert_only_its_own_product("spark")
