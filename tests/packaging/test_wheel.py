@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -73,12 +74,23 @@ def test_no_image_copies_the_test_tooling() -> None:
         assert "localkube" not in sources, rel
 
 
-def test_the_broker_and_operator_images_build_hutchctl_into_their_wheel() -> None:
-    """Their wheel declares the hutchctl script, so it must carry hutch_cli (cli/) too."""
-    for rel in ("docker/broker.Dockerfile", "docker/operator.Dockerfile"):
+def test_each_image_copies_the_packages_its_console_scripts_run() -> None:
+    """Each image builds the distributions of the directories it copies (broker/pyproject.toml
+    and so on); a console script they declare must run a package the image also copies. The
+    broker image carries hutchctl (cli/), which the perf-test Job runs in it."""
+    for rel in ("docker/broker.Dockerfile", "docker/operator.Dockerfile", "spark/jobs/Dockerfile"):
         copied = {
             line.split()[1].rstrip("/")
             for line in (REPO / rel).read_text().splitlines()
-            if line.startswith("COPY ") and "--from=" not in line
+            if line.startswith("COPY ") and "--from=" not in line and line.split()[1].endswith("/")
         }
-        assert "cli" in copied, rel
+        packages = {f"hutch_{part}" for part in copied}
+        for part in copied:
+            project = tomllib.loads((REPO / part / "pyproject.toml").read_text())["project"]
+            for script, target in project.get("scripts", {}).items():
+                assert target.split(".")[0] in packages, f"{rel}: {script} = {target}"
+    assert "cli" in {
+        line.split()[1].rstrip("/")
+        for line in (REPO / "docker/broker.Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ")
+    }
