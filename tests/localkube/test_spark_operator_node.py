@@ -1,23 +1,37 @@
-"""charts/hutch-spark through a real Kubeflow Spark Operator on the node tier, its driver
-deleted half way.
+"""charts/hutch-spark through a real Kubeflow Spark Operator on the node tier, reading a TLS
+Broker verified by the CA the chart mounts, its driver deleted half way.
 
-Why: the chart rendered a SparkApplication that no Spark Operator had ever read. Here the
-operator's controller (built from its released Go module, localkube/gobuild/build-spark-operator.sh)
-runs as a Pod of our image hutch-spark-operator (docker/spark-operator.Dockerfile, FROM
-hutch-spark, so its spark-submit is the jobs' Spark), installed with the operator's own Helm
-chart, webhook off. ``helm install`` of charts/hutch-spark then hands it windowed_counts against
-an operator-managed Broker, as the User of examples/spark-user.yaml (its Secret is the chart's
-``broker.credentialsSecret``; its Permission reads the queue and nothing else), and the issue's failure case happens in the same run (one Spark
-job, since each costs minutes of CI): once a micro-batch has committed, the driver Pod is
-deleted; the Spark Operator resubmits it (``restartPolicy: OnFailure``), and the new driver
-resumes from the checkpoint on the PVC.
+Why: the chart rendered a SparkApplication that no Spark Operator had ever read, and its TLS
+values were only rendered: whether Spark keeps the pod templates' CA volume, whether the
+driver's streaming runner sees ``HUTCH_AMQP_CA_FILE``, and whether the Service name resolves
+and matches the certificate are things only Pods show. Here the operator's controller (built
+from its released Go module, localkube/gobuild/build-spark-operator.sh) runs as a Pod of our
+image hutch-spark-operator (docker/spark-operator.Dockerfile, FROM hutch-spark, so its
+spark-submit is the jobs' Spark), installed with the operator's own Helm chart, webhook off.
+``helm install`` of charts/hutch-spark then hands it windowed_counts against an
+operator-managed Broker, as the User of examples/spark-user.yaml (its Secret is the chart's
+``broker.credentialsSecret``; its Permission reads the queue and nothing else).
+
+The Broker is examples/broker.yaml plus ``spec.tls``: it serves a certificate made here for
+``hutch.<ns>.svc`` by a CA made here, in the ``kubernetes.io/tls`` Secret ``hutch-tls``
+(cert-manager's shape, ``ca.crt`` included); its plain listeners stay on only so this test can
+publish and inspect as the administrator. The chart names ``hutch-tls`` as its CA Secret: only
+``ca.crt`` is projected into the driver, never ``tls.key``.
+
+One Spark job (each costs minutes of CI) covers the chart's Pod path, TLS and the issue's
+failure case: once a micro-batch has committed, the driver Pod is deleted; the Spark Operator
+resubmits it (``restartPolicy: OnFailure``), and the new driver resumes from the checkpoint on
+the PVC, again over amqps://. A TLS failure is not hidden by the retries: after
+``onFailureRetries`` the application ends FAILED, never COMPLETED.
 
 Asserted: the SparkApplication went RUNNING -> (failure, resubmission) -> RUNNING -> COMPLETED
 (SUBMITTED too, but it can pass between two polls), with two execution attempts and a new
-driver Pod; the last driver and >= 2 executors ran on hutch-node with
-``containerd://`` IDs; the per-window counts read back from the PV are exactly the unique
-events (none lost, none twice, duplicates dropped); the queue is empty with nothing unacked,
-one ack per published message, and the broker redelivered what the deleted driver held.
+driver Pod; the last driver and >= 2 executors ran on hutch-node with ``containerd://`` IDs;
+the driver Pod's URI is ``amqps://hutch.<ns>.svc:5671/%2F`` with the CA file set and mounted
+from ``ca.crt`` only; while it ran, the broker listed the job's connections as TLS for the
+User; the per-window counts read back from the PV are exactly the unique events (none lost,
+none twice, duplicates dropped); the queue is empty with nothing unacked, one ack per
+published message, and the broker redelivered what the deleted driver held.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_demo import (
+    certs,
     clusters,
     management,
     pipeline,
@@ -51,16 +66,37 @@ RUN_TIMEOUT = 900  # seconds from helm install to COMPLETED, the resubmission in
 @pytest.mark.k8s  # explicit: the plugin marks plane users after `-m` selection (make unit)
 @pytest.mark.spark
 @pytest.mark.timeout(1800)  # cold: the controller's Go build and two image builds
-def test_spark_operator_runs_the_chart_and_resubmits_a_deleted_driver(
+def test_spark_operator_runs_the_chart_over_tls_and_resubmits_a_deleted_driver(
     node: Any, spark_operator: Any, k8s_namespace: str, tmp_path: Path
 ) -> None:
     with sparkoperator.on_node(node, k8s_namespace, tmp_path) as run:
         _run(node, run, spark_operator, k8s_namespace, tmp_path)
 
 
+def tls_broker(namespace: str) -> str:
+    """examples/broker.yaml with ``spec.tls`` naming the Secret ``hutch-tls``."""
+    broker = yaml.safe_load(sparkpods.EXAMPLE_BROKER.read_text())
+    broker["spec"]["tls"] = {"secretName": "hutch-tls"}
+    broker["metadata"]["namespace"] = namespace
+    return clusters.manifest(broker)
+
+
+def tls_secret(leaf: certs.Leaf) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": "hutch-tls"},
+        "data": leaf.secret_data(),  # tls.crt, tls.key, ca.crt
+    }
+
+
 def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path) -> None:
     cluster, helm = run.cluster, run.helm
-    endpoint = sparkpods.example_broker(cluster, ns)
+    host = f"hutch.{ns}.svc"
+    leaf = certs.Authority().issue(host, hosts=(host, f"{host}.cluster.local"))
+    cluster.apply(ns, clusters.manifest(tls_secret(leaf)))
+    endpoint = sparkpods.example_broker(cluster, ns, tls_broker(ns))
     stream = pipeline.make_stream(EVENTS, prefix="op", expire_every=0)
     sparkpods.declare_durable(endpoint, QUEUE)
     pipeline.publish(endpoint, stream, exchange="", routing_key=QUEUE, persistent=True)
@@ -68,17 +104,18 @@ def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path)
     secret, controller = sparkoperator.prepare_job(run, ns, build.chart, build.image, CLAIM, work)
     assert controller["spec"]["containers"][0]["image"] == build.image
 
+    values = sparkoperator.job_values("hutch", QUEUE, CLAIM, secret)
+    values["broker"]["tls"] = {"enabled": True, "caSecret": "hutch-tls"}
     began = time.monotonic()
-    helm.install(
-        sparkoperator.JOB_RELEASE, REPO / "charts" / "hutch-spark",
-        sparkoperator.job_values("hutch", QUEUE, CLAIM, secret), work,
-    )  # fmt: skip
+    helm.install(sparkoperator.JOB_RELEASE, REPO / "charts" / "hutch-spark", values, work)
     pv_dir = node.node_layout.volumes_dir / run.volume
-    watched = _watch(cluster, ns, pv_dir)
+    mgmt = management.Management(endpoint)
+    watched = _watch(cluster, ns, pv_dir, mgmt)
     seconds = time.monotonic() - began
     sys.stderr.write(
         f"helm install to COMPLETED: {seconds:.0f}s; states {watched.states}; driver deleted "
-        f"{watched.deleted_at:.0f}s in, after {watched.batches_before} committed batches\n"
+        f"{watched.deleted_at:.0f}s in, after {watched.batches_before} committed batches; "
+        f"connections seen: {watched.connections}\n"
     )
     app = watched.app
     assert sparkoperator.state(app) == "COMPLETED", (watched.states, app.get("status"))
@@ -110,6 +147,7 @@ def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path)
     for facts in ran:
         assert facts.node == "hutch-node", facts
         assert facts.containers and all(c.startswith("containerd://") for _, c in facts.containers)
+    _assert_reads_over_tls(driver, host, watched.connections)
 
     rows = pipeline.read_results(pv_dir / "output", root=(sparkoperator.MOUNT, pv_dir))
     assert rows, f"no committed Parquet files under {pv_dir / 'output'}"
@@ -117,12 +155,33 @@ def _run(node: Any, run: sparkoperator.NodeRun, build: Any, ns: str, work: Path)
     assert sum(r.events for r in rows) == EVENTS
     assert Counter((r.window_start, r.type) for r in rows).most_common(1)[0][1] == 1
 
-    queue = management.Management(endpoint).queue(QUEUE)
+    queue = mgmt.queue(QUEUE)
     assert (queue["messages"], queue["messages_unacknowledged"], queue["consumers"]) == (0, 0, 0)
     stats = queue["message_stats"]
     assert stats["publish"] == stats["ack"] == stream.published, stats
     assert stats.get("redeliver", 0) > 0, stats  # the deleted driver's unacked batch came back
     _assert_consumed_as_the_job_user(cluster, ns, driver_name)
+
+
+def _assert_reads_over_tls(
+    driver: dict[str, Any], host: str, connections: set[tuple[str, bool, int]]
+) -> None:
+    """The driver's URI is amqps:// to the Service name, the CA file is set and mounted from the
+    Secret's ``ca.crt`` alone, and every connection the broker listed for the User was TLS."""
+    container = next(
+        c for c in driver["spec"]["containers"] if c["name"] == "spark-kubernetes-driver"
+    )
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["HUTCH_AMQP_URI"] == f"amqps://{host}:5671/%2F"
+    assert env["HUTCH_AMQP_CA_FILE"] == "/etc/hutch-ca/ca.crt"
+    (volume_spec,) = [v for v in driver["spec"]["volumes"] if v["name"] == "hutch-ca"]
+    assert volume_spec["secret"]["secretName"] == "hutch-tls"
+    assert [item["key"] for item in volume_spec["secret"]["items"]] == ["ca.crt"]  # no tls.key
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["hutch-ca"] == "/etc/hutch-ca"
+    # The broker saw the job's connections: TLS, as the User (the port is in the summary line).
+    assert connections, "the job's connection was never listed"
+    assert all(ssl for _, ssl, _ in connections), connections
 
 
 def _assert_consumed_as_the_job_user(cluster: clusters.Cluster, ns: str, driver: str) -> None:
@@ -148,10 +207,12 @@ class Run:
         self.deleted_uid = ""
         self.deleted_at = 0.0
         self.batches_before = 0
+        self.connections: set[tuple[str, bool, int]] = set()  # the User's: (user, ssl, port)
 
 
-def _watch(cluster: clusters.Cluster, ns: str, pv_dir: Path) -> Run:
-    """Polls the app's state until it ends; deletes the driver Pod once a batch committed."""
+def _watch(cluster: clusters.Cluster, ns: str, pv_dir: Path, mgmt: management.Management) -> Run:
+    """Polls the app's state until it ends; deletes the driver Pod once a batch committed;
+    records the job User's broker connections as the broker lists them meanwhile."""
     path = sparkoperator.APP_PATH.format(ns=ns, name=sparkoperator.JOB_RELEASE)
     run, seen = Run(), []
     began = time.monotonic()
@@ -168,8 +229,16 @@ def _watch(cluster: clusters.Cluster, ns: str, pv_dir: Path) -> Run:
             run.deleted_uid = driver["metadata"]["uid"]
             run.deleted_at, run.batches_before = time.monotonic() - began, batches
             cluster.kubectl("delete", "pod", "-n", ns, driver["metadata"]["name"], "--wait=false")
+        _note_connections(mgmt, run.connections)
         time.sleep(0.5)
     raise AssertionError(f"not finished after {RUN_TIMEOUT}s: {run.states}")
+
+
+def _note_connections(mgmt: management.Management, seen: set[tuple[str, bool, int]]) -> None:
+    listed = mgmt.get("/connections")
+    for connection in listed.body if listed.ok and isinstance(listed.body, list) else []:
+        if str(connection.get("user")) == sparkpods.JOB_USER:
+            seen.add((connection["user"], bool(connection.get("ssl")), int(connection["port"])))
 
 
 def _committed_batches(pv_dir: Path) -> int:
@@ -178,7 +247,8 @@ def _committed_batches(pv_dir: Path) -> int:
 
 
 def test_docs_show_the_values_this_test_installs() -> None:
-    """docs/spark.md's two values files are ``operator_values`` and ``job_values`` above."""
+    """docs/spark.md's two values files are ``operator_values`` and ``job_values`` above (the
+    node test adds ``broker.tls`` to the latter, as docs/spark.md's TLS section does)."""
     text = (REPO / "docs" / "spark.md").read_text()
     section = text.split("### The chart `charts/hutch-spark`", 1)[1].split("\n### ", 1)[0]
     blocks = [chunk.split("```", 1)[0] for chunk in section.split("```yaml\n")[1:]]
