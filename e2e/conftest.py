@@ -7,7 +7,10 @@ release and two Brokers serve the whole run (``hutch`` from the examples, ``hutc
 the watermark test), so the suite pays the start-up once.
 
 Where: the local plane's ``node`` tier by default (hutch_localkube: a real kubelet and
-containerd; docs/real-node.md); ``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any
+containerd; docs/real-node.md). scripts/test.sh runs e2e in the node level's pytest session:
+the plane plugin orders the e2e tests after the node-tier tests (marker ``k8s_node``), so they
+run on the node plane those started, and they do not run once a node-level test has failed
+(the levels fail fast). ``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any
 cluster instead (kind, with the images loaded by ``kind load docker-image``). Either way the
 brokers are reached through ``kubectl port-forward`` on loopback. Under
 ``HUTCH_K8S_REQUIRED=1`` (CI) a node that cannot start, or Spark that cannot run, fails the run;
@@ -21,8 +24,10 @@ import os
 import secrets
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hutch_demo import chain, clusters, summaries
@@ -39,6 +44,9 @@ E2E_TIMEOUT = 300  # seconds per test on a cluster that is up
 LOCAL_E2E_TIMEOUT = 600
 SMALL_BROKER = "hutch-small"
 _FAILED: list[str] = []
+E2E_DIR = Path(__file__).resolve().parent
+_TIMES: dict[str, float] = {}  # when the first e2e test began and the last one ended
+_E2E_IDS: set[str] = set()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,18 +63,35 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: needs pyspark, pyarrow and Java")
 
 
+def _is_e2e(item: pytest.Item) -> bool:
+    """This folder's tests: in a session with tests/ (scripts/test.sh), the hooks here leave
+    the others alone."""
+    return item.path.is_relative_to(E2E_DIR)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Local runs are k8s tests (the plane plugin's skip/REQUIRED rules); all get a timeout."""
+    """Local runs are k8s tests on the node (the plane plugin's skip/REQUIRED rules and its
+    order: after the node-tier tests, on their plane); all get a timeout."""
     local = config.getoption("--kubeconfig") is None
-    for item in items:
+    for item in filter(_is_e2e, items):
+        _E2E_IDS.add(item.nodeid)
         if local:
             item.add_marker(pytest.mark.k8s)
+            item.add_marker(pytest.mark.k8s_node)
         if not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(LOCAL_E2E_TIMEOUT if local else E2E_TIMEOUT))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Spark tests need Java and pyspark: skip locally, fail under CI or HUTCH_K8S_REQUIRED."""
+    """After a failed node-level test of the same session, e2e does not run (skipped, which
+    fails the run under HUTCH_K8S_REQUIRED). Spark tests need Java and pyspark: skip locally,
+    fail under CI or HUTCH_K8S_REQUIRED."""
+    if not _is_e2e(item):
+        return
+    failed = item.session.testsfailed - len(_FAILED)
+    if failed > 0:
+        pytest.skip(f"{failed} test(s) of the node level failed before e2e (levels fail fast)")
+    _TIMES.setdefault("began", time.monotonic())
     if item.get_closest_marker("spark") is None:
         return
     problems = summaries.prerequisite_problems()
@@ -82,8 +107,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.failed:
-        _FAILED.append(report.nodeid)
+    """Remembers e2e failures (the chain's logs are saved then) and when the last e2e ended."""
+    if report.nodeid in _E2E_IDS:
+        if "began" in _TIMES:
+            _TIMES["ended"] = time.monotonic()
+        if report.failed:
+            _FAILED.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """e2e's own time, from the first e2e test's setup (the chain's start) to the last one's
+    teardown: in the node level's session, the part of that level's time that is e2e's."""
+    if "began" in _TIMES and "ended" in _TIMES:
+        seconds = _TIMES["ended"] - _TIMES["began"]
+        terminalreporter.write_line(f"E2E: the e2e tests took {seconds:.0f}s")
 
 
 @pytest.fixture(scope="session")

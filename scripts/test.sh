@@ -2,6 +2,9 @@
 # The test suite, level by level, cheapest first, stopping at the first level that fails:
 # fast (pure, in memory: a failure shows in seconds), broker (processes and sockets on loopback,
 # side by side with RabbitMQ 3.10.8), node (the Kubernetes planes and the real node), then e2e.
+# The node level and e2e are one pytest session, so e2e runs on the node plane the node-tier tests
+# started (no second plane start, no second collection); e2e runs last in it and not at all
+# once a node-level test failed (e2e/conftest.py), and its own time is printed (E2E: ...).
 # Each test's level is derived by hutch_testing.levels (docs/testing.md#test-levels); together the
 # levels are every test of tests/ and e2e/. Dependencies that cannot start fail the run loudly
 # under CI (HUTCH_*_REQUIRED); nothing skips silently. Each level's time is printed at the end.
@@ -32,7 +35,8 @@ level() {
 
 level fast tests -m fast -q --durations=5 "$@"
 level broker tests -m broker --durations=30 "$@"
-level node tests -m node --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
-  level e2e e2e -m e2e --durations=10
+  level node+e2e tests e2e -m "node or e2e" --durations=40 "$@"
+else
+  level node tests -m node --durations=30 "$@"
 fi
