@@ -111,6 +111,8 @@ class SliceParser:
         keys = self._keys
         cursor = self.cursor
         accept: Callable[[int], bool] = cursor.accept
+        expected, done, end_offset = cursor.expected, cursor.done, cursor.slice.end
+        first_offset, tag = self.first_offset, self.last_tag
         rows_before = len(offsets)
         deliveries = 0
         unpack_frame, unpack_u64 = _FRAME.unpack_from, _U64.unpack_from
@@ -135,7 +137,7 @@ class SliceParser:
                 continue
             # basic.deliver: consumer tag, delivery tag, redelivered, exchange, routing key
             p = pos + 12 + buf[pos + 11]
-            (tag,) = unpack_u64(buf, p)
+            (delivery_tag,) = unpack_u64(buf, p)
             route = p + 9
             route_end = route + 1 + buf[route]
             route_end += 1 + buf[route_end]
@@ -145,7 +147,7 @@ class SliceParser:
             props, head_end, body, nxt = content
             pos = nxt
             deliveries += 1
-            self.last_tag = tag
+            tag = delivery_tag  # only once the delivery is complete: credit counts from it
             mark = buf.rfind(_OFFSET_KEY, props, head_end)  # last in the headers
             if mark < 0:
                 offset = self._slow_offset(buf[props:head_end])
@@ -154,13 +156,17 @@ class SliceParser:
                 value = mark + len(_OFFSET_KEY)
                 (offset,) = _I64.unpack_from(buf, value)
                 key = buf[route:route_end] + buf[props:value] + buf[value + 8 : head_end]
-            if self.first_offset is None:
-                self.first_offset = offset
-            if offset == cursor.expected and not cursor.done:
-                cursor.expected = offset + 1
-                cursor.done = cursor.expected >= cursor.slice.end
-            elif not accept(offset):
-                continue
+            if first_offset is None:
+                first_offset = offset
+            if offset == expected and not done:
+                expected = offset + 1
+                done = expected >= end_offset
+            else:
+                cursor.expected, cursor.done = expected, done
+                kept = accept(offset)
+                expected, done = cursor.expected, cursor.done
+                if not kept:
+                    continue
             number = keys.get(key)
             if number is None:
                 number = self._template(key, buf[route:route_end], buf[props:head_end])
@@ -168,6 +174,8 @@ class SliceParser:
             templates.append(number)
             bodies.append(body)
         self._rest = buf[pos:]
+        cursor.expected, cursor.done = expected, done
+        self.first_offset, self.last_tag = first_offset, tag
         self.deliveries += deliveries
         cols.received_at_us.extend([received_at_us] * (len(offsets) - rows_before))
 
@@ -249,6 +257,37 @@ def _content(buf: bytes, head: int, size: int, pos: int) -> tuple[int, int, byte
     return head + 19, head_end, body, nxt
 
 
+def _headers(
+    cols: Columns, templates: list[_Template], offsets: pa.Array, kind: pa.DataType
+) -> pa.Array:
+    """The `headers` map column: each row's template headers with its own offset's text.
+
+    When no template has a header but x-stream-offset (messages published without headers),
+    the column is built from whole arrays; otherwise one list step per row."""
+    rows = len(cols)
+    if all(not t.before and not t.after for t in templates):
+        names = pa.repeat(pa.scalar(OFFSET_HEADER, type=pa.string()), rows)
+        texts = offsets.cast(pa.string())
+        ends = pa.array(range(rows + 1), type=pa.int32())
+        return pa.MapArray.from_arrays(ends, names, texts, type=kind)
+    flat_names: list[str] = []
+    flat_texts: list[str | None] = []
+    row_ends = [0]
+    for offset, number in zip(cols.offsets, cols.templates, strict=True):
+        template = templates[number]
+        flat_names += template.header_keys
+        flat_texts += template.before
+        flat_texts.append(str(offset))
+        flat_texts += template.after
+        row_ends.append(len(flat_names))
+    return pa.MapArray.from_arrays(
+        pa.array(row_ends, type=pa.int32()),
+        pa.array(flat_names, type=pa.string()),
+        pa.array(flat_texts, type=pa.string()),
+        type=kind,
+    )
+
+
 def _record_batch(stream: str, cols: Columns, templates: list[_Template]) -> pa.RecordBatch:
     schema = streamrecords.arrow_schema()
     rows = len(cols)
@@ -258,26 +297,12 @@ def _record_batch(stream: str, cols: Columns, templates: list[_Template]) -> pa.
     def shared(values: list[Any], name: str) -> pa.Array:
         return pa.array(values, type=schema.field(name).type).take(index)
 
-    names: list[str] = []
-    texts: list[str | None] = []
-    ends = [0]
-    for offset, number in zip(cols.offsets, cols.templates, strict=True):
-        template = templates[number]
-        names += template.header_keys
-        texts += template.before
-        texts.append(str(offset))
-        texts += template.after
-        ends.append(len(names))
-    headers = pa.MapArray.from_arrays(
-        pa.array(ends, type=pa.int32()),
-        pa.array(names, type=pa.string()),
-        pa.array(texts, type=pa.string()),
-        type=schema.field("headers").type,
-    )
+    offsets = pa.array(cols.offsets, type=pa.int64())
+    headers = _headers(cols, templates, offsets, schema.field("headers").type)
     timestamps = [None if p.timestamp is None else int(p.timestamp) * 1_000_000 for p in props]
     arrays = [
         pa.array([stream] * rows, type=pa.string()),
-        pa.array(cols.offsets, type=pa.int64()),
+        offsets,
         shared([p.message_id for p in props], "message_id"),
         shared([t.exchange for t in templates], "exchange"),
         shared([t.routing_key for t in templates], "routing_key"),
