@@ -103,7 +103,12 @@ class StreamConnection:
             raise pika.exceptions.IncompatibleProtocolError(str(error)) from error
         credentials = params.credentials
         response = f"\0{credentials.username}\0{credentials.password}".encode()
-        client = {**params.client_properties, "connection_name": connection_name}
+        client = {
+            **params.client_properties,
+            "connection_name": connection_name,
+            # a deleted stream then ends the read at once (basic.cancel), not at readTimeoutMs
+            "capabilities": {"consumer_cancel_notify": True},
+        }
         self._send(
             method(
                 0,
@@ -224,4 +229,8 @@ class StreamConnection:
                     pass
                 raise BrokerClosedError(code, str(text), connection=connection)
             if key == (60, 30):  # basic.cancel from the broker: the queue went away
-                raise BrokerClosedError(0, "the broker cancelled the consumer", connection=False)
+                raise BrokerClosedError(
+                    0,
+                    "the broker cancelled the consumer (was the stream deleted?)",
+                    connection=False,
+                )

@@ -10,6 +10,8 @@ broker's certificate is checked against.
 from __future__ import annotations
 
 import datetime
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -108,6 +110,26 @@ def test_a_refused_login_and_a_missing_vhost_are_clear_errors(hutch_broker: Any)
 def test_a_stream_that_does_not_exist_is_refused_by_the_broker(hutch_broker: Any) -> None:
     with pytest.raises(HutchConnectionError, match=r"refused to let us read stream 'nope'.*404"):
         read(hutch_broker.amqp_url, Slice("nope", 0, 1))
+
+
+def test_a_stream_deleted_under_the_reader_ends_the_read_at_once(hutch_broker: Any) -> None:
+    publish(hutch_broker.amqp_url, "going", 10)
+
+    def delete_soon() -> None:
+        time.sleep(1.0)
+        connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
+        connection.channel().queue_delete("going")
+        connection.close()
+
+    deleter = threading.Thread(target=delete_soon)
+    deleter.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(HutchConnectionError, match="cancelled the consumer"):
+            read(hutch_broker.amqp_url, Slice("going", 0, 20), readTimeoutMs="60000")
+    finally:
+        deleter.join()
+    assert time.monotonic() - began < 30  # the cancel, not the 60 s read timeout
 
 
 @pytest.fixture
