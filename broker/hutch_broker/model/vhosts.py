@@ -24,6 +24,7 @@ from hutch_broker.model import (
     budgets,
     changes,
     deadletter,
+    exchangedeclares,
     limits,
     paging,
     policychanges,
@@ -153,16 +154,12 @@ class VirtualHost:
         arguments = dict(arguments or {})
         existing = self.exchanges.get(name)
         if existing is not None:
-            self._check_exchange_equivalence(
-                existing, exchange_type, durable, auto_delete, internal, arguments
-            )
+            exchangedeclares.check_equivalent(
+                self.name, existing, exchange_type=exchange_type, durable=durable,
+                auto_delete=auto_delete, internal=internal, arguments=arguments,
+            )  # fmt: skip
             return existing, False
-        if name.startswith("amq."):
-            raise errors.access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        alternate = arguments.get("alternate-exchange")
-        args_mod.check_exchange_name_type(
-            "exchange", name, self.name, "alternate-exchange", alternate
-        )
+        exchangedeclares.check_new(self.name, name, arguments)
         exchange = make_exchange(
             name,
             exchange_type,
@@ -180,34 +177,6 @@ class VirtualHost:
                 Change("exchanges", changes.exchange_item(self.name, exchange))
             )
         return exchange, True
-
-    def _check_exchange_equivalence(
-        self,
-        existing: Exchange,
-        exchange_type: str,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        name = existing.name
-        if existing.kind != exchange_type:
-            raise args_mod.inequivalent(
-                "type", "exchange", name, self.name, exchange_type, existing.kind, "amqp"
-            )
-        args_mod.check_flag("durable", "exchange", name, self.name, durable, existing.durable)
-        args_mod.check_flag(
-            "auto_delete", "exchange", name, self.name, auto_delete, existing.auto_delete
-        )
-        args_mod.check_flag("internal", "exchange", name, self.name, internal, existing.internal)
-        old = existing.arguments.get("alternate-exchange")
-        new = arguments.get("alternate-exchange")
-        if (old is None) != (new is None) or (
-            old is not None and args_mod.format_value(old) != args_mod.format_value(new)
-        ):
-            raise args_mod.inequivalent(
-                "alternate-exchange", "exchange", name, self.name, new, old, "amqp"
-            )
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         exchange = self.exchanges.get(name)
