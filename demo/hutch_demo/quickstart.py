@@ -17,7 +17,10 @@ port-forward`` on loopback. The Spark job runs as docs/spark.md shows: spark-sub
 mode, a driver Pod and two executor Pods reading the queue through the Broker's Service as the
 job's own User (examples/spark-user.yaml, not the administrator), the output on a PV
 (``sparkpods``). The hutch-spark image (~1 GB) is imported into the node's
-containerd in the background while the operator and the Broker start.
+containerd in the background while the operator and the Broker start. With
+``--stream-job`` a stream job follows (``streamjob``: examples/spark-stream-copy.py over two
+stream queues, a driver Pod and two executor Pods that read the streams): it copies every
+message to Parquet, and the summary counts the committed rows, each message once, no dedupe.
 
 With ``--kubeconfig`` the same runs on another cluster (kind, with the images loaded by ``kind
 load``), except the Spark job, which runs in Spark's local mode on this host there: its output
@@ -65,6 +68,7 @@ from hutch_demo import (
     progress,
     releases,
     sparkpods,
+    streamjob,
     summaries,
 )
 
@@ -87,9 +91,12 @@ class Options:
     work_dir: Path | None = None
     spark_pods: bool = True  # False: Spark's local mode on this host (always so on --kubeconfig)
     tls: bool = False  # examples/broker-tls.yaml with a CA and certificate made here
+    stream_job: bool = False  # also the stream job (streamjob) after windowed_counts, as Pods
 
 
-STEP_COUNT = 12
+STEP_COUNT = 12  # and the stream job's step with --stream-job (Spark as Pods, no --tls)
+STREAM_PER_STREAM = 5000  # messages in each of the two stream queues
+STREAM_MAX_OFFSETS = 2500  # a micro-batch's offsets over both: 4 batches
 TIER = "node"
 JOB_TIMEOUT = 900  # seconds
 
@@ -100,7 +107,9 @@ def run(keep: bool = False, **kwargs: Any) -> summaries.Summary:
     On a failed step the work directory (logs, rendered config, job output) is kept and named.
     """
     options = Options(keep=keep, **kwargs)
-    report = progress.Progress(total=STEP_COUNT)
+    streams = options.stream_job and options.spark_pods and options.kubeconfig is None
+    streams = streams and not options.tls
+    report = progress.Progress(total=STEP_COUNT + streams)
     work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="hutch-quickstart-"))
     previous = _exit_on_signals()
     try:
@@ -262,6 +271,22 @@ def _drive(
             summary = summaries.collect(line, stream, EVENTS_QUEUE, results, output)
             summary.pods_ran = line.pod_facts() + pod_job.pod_facts()
             summary.clients = _clients(line, pod_job, seen)
+        if options.stream_job and line.main.tls is None:
+            with report.step(
+                f"Running spark-stream-copy over 2 stream queues as a driver and 2 executor "
+                f"Pods ({STREAM_PER_STREAM} messages each)",
+                "stream job",
+            ):
+                ran = _stream_job(report, line, pod_job, spark_image.result())
+                summary.stream_job = ran.lines()
+                summary.pods_ran += ran.pods_ran
+            if not ran.exactly_once:
+                raise clusters.ClusterError("\n".join(ran.lines()))
+        elif options.stream_job:
+            summary.stream_job = [
+                "Spark stream job: not run with --tls (its executors read the streams, and the "
+                "Pod template gives the CA to the driver only)"
+            ]
     summary.steps = list(report.steps)
     return summary
 
@@ -286,6 +311,27 @@ def _submit(
     line.jobs.append(job.child)  # stopped with the chain, on Ctrl-C too
     line.remember("spark-submit", job.child.pid)
     return job
+
+
+def _stream_job(
+    report: progress.Progress, line: chain.Chain, windowed: sparkpods.PodJob, image: str
+) -> streamjob.StreamRun:
+    """examples/spark-stream-copy.py on the windowed job's volume (its own directory there),
+    as the stream queues' own User; stopped with the chain on Ctrl-C."""
+    where = streamjob.NodeJob(
+        cluster=line.cluster, plane=line.cluster.plane, namespace=line.namespace,
+        broker=line.main.name, endpoint=line.endpoint, volume_dir=windowed.volume_dir,
+        work=line.work_dir,
+    )  # fmt: skip
+
+    def started(child: launchers.Child) -> None:
+        line.jobs.append(child)
+        line.remember("spark-submit (stream job)", child.pid)
+
+    return streamjob.run(
+        where, image, per_stream=STREAM_PER_STREAM, max_offsets=STREAM_MAX_OFFSETS,
+        started=started, tick=report.update, timeout=JOB_TIMEOUT,
+    )  # fmt: skip
 
 
 def _wait_job(
@@ -498,7 +544,15 @@ def main(argv: list[str] | None = None) -> int:
         help="a Broker with spec.tls (examples/broker-tls.yaml, a CA and certificate made here); "
         "the publisher, checks and Spark Pods connect over TLS",
     )
+    parser.add_argument(
+        "--stream-job",
+        action="store_true",
+        help="then also examples/spark-stream-copy.py over two stream queues as a driver and 2 "
+        "executor Pods, its committed output counted (each message once)",
+    )
     args = parser.parse_args(argv)
+    if args.stream_job and (args.spark_local or args.kubeconfig is not None):
+        parser.error("--stream-job runs the stream job as Pods on the local node only")
     if args.tls and (args.spark_local or args.kubeconfig is not None):
         parser.error("--tls runs the Spark job as Pods on the local node only")
     try:
@@ -509,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
             namespace=args.namespace,
             spark_pods=not args.spark_local,
             tls=args.tls,
+            stream_job=args.stream_job,
         )
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; everything the quickstart started is stopped\n")

@@ -147,6 +147,7 @@ class Summary:
     steps: list[progress.StepRecord] = field(default_factory=list)
     pods_ran: list[pods.PodFacts] = field(default_factory=list)
     clients: list[str] = field(default_factory=list)  # how they connected to a TLS Broker
+    stream_job: list[str] = field(default_factory=list)  # streamjob.StreamRun.lines()
 
     @property
     def counted_events(self) -> int:
@@ -192,6 +193,8 @@ class Summary:
             f"unique and not dead-lettered: {verdict}"
         )
         lines.append(f"  Parquet output: {self.parquet or 'removed at exit (--keep keeps it)'}")
+        if self.stream_job:
+            lines += ["", *self.stream_job]
         if self.clients:
             lines += ["", "Clients (the Broker has spec.tls):", *(f"  {c}" for c in self.clients)]
         lines += ["", "Pods that ran (node: container ID as the runtime reports it):"]

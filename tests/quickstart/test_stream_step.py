@@ -1,0 +1,95 @@
+"""make run's stream step (hutch_demo/streamjob.py): the count through the sink's log, and
+what the summary says of it.
+
+Why: the step's verdict is "each message once, no dedupe", read from the file sink's
+``_spark_metadata`` log on the job's volume. Files a killed batch left behind are not in
+that log, so a count of the directory would say twice; a row missing or extra must say
+MISMATCH. The run itself is exercised on the node by ``make run``; here, the reading and the
+verdict on files written as the sink writes them.
+"""
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hutch_demo import quickstart, sparksubmit, streamjob, summaries
+
+S0, S1 = streamjob.STREAMS
+
+
+def _write(volume: Path, name: str, rows: list[tuple[str, int]], *, logged: int | None) -> None:
+    """One Parquet file of ``rows`` in the job's output; ``logged``: the batch whose sink log
+    entry lists it (None: an orphan a killed batch left)."""
+    output = volume / "stream-copy" / "output"
+    (output / "_spark_metadata").mkdir(parents=True, exist_ok=True)
+    table = pa.table({
+        "stream": [s for s, _ in rows], "offset": [o for _, o in rows],
+        "message_id": [f"{s}-{o}" for s, o in rows], "body": [b"{}" for _ in rows],
+    })  # fmt: skip
+    pq.write_table(table, output / name)
+    if logged is not None:
+        entry = {"path": f"file://{sparksubmit.MOUNT}/stream-copy/output/{name}", "action": "add"}
+        (output / "_spark_metadata" / str(logged)).write_text("v1\n" + json.dumps(entry) + "\n")
+
+
+def test_the_count_reads_the_sinks_log_and_not_the_directory(tmp_path: Path) -> None:
+    _write(tmp_path, "part-0.parquet", [(S0, 0), (S1, 0)], logged=0)
+    _write(tmp_path, "part-1.parquet", [(S0, 1), (S1, 1)], logged=1)
+    _write(tmp_path, "part-x.parquet", [(S0, 1)], logged=None)  # left by a killed batch
+    output = streamjob.read_output(tmp_path)
+    assert (output.files, output.twice()) == (2, [])
+    assert output.exactly_once(per_stream=2)
+    assert not output.exactly_once(per_stream=3)  # a message missing
+
+
+def test_an_offset_committed_twice_is_a_mismatch_in_the_summary(tmp_path: Path) -> None:
+    _write(tmp_path, "part-0.parquet", [(S0, 0), (S1, 0)], logged=0)
+    _write(tmp_path, "part-1.parquet", [(S0, 0)], logged=1)
+    run = streamjob.StreamRun(2, 1, streamjob.read_output(tmp_path), 2, 41.6)
+    assert not run.exactly_once
+    [title, text] = run.lines()
+    assert title.startswith("Spark stream job stream-copy (orders-stream-0 + orders-stream-1;")
+    assert text == (
+        "  published 2 confirmed; committed 3 rows in 2 Parquet files over 2 micro-batches, "
+        "1 offsets twice: MISMATCH; 42s from spark-submit to the driver's end"
+    )
+    summary = summaries.Summary(
+        namespace="quickstart", broker="hutch", kubeconfig="/k", amqp_uri="amqp://a",
+        management_url="http://m", watermark_bytes=None, status_watermark_bytes=None,
+        queues=[], published=0, duplicates=0, consumed=0, dead_lettered=0,
+        expected_events=0, results=[], parquet="", stream_job=run.lines(),
+    )  # fmt: skip
+    rendered = summary.render().splitlines()
+    assert rendered.index(title) > rendered.index("  Parquet output: removed at exit "
+                                                  "(--keep keeps it)")  # fmt: skip
+
+
+def test_the_submission_runs_the_configmap_job_on_both_streams_with_executor_credentials():
+    sub = streamjob.submission("https://a:1", "q", Path("t.json"), "img", "u-creds",
+                               "stream-copy", broker="hutch", max_offsets=2500)  # fmt: skip
+    words = sparksubmit.command(sub)
+    assert f"local://{sparksubmit.USER_JOB_DIR}/job.py" in words
+    tail = words[words.index(f"local://{sparksubmit.USER_JOB_DIR}/job.py") + 1 :]
+    assert tail == ["--streams", f"{S0},{S1}", "--checkpoint", streamjob.CHECKPOINT,
+                    "--output", streamjob.OUTPUT, "--max-offsets-per-trigger", "2500",
+                    "--num-partitions", "2"]  # fmt: skip
+    confs = sparksubmit.confs(sub)
+    assert confs["spark.executor.instances"] == "2"
+    assert confs["spark.kubernetes.executor.secretKeyRef.HUTCH_AMQP_USERNAME"] == (
+        "u-creds:username"
+    )
+
+
+def test_the_stream_step_is_asked_for_and_runs_on_the_local_node_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert quickstart.Options().stream_job is False
+    for other in (["--spark-local"], ["--kubeconfig", "/k"]):
+        with pytest.raises(SystemExit) as exited:
+            quickstart.main(["--stream-job", *other])
+        assert exited.value.code == 2
+        assert "--stream-job runs the stream job as Pods on the local node only" in (
+            capsys.readouterr().err
+        )
