@@ -82,14 +82,10 @@ def test_the_submission_runs_the_configmap_job_on_both_streams_with_executor_cre
     )
 
 
-def test_the_stream_step_is_asked_for_and_runs_on_the_local_node_only(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    assert quickstart.Options().stream_job is False
-    for other in (["--spark-local"], ["--kubeconfig", "/k"]):
-        with pytest.raises(SystemExit) as exited:
-            quickstart.main(["--stream-job", *other])
-        assert exited.value.code == 2
-        assert "--stream-job runs the stream job as Pods on the local node only" in (
-            capsys.readouterr().err
-        )
+def test_the_stream_step_runs_unless_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict[str, object]] = []
+    monkeypatch.setattr(quickstart, "run", lambda **kwargs: asked.append(kwargs))
+    assert quickstart.main([]) == 0
+    assert quickstart.main(["--no-stream-job"]) == 0
+    assert [kwargs["stream_job"] for kwargs in asked] == [True, False]
+    assert quickstart.Options().stream_job is True
