@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pika
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -54,19 +53,17 @@ from hutch_demo import (
     pods,
     sparkpods,
     sparksubmit,
+    streamjob,
     waiting,
 )
-from hutch_spark import publishing
 
 REPO = clusters.REPO_ROOT
-JOB = REPO / "examples" / "spark-stream-copy.py"
-CONFIGMAP = "stream-copy-job"
-STREAMS = ("orders-stream-0", "orders-stream-1")
+JOB = streamjob.JOB
+STREAMS = streamjob.STREAMS
 PER_STREAM = 12000
 MAX_OFFSETS = 1500  # per batch over both streams: 16 batches, so both kills land mid-run
-USER = "spark-stream-copy"
-CHECKPOINT = f"{sparksubmit.MOUNT}/stream-copy/checkpoint"
-OUTPUT = f"{sparksubmit.MOUNT}/stream-copy/output"
+CHECKPOINT = streamjob.CHECKPOINT
+OUTPUT = streamjob.OUTPUT
 SUBMIT_TIMEOUT = 600
 POLL_S = 0.1
 # How Spark 4.3's driver words a task lost with its executor, in its log.
@@ -96,11 +93,8 @@ def _run(
     _publish(endpoint)
     _say(f"published {PER_STREAM} confirmed messages to each of {STREAMS} in "
          f"{time.monotonic() - began:.1f}s")  # fmt: skip
-    secret = _stream_user(cluster, ns)
-
-    template = work / "spark-pod-template.json"
-    template.write_text(json.dumps(sparksubmit.pod_template(job_configmap=CONFIGMAP)))
-    cluster.kubectl("create", "configmap", CONFIGMAP, "-n", ns, f"--from-file=job.py={JOB}")
+    secret = streamjob.stream_user(cluster, ns)
+    template = streamjob.install_job(cluster, ns, work)
     cluster.apply(ns, clusters.manifest(*sparksubmit.driver_rbac(ns)))
     claim = sparksubmit.claim("spark-data", ns, volume, "1Gi")
     cluster.apply(ns, clusters.manifest(claim))
@@ -335,60 +329,16 @@ def _force_delete(cluster: clusters.Cluster, ns: str, pod: str) -> None:
 def _submission(
     api_server: str, ns: str, template: Path, image: str, secret: str, app: str
 ) -> sparksubmit.Submission:
-    """The job from the ConfigMap, two executors, the User's credentials on every Pod."""
-    return sparksubmit.Submission(
-        api_server=api_server, namespace=ns, broker="hutch", queue=",".join(STREAMS),
-        credentials_secret=secret, claim="spark-data", pod_template=template, image=image,
-        app_name=app, executors=2, job_file=f"local://{sparksubmit.USER_JOB_DIR}/job.py",
-        extra_confs=sparksubmit.executor_credentials(secret),
-        arguments=("--streams", ",".join(STREAMS), "--checkpoint", CHECKPOINT,
-                   "--output", OUTPUT, "--max-offsets-per-trigger", str(MAX_OFFSETS),
-                   "--num-partitions", "2"),
-    )  # fmt: skip
-
-
-def _stream_user(cluster: clusters.Cluster, ns: str) -> str:
-    """The job's own User: read on the two streams, tag monitoring (the driver reads the
-    streams' offsets from the management API); the name of its Secret."""
-    objects = [
-        clusters.cr("User", USER, {"brokerRef": {"name": "hutch"}, "tags": ["monitoring"]}),
-        clusters.cr("Permission", USER, {
-            "brokerRef": {"name": "hutch"}, "vhost": "/", "user": USER,
-            "configure": "", "write": "", "read": "^orders-stream-[01]$",
-        }),
-    ]  # fmt: skip
-    cluster.apply(ns, clusters.manifest(*objects))
-    for plural in ("users", "permissions"):
-        clusters.wait_condition(cluster, ns, plural, USER, "Ready", timeout=90)
-    secret = f"{USER}-user-credentials"
-    clusters.wait_for(lambda: cluster.get(f"/api/v1/namespaces/{ns}/secrets/{secret}"),
-                      f"the User's Secret {secret}", timeout=90)  # fmt: skip
-    return secret
+    """The job from the ConfigMap, two executors, the User's credentials on every Pod
+    (``streamjob.submission``, as make run submits it), ``MAX_OFFSETS`` a batch."""
+    return streamjob.submission(api_server, ns, template, image, secret, app,
+                                max_offsets=MAX_OFFSETS)  # fmt: skip
 
 
 def _publish(endpoint: launchers.Endpoint) -> None:
-    """Both streams declared (as an application would) and filled, persistent, every message
-    confirmed (pipelined, the sink's publisher); message ``n`` of a stream has id
-    ``<stream>-<n>`` and lands at offset ``n``."""
-    connection = pika.BlockingConnection(pika.URLParameters(endpoint.amqp_url))
-    try:
-        for stream in STREAMS:
-            arguments = {"x-queue-type": "stream"}
-            connection.channel().queue_declare(stream, durable=True, arguments=arguments)
-    finally:
-        connection.close()
-    messages = (
-        publishing.Outbound(
-            "", stream, json.dumps({"n": n, "pad": "x" * 100}).encode(),
-            pika.BasicProperties(delivery_mode=2, message_id=f"{stream}-{n}"),
-        )
-        for n in range(PER_STREAM)
-        for stream in STREAMS
-    )  # fmt: skip
-    publisher = publishing.ConfirmedPublisher(
-        pika.URLParameters(endpoint.amqp_url), window=500, mandatory=True
-    )
-    assert publisher.publish_all(messages) == len(STREAMS) * PER_STREAM
+    """``streamjob.publish``: both streams declared and filled, every message confirmed;
+    message ``n`` of a stream has id ``<stream>-<n>`` and lands at offset ``n``."""
+    assert streamjob.publish(endpoint, PER_STREAM) == len(STREAMS) * PER_STREAM
     listed = management.Management(endpoint)
     for stream in STREAMS:
         item = listed.queue(stream)
