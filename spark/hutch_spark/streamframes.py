@@ -37,9 +37,32 @@ FRAME_END = 0xCE
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
 BASIC_DELIVER = (60 << 16) | 60
 OFFSET_HEADER = "x-stream-offset"
-_OFFSET_KEY = b"\x0f" + OFFSET_HEADER.encode() + b"l"  # short-string name, then type 'l'
+_OFFSET_NAME_TYPED = OFFSET_HEADER.encode() + b"l"  # the name, then the long's type 'l'
+_OFFSET_NAME_SIZE = len(OFFSET_HEADER)
+# Field value sizes (RabbitMQ's field types, as pika and the brokers encode them): fixed ones,
+# and those whose size is a long prefix (long string, table, array, byte array).
+_FIXED_SIZES = {
+    ord(k): v
+    for k, v in {
+        "t": 1,
+        "b": 1,
+        "B": 1,
+        "s": 2,
+        "u": 2,
+        "I": 4,
+        "i": 4,
+        "l": 8,
+        "f": 4,
+        "d": 8,
+        "D": 5,
+        "T": 8,
+        "V": 0,
+    }.items()
+}
+_SIZED = frozenset(map(ord, "SFAx"))
 
 _FRAME = struct.Struct(">BHI")
+_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
@@ -148,12 +171,11 @@ class SliceParser:
             pos = nxt
             deliveries += 1
             tag = delivery_tag  # only once the delivery is complete: credit counts from it
-            mark = buf.rfind(_OFFSET_KEY, props, head_end)  # last in the headers
-            if mark < 0:
+            value = _offset_value_at(buf, props, head_end)
+            if value < 0:
                 offset = self._slow_offset(buf[props:head_end])
                 key = buf[route:route_end] + buf[props:head_end]
             else:
-                value = mark + len(_OFFSET_KEY)
                 (offset,) = _I64.unpack_from(buf, value)
                 key = buf[route:route_end] + buf[props:value] + buf[value + 8 : head_end]
             if first_offset is None:
@@ -219,6 +241,46 @@ class SliceParser:
         number = len(self._templates) - 1
         self._keys[key] = number
         return number
+
+
+def _offset_value_at(buf: bytes, props: int, head_end: int) -> int:
+    """Where the 8 bytes of the top-level `x-stream-offset` long start in the content header
+    whose property flags are at `props`, or -1 when the slow path must decide (no headers, a
+    second flags word, a value type this walk does not size, the header absent or not a long).
+
+    Why a walk and not a search for the header's bytes: the same bytes can sit inside a header
+    value or a property after the headers (a message_id, a nested table), and a search would
+    read the publisher's bytes as the offset. The walk visits only the top-level entries, and
+    keeps the last one named `x-stream-offset`, as decoding the table into a dict does."""
+    (flags,) = _U16.unpack_from(buf, props)
+    if flags & 1 or not flags & 0x2000:
+        return -1
+    p = props + 2
+    if flags & 0x8000:  # content-type, content-encoding: short strings before the headers
+        p += 1 + buf[p]
+    if flags & 0x4000:
+        p += 1 + buf[p]
+    (length,) = _U32.unpack_from(buf, p)
+    p += 4
+    table_end = p + length
+    if table_end > head_end:
+        raise FrameError("a content header's headers table runs past its frame")
+    found = -1
+    while p < table_end:
+        name = p + 1
+        p = name + buf[p]
+        kind = buf[p]
+        p += 1
+        if p - name == _OFFSET_NAME_SIZE + 1 and buf[name:p] == _OFFSET_NAME_TYPED:
+            found = p
+        size = _FIXED_SIZES.get(kind)
+        if size is None:
+            if kind not in _SIZED:
+                return -1
+            (size,) = _U32.unpack_from(buf, p)
+            size += 4
+        p += size
+    return found if p == table_end else -1
 
 
 def _content(buf: bytes, head: int, size: int, pos: int) -> tuple[int, int, bytes, int] | None:

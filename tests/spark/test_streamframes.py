@@ -9,6 +9,8 @@ offset not read, a gap left by retention is data loss.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import logging
 import struct
 from typing import Any
@@ -43,7 +45,8 @@ def delivery(
     deliver = spec.Basic.Deliver("ctag", tag or offset + 1, False, exchange, routing_key)
     raw = frame.Method(1, deliver).marshal() + frame.Header(1, len(body), properties).marshal()
     mark = b"\x0fx-stream-offset"
-    at = raw.index(mark) + len(mark)
+    placeholder = b"l" + struct.pack(">q", _BIG) if offset_type == "l" else b"I" + b"\0\0\0\1"
+    at = raw.index(mark + placeholder) + len(mark)  # the broker's header, not a lookalike
     if offset_type == "l":
         raw = raw[: at + 1] + struct.pack(">q", offset) + raw[at + 9 :]
     else:  # a short int, as a client may encode small numbers: the parser's slow path
@@ -174,6 +177,30 @@ def test_a_small_int_offset_takes_the_slow_path_to_the_same_rows() -> None:
     assert [(r["offset"], r["headers"]) for r in rows(p)] == [
         (n, {"x-stream-offset": str(n)}) for n in range(5)
     ]
+
+
+def test_the_offsets_bytes_inside_a_property_or_a_header_value_are_not_the_offset() -> None:
+    # The header's name, its type and 8 bytes, as a publisher may put them in any string: in
+    # the message_id (after the headers) and inside a nested table; only the top-level
+    # x-stream-offset is the offset.
+    fake = "\x0fx-stream-offsetl" + "AAAAAAAA"
+    headers = {
+        "text": fake,
+        "nested": {"x-stream-offset": 5, "list": [1, "x", {"deep": fake}]},
+        "raw": fake.encode(),
+        "flag": True,
+        "ratio": decimal.Decimal("1.5"),
+        "when": datetime.datetime(2026, 11, 28, 12, 0, 0),
+        "nothing": None,
+    }
+    raw = b"".join(delivery(n, b"b", message_id=fake, headers=headers) for n in range(3))
+    for cuts in ([], [len(raw) // 2]):
+        p = parser(0, 3)
+        feed_in(p, raw, cuts)
+        found = rows(p)
+        assert [r["offset"] for r in found] == [0, 1, 2]
+        assert {r["message_id"] for r in found} == {fake}
+        assert [r["headers"]["x-stream-offset"] for r in found] == ["0", "1", "2"]
 
 
 def test_the_end_offset_is_not_read_and_offsets_before_the_start_are_skipped() -> None:
