@@ -190,7 +190,7 @@ def test_the_offsets_bytes_inside_a_property_or_a_header_value_are_not_the_offse
         "raw": fake.encode(),
         "flag": True,
         "ratio": decimal.Decimal("1.5"),
-        "when": datetime.datetime(2026, 11, 28, 12, 0, 0),
+        "when": datetime.datetime(2026, 11, 28, 12, 0, 0, tzinfo=datetime.UTC),
         "nothing": None,
     }
     raw = b"".join(delivery(n, b"b", message_id=fake, headers=headers) for n in range(3))
