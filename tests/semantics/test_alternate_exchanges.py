@@ -1,8 +1,11 @@
 """Alternate exchanges (AE-1..AE-4)."""
 
+import pytest
 from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, RETURNED, closed_by_broker, get, publish
 from hutch_testing.wire import FrameRecorder
+
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
 
 def _catch_all(channel, exchange="ae", queue="unrouted"):
@@ -48,7 +51,7 @@ def test_ae_1_a_policy_gives_amq_exchanges_an_alternate_but_never_the_default(ch
     assert _bodies(channel, "unrouted") == [b"via-amq-direct"]
 
 
-def test_ae_1_alternate_exchange_must_be_a_string(connection):
+def test_ae_1_alternate_exchange_must_be_a_string(connection, vhost):
     closed = closed_by_broker(
         lambda: connection.channel().exchange_declare(
             "x", "direct", arguments={"alternate-exchange": 5}
@@ -58,10 +61,11 @@ def test_ae_1_alternate_exchange_must_be_a_string(connection):
     assert closed == (
         406,
         "PRECONDITION_FAILED - invalid type 'signedint' for arg 'alternate-exchange' in "
-        "exchange 'x' in vhost '/'",
+        f"exchange 'x' in vhost '{vhost}'",
     )
 
 
+@pytest.mark.own_broker  # it adds a user, which is broker-wide
 def test_cn_6_declaring_an_exchange_with_an_ae_needs_write_on_the_ae(hutch_broker, api):
     assert api.put("/users/limited", {"password": "pw", "tags": ""}).status == 201
     permissions = {"configure": "^x", "write": "^x", "read": "^x"}
@@ -225,7 +229,7 @@ def test_ae_3_when_the_whole_chain_fails_the_return_names_the_original_exchange(
 # -- AE-4 --------------------------------------------------------------------------------------
 
 
-def test_ae_4_redeclare_with_another_alternate_exchange_is_406(connection):
+def test_ae_4_redeclare_with_another_alternate_exchange_is_406(connection, vhost):
     connection.channel().exchange_declare("x", "direct", arguments={"alternate-exchange": "u"})
 
     code, text = closed_by_broker(
@@ -237,5 +241,5 @@ def test_ae_4_redeclare_with_another_alternate_exchange_is_406(connection):
     assert (code, text) == (
         406,
         "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange 'x' in "
-        "vhost '/': received 'other' but current is 'u'",
+        f"vhost '{vhost}': received 'other' but current is 'u'",
     )

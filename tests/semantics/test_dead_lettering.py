@@ -2,10 +2,13 @@
 
 import datetime
 
+import pytest
 from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import closed_by_broker, get, publish, publish_all, ready
 from hutch_testing.wire import FrameRecorder, plain
+
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
 TO_DLQ = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
 
@@ -129,6 +132,7 @@ def _limited_user(api, write):
     assert api.put("/permissions/%2F/limited", permissions).status in (201, 204)
 
 
+@pytest.mark.own_broker  # it adds a user, which is broker-wide
 def test_cn_6_declaring_a_queue_with_a_dlx_needs_read_on_it_and_write_on_the_dlx(hutch_broker, api):
     assert api.put("/users/limited", {"password": "pw", "tags": ""}).status == 201
     _limited_user(api, write="^q$")
@@ -154,6 +158,7 @@ def test_cn_6_declaring_a_queue_with_a_dlx_needs_read_on_it_and_write_on_the_dlx
     assert declared.method.queue == "q"
 
 
+@pytest.mark.own_broker  # it adds a user, which is broker-wide
 def test_dlx_2_permissions_are_not_checked_when_dead_lettering(hutch_broker, api):
     assert api.put("/users/limited", {"password": "pw", "tags": ""}).status == 201
     _limited_user(api, write="^(q|dlx|amq\\.default)$")

@@ -2,6 +2,7 @@
 
 from decimal import Decimal
 
+import pytest
 from hutch_demo.waiting import wait_for
 from hutch_testing.steps import (
     ACK,
@@ -14,6 +15,8 @@ from hutch_testing.steps import (
 )
 from hutch_testing.wire import FrameRecorder
 from pika.compat import long
+
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
 
 def _declare_dlq(channel, dlq="dlq"):
@@ -260,39 +263,35 @@ def test_ml_9_policy_lowering_max_length_truncates_at_once_with_dead_lettering(c
 # -- for the length-limit arguments ----------------------------------------------------
 
 
+# (the one argument, what follows "invalid arg '<its name>' for queue 'q' in vhost '<vhost>': ")
 INVALID_LENGTH_ARGUMENTS = [
-    ({"x-max-length": -1}, "'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}"),
-    (
-        {"x-max-length-bytes": -1},
-        "'x-max-length-bytes' for queue 'q' in vhost '/': {value_negative,-1}",
-    ),
-    ({"x-overflow": "drop-tail"}, "'x-overflow' for queue 'q' in vhost '/': invalid_overflow"),
-    (
-        {"x-max-length": "ten"},
-        "'x-max-length' for queue 'q' in vhost '/': \"expected integer, got longstr\"",
-    ),
-    (
-        {"x-max-length": Decimal(5)},
-        "'x-max-length' for queue 'q' in vhost '/': \"expected integer, got decimal\"",
-    ),
-    ({"x-overflow": 5}, "'x-overflow' for queue 'q' in vhost '/': {unacceptable_type,signedint}"),
+    ({"x-max-length": -1}, "{value_negative,-1}"),
+    ({"x-max-length-bytes": -1}, "{value_negative,-1}"),
+    ({"x-overflow": "drop-tail"}, "invalid_overflow"),
+    ({"x-max-length": "ten"}, '"expected integer, got longstr"'),
+    ({"x-max-length": Decimal(5)}, '"expected integer, got decimal"'),
+    ({"x-overflow": 5}, "{unacceptable_type,signedint}"),
 ]
 
 
-def test_q_3_invalid_length_arguments_are_406_and_create_nothing(connection):
+def test_q_3_invalid_length_arguments_are_406_and_create_nothing(connection, vhost):
     for arguments, detail in INVALID_LENGTH_ARGUMENTS:
         channel = connection.channel()
+        (name,) = arguments
 
         closed = closed_by_broker(
             lambda ch=channel, args=arguments: ch.queue_declare("q", arguments=args)
         )
 
-        assert closed == (406, "PRECONDITION_FAILED - invalid arg " + detail)
+        assert closed == (
+            406,
+            f"PRECONDITION_FAILED - invalid arg '{name}' for queue 'q' in vhost '{vhost}': {detail}",
+        )
         missing = connection.channel()
         assert closed_by_broker(lambda ch=missing: ch.queue_declare("q", passive=True))[0] == 404
 
 
-def test_q_2_length_arguments_must_be_equivalent_on_redeclare(connection):
+def test_q_2_length_arguments_must_be_equivalent_on_redeclare(connection, vhost):
     connection.channel().queue_declare("q", arguments={"x-max-length": 1})
 
     different = closed_by_broker(
@@ -305,7 +304,9 @@ def test_q_2_length_arguments_must_be_equivalent_on_redeclare(connection):
         )
     )
 
-    prefix = "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': "
+    prefix = (
+        f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '{vhost}': "
+    )
     assert different == (406, prefix + "received '2' but current is '1'")
     assert missing == (
         406,

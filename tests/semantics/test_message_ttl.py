@@ -6,10 +6,13 @@ a second each on any machine that can run the broker at all.
 
 import time
 
+import pytest
 from hutch_demo.waiting import sleep_until, wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, closed_by_broker, get, publish, ready
 from hutch_testing.wire import FrameRecorder
+
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
 SHORT = 200  # ms: a TTL that expires during the test
 LONG = 60_000  # ms: one that does not
@@ -85,7 +88,7 @@ def test_ttl_2_malformed_expiration_is_406(connection):
     assert ready(connection.channel(), "q") == 0
 
 
-def test_ttl_1_x_message_ttl_above_ten_years_is_406(connection):
+def test_ttl_1_x_message_ttl_above_ten_years_is_406(connection, vhost):
     limit = 315_360_000_000
 
     closed = closed_by_broker(
@@ -95,7 +98,7 @@ def test_ttl_1_x_message_ttl_above_ten_years_is_406(connection):
 
     assert closed == (
         406,
-        "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '/': "
+        f"PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '{vhost}': "
         f"{{value_too_large,{limit + 1}}}",
     )
 
@@ -211,6 +214,7 @@ def test_ttl_5_requeue_keeps_the_original_expiry(channel):
     assert props.headers["x-death"][0]["reason"] == "expired"
 
 
+@pytest.mark.own_broker  # it restarts the broker
 def test_p_4_expiry_survives_a_restart_and_is_not_reset(hutch_broker):
     ttl = 1500
     connection = connect(hutch_broker)

@@ -2,8 +2,12 @@
 
 import time
 
+import pytest
+from hutch_demo.management import quote
 from hutch_demo.waiting import wait_for
 from hutch_testing.steps import get, publish, publish_all, ready
+
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
 REFERENCE_POLICY_KEYS = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
 
@@ -22,27 +26,30 @@ def _names(values):
 # -- POL-1 -------------------------------------------------------------------------------------
 
 
-def test_pol_1_policy_object_defaults_and_key_order(api):
-    created = api.put("/policies/%2F/p", {"pattern": "^q", "definition": {"max-length": 1}})
+def test_pol_1_policy_object_defaults_and_key_order(api, vhost):
+    created = api.put(
+        f"/policies/{quote(vhost)}/p", {"pattern": "^q", "definition": {"max-length": 1}}
+    )
     updated = api.put(
-        "/policies/%2F/p", {"pattern": "^q", "definition": {"max-length": 2}, "priority": 3}
+        f"/policies/{quote(vhost)}/p",
+        {"pattern": "^q", "definition": {"max-length": 2}, "priority": 3},
     )
 
-    policy = api.get("/policies/%2F/p").body
+    policy = api.get(f"/policies/{quote(vhost)}/p").body
 
     assert (created.status, updated.status) == (201, 204)
     assert list(policy) == REFERENCE_POLICY_KEYS
     assert policy == {
-        "vhost": "/",
+        "vhost": vhost,
         "name": "p",
         "pattern": "^q",
         "apply-to": "all",
         "definition": {"max-length": 2},
         "priority": 3,
     }
-    assert api.get("/policies/%2F").body == [policy]
-    assert api.delete("/policies/%2F/p").status == 204
-    assert api.get("/policies/%2F/p").status == 404
+    assert api.get(f"/policies/{quote(vhost)}").body == [policy]
+    assert api.delete(f"/policies/{quote(vhost)}/p").status == 204
+    assert api.get(f"/policies/{quote(vhost)}/p").status == 404
 
 
 APPLIES_TO_A_CLASSIC_QUEUE = {
@@ -124,7 +131,7 @@ def test_pol_3_other_rabbitmq_keys_are_accepted_without_effect(channel, api):
     assert ready(channel, "q") == 1
 
 
-def test_pol_3_every_effective_user_key_is_accepted(api):
+def test_pol_3_every_effective_user_key_is_accepted(api, vhost):
     definition = {
         "message-ttl": 1000,
         "expires": 100_000,
@@ -140,13 +147,13 @@ def test_pol_3_every_effective_user_key_is_accepted(api):
     response = api.put_policy("p", "^q$", definition, apply_to="all")
 
     assert response.status == 201
-    assert api.get("/policies/%2F/p").body["definition"] == definition
+    assert api.get(f"/policies/{quote(vhost)}/p").body["definition"] == definition
 
 
 # -- POL-4 -------------------------------------------------------------------------------------
 
 
-def test_pol_4_operator_policy_keys(api):
+def test_pol_4_operator_policy_keys(api, vhost):
     accepted = {
         "expires": 100_000,
         "message-ttl": 1000,
@@ -176,7 +183,7 @@ def test_pol_4_operator_policy_keys(api):
         "reason": "Validation failed\n\n"
         '[{<<"overflow">>,<<"reject-publish">>}] are not recognised policy settings\n',
     }
-    assert api.get("/operator-policies/%2F/bad").status == 404
+    assert api.get(f"/operator-policies/{quote(vhost)}/bad").status == 404
 
 
 # -- POL-5 -------------------------------------------------------------------------------------
@@ -326,12 +333,12 @@ INVALID_POLICIES = [
 ]
 
 
-def test_pol_8_invalid_policies_are_400_and_change_nothing(channel, api):
+def test_pol_8_invalid_policies_are_400_and_change_nothing(channel, api, vhost):
     api.set_policy("p", "^q$", {"max-length": 1})
     channel.queue_declare("q")
 
     for body, detail in INVALID_POLICIES:
-        response = api.put("/policies/%2F/p", body)
+        response = api.put(f"/policies/{quote(vhost)}/p", body)
 
         assert response.status == 400
         assert response.body == {
@@ -343,5 +350,5 @@ def test_pol_8_invalid_policies_are_400_and_change_nothing(channel, api):
     assert bad_pattern.body["reason"].startswith(
         "Validation failed\n\npattern should be regular expression but is invalid"
     )
-    assert api.get("/policies/%2F/p").body["definition"] == {"max-length": 1}
+    assert api.get(f"/policies/{quote(vhost)}/p").body["definition"] == {"max-length": 1}
     assert api.queue("q")["effective_policy_definition"] == {"max-length": 1}

@@ -1,8 +1,11 @@
 """Ring queues (RING-1..RING-7), Artemis semantics, with the contract's seed examples."""
 
+import pytest
 from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, closed_by_broker, get, publish, publish_all, ready
+
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
 TO_DLQ = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
 
@@ -56,7 +59,7 @@ def test_ring_1_operator_policy_ring_size_the_lesser_wins(channel, api):
     assert _bodies(channel, "ring-tighter") == [b"4", b"5"]
 
 
-def test_ring_1_ring_size_below_one_is_refused(connection, api):
+def test_ring_1_ring_size_below_one_is_refused(connection, api, vhost):
     response = api.put_policy("ring", ".*", {"ring-size": 0})
     declared = closed_by_broker(
         lambda: connection.channel().queue_declare("q", arguments={"x-ring-size": 0})
@@ -66,7 +69,8 @@ def test_ring_1_ring_size_below_one_is_refused(connection, api):
     assert response.body["reason"] == "Validation failed\n\n0 is not a valid ring size\n"
     assert declared == (
         406,
-        "PRECONDITION_FAILED - invalid arg 'x-ring-size' for queue 'q' in vhost '/': {value_zero,0}",
+        f"PRECONDITION_FAILED - invalid arg 'x-ring-size' for queue 'q' in vhost '{vhost}': "
+        "{value_zero,0}",
     )
 
 
@@ -118,10 +122,10 @@ def test_ring_3_direct_delivery_to_a_waiting_consumer_removes_nothing(connection
 # -- RING-4 ------------------------------------------------------------------------------------
 
 
-def test_ring_4_seed_four_in_delivery_then_the_consumer_closes(hutch_broker, channel):
+def test_ring_4_seed_four_in_delivery_then_the_consumer_closes(hutch_broker, vhost, channel):
     channel.queue_declare("dlq")
     channel.queue_declare("q", arguments={"x-ring-size": 3, **TO_DLQ})
-    consumer_connection = connect(hutch_broker)
+    consumer_connection = connect(hutch_broker, vhost=vhost)
     got = _consume(consumer_connection.channel())
     publish_all(channel, "q", ["A", "B", "C", "D"])
     wait_for(
