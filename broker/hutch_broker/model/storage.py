@@ -38,6 +38,11 @@ class QueueLog(Protocol):
         """A live record back, body included; raises ``StoreError`` when it cannot."""
         ...
 
+    def read_run(self, msg_id: int, max_bytes: int) -> list[tuple[StoredMessage, int]]:
+        """Live record ``msg_id`` and those laid right after it (about ``max_bytes`` in all),
+        each with its length in the log: a stream's read-ahead. Errors as ``read``."""
+        ...
+
     def ack(self, msg_id: int) -> None:
         """The record is gone for good; unknown or acked ids are ignored."""
         ...

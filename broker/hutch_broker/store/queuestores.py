@@ -234,6 +234,40 @@ class QueueStore:
             raise errors.CorruptRecordError(f"{self._directory}: record {msg_id:#x} is corrupt")
         return message
 
+    def read_run(self, msg_id: int, max_bytes: int) -> list[tuple[StoredMessage, int]]:
+        """The live record ``msg_id`` and the live records right after it in its segment, each
+        with its length on disk: one ``pread`` of about ``max_bytes`` for many records.
+
+        Why: a stream reads its log front to back, and one ``pread`` per record was a third of
+        the broker's CPU per delivered message. Stops before a record that is not live, not yet
+        handed to the kernel, not whole in the chunk read, or does not check out; the first one
+        is read as ``read`` does (always returned, or an error raised as ``read`` raises)."""
+        with self._lock:
+            self._check_usable()
+            segment, offset = self._locate(msg_id)
+            length = segment.live[offset]
+            chunk = b""
+            if self._moved or offset + length > segment.flushed:
+                lengths = []  # in the write buffer, or compaction renumbered: one by one
+            else:
+                end = offset + min(max(max_bytes, length), segment.flushed - offset)
+                lengths = _run_lengths(segment.live, offset, end)
+                chunk = self._pread(segment, offset, sum(lengths))
+        if not lengths or len(chunk) < length:
+            return [(self.read(msg_id), length)]
+        view = memoryview(chunk)
+        found: list[tuple[StoredMessage, int]] = []
+        at = 0
+        for length in lengths:
+            message = records.decode_record(chunk, at, seed=segment.seed(offset + at), view=view)
+            if message is None or message.msg_id != msg_id + at:
+                break
+            found.append((message, length))
+            at += length
+        if not found:
+            raise errors.CorruptRecordError(f"{self._directory}: record {msg_id:#x} is corrupt")
+        return found
+
     @property
     def dirty(self) -> bool:
         """True while appends, acks or segment deletions await a sync().
@@ -591,3 +625,17 @@ class QueueStore:
 def _check_stamp(value: int, name: str) -> None:
     if not 0 <= value <= _MAX_STAMP:
         raise ValueError(f"{name} out of range: {value}")
+
+
+def _run_lengths(live: dict[int, int], offset: int, end: int) -> list[int]:
+    """The lengths of the live records laid end to end from ``offset`` (which is live) that fit
+    before ``end``, the first one always."""
+    length = live[offset]
+    lengths = [length]
+    at = offset + length
+    while True:
+        length = live.get(at, 0)
+        if not length or at + length > end:
+            return lengths
+        lengths.append(length)
+        at += length

@@ -65,6 +65,9 @@ class MemoryLog:
     def read(self, msg_id: int) -> StoredMessage:
         return self.records[msg_id]
 
+    def read_run(self, msg_id: int, max_bytes: int) -> list[tuple[StoredMessage, int]]:
+        return [(self.records[msg_id], 1)]  # ids here are consecutive: the next is one on
+
     def ack(self, msg_id: int) -> None:
         self.records.pop(msg_id, None)
 

@@ -1,0 +1,87 @@
+"""QueueStore.read_run: a stream's reads of consecutive records in one pread.
+
+Why its own tests: a run must be exactly what one ``read`` per record would return, and stop
+(never guess) where a record is acked, still in the write buffer, cut by the chunk's end or
+damaged; the first record behaves as ``read`` does, errors included.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hutch_broker.store import CorruptRecordError, MessageNotFoundError, records, segments
+
+BIG = 1 << 20  # one segment holds every record here
+
+
+def _queue(open_store):
+    return open_store(segment_size=BIG).open_queue("/", "q")
+
+
+def _ids_of(run):
+    return [message.msg_id for message, _ in run]
+
+
+def test_a_run_is_what_reads_one_by_one_return_with_each_records_length(open_store, fill):
+    queue = _queue(open_store)
+    ids = fill(queue, 30)
+    queue.sync()
+
+    run = queue.read_run(ids[0], BIG)
+
+    assert [message for message, _ in run] == [queue.read(msg_id) for msg_id in ids]
+    assert [msg_id + length for msg_id, (_, length) in zip(ids, run, strict=True)][:-1] == ids[1:]
+
+
+def test_a_run_stops_at_the_chunk_size_but_always_holds_the_first_record(open_store, fill):
+    queue = _queue(open_store)
+    ids = fill(queue, 30, body_size=100)
+    queue.sync()
+    length = ids[1] - ids[0]
+
+    assert _ids_of(queue.read_run(ids[2], 3 * length + length // 2)) == ids[2:5]
+    assert _ids_of(queue.read_run(ids[2], 1)) == [ids[2]]  # larger than the chunk: alone, whole
+
+
+def test_a_run_stops_before_an_acked_record(open_store, fill):
+    queue = _queue(open_store)
+    ids = fill(queue, 10)
+    queue.sync()
+    queue.ack(ids[4])
+
+    assert _ids_of(queue.read_run(ids[0], BIG)) == ids[:4]
+    assert _ids_of(queue.read_run(ids[5], BIG)) == ids[5:]
+    with pytest.raises(MessageNotFoundError):
+        queue.read_run(ids[4], BIG)
+
+
+def test_records_still_in_the_write_buffer_are_read_one_at_a_time(open_store, fill):
+    queue = _queue(open_store)
+    ids = fill(queue, 10)
+    queue.sync()
+    later = fill(queue, 5, first=10)  # appended, not yet handed to the kernel
+
+    assert _ids_of(queue.read_run(ids[0], BIG)) == ids  # the flushed part only
+    assert _ids_of(queue.read_run(later[0], BIG)) == [later[0]]
+    assert queue.read_run(later[0], BIG)[0][0] == queue.read(later[0])
+
+
+def test_a_damaged_record_ends_the_run_before_it_and_is_an_error_when_first(open_store, fill):
+    queue = _queue(open_store)
+    ids = fill(queue, 10)
+    queue.sync()
+    number, offset = records.split_msg_id(ids[6])
+    path = queue.directory / segments.segment_name(number)
+    with path.open("r+b") as segment:
+        segment.seek(offset + records.HEADER_SIZE + 2)
+        byte = segment.read(1)
+        segment.seek(offset + records.HEADER_SIZE + 2)
+        segment.write(bytes([byte[0] ^ 0xFF]))
+        segment.flush()
+        os.fsync(segment.fileno())
+
+    assert _ids_of(queue.read_run(ids[0], BIG)) == ids[:6]
+    with pytest.raises(CorruptRecordError):
+        queue.read_run(ids[6], BIG)
+    assert _ids_of(queue.read_run(ids[7], BIG)) == ids[7:]
