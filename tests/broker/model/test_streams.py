@@ -327,6 +327,29 @@ def test_st_4_retention_removes_segment_files(store, tmp_path: Path) -> None:
     assert [o for _, _, _, o in channel.delivered] == list(range(queue.first_offset, 40))
 
 
+def test_st_4_records_read_ahead_from_a_dropped_segment_are_not_delivered(store) -> None:
+    """A cursor reads its segment in runs (``QueueStore.read_run``) and keeps what it has not
+    delivered yet; when retention drops that segment, those records go with it and the
+    cursor moves on to the first offset still held, as without the read-ahead."""
+    queue = _stream(store, **{"x-max-age": "1h", "x-stream-max-segment-size-bytes": 2_000})
+    _publish(queue, *(bytes([i]) * 200 for i in range(20)), now_ms=0)
+    store.sync()  # handed to the kernel: read in runs, not one record at a time
+    channel = FakeChannel()
+    consumer = _consumer(queue, channel, "a", "first", prefetch=1)
+    queue.drain(0)
+    assert [o for _, _, _, o in channel.delivered] == [0]
+    assert queue._cursors[consumer].ahead, "the rest of the segment was read ahead"
+    _publish(queue, *(bytes([100 + i]) * 200 for i in range(4)), now_ms=3_000_000)
+    queue.expire_head(3_700_000)
+    first = queue.first_offset
+    assert first > 1
+    consumer.unacked = 0
+    queue.drain(0)
+    assert [(o, body[:1]) for _, _, body, o in channel.delivered[1:]] == [
+        (first, bytes([first if first < 20 else 100 + first - 20]))
+    ]
+
+
 def test_st_4_max_age_drops_old_segments_on_the_tick(store) -> None:
     queue = _stream(store, **{"x-max-age": "1h", "x-stream-max-segment-size-bytes": 500})
     _publish(queue, *(bytes(200) for _ in range(6)), now_ms=0)
