@@ -8,6 +8,8 @@ from hutch_demo import management
 from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+
 
 def test_publish_get_roundtrip_keeps_properties(channel):
     channel.queue_declare("q")
@@ -182,6 +184,7 @@ def test_confirms_ack_routed_and_unroutable(connection):
     assert ch.queue_declare("q", passive=True, durable=True).method.message_count == 50
 
 
+@pytest.mark.own_broker  # /metrics counts broker-wide
 def test_overview_counts_confirms_and_redeliveries(hutch_broker, connection):
     """message_stats.confirm and .redeliver (and their /metrics counters) move with traffic."""
     mgmt = management.Management(hutch_broker)
@@ -205,12 +208,12 @@ def test_overview_counts_confirms_and_redeliveries(hutch_broker, connection):
     assert "rabbitmq_global_messages_confirmed_total 7.0" in metrics
 
 
-def test_publish_to_missing_exchange_closes_channel_404(channel):
+def test_publish_to_missing_exchange_closes_channel_404(channel, vhost):
     channel.basic_publish("nope", "k", b"x")
     with pytest.raises(ChannelClosedByBroker) as info:
         channel.queue_declare("q")
     assert info.value.reply_code == 404
-    assert info.value.reply_text == "NOT_FOUND - no exchange 'nope' in vhost '/'"
+    assert info.value.reply_text == f"NOT_FOUND - no exchange 'nope' in vhost '{vhost}'"
 
 
 def test_tx_commit_and_rollback(connection):

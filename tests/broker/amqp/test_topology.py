@@ -4,6 +4,8 @@ import pytest
 from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+
 
 def closed_with(fn, *args, **kwargs) -> tuple[int, str]:
     with pytest.raises(ChannelClosedByBroker) as info:
@@ -74,13 +76,13 @@ def test_cc_and_bcc_headers_add_routing_keys(channel):
     assert props_b.headers["CC"] == [b"b"] or props_b.headers["CC"] == ["b"]
 
 
-def test_internal_exchange_refuses_publish(channel):
+def test_internal_exchange_refuses_publish(channel, vhost):
     channel.exchange_declare("inner", "fanout", internal=True)
     channel.basic_publish("inner", "", b"x")
     code, text = closed_with(channel.queue_declare, "q")
     assert (code, text) == (
         403,
-        "ACCESS_REFUSED - cannot publish to internal exchange 'inner' in vhost '/'",
+        f"ACCESS_REFUSED - cannot publish to internal exchange 'inner' in vhost '{vhost}'",
     )
 
 
@@ -103,27 +105,27 @@ def test_default_exchange_cannot_be_bound(channel):
     assert (code, text) == (403, "ACCESS_REFUSED - operation not permitted on the default exchange")
 
 
-def test_passive_declares_of_missing_things_are_404(connection):
+def test_passive_declares_of_missing_things_are_404(connection, vhost):
     code, text = closed_with(connection.channel().queue_declare, "nope", passive=True)
-    assert (code, text) == (404, "NOT_FOUND - no queue 'nope' in vhost '/'")
+    assert (code, text) == (404, f"NOT_FOUND - no queue 'nope' in vhost '{vhost}'")
     code, text = closed_with(connection.channel().exchange_declare, "nope", passive=True)
-    assert (code, text) == (404, "NOT_FOUND - no exchange 'nope' in vhost '/'")
+    assert (code, text) == (404, f"NOT_FOUND - no exchange 'nope' in vhost '{vhost}'")
 
 
-def test_exchange_redeclare_must_be_equivalent(connection):
+def test_exchange_redeclare_must_be_equivalent(connection, vhost):
     ch = connection.channel()
     ch.exchange_declare("x", "direct")
     code, text = closed_with(ch.exchange_declare, "x", "fanout")
     assert code == 406
     assert (
         text
-        == "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
+        == f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '{vhost}': received 'fanout' but current is 'direct'"
     )
     ch = connection.channel()
     code, text = closed_with(ch.exchange_declare, "x", "direct", durable=True)
     assert (
         text
-        == "PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'x' in vhost '/': received 'true' but current is 'false'"
+        == f"PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'x' in vhost '{vhost}': received 'true' but current is 'false'"
     )
 
 
@@ -132,18 +134,18 @@ def test_unknown_exchange_type_is_406(channel):
     assert (code, text) == (406, "PRECONDITION_FAILED - unknown exchange type 'nonsense'")
 
 
-def test_queue_argument_equivalence_texts(connection):
+def test_queue_argument_equivalence_texts(connection, vhost):
     ch = connection.channel()
     ch.queue_declare("q", arguments={"x-max-length": 1})
     _, text = closed_with(ch.queue_declare, "q", arguments={"x-max-length": 2})
     assert text == (
-        "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': "
+        f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '{vhost}': "
         "received '2' but current is '1'"
     )
     ch = connection.channel()
     _, text = closed_with(ch.queue_declare, "q")
     assert text == (
-        "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': "
+        f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '{vhost}': "
         "received none but current is the value '1' of type 'signedint'"
     )
     ch = connection.channel()
@@ -153,34 +155,23 @@ def test_queue_argument_equivalence_texts(connection):
 
 
 @pytest.mark.parametrize(
-    ("arguments", "detail"),
+    ("arguments", "detail"),  # detail: what follows "in vhost '<the test's vhost>': "
     [
-        (
-            {"x-message-ttl": -1},
-            "invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}",
-        ),
-        (
-            {"x-message-ttl": "10"},
-            "invalid arg 'x-message-ttl' for queue 'q' in vhost '/': \"expected integer, got longstr\"",
-        ),
-        ({"x-expires": 0}, "invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}"),
-        (
-            {"x-max-length": -1},
-            "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}",
-        ),
-        (
-            {"x-overflow": "nope"},
-            "invalid arg 'x-overflow' for queue 'q' in vhost '/': invalid_overflow",
-        ),
-        (
-            {"x-dead-letter-routing-key": "k"},
-            "invalid arg 'x-dead-letter-routing-key' for queue 'q' in vhost '/': routing_key_but_no_dlx_defined",
-        ),
+        ({"x-message-ttl": -1}, "{value_negative,-1}"),
+        ({"x-message-ttl": "10"}, '"expected integer, got longstr"'),
+        ({"x-expires": 0}, "{value_zero,0}"),
+        ({"x-max-length": -1}, "{value_negative,-1}"),
+        ({"x-overflow": "nope"}, "invalid_overflow"),
+        ({"x-dead-letter-routing-key": "k"}, "routing_key_but_no_dlx_defined"),
     ],
 )
-def test_invalid_queue_arguments(channel, arguments, detail):
+def test_invalid_queue_arguments(channel, vhost, arguments, detail):
+    (name,) = arguments
     code, text = closed_with(channel.queue_declare, "q", arguments=arguments)
-    assert (code, text) == (406, "PRECONDITION_FAILED - " + detail)
+    assert (code, text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{name}' for queue 'q' in vhost '{vhost}': {detail}",
+    )
 
 
 def test_invalid_declare_changes_nothing(connection):
@@ -189,9 +180,9 @@ def test_invalid_declare_changes_nothing(connection):
     assert code == 404
 
 
-def test_exclusive_queue_is_locked_for_other_connections(hutch_broker, connection):
+def test_exclusive_queue_is_locked_for_other_connections(hutch_broker, connection, vhost):
     connection.channel().queue_declare("excl", exclusive=True)
-    other = connect(hutch_broker)
+    other = connect(hutch_broker, vhost=vhost)
     code, text = closed_with(other.channel().queue_declare, "excl", passive=True)
     assert code == 405 and text.startswith(
         "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'excl'"
@@ -216,19 +207,19 @@ def test_server_named_queue(channel):
     assert ok.method.queue.startswith("amq.gen-")
 
 
-def test_purge_and_delete_conditions(connection):
+def test_purge_and_delete_conditions(connection, vhost):
     ch = connection.channel()
     ch.queue_declare("q")
     for _ in range(3):
         ch.basic_publish("", "q", b"x")
     code, text = closed_with(ch.queue_delete, "q", if_empty=True)
-    assert (code, text) == (406, "PRECONDITION_FAILED - queue 'q' in vhost '/' is not empty")
+    assert (code, text) == (406, f"PRECONDITION_FAILED - queue 'q' in vhost '{vhost}' is not empty")
     ch = connection.channel()
     assert ch.queue_purge("q").method.message_count == 3
     ch.basic_consume("q", lambda *a: None)
     other = connection.channel()
     code, text = closed_with(other.queue_delete, "q", if_unused=True)
-    assert (code, text) == (406, "PRECONDITION_FAILED - queue 'q' in vhost '/' in use")
+    assert (code, text) == (406, f"PRECONDITION_FAILED - queue 'q' in vhost '{vhost}' in use")
     assert connection.channel().queue_delete("q").method.message_count == 0
 
 
@@ -245,11 +236,11 @@ def test_unbind_and_exchange_delete(channel):
     assert code == 404
 
 
-def test_bad_vhost_and_bad_credentials_are_refused(hutch_broker):
+def test_bad_vhost_and_bad_credentials_are_refused(hutch_broker, vhost):
     import pika
 
     with pytest.raises(pika.exceptions.ProbableAuthenticationError) as auth:
-        connect(hutch_broker, password="wrong")
+        connect(hutch_broker, password="wrong", vhost=vhost)
     assert "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN" in str(
         auth.value
     )
