@@ -6,9 +6,12 @@ something renews it, and "gone" checks poll with a generous bound.
 
 import time
 
+import pytest
 from hutch_demo.waiting import sleep_until, wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import closed_by_broker, get, publish
+
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
 LEASE = 400  # ms
 LONG = 60_000
@@ -43,7 +46,7 @@ def test_exp_1_least_of_argument_policy_and_operator_policy_applies(channel, api
     assert api.queue_exists("no-expiry")
 
 
-def test_exp_1_zero_and_negative_x_expires_are_refused(connection, api):
+def test_exp_1_zero_and_negative_x_expires_are_refused(connection, api, vhost):
     zero = closed_by_broker(
         lambda: connection.channel().queue_declare("q", arguments={"x-expires": 0})
     )
@@ -53,11 +56,12 @@ def test_exp_1_zero_and_negative_x_expires_are_refused(connection, api):
 
     assert zero == (
         406,
-        "PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}",
+        f"PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'q' in vhost '{vhost}': "
+        "{value_zero,0}",
     )
     assert negative == (
         406,
-        "PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'q' in vhost '/': "
+        f"PRECONDITION_FAILED - invalid arg 'x-expires' for queue 'q' in vhost '{vhost}': "
         "{value_negative,-5}",
     )
     policy = api.put_policy("p", "q", {"expires": 0})
@@ -85,6 +89,8 @@ def test_exp_2_an_unused_queue_is_deleted_with_its_messages_not_dead_lettered(ch
 
     _wait_deleted(api, "q")
 
+    gone = closed_by_broker(lambda: channel.connection.channel().queue_declare("q", passive=True))
+    assert gone[0] == 404  # deleted where it was declared, not only missing from the API's view
     assert get(channel, "dlq") is None
 
 
@@ -123,6 +129,7 @@ def test_exp_2_basic_get_renews_the_lease(channel, api):
 def test_exp_2_publishing_does_not_renew_the_lease(channel, api):
     channel.queue_declare("q", arguments={"x-expires": LEASE})
     declared = time.monotonic()
+    assert api.queue_exists("q")  # seen where it was declared, so the loop below is not vacuous
 
     while api.queue_exists("q"):
         assert time.monotonic() - declared < 10, "publishing kept the queue alive"
@@ -130,6 +137,7 @@ def test_exp_2_publishing_does_not_renew_the_lease(channel, api):
         time.sleep(LEASE / 8000)
 
 
+@pytest.mark.own_broker  # it restarts the broker
 def test_exp_2_the_lease_restarts_at_recovery(hutch_broker, api):
     lease = 1000
     channel = connect(hutch_broker).channel()

@@ -3,22 +3,25 @@
 These run without the reference node, so the fixes stay covered under `-m "not rabbitmq"`.
 """
 
+import pytest
 from hutch_testing.steps import closed_by_broker, get, publish
 
+pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
 
-def test_ex_3_system_exchanges_cannot_be_deleted(connection):
+
+def test_ex_3_system_exchanges_cannot_be_deleted(connection, vhost):
     refused = closed_by_broker(lambda: connection.channel().exchange_delete("amq.topic"))
     missing = closed_by_broker(lambda: connection.channel().exchange_delete("amq.no-such"))
 
     assert refused == (
         403,
-        "ACCESS_REFUSED - deletion of system exchange 'amq.topic' in vhost '/' not allowed",
+        f"ACCESS_REFUSED - deletion of system exchange 'amq.topic' in vhost '{vhost}' not allowed",
     )
     assert missing[0] == 403
     connection.channel().exchange_declare("amq.topic", passive=True)
 
 
-def test_ex_5_with_both_binding_ends_missing_the_source_is_named(connection):
+def test_ex_5_with_both_binding_ends_missing_the_source_is_named(connection, vhost):
     queue_bind = closed_by_broker(
         lambda: connection.channel().queue_bind("no-queue", "no-exchange", "k")
     )
@@ -26,8 +29,8 @@ def test_ex_5_with_both_binding_ends_missing_the_source_is_named(connection):
         lambda: connection.channel().exchange_bind("no-destination", "no-source", "k")
     )
 
-    assert queue_bind == (404, "NOT_FOUND - no exchange 'no-exchange' in vhost '/'")
-    assert exchange_bind == (404, "NOT_FOUND - no exchange 'no-source' in vhost '/'")
+    assert queue_bind == (404, f"NOT_FOUND - no exchange 'no-exchange' in vhost '{vhost}'")
+    assert exchange_bind == (404, f"NOT_FOUND - no exchange 'no-source' in vhost '{vhost}'")
 
 
 def test_q_1_delete_if_empty_counts_ready_messages_only(connection, channel):
