@@ -57,6 +57,10 @@ def test_dlx_1_requeue_purge_delete_and_queue_expiry_never_dead_letter(channel, 
     channel.queue_delete("deleted")
     wait_for(lambda: not api.queue_exists("expired"), what="queue expiry")
 
+    expired = closed_by_broker(
+        lambda: channel.connection.channel().queue_declare("expired", passive=True)
+    )
+    assert expired[0] == 404  # it did expire, rather than being missing from the API's view
     assert ready(channel, "requeued") == 1
     assert _bodies(channel, "dlq") == []
 
