@@ -56,6 +56,11 @@ READ_STEPS: Final = 160
 # What a cursor reads from its segment in one pread: ~600 records of 200 B, a bounded buffer
 # per consumer (a record larger than this is read alone, whole).
 READ_AHEAD_BYTES: Final = 128 * 1024
+# What all cursors of a broker may hold read ahead together. Without it the memory held grows
+# with the number of stream consumers a client opens (10,000 of them, 1.3 GB); past it a
+# cursor reads one record at a time, as before runs, and once it is half used a cursor that
+# cannot go on (no credit, a socket that does not drain) gives its records back.
+READ_AHEAD_TOTAL: Final = 8 * 1024 * 1024
 FLOOR: Final = 64  # what an inline drain may always spend, as an inline publish may
 DEFAULT_MAX_SEGMENT_SIZE: Final = 500_000_000  # RabbitMQ's default
 
@@ -78,12 +83,13 @@ class StreamHooks:
     def __init__(self, scheduler: budgets.Scheduler | None = None) -> None:
         self.commits: Durability | None = None
         self.scheduler = scheduler or budgets.Scheduler()
+        self.read_ahead = 0  # bytes of records held in cursors' read-ahead, over all streams
 
 
 class Cursor:
     """One consumer's place in the stream."""
 
-    __slots__ = ("ahead", "consumer", "msg_id", "offset", "since_ms", "skip_to")
+    __slots__ = ("ahead", "ahead_bytes", "consumer", "msg_id", "offset", "since_ms", "skip_to")
 
     def __init__(self, consumer: queues.Consumer, offset: int, since_ms: int | None) -> None:
         self.consumer = consumer
@@ -93,6 +99,7 @@ class Cursor:
         self.skip_to = 0  # records below this offset are read for their length only
         # records read ahead of ``msg_id`` in one pread (``QueueStore.read_run``), with lengths
         self.ahead: collections.deque[tuple[StoredMessage, int]] = collections.deque()
+        self.ahead_bytes = 0  # their lengths' sum, counted in ``StreamHooks.read_ahead``
 
 
 class StreamQueue(queues.Queue):
@@ -234,7 +241,7 @@ class StreamQueue(queues.Queue):
         first = self.index.first_offset
         for cursor in self._order:  # records read ahead from a dropped segment go with it
             if cursor.offset < first:
-                cursor.ahead.clear()
+                self._drop_ahead(cursor)
         return count
 
     def expire_head(self, now_ms: int) -> int:
@@ -283,6 +290,7 @@ class StreamQueue(queues.Queue):
         cursor = self._cursors.pop(consumer, None)
         if cursor is not None:
             self._order.remove(cursor)
+            self._drop_ahead(cursor)
         return super().remove_consumer(consumer)
 
     def drain(self, now_ms: int) -> int:
@@ -314,7 +322,12 @@ class StreamQueue(queues.Queue):
             cursor = order[0]
             order.rotate(-1)
             consumer = cursor.consumer
-            if cursor.offset >= self.visible_end or not consumer.channel.has_capacity(consumer):
+            if cursor.offset >= self.visible_end:
+                idle += 1
+                continue
+            if not consumer.channel.has_capacity(consumer):
+                if cursor.ahead_bytes and self.hooks.read_ahead > READ_AHEAD_TOTAL // 2:
+                    self._drop_ahead(cursor)  # cursors that can go on need the room more
                 idle += 1
                 continue
             outcome = self._step(cursor, meter)
@@ -335,20 +348,32 @@ class StreamQueue(queues.Queue):
         in a segment still held (retention clears what it drops, ``_retain``)."""
         ahead = cursor.ahead
         if not ahead or ahead[0][0].msg_id != cursor.msg_id:
-            ahead.clear()  # a new segment, or a start: read a run from where the cursor is
+            if cursor.ahead_bytes:  # a new segment, or a start: read a run from the cursor
+                self._drop_ahead(cursor)
             store = self.store
             segment = self._position(cursor)
             if store is None or segment is None or cursor.msg_id is None:
                 return None
+            hooks = self.hooks
+            room = READ_AHEAD_TOTAL - hooks.read_ahead  # 0 or less: one record
             try:
-                ahead.extend(store.read_run(cursor.msg_id, READ_AHEAD_BYTES))
+                run = store.read_run(
+                    cursor.msg_id, room if room < READ_AHEAD_BYTES else READ_AHEAD_BYTES
+                )
             except StoreError as exc:  # unreadable: skip to the next segment rather than stall
                 log.error("stream '%s' in vhost '%s': %s", self.name, self.vhost, exc)
                 cursor.offset, cursor.msg_id = segment.end, None
                 meter.left -= READ_STEPS
                 return False
+            ahead.extend(run)
+            last, length = run[-1]  # consecutive records: their lengths add up to this span
+            held = last.msg_id + length - run[0][0].msg_id
+            cursor.ahead_bytes = held
+            hooks.read_ahead += held
         meter.left -= READ_STEPS
         stored, length = ahead.popleft()
+        cursor.ahead_bytes -= length
+        self.hooks.read_ahead -= length
         offset = cursor.offset
         # The next record's place; past the segment's end ``_position`` sees another segment
         # number there and goes to that segment's first record.
@@ -362,6 +387,12 @@ class StreamQueue(queues.Queue):
             cursor.since_ms = None
         self._deliver_record(cursor.consumer, offset, stored)
         return True
+
+    def _drop_ahead(self, cursor: Cursor) -> None:
+        """Give back what ``cursor`` read ahead (``READ_AHEAD_TOTAL``)."""
+        cursor.ahead.clear()
+        self.hooks.read_ahead -= cursor.ahead_bytes
+        cursor.ahead_bytes = 0
 
     def _position(self, cursor: Cursor) -> SegmentInfo | None:
         """The cursor's segment, with ``msg_id`` set to a record the cursor reads next.

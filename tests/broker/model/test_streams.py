@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_broker.model import arguments, budgets, policies, streamargs
+from hutch_broker.model import arguments, budgets, policies, streamargs, streams
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.streamindex import SegmentIndex
@@ -412,3 +412,35 @@ def test_st_5_policies_set_retention_and_apply_to_streams(store) -> None:
     assert queue.limits() == (None, 3_600_000, 500)  # the smaller of argument and policy
     queue.policy = policy("streams", {"max-age": "3h"})
     assert queue.limits()[1] == 7_200_000
+
+
+def _held_ahead(queue: StreamQueue) -> int:
+    return sum(length for cursor in queue._order for _, length in cursor.ahead)
+
+
+def test_st_4_read_ahead_over_all_cursors_stays_under_the_broker_wide_bound(
+    store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each cursor reads its segment in runs, but what all of them hold together is bounded
+    (``READ_AHEAD_TOTAL``): a client that opens many consumers which take one message and
+    never ack does not make the broker hold a run for each. Past the bound a cursor reads one
+    record at a time, and the records are still delivered in order; what is held is given
+    back when the consumers go."""
+    monkeypatch.setattr(streams, "READ_AHEAD_TOTAL", 8 * 1024)
+    queue = _stream(store)
+    _publish(queue, *(bytes([i]) * 200 for i in range(40)), now_ms=0)
+    store.sync()  # handed to the kernel: read in runs
+    channel = FakeChannel()
+    consumers = [_consumer(queue, channel, f"c{n}", "first", prefetch=1) for n in range(60)]
+    queue.drain(0)
+    assert len(channel.delivered) == 60  # each took offset 0, then its prefetch was full
+    assert {o for _, _, _, o in channel.delivered} == {0}
+    held = _held_ahead(queue)
+    assert held == queue.hooks.read_ahead
+    assert held <= 8 * 1024 + 300, held  # the bound, plus the one record a run may pass it by
+    eager = _consumer(queue, channel, "eager", "first", prefetch=1000)
+    queue.drain(0)
+    assert [o for tag, _, _, o in channel.delivered if tag == "eager"] == list(range(40))
+    for consumer in [*consumers, eager]:
+        queue.remove_consumer(consumer)
+    assert queue.hooks.read_ahead == 0
