@@ -173,8 +173,10 @@ def _consume(
     credit = Credit(settings.prefetch, slice_.end - slice_.start)
     connection.consume(parser, slice_.stream, credit.prefetch, slice_.start)
     first_tag = 0
+    # consume-ok can arrive in one read with the first deliveries (the whole credit, when the
+    # broker is quick): they are counted and acked before the next blocking read, which would
+    # otherwise wait for bytes the broker will not send until it gets credit back.
     while not cursor.done:
-        connection.read(parser)
         if parser.deliveries and not first_tag:
             first_tag = parser.last_tag - parser.deliveries + 1
         if parser.first_offset is not None and not cursor.done:
@@ -183,5 +185,7 @@ def _consume(
                 connection.ack(first_tag + through - 1)  # tags count deliveries from first_tag
         if parser.rows >= CHUNK_ROWS:
             yield parser.take()
+        if not cursor.done:
+            connection.read(parser)
     if parser.rows:
         yield parser.take()

@@ -64,6 +64,19 @@ def test_a_slice_reads_its_offsets_and_ends_without_a_broken_connection(
     assert tail == [(n, f"s-{n}") for n in range(95, 100)]
 
 
+def test_deliveries_that_arrive_with_consume_ok_are_acked_before_the_next_read(
+    hutch_broker: Any, channel: Any
+) -> None:
+    """A quick broker sends the first deliveries (the whole credit) in the same read as
+    consume-ok. The reader must ack them before it blocks for more: otherwise nothing comes
+    until the broker's heartbeat, and with heartbeats off the read times out."""
+    name = stream(channel, "s", 100)
+    uri = f"{hutch_broker.amqp_url}?heartbeat=0"
+    for _ in range(3):  # the coalescing is the broker's timing: several reads make it likely
+        rows = read(hutch_broker, Slice(name, 10, 30), prefetch="7", uri=uri, readTimeoutMs="3000")
+        assert rows == [(n, f"s-{n}") for n in range(10, 30)]
+
+
 def test_retention_under_the_reader_is_data_loss(
     hutch_broker: Any, channel: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
