@@ -147,7 +147,7 @@ class QueueStore:
             self._check_usable()
             segment = self._segment_for(length)
             offset = segment.size
-            msg_id = segments.msg_id_of(segment.number, offset)
+            msg_id = records.msg_id_of(segment.number, offset)
             head = records.encode_head(
                 seed=segment.seed(offset),
                 msg_id=msg_id,
@@ -205,7 +205,7 @@ class QueueStore:
             if segment is None or segment.retiring or segment is self._write:
                 return False
             for offset in list(segment.live):
-                self._ack(segments.msg_id_of(number, offset))
+                self._ack(records.msg_id_of(number, offset))
             return True
 
     def recover(self) -> list[IndexedMessage]:
@@ -459,7 +459,7 @@ class QueueStore:
 
     def _ack(self, msg_id: int) -> None:
         position = self._moved.pop(msg_id, msg_id)
-        number, offset = segments.split_msg_id(position)
+        number, offset = records.split_msg_id(position)
         segment = self._segments.get(number)
         if segment is None or segment.retiring:
             return
@@ -481,12 +481,12 @@ class QueueStore:
         self._dirty.discard(segment)
 
     def _is_live(self, msg_id: int) -> bool:
-        number, offset = segments.split_msg_id(self._moved.get(msg_id, msg_id))
+        number, offset = records.split_msg_id(self._moved.get(msg_id, msg_id))
         segment = self._segments.get(number)
         return segment is not None and offset in segment.live
 
     def _locate(self, msg_id: int) -> tuple[Segment, int]:
-        number, offset = segments.split_msg_id(self._moved.get(msg_id, msg_id))
+        number, offset = records.split_msg_id(self._moved.get(msg_id, msg_id))
         segment = self._segments.get(number)
         if segment is None or offset not in segment.live:
             raise errors.MessageNotFoundError(f"{self._directory}: no live message {msg_id:#x}")
@@ -605,7 +605,7 @@ class QueueStore:
             target = self._segment_for(len(raw))
             offset = target.size
             self._write_record(target, offset, len(raw), records.reseal(raw, target.seed(offset)))
-            self._moved[msg_id] = segments.msg_id_of(target.number, offset)
+            self._moved[msg_id] = records.msg_id_of(target.number, offset)
         self._retire(segment)
         log.info("%s: compacted, %d live records copied", segment.path, len(copies))
 

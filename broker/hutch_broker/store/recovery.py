@@ -465,7 +465,7 @@ def _index(
     offsets = {offset for offset, _, _ in found.records}
     acked = _read_acks(segment, offsets)
     live: dict[int, int] = {}
-    base_id = segments.msg_id_of(segment.number, 0)
+    base_id = records.msg_id_of(segment.number, 0)
     for offset, length, message in found.records:
         position = base_id | offset
         if message.msg_id != position:
@@ -539,6 +539,6 @@ def _resolve_copies(scan: _Scan) -> None:
 
 
 def _ack_position(scan: _Scan, position: int) -> None:
-    number, offset = segments.split_msg_id(position)
+    number, offset = records.split_msg_id(position)
     scan.segments[number].ack(offset)
     del scan.live[position]

@@ -26,11 +26,7 @@ FLUSH_THRESHOLD = 1024 * 1024
 SEGMENT_PREFIX = "msgs."
 ACK_PREFIX = "acks."
 TOMBSTONE_SUFFIX = ".deleted"
-# A msg id's layout (segment number, offset) is part of the record format: records.py.
-OFFSET_BITS = records.OFFSET_BITS
-OFFSET_MASK = records.OFFSET_MASK
-msg_id_of = records.msg_id_of
-split_msg_id = records.split_msg_id
+# A msg id's layout (segment number, offset) is part of the record format: records.msg_id_of.
 
 
 def segment_name(number: int) -> str:

@@ -338,7 +338,7 @@ def test_read_detects_a_record_damaged_on_disk(open_store, fill):
     queue = open_store().open_queue("/", "q")
     ids = fill(queue, 3)
     queue.sync()
-    number, offset = segments.split_msg_id(ids[1])
+    number, offset = records.split_msg_id(ids[1])
     with open(queue.directory / segments.segment_name(number), "r+b") as segment_file:
         segment_file.seek(offset + 60)
         segment_file.write(b"X")

@@ -17,7 +17,7 @@ import pika
 import pytest
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
-from hutch_broker.store import MessageStore, segments
+from hutch_broker.store import MessageStore, records, segments
 from hutch_demo.management import Management
 from hutch_testing.clients import connect
 
@@ -98,7 +98,7 @@ def test_an_unreadable_body_is_not_served_and_stays_on_disk(
 
 
 def _damage_body(queue: Queue, msg_id: int) -> None:
-    number, offset = segments.split_msg_id(msg_id)
+    number, offset = records.split_msg_id(msg_id)
     path = queue.store.directory / segments.segment_name(number)  # type: ignore[union-attr]
     with path.open("r+b") as file:
         file.seek(offset + 80)

@@ -59,7 +59,7 @@ def _truncate(name, size):
 
 def test_torn_tail_at_every_byte_of_the_last_record(pristine, damaged, fields, read_back):
     template, ids, segment = pristine
-    last = ids[-1] & segments.OFFSET_MASK
+    last = ids[-1] & records.OFFSET_MASK
     end = segment.stat().st_size
     complete = _expected(fields, ids[:-1])
     for cut in range(last, end):
@@ -95,7 +95,7 @@ def _flip(name, position, mask=0x01):
 
 def test_a_flipped_bit_anywhere_in_a_record_is_never_served(pristine, damaged, fields, read_back):
     template, ids, segment = pristine
-    start, end = ids[2] & segments.OFFSET_MASK, ids[3] & segments.OFFSET_MASK
+    start, end = ids[2] & records.OFFSET_MASK, ids[3] & records.OFFSET_MASK
     originals = dict(zip(ids, _expected(fields, ids), strict=True))
     for position in range(start, end):
         store, queue = damaged(template, _flip(segment.name, position))
@@ -182,7 +182,7 @@ def test_garbage_ack_tail_is_ignored_and_acks_still_append(acked_pristine, damag
     data = (queue.directory / ack_file).read_bytes()
     found = records.scan_acks(data)
     assert found.valid_end == len(data)
-    assert found.offsets == [i & segments.OFFSET_MASK for i in ids[:4]]
+    assert found.offsets == [i & records.OFFSET_MASK for i in ids[:4]]
 
 
 def test_stray_and_orphan_files(pristine, damaged, fields, read_back):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_broker.store import MessageStore, QueueStore, errors, segments, syncing
+from hutch_broker.store import MessageStore, QueueStore, errors, records, segments, syncing
 
 FIELDS: dict[str, Any] = {
     "enqueued_at_ms": 1,
@@ -218,7 +218,7 @@ def _dead_letter_during_a_sync(
     crashed = work / "crashed"
     shutil.copytree(work / "msgs", crashed / "msgs")  # kill -9 now
     store.close()
-    segment_file = segments.segment_name(segments.split_msg_id(moved)[0])
+    segment_file = segments.segment_name(records.split_msg_id(moved)[0])
     assert (logs["source"].directory / segment_file).exists() != retires
     recovered = MessageStore(crashed)
     bodies = {name: served_bodies(recovered.open_queue("/", name)) for name in order}
@@ -242,7 +242,7 @@ def test_when_the_copys_fsync_fails_the_source_writes_no_ack_and_unlinks_nothing
     # With small segments, other seals moved's segment, which the ack then retires.
     source.append(routing_key="k", body=b"other".ljust(120), **FIELDS)
     store.sync()
-    segment_file = source.directory / segments.segment_name(segments.split_msg_id(moved)[0])
+    segment_file = source.directory / segments.segment_name(records.split_msg_id(moved)[0])
     dead.append(routing_key="k", body=b"moved-copy".ljust(120), **FIELDS)
     source.ack(moved)
     fdatasync = syncing._fdatasync
