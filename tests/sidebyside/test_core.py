@@ -172,6 +172,9 @@ def test_closing_a_channel_requeues_and_reject_without_requeue_drops(target):
     other.basic_reject(x[0].delivery_tag, requeue=False)
     other.close()
     assert y[2] == b"y"
+    # RabbitMQ requeues a closed channel's unacked messages in the queue's own process, which may
+    # come after channel.close-ok: wait for it rather than racing it.
+    wait_for(lambda: ready(ch, q) == 2, timeout=10)
 
     got = []
     while (item := get(ch, q)) is not None:

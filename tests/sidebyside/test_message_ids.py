@@ -13,7 +13,8 @@ import time
 import pika
 import pytest
 from hutch_demo.management import quote
-from hutch_testing.steps import ACK, get, publish
+from hutch_demo.waiting import wait_for
+from hutch_testing.steps import ACK, get, publish, ready
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -64,6 +65,9 @@ def test_an_amqp_publish_without_a_message_id_is_delivered_without_one(target):
     assert publish(ch, q, "own", message_id="mine") == ACK
 
     first = _consume(target, q, 3)  # unacked at the channel's close: delivered again below
+    # RabbitMQ requeues a closed channel's unacked messages in the queue's own process, after
+    # channel.close-ok: wait until all three are ready again before taking them.
+    wait_for(lambda: ready(ch, q) == 3, timeout=10)
     again = [get(ch, q) for _ in range(3)]
 
     assert [(props, body) for props, body, _ in first] == [
