@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import proccpu
 import scenarios
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,8 @@ class PerfTestResult:
     consume_rate: float
     latency: dict[str, Any]
     output_tail: str
+    cpu_seconds: float | None = None  # the JVM's user + system time over its whole run
+    wall_seconds: float | None = None
 
 
 def ensure_installed() -> Path:
@@ -118,16 +121,11 @@ def _queue_args(scenario: scenarios.Scenario) -> list[str]:
 
 
 def run(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> PerfTestResult:
-    """Run PerfTest for `duration` seconds (bounded by a timeout) and parse its summary."""
+    """Run PerfTest for `duration` seconds (bounded by a timeout) and parse its summary; the
+    JVM's CPU seconds come from /proc as it exits (bench/proccpu.py)."""
     try:
-        completed = subprocess.run(
-            command(lib, url, scenario, duration),
-            capture_output=True,
-            text=True,
-            timeout=duration + 60,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as error:
+        completed = proccpu.run(command(lib, url, scenario, duration), timeout=duration + 60)
+    except proccpu.RunTimeoutError as error:
         raise PerfTestError(f"PerfTest did not finish within {duration + 60}s") from error
     output = completed.stdout + completed.stderr
     rates = dict(_RATE.findall(output))
@@ -140,6 +138,8 @@ def run(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> Per
         consume_rate=float(rates["receiving"]),
         latency=_latency(output),
         output_tail=_tail(output),
+        cpu_seconds=completed.cpu_seconds,
+        wall_seconds=completed.wall_seconds,
     )
 
 

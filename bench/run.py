@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import perftest
+import proccpu
 import report
 import rounds
 import scenarios
@@ -131,7 +132,8 @@ def _names(allowed: tuple[str, ...]) -> Any:
 
 
 def loadgen(url: str, scenario: scenarios.Scenario, *extra: str, timeout: float) -> dict[str, Any]:
-    """Run bench/loadgen.py in its own process (its own core) and return its JSON line."""
+    """Run bench/loadgen.py in its own process (its own core) and return its JSON line, with the
+    CPU seconds the process used (``load_cpu_seconds``) and its wall time."""
     command = [
         sys.executable,
         str(LOADGEN),
@@ -142,10 +144,8 @@ def loadgen(url: str, scenario: scenarios.Scenario, *extra: str, timeout: float)
         *extra,
     ]
     try:
-        completed = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as error:
+        completed = proccpu.run(command, timeout=timeout)
+    except proccpu.RunTimeoutError as error:
         raise BenchError(f"loadgen did not finish within {timeout:.0f}s") from error
     lines = completed.stdout.strip().splitlines()
     try:
@@ -156,34 +156,58 @@ def loadgen(url: str, scenario: scenarios.Scenario, *extra: str, timeout: float)
         ) from error
     if "error" in result:
         raise BenchError(f"loadgen: {result['error']}")
+    result["load_cpu_seconds"] = completed.cpu_seconds
+    result["load_wall_seconds"] = completed.wall_seconds
     return result
+
+
+LOADGEN_FIELDS = (
+    "publish_rate",
+    "consume_rate",
+    "published",
+    "confirmed",
+    "consumed",
+    "seconds",
+    "load_cpu_seconds",
+    "load_wall_seconds",
+)
 
 
 def run_loadgen(url: str, scenario: scenarios.Scenario, duration: int) -> dict[str, Any]:
     result = loadgen(url, scenario, "--duration", str(duration), timeout=duration + SETUP_TIMEOUT)
-    return {
-        key: result[key]
-        for key in ("publish_rate", "consume_rate", "published", "confirmed", "consumed", "seconds")
-    }
+    return {key: result[key] for key in LOADGEN_FIELDS}
 
 
 def run_perftest(
     url: str, scenario: scenarios.Scenario, duration: int, lib: Path
 ) -> dict[str, Any]:
-    """Declare the topology with loadgen, run PerfTest on it, delete it."""
-    loadgen(url, scenario, "--setup-only", timeout=SETUP_TIMEOUT)
-    try:
-        result = perftest.run(lib, url, scenario, duration)
-    finally:
-        try:
-            loadgen(url, scenario, "--teardown-only", timeout=SETUP_TIMEOUT)
-        except BenchError as error:
-            log.warning("teardown after PerfTest failed: %s", error)
+    """Run PerfTest on the topology `setup_for_perftest` declared.
+
+    PerfTest prints rates, not counts, so ``consumed`` is its receiving rate times the duration
+    (``consumed_from`` says so); the broker's CPU per message divides by that.
+    """
+    result = perftest.run(lib, url, scenario, duration)
     return {
         "publish_rate": result.publish_rate,
         "consume_rate": result.consume_rate,
+        "consumed": round(result.consume_rate * duration),
+        "consumed_from": "rate x duration",
         "latency": result.latency,
+        "load_cpu_seconds": result.cpu_seconds,
+        "load_wall_seconds": result.wall_seconds,
     }
+
+
+def setup_for_perftest(url: str, scenario: scenarios.Scenario) -> None:
+    """Declare the scenario's topology with loadgen: PerfTest runs `--predeclared` on it."""
+    loadgen(url, scenario, "--setup-only", timeout=SETUP_TIMEOUT)
+
+
+def teardown_after_perftest(url: str, scenario: scenarios.Scenario) -> None:
+    try:
+        loadgen(url, scenario, "--teardown-only", timeout=SETUP_TIMEOUT)
+    except BenchError as error:
+        log.warning("teardown after PerfTest failed: %s", error)
 
 
 def one_run(
@@ -207,31 +231,68 @@ def one_run(
     }
     log.info("%s: scenario %d with %s for %ds", name, scenario.number, tool, duration)
     broker.reset_peak_rss()
-    cpu_before = cpu_seconds(broker)
     began = time.monotonic()
+    cpu_before = cpu_after = None
+    window = 0.0
+    perftest_ready = False
     try:
+        if tool == "perftest" and not isinstance(perftest_lib, Path):
+            raise BenchError(f"PerfTest unavailable: {perftest_lib}")
+        if tool == "perftest":
+            setup_for_perftest(broker.amqp_url, scenario)  # outside the broker's CPU window
+            perftest_ready = True
+        cpu_before = cpu_seconds(broker)
+        window_began = time.monotonic()
         if tool == "loadgen":
             record |= run_loadgen(broker.amqp_url, scenario, duration)
-        elif isinstance(perftest_lib, Path):
-            record |= run_perftest(broker.amqp_url, scenario, duration, perftest_lib)
         else:
-            raise BenchError(f"PerfTest unavailable: {perftest_lib}")
+            assert isinstance(perftest_lib, Path)
+            record |= run_perftest(broker.amqp_url, scenario, duration, perftest_lib)
+        cpu_after = cpu_seconds(broker) if broker.running else None
+        window = time.monotonic() - window_began
     except (BenchError, perftest.PerfTestError) as error:
         record["error"] = str(error)
+    if perftest_ready:
+        teardown_after_perftest(broker.amqp_url, scenario)
     record["wall_seconds"] = round(time.monotonic() - began, 1)
     record["peak_rss_bytes"] = broker.peak_rss_bytes() if broker.running else None
-    if broker.running and cpu_before is not None:
-        cpu = cpu_seconds(broker)
-        if cpu is not None:
-            spent = cpu - cpu_before
-            record["broker_cpu_seconds"] = round(spent, 2)
-            if record.get("consumed"):
-                record["cpu_us_per_message"] = round(spent / record["consumed"] * 1e6, 2)
+    if cpu_before is not None and cpu_after is not None and not record.get("error"):
+        record |= cpu_figures(
+            cpu_after - cpu_before,
+            window,
+            record.get("consumed"),
+            record.get("load_cpu_seconds"),
+            record.get("load_wall_seconds"),
+        )
     if not broker.running:
         record["error"] = f"{name} died during the run: {record.get('error', '')}"
         record["broker_log_tail"] = broker.log_tail(4096)
     _log_record(record)
     return record
+
+
+def cpu_figures(
+    broker_cpu: float,
+    window: float,
+    consumed: int | None,
+    load_cpu: float | None,
+    load_wall: float | None,
+) -> dict[str, Any]:
+    """The CPU fields of one run: the broker's seconds, its cost per consumed message and the
+    cores each side kept busy on average (CPU seconds over the wall time each was measured in:
+    the broker over the load generator's run, the load generator over its own life)."""
+    figures: dict[str, Any] = {"broker_cpu_seconds": round(broker_cpu, 2)}
+    if window > 0:
+        figures["broker_cores"] = round(broker_cpu / window, 3)
+    if consumed:
+        figures["cpu_us_per_message"] = round(broker_cpu / consumed * 1e6, 2)
+    if load_cpu is not None:
+        figures["load_cpu_seconds"] = round(load_cpu, 2)
+        if load_wall:
+            figures["load_cores"] = round(load_cpu / load_wall, 3)
+    if load_wall is not None:
+        figures["load_wall_seconds"] = round(load_wall, 2)
+    return figures
 
 
 def cpu_seconds(broker: processes.BrokerProcess) -> float | None:
@@ -241,15 +302,11 @@ def cpu_seconds(broker: processes.BrokerProcess) -> float | None:
     spends per message much less; loadgen's message count divided into it is the cost of
     one message, whoever else ran meanwhile.
     """
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
     try:
-        for pid in broker.group_pids():
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    except (OSError, IndexError, ValueError):
+        stats = [proccpu.read_stat(pid) for pid in broker.group_pids()]
+    except (OSError, ValueError):
         return None
-    return total / ticks
+    return proccpu.total_seconds(stats, proccpu.clock_ticks(), children=False)
 
 
 def _log_record(record: dict[str, Any]) -> None:
@@ -257,10 +314,13 @@ def _log_record(record: dict[str, Any]) -> None:
         log.warning("  failed: %s", record["error"].splitlines()[0])
     else:
         log.info(
-            "  published %.0f/s, consumed %.0f/s, broker CPU %s us/message",
+            "  published %.0f/s, consumed %.0f/s, broker CPU %s us/message,"
+            " cores: broker %s, load %s",
             record["publish_rate"],
             record["consume_rate"],
             record.get("cpu_us_per_message", "-"),
+            record.get("broker_cores", "-"),
+            record.get("load_cores", "-"),
         )
 
 
