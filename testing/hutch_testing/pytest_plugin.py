@@ -2,8 +2,10 @@
 
 Why: side-by-side tests compare hutch-broker with RabbitMQ 3.10.8, so both must be one fixture away.
 The reference node boots in ~5-7 s, so there is one per session; tests share it and use unique
-names. hutch-broker starts in well under a second, so each test gets a fresh one with its own data
-directory under tmp_path (kept by pytest for the last runs, with the broker's console.log).
+names. ``hutch_broker_factory`` starts fresh hutch-brokers, each with its own data directory under
+tmp_path (kept by pytest for the last runs, with the broker's console.log); the fixtures a test
+reaches its broker through (``hutch_broker``, ``connection``, ...) are in
+``hutch_testing.broker_plugin``.
 
 A missing or broken reference node skips its tests on a developer machine but ERRORs them in CI
 (env `CI` set) or with `HUTCH_REFERENCE_REQUIRED=1`, so CI can never go green without it.
@@ -25,9 +27,8 @@ from typing import Protocol, Unpack
 
 import pytest
 from hutch_demo import processes
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from hutch_testing import brokers, clients, levels
+from hutch_testing import brokers, levels
 from hutch_testing import rabbitmq as reference
 
 
@@ -104,26 +105,6 @@ def hutch_broker_factory(tmp_path: Path) -> Iterator[HutchBrokerFactory]:
     yield start
     for broker in reversed(started):
         broker.stop()
-
-
-@pytest.fixture
-def hutch_broker(hutch_broker_factory: HutchBrokerFactory) -> brokers.HutchBroker:
-    """A fresh hutch-broker on loopback with an empty data directory under tmp_path."""
-    return hutch_broker_factory()
-
-
-@pytest.fixture
-def connection(hutch_broker: brokers.HutchBroker) -> Iterator[BlockingConnection]:
-    """A pika connection to the test's hutch-broker, closed afterwards if still open."""
-    conn = clients.connect(hutch_broker)
-    yield conn
-    if conn.is_open:
-        conn.close()
-
-
-@pytest.fixture
-def channel(connection: BlockingConnection) -> BlockingChannel:
-    return connection.channel()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,4 +1,4 @@
-"""One hutch-broker per test module, a fresh vhost per test: the pieces the conftests share.
+"""One hutch-broker per test module, a fresh vhost per test: the pieces the fixtures share.
 
 Why: a hutch-broker start costs 1.4-2.1 s on a loaded CI machine, and most broker-level tests only
 need objects nobody else sees, not a process of their own. A module marked ``shared_broker``
@@ -10,6 +10,8 @@ default vhost "/": guest has no permissions there, and ``VhostManagement`` refus
 it, so a connection or a management call left on "/" fails instead of returning an empty answer.
 A test that restarts or stops the broker, changes broker-wide settings (users, limits), or counts
 objects or connections broker-wide is marked ``own_broker`` and gets a fresh broker.
+
+The fixtures built on these pieces are ``hutch_testing.broker_plugin``'s.
 """
 
 from __future__ import annotations
@@ -94,10 +96,16 @@ def wants_shared(request: pytest.FixtureRequest) -> bool:
     return node.get_closest_marker(SHARED) is not None and node.get_closest_marker(OWN) is None
 
 
+def start_module_broker(tmp_path_factory: pytest.TempPathFactory) -> HutchBroker:
+    """A hutch-broker for one module's tests, its data under the session's temporary directory:
+    the side-by-side tests share it by name prefix, a ``shared_broker`` module by vhost."""
+    work_dir = tmp_path_factory.mktemp("hutch")
+    return HutchBroker(work_dir=work_dir, data_dir=work_dir / "data").start()
+
+
 def start_shared(tmp_path_factory: pytest.TempPathFactory) -> HutchBroker:
     """A module's broker, with guest's permissions on "/" removed (see the module docstring)."""
-    work_dir = tmp_path_factory.mktemp("hutch")
-    broker = HutchBroker(work_dir=work_dir, data_dir=work_dir / "data").start()
+    broker = start_module_broker(tmp_path_factory)
     revoked = Management(broker).delete("/permissions/%2F/guest")
     if revoked.status != 204:
         broker.stop(graceful=False)

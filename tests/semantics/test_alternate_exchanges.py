@@ -5,7 +5,7 @@ from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, RETURNED, closed_by_broker, get, publish
 from hutch_testing.wire import FrameRecorder
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 
 def _catch_all(channel, exchange="ae", queue="unrouted"):

@@ -8,7 +8,7 @@ from hutch_testing.clients import connect
 from hutch_testing.steps import closed_by_broker, get, publish, publish_all, ready
 from hutch_testing.wire import FrameRecorder, plain
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 TO_DLQ = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
 

@@ -16,7 +16,7 @@ from hutch_testing.steps import (
 from hutch_testing.wire import FrameRecorder
 from pika.compat import long
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 
 def _declare_dlq(channel, dlq="dlq"):

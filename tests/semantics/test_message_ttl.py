@@ -12,7 +12,7 @@ from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, closed_by_broker, get, publish, ready
 from hutch_testing.wire import FrameRecorder
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 SHORT = 200  # ms: a TTL that expires during the test
 LONG = 60_000  # ms: one that does not

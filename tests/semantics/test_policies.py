@@ -7,7 +7,7 @@ from hutch_demo.management import quote
 from hutch_demo.waiting import wait_for
 from hutch_testing.steps import get, publish, publish_all, ready
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 REFERENCE_POLICY_KEYS = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
 

@@ -11,7 +11,7 @@ from hutch_demo.waiting import sleep_until, wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import closed_by_broker, get, publish
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 LEASE = 400  # ms
 LONG = 60_000

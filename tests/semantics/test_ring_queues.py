@@ -5,7 +5,7 @@ from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, closed_by_broker, get, publish, publish_all, ready
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 TO_DLQ = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
 

@@ -6,7 +6,7 @@ These run without the reference node, so the fixes stay covered under `-m "not r
 import pytest
 from hutch_testing.steps import closed_by_broker, get, publish
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 
 def test_ex_3_system_exchanges_cannot_be_deleted(connection, vhost):

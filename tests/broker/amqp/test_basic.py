@@ -8,7 +8,7 @@ from hutch_demo import management
 from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 
 def test_publish_get_roundtrip_keeps_properties(channel):

@@ -4,7 +4,7 @@ import pytest
 from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-pytestmark = pytest.mark.shared_broker  # one broker, a vhost per test (conftest)
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
 
 
 def closed_with(fn, *args, **kwargs) -> tuple[int, str]:
