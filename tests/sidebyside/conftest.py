@@ -10,10 +10,9 @@ test that needs a broker of its own (a config file, a restart) asks for ``hutch_
 """
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from hutch_testing import brokers, levels
+from hutch_testing import brokers, levels, vhosts
 from hutch_testing.differences import HUTCH, RABBITMQ
 from hutch_testing.sidebyside import Target
 
@@ -22,8 +21,7 @@ from hutch_testing.sidebyside import Target
 @levels.broker_level
 def module_hutch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[brokers.HutchBroker]:
     """The module's hutch-broker: one start per module instead of one per test."""
-    work_dir: Path = tmp_path_factory.mktemp("hutch")
-    broker = brokers.HutchBroker(work_dir=work_dir, data_dir=work_dir / "data").start()
+    broker = vhosts.start_module_broker(tmp_path_factory)
     yield broker
     broker.stop(graceful=False)  # a clean shutdown is not under test here
 
