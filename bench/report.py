@@ -160,3 +160,139 @@ def number_failures(runs: list[dict[str, Any]]) -> None:
 def write_json(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+# -- the report's markdown table (bench/run.py --report) -----------------------------------------
+
+MARKDOWN_BROKERS = ("rabbitmq", "hutch")
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """The broker table of docs/bench/report.md from one bench/run.py JSON document.
+
+    One row per (scenario, tool): each broker's consumed msg/s, median and range over the
+    rounds; Hutch/RabbitMQ paired by round; each broker's CPU µs per consumed message and the
+    ratio of those (below 1.00x Hutch spends less); the cores broker and load generator kept
+    busy (median over rounds, out of the machine's CPUs), which says how much of the machine
+    the load took; PerfTest's consumer latency p50/p99 where it gave them. Failed rounds are
+    left out and counted.
+    """
+    runs = document.get("runs") or []
+    if not runs:
+        raise ValueError("the document holds no runs")
+    brokers = [name for name in MARKDOWN_BROKERS if any(run["broker"] == name for run in runs)]
+    if not brokers:
+        raise ValueError(f"the document holds runs of neither of {MARKDOWN_BROKERS}")
+    both = len(brokers) == 2
+    cpus = (document.get("machine") or {}).get("cpus")
+    titles = [BROKER_TITLES[name] for name in brokers]
+    header = ["scenario", "tool"]
+    header += [f"{title} recv msg/s" for title in titles]
+    if both:
+        header.append("Hutch/RabbitMQ recv")
+    header += [f"{title} CPU µs/msg" for title in titles]
+    if both:
+        header.append("Hutch/RabbitMQ CPU/msg")
+    of = f" of {cpus}" if cpus else ""
+    header += [f"{title} cores{of}: broker + load" for title in titles]
+    header += [f"{title} p50 / p99 ms" for title in titles]
+    rows = [header]
+    failures: list[str] = []
+    for (number, tool), by_broker in sorted(group(runs).items()):
+        cells = [by_broker.get(name, []) for name in brokers]
+        row = [f"S{number}", tool]
+        row += [_median_range(side, "consume_rate", "{:,.0f}") for side in cells]
+        if both:
+            row.append(_x(paired_ratio(cells[1], cells[0])))
+        row += [_median_range(side, "cpu_us_per_message", "{:.1f}") for side in cells]
+        if both:
+            row.append(_x(paired_ratio(cells[1], cells[0], "cpu_us_per_message")))
+        row += [_cores(side) for side in cells]
+        row += [_latency_cell(side) for side in cells]
+        rows.append(row)
+        for name, side in zip(brokers, cells, strict=True):
+            failed = [run for run in side if not _ok(run)]
+            if failed:
+                first = failed[0]["error"].splitlines()[0][:160]
+                failures.append(
+                    f"S{number} {tool} {BROKER_TITLES[name]}: {len(failed)} of {len(side)} "
+                    f"rounds failed ({first})"
+                )
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines.insert(1, "|" + "---|" * len(header))
+    titles_by_number = document.get("scenarios") or {}
+    notes = [f"S{number}: {title}" for number, title in sorted(titles_by_number.items())]
+    text = "\n".join(lines)
+    if notes:
+        text += "\n\n" + "; ".join(notes) + "."
+    if failures:
+        text += "\n\nLeft out: " + "; ".join(failures) + "."
+    return text
+
+
+def _values(runs: list[dict[str, Any]], field: str) -> list[float]:
+    return [run[field] for run in runs if _ok(run) and isinstance(run.get(field), int | float)]
+
+
+def _median_range(runs: list[dict[str, Any]], field: str, number: str) -> str:
+    values = _values(runs, field)
+    if not values:
+        return "-"
+    spread = rounds.summarize(values)
+    if spread.n == 1:
+        return number.format(spread.median) + " (n=1)"
+    low, high = number.format(spread.low), number.format(spread.high)
+    return f"{number.format(spread.median)} ({low}-{high})"
+
+
+def _x(spread: rounds.Spread | None) -> str:
+    if spread is None:
+        return "-"
+    if spread.n == 1:
+        return f"{spread.median:.2f}x (n=1)"
+    return f"{spread.median:.2f}x ({spread.low:.2f}-{spread.high:.2f})"
+
+
+def _cores(runs: list[dict[str, Any]]) -> str:
+    broker, load = _values(runs, "broker_cores"), _values(runs, "load_cores")
+    if not broker and not load:
+        return "-"
+    shown = [f"{rounds.summarize(v).median:.2f}" if v else "-" for v in (broker, load)]
+    return " + ".join(shown)
+
+
+def _latency_cell(runs: list[dict[str, Any]]) -> str:
+    """PerfTest's consumer latency p50 / p99 in ms (its JSON holds µs), medians over rounds."""
+    points = []
+    for point in ("median", "p99"):
+        values = [
+            run["latency"][point] / (1000 if run["latency"].get("unit", "µs") == "µs" else 1)
+            for run in runs
+            if _ok(run) and isinstance((run.get("latency") or {}).get(point), int | float)
+        ]
+        points.append(rounds.summarize(values).median if values else None)
+    if points[0] is None or points[1] is None:
+        return "-"
+    return f"{_ms(points[0])} / {_ms(points[1])}"
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def context(document: dict[str, Any]) -> str:
+    """When and how the table's runs were measured, and how busy the machine was meanwhile."""
+    arguments = document.get("arguments") or {}
+    started = document.get("started_at", "?")
+    text = f"Measured from {started}"
+    if document.get("total_seconds"):
+        text += f" for {document['total_seconds'] / 60:.0f} min"
+    text += (
+        f": {arguments.get('repeat', '?')} interleaved rounds of {arguments.get('duration', '?')} s"
+        " per cell, broker order alternating"
+    )
+    commit = (document.get("machine") or {}).get("git_commit")
+    if commit:
+        text += f", commit {commit[:7]}"
+    cpus = (document.get("machine") or {}).get("cpus")
+    return text + ". Machine: " + rounds.busiest(document.get("runs") or [], cpus) + "."

@@ -15,6 +15,11 @@ to start or dies mid-run is reported in the table and the JSON, and the run goes
     python bench/run.py [--duration 20] [--repeat 3] [--scenarios 1,2,3]
                         [--tools perftest,loadgen] [--brokers rabbitmq,hutch]
                         [--baseline DIR [--baseline-label 1b98ff0]] [--hutch-config FILE]
+    python bench/run.py --report bench/results/<stamp>.json
+
+``--report`` runs nothing: it prints the broker table of docs/bench/report.md (rates, ratios,
+CPU per message, the cores broker and load generator used, PerfTest's latency) from a results
+file, so the report's figures are regenerated from the JSON rather than copied by hand.
 
 ``--baseline`` adds a third broker, ``hutch-base``: hutch-broker run from another source tree
 (a checkout or ``git worktree`` of an older commit), measured in the same alternating rounds,
@@ -85,12 +90,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--hutch-config", type=_config_file, help="a config file for hutch and hutch-base"
     )
+    parser.add_argument(
+        "--report",
+        type=_results_file,
+        metavar="JSON",
+        help="print the markdown table of docs/bench/report.md from a results file; run nothing",
+    )
     args = parser.parse_args(argv)
     if args.baseline is None and BASELINE in args.brokers:
         parser.error(f"--brokers {BASELINE} needs --baseline")
     if args.baseline is not None and BASELINE not in args.brokers:
         args.brokers = [BASELINE, *args.brokers]  # first: base and hutch alternate around it
     return args
+
+
+def _results_file(text: str) -> dict[str, Any]:
+    """A bench/run.py results document, read and checked before anything runs."""
+    try:
+        document = json.loads(Path(text).read_text())
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {error.strerror}") from error
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text} is not JSON: {error}") from error
+    if not isinstance(document, dict) or not isinstance(document.get("runs"), list):
+        raise argparse.ArgumentTypeError(f"{text} is not a bench/run.py results file (no runs)")
+    return document
 
 
 def _config_file(text: str) -> Path:
@@ -478,6 +502,14 @@ def _git_commit(tree: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
+    if args.report is not None:
+        try:
+            print(report.markdown(args.report))
+        except ValueError as error:
+            print(f"run.py: error: {error}", file=sys.stderr)
+            return 2
+        print("\n" + report.context(args.report))
+        return 0
     started = datetime.datetime.now(datetime.UTC)
     perftest_lib = prepare_perftest(args.tools)
     document: dict[str, Any] = {
