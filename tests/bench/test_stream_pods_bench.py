@@ -1,0 +1,126 @@
+"""The stream scaling benchmark's pure parts: the read window, the CPU between two moments, the
+submission's CPU shares and the 2-over-1 ratio.
+
+Why: bench/stream_pods_bench.py runs outside CI (it needs the real node for many minutes), and
+its figure is a ratio of two rates and CPU per message read from cgroups sampled by another
+process; an off-by-a-batch window or a CPU interpolated at the wrong end would change the figure
+without any run failing. These pin the arithmetic and what is submitted.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hutch_demo import sparksubmit
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import stream_pods_bench as bench  # noqa: E402
+
+
+def batch(start: float, seconds: float, rows: int) -> dict[str, Any]:
+    return {"start": start, "seconds": seconds, "rows": rows}
+
+
+def test_the_read_window_runs_from_the_first_batch_start_to_the_last_batch_end() -> None:
+    batches = [batch(105.0, 2.0, 50), batch(100.0, 4.0, 100), batch(104.0, 1.0, 50)]
+    assert bench.read_window(batches) == (100.0, 107.0)
+    assert bench.read_rate(batches) == pytest.approx(200 / 7.0)
+    with pytest.raises(ValueError, match="no batch"):
+        bench.read_window([])
+    with pytest.raises(ValueError, match="empty read window"):
+        bench.read_rate([batch(100.0, 0.0, 10)])
+
+
+def test_cpu_between_two_moments_is_interpolated_between_the_samples_around_them() -> None:
+    samples = [(10.0, 0), (11.0, 1_000_000_000), (12.0, 3_000_000_000)]
+    assert bench.usage_at(samples, 10.5) == pytest.approx(500_000_000)
+    assert bench.usage_at(samples, 11.0) == 1_000_000_000
+    # Outside the samples, the nearest one: a Pod found late has used nothing before.
+    assert bench.usage_at(samples, 5.0) == 0
+    assert bench.usage_at(samples, 20.0) == 3_000_000_000
+    assert bench.cpu_seconds(samples, 10.5, 11.5) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="no samples"):
+        bench.usage_at([], 1.0)
+
+
+def test_a_runs_figures_add_cpu_by_role_over_the_read_window_only() -> None:
+    job = {
+        "executors": 2,
+        "rows": 1_000_000,
+        "batches": [batch(100.0, 5.0, 600_000), batch(105.0, 5.0, 400_000)],
+        "driver_cpu_seconds": 0.25,
+        "registered_seconds": 3.0,
+    }
+    second = 1_000_000_000
+    samples = {
+        # 1 CPU before the window (JVM start, warm-up) must not count, 0.1 CPU inside it.
+        "sb-driver": [(90.0, 0), (100.0, 10 * second), (110.0, 11 * second)],
+        "sb-exec-1": [(100.0, 0), (110.0, 4 * second)],
+        "sb-exec-2": [(100.0, 0), (110.0, 4 * second)],
+        "hutch-server-0": [(95.0, 0), (115.0, 4 * second)],
+    }
+    roles = {
+        "sb-driver": "driver",
+        "sb-exec-1": "executor",
+        "sb-exec-2": "executor",
+        "hutch-server-0": "broker",
+    }
+    found = bench.run_figures(job, samples, roles)
+    assert (found["seconds"], found["rate"], found["batches"]) == (10.0, 100_000.0, 2)
+    assert found["cpu_s_per_million"] == {"broker": 2.0, "driver": 1.0, "executor": 8.0}
+    assert found["driver_cpu_s_per_million_own"] == 0.25
+
+
+def test_the_ratio_pairs_each_round_of_two_executors_with_the_same_rounds_one() -> None:
+    def run(executors: int, round_: int, rate: float) -> dict[str, Any]:
+        return {"executors": executors, "round": round_, "rate": rate,
+                "cpu_s_per_million": {"driver": 0.1}}  # fmt: skip
+
+    runs = [run(1, 0, 100), run(2, 0, 180), run(2, 1, 100), run(1, 1, 50), run(1, 2, 100),
+            run(2, 2, 170)]  # fmt: skip
+    found = bench.summary(runs)
+    assert found["ratio_2_over_1"]["median"] == pytest.approx(1.8)
+    assert (found["ratio_2_over_1"]["low"], found["ratio_2_over_1"]["high"]) == (1.7, 2.0)
+    assert found["1"]["rate"]["median"] == 100
+    assert found["2"]["cpu_s_per_million"]["driver"]["median"] == 0.1
+    lines = bench.report_lines(found)
+    assert lines[-1] == "2 over 1 executor, paired by round: 1.80x (1.70-2.00, n=3)"
+
+
+def test_the_pod_cgroup_is_found_under_its_qos_class(tmp_path: Path) -> None:
+    pod = {"metadata": {"uid": "abc"}}
+    assert bench.pod_cgroup(tmp_path, pod) is None  # not started yet
+    where = tmp_path / "kubepods" / "burstable" / "podabc"
+    where.mkdir(parents=True)
+    (where / "cpuacct.usage").write_text("12\n")
+    assert bench.pod_cgroup(tmp_path, pod) == where
+    assert bench.pod_cgroup(tmp_path, {"metadata": {}}) is None
+
+
+def test_the_submission_sets_each_executors_cpu_share_and_the_jobs_arguments() -> None:
+    args = bench.parse_args(["--executor-cpu", "0.5", "--messages", "1000", "--streams", "3"])
+    sub = bench.submission(
+        "https://127.0.0.1:6443", "template.json", "img", "sb-r0-e2", 2,
+        bench.stream_names(args.streams), args,
+    )  # fmt: skip
+    confs = sparksubmit.confs(sub)
+    assert confs["spark.executor.instances"] == "2"
+    assert confs["spark.kubernetes.executor.request.cores"] == "0.5"
+    assert confs["spark.kubernetes.executor.limit.cores"] == "0.5"
+    assert confs["spark.kubernetes.executor.secretKeyRef.HUTCH_AMQP_USERNAME"] == (
+        f"{bench.ADMIN_SECRET}:username"
+    )
+    words = sparksubmit.job_args(sub)
+    assert words[words.index("--streams") + 1] == "bench-stream-0,bench-stream-1,bench-stream-2"
+    assert words[words.index("--executors") + 1] == "2"
+    assert words[words.index("--messages") + 1] == "1000"
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--repeat", "0"])
