@@ -1,0 +1,134 @@
+"""A confirmed persistent publish's Python work, from its bytes in to its ``basic.ack`` out.
+
+Why: scenario 2 of the benchmark (confirms, a durable queue, persistent messages) spends the
+most CPU per message of the three (docs/bench/report.md), and its path is longer than a plain
+publish's: the store's append, the group commit's generations and the confirm held until the
+sync and then released. test_publish_calls.py pins the publish without a store; this pins the
+whole confirmed path over a real message store, so a call added per message on it shows. The
+work is counted in Python calls on the loop's thread, not timed, so the bar holds on any
+machine; the sync itself (``MessageStore.sync``, run in a worker thread by the server) is left
+out of the count.  A change that adds a call per message fails here: win it back or raise the
+bar with the reason in this docstring.
+
+The bars when pinned (Python calls per confirmed publish, 1 KiB, 200 publishes in one read and
+one group commit): 49.125 with a consumer waiting, 46.125 queued; a confirmed transient publish
+without a store makes 32 and 29 (test_publish_calls.py). The store's share, per message: the
+append (``QueueStore.append``, ``_check_usable``, ``_segment_for``, ``_write_record``, the
+record's seed, size and head, ``Segment.write``, ``add_record``: eleven calls), two
+``encode_name`` (exchange and routing key) and two ``_check_stamp``; the confirm's:
+``GroupCommit.wrote``, ``Channel.add_confirm`` and ``GroupCommit.wait`` with its flush request,
+which runs for every confirm although the channel waits already after the first of a turn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hutch_broker.dispatch.context import Context
+from hutch_broker.dispatch.sessions import Session
+from hutch_broker.model.broker import Broker
+from hutch_broker.protocol import connection as proto_connection
+from hutch_broker.store.messages import MessageStore
+from hutch_testing import inmemory
+from pamqp import body, commands, frame, header
+
+from tests.broker.dispatch.test_publish_calls import Counted
+
+MESSAGES = 200
+PAYLOAD = b"x" * 1024
+
+
+class Client:
+    """One in-memory connection over a broker with a real message store: channel 1 publishes
+    persistent messages to durable queue "d" with confirms, channel 2 may consume it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.store = MessageStore(data_dir)
+        broker = Broker(message_logs=self.store)
+        broker.create_defaults()
+        self.context = Context(broker, clock=lambda: 1_000)
+        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
+        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
+        self.session.handle_data(inmemory.handshake_frames())
+        self.send(commands.Channel.Open())
+        self.send(commands.Channel.Open(), 2)
+        self.send(commands.Confirm.Select())
+        self.send(commands.Queue.Declare(queue="d", durable=True))
+        self.send(commands.Basic.Qos(prefetch_count=MESSAGES * 2), 2)
+        properties = commands.Basic.Properties(delivery_mode=2, message_id="m")
+        self.one = (
+            frame.marshal(commands.Basic.Publish(exchange="", routing_key="d"), 1)
+            + frame.marshal(header.ContentHeader(0, len(PAYLOAD), properties), 1)
+            + frame.marshal(body.ContentBody(PAYLOAD), 1)
+        )
+        self.proto.data_to_send()
+
+    def send(self, method: object, channel: int = 1) -> None:
+        self.session.handle_data(frame.marshal(method, channel))
+
+    def consume(self) -> None:
+        self.send(commands.Basic.Consume(queue="d", consumer_tag="c"), 2)
+
+    def end_of_turn(self) -> int:
+        """The server's end of turn up to the sync: the generation it must make durable."""
+        self.context.turns.end_of_turn()
+        generation = self.context.commits.start()
+        assert generation is not None, "a persistent write asks for a sync"
+        return generation
+
+    def synced(self, generation: int) -> None:
+        """The sync reported done, then the next end of turn lets the confirms out."""
+        self.context.commits.finished(generation)
+        self.context.commits.release()
+
+    def turn(self, data: bytes) -> None:
+        """One whole turn outside any count: publish, sync, release."""
+        self.session.handle_data(data)
+        generation = self.end_of_turn()
+        self.store.sync()
+        self.synced(generation)
+
+    def replies(self) -> list[object]:
+        return inmemory.decode_frames(b"".join(self.proto.data_to_send()))
+
+
+def confirmed_tags(replies: list[object], after: int = 0) -> list[int]:
+    """The publish tags the acks confirm, ``multiple`` expanded from the last tag confirmed
+    before these replies (``after``)."""
+    tags: list[int] = []
+    for reply in replies:
+        if isinstance(reply, commands.Basic.Ack):
+            last = tags[-1] if tags else after
+            first = last + 1 if reply.multiple else reply.delivery_tag
+            tags += range(first, reply.delivery_tag + 1)
+    return tags
+
+
+def counted_turn(client: Client) -> tuple[Counted, list[object]]:
+    """MESSAGES publishes in one read, the turn's end, the sync (not counted) and the release."""
+    with Counted() as counted:
+        client.session.handle_data(client.one * MESSAGES)
+        generation = client.end_of_turn()
+    client.store.sync()
+    with counted:
+        client.synced(generation)
+    return counted, client.replies()
+
+
+@pytest.mark.parametrize(("consumer", "bar"), [(True, 49.1), (False, 46.1)])
+def test_a_confirmed_persistent_publish_makes_no_more_calls_than_pinned(
+    tmp_path: Path, consumer: bool, bar: float
+) -> None:
+    client = Client(tmp_path / "data")
+    if consumer:
+        client.consume()
+    client.turn(client.one)  # warm: first-use paths (segment files, caches, lazy objects)
+    assert confirmed_tags(client.replies()) == [1]
+
+    counted, replies = counted_turn(client)
+
+    assert confirmed_tags(replies, after=1) == list(range(2, MESSAGES + 2))
+    deliveries = [r for r in replies if isinstance(r, commands.Basic.Deliver)]
+    assert len(deliveries) == (MESSAGES if consumer else 0)
+    assert counted.calls / MESSAGES <= bar + 0.1
