@@ -207,41 +207,24 @@ def broker_section(doc: dict[str, Any] | None, out: Path, headline: list[str]) -
     lines = ["## Broker: hutch-broker vs RabbitMQ 3.10.8 (bench/run.py)", ""]
     if doc is None:
         return [*lines, "No bench/run.py results found: run `python bench/run.py`.", ""]
-    scenarios = doc.get("scenarios") or {}
     grouped = report.group(doc["runs"])
     by_key = {
         key: {broker: report.median_run(runs) for broker, runs in pair.items()}
         for key, pair in grouped.items()
     }
     keys = sorted(by_key)
-    rows, labels, recv_ratios = [], [], []
+    labels, recv_ratios, cpu_ratios = [], [], []
     for scenario, tool in keys:
-        pair = by_key[(scenario, tool)]
-        hutch, rabbit = pair.get("hutch", {}), pair.get("rabbitmq", {})
-        spread = report.paired_ratio(
-            grouped[(scenario, tool)].get("hutch", []),
-            grouped[(scenario, tool)].get("rabbitmq", []),
-        )
-        r = spread.median if spread else None
-        recv_ratios.append(r)
+        hutch_runs = grouped[(scenario, tool)].get("hutch", [])
+        rabbit_runs = grouped[(scenario, tool)].get("rabbitmq", [])
+        spread = report.paired_ratio(hutch_runs, rabbit_runs)
+        recv_ratios.append(spread.median if spread else None)
+        cpu = report.paired_ratio(hutch_runs, rabbit_runs, "cpu_us_per_message")
+        cpu_ratios.append(cpu.median if cpu else None)
         labels.append(f"S{scenario} {tool}")
-        rows.append(
-            [
-                f"{scenario}: {scenarios.get(str(scenario), '')}",
-                tool,
-                _rates(rabbit),
-                _rates(hutch),
-                _spread_ratio(spread),
-                _mib(rabbit.get("peak_rss_bytes")),
-                _mib(hutch.get("peak_rss_bytes")),
-            ]
-        )
-    lines += table(
-        ["scenario", "tool", "RabbitMQ msg/s pub / recv (recv range, n)",
-         "Hutch msg/s pub / recv (recv range, n)", "Hutch/RabbitMQ recv (per-round range)",
-         "RabbitMQ peak RSS", "Hutch peak RSS"],
-        rows,
-    )  # fmt: skip
+    # The table is bench/run.py --report's, so the page and the command print the same figures.
+    lines += [report.markdown(doc), "", report.context(doc), ""]
+    lines += _rss_rows(by_key, keys)
     series = {
         b: [by_key[k].get(b, {}).get("consume_rate") for k in keys] for b in ("rabbitmq", "hutch")
     }
@@ -268,35 +251,35 @@ def broker_section(doc: dict[str, Any] | None, out: Path, headline: list[str]) -
             f"{fmt_ratio(min(r for r in recv_ratios if r))}-"
             f"{fmt_ratio(max(r for r in recv_ratios if r))})"
         )
+    cpu_mean = geomean([r for r in cpu_ratios if r])
+    if cpu_mean:
+        headline.append(
+            f"Broker CPU per message: Hutch spends {fmt_ratio(cpu_mean)} RabbitMQ's (geometric "
+            f"mean over the same runs; range {fmt_ratio(min(r for r in cpu_ratios if r))}-"
+            f"{fmt_ratio(max(r for r in cpu_ratios if r))})"
+        )
     if rss_ratio:
         headline.append(f"Broker peak memory: Hutch uses {fmt_ratio(rss_ratio)} RabbitMQ's RSS")
     return lines
 
 
-def _rates(run: dict[str, Any]) -> str:
-    if not run:
-        return "-"
-    if run.get("error"):
-        return "FAILED: " + run["error"].splitlines()[0][:60]
-    text = f"{run['publish_rate']:,.0f} / {run['consume_rate']:,.0f}"
-    if run.get("consume_range"):
-        low, high = run["consume_range"]
-        text += f" ({low:,.0f}-{high:,.0f}, {run['n']})"
-    return text
+def _rss_rows(
+    by_key: dict[tuple[int, str], dict[str, dict[str, Any]]], keys: list[tuple[int, str]]
+) -> list[str]:
+    """Peak RSS per cell, the highest over the rounds, RabbitMQ's beside Hutch's."""
+    rows = [
+        [f"S{scenario}", tool]
+        + [_mib(by_key[(scenario, tool)].get(b, {}).get("peak_rss_bytes")) for b in COLORS]
+        for scenario, tool in keys
+    ]
+    header = ["scenario", "tool"] + [f"{TITLES[b]} peak RSS" for b in COLORS]
+    return [*table(header, rows), ""]
 
 
 def _spread(stats: dict[str, Any], digits: int = 0) -> str:
     """A summary from bench/rounds.py as ``median (low-high)``."""
     fields = {k: stats[k] for k in ("n", "median", "low", "high")}
     return rounds.Spread(**fields).text(digits=digits)
-
-
-def _spread_ratio(spread: rounds.Spread | None) -> str:
-    if spread is None:
-        return "-"
-    if spread.n == 1:
-        return f"{spread.median:.2f}x (one round)"
-    return f"{spread.median:.2f}x ({spread.low:.2f}-{spread.high:.2f})"
 
 
 def _mib(value: float | None) -> str:
@@ -357,8 +340,7 @@ def _broker_facts(doc: dict[str, Any]) -> list[str]:
         f"Each run publishes for {args.get('duration', '?')} s; brokers run one after the other "
         f"on loopback, in {args.get('repeat', 1)} round(s) whose order alternates; each cell is "
         "the median of its rounds and the ratio the median of the per-round ratios. "
-        f"Machine while measuring: {rounds.busiest(doc['runs'])}. "
-        "Scenarios and tools: [bench/README.md](../../bench/README.md).",
+        "Scenarios, tools and the CPU columns: [bench/README.md](../../bench/README.md).",
         "",
         *table(["broker", "version", "start-up s", "idle RSS"], rows),
         "",

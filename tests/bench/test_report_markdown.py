@@ -24,6 +24,8 @@ import run  # noqa: E402
 
 
 def cell(broker: str, tool: str, round_index: int, **figures: Any) -> dict[str, Any]:
+    if "consume_rate" in figures:
+        figures.setdefault("publish_rate", figures["consume_rate"])
     return {"broker": broker, "scenario": 1, "tool": tool, "round": round_index} | figures
 
 
@@ -41,13 +43,13 @@ def document() -> dict[str, Any]:
              broker_cores=1.4, load_cores=0.7),
         cell("rabbitmq", "perftest", 0, consume_rate=8_000, cpu_us_per_message=50.0,
              broker_cores=0.8, load_cores=1.1,
-             latency=lat | {"median": 12_300, "p99": 250_000}),
+             latency=lat | {"median": 12_300, "p95": 90_000, "p99": 250_000}),
         cell("hutch", "perftest", 0, consume_rate=16_000, cpu_us_per_message=11.0,
-             broker_cores=0.5, load_cores=1.3, latency=lat | {"median": 2_000, "p99": 9_000}),
+             broker_cores=0.5, load_cores=1.3, latency=lat | {"median": 2_000, "p95": 5_000, "p99": 9_000}),
         cell("hutch", "perftest", 1, error="PerfTest exited 1 without a summary: boom"),
         cell("rabbitmq", "perftest", 1, consume_rate=6_000, cpu_us_per_message=70.0,
              broker_cores=0.6, load_cores=1.2,
-             latency=lat | {"median": 20_700, "p99": 350_000}),
+             latency=lat | {"median": 20_700, "p95": 99_000, "p99": 350_000}),
     ]  # fmt: skip
     return {
         "started_at": "2026-11-28T17:00:00+00:00",
@@ -155,3 +157,20 @@ def test_a_document_without_runs_of_either_broker_is_refused(
     assert "holds no runs" in capsys.readouterr().err
     with pytest.raises(ValueError, match="neither of"):
         report.markdown({"runs": [cell("hutch-base", "loadgen", 0, consume_rate=1.0)]})
+
+
+def test_the_report_page_shows_the_same_table_and_heads_with_both_ratios(tmp_path: Path) -> None:
+    import comparison  # matplotlib: only this test needs it
+
+    doc = document()
+    headline: list[str] = []
+    text = "\n".join(comparison.broker_section(doc, tmp_path, headline))
+    assert report.markdown(doc) in text
+    assert report.context(doc) in text
+    # Per cell, paired by round: recv 1.75x and 2.00x; CPU per message 0.30x and 0.22x.
+    assert headline[0].startswith("Broker throughput: Hutch consumes 1.87x RabbitMQ's rate")
+    assert headline[1] == (
+        "Broker CPU per message: Hutch spends 0.26x RabbitMQ's (geometric mean over the same "
+        "runs; range 0.22x-0.30x)"
+    )
+    assert (tmp_path / "broker-throughput.png").is_file()
