@@ -16,6 +16,8 @@ Rules (docs/contracts/spark.md#ack-protocol):
   or an exclusive consumer elsewhere), another connection's exclusive queue (405) or a broker
   `basic.cancel` (queue deleted), the consumer stops and the next call raises
   HutchConnectionError naming the queue; failures.py words each case, and a failed connect.
+  A broker certificate that fails verification is final at the first attempt too: waiting out
+  the budget would only delay the same error (failures.is_final).
 - Throughput: pika's per-frame dispatch was the source's bottleneck, so `_FastConnection` reads
   64 KiB at a time and, once consuming, decodes basic.deliver and its content frames on our
   channel itself (a delivery whose frames are all buffered in one call, its properties with
@@ -442,7 +444,7 @@ class QueueConsumer:
 
     def _on_open_error(self, connection: SelectConnection, error: BaseException) -> None:
         self._last_error = failures.connect_failure(error, self._endpoint)
-        if failures.is_login_refusal(error):
+        if failures.is_final(error):
             self._fail(f"hutch: cannot consume from queue {self.queue!r}: {self._last_error}")
         connection.ioloop.stop()
 

@@ -98,9 +98,12 @@ def connect_failure(error: BaseException, endpoint: Endpoint) -> str:
     return f"cannot connect to the broker at {where}: {type(cause).__name__}: {cause}"
 
 
-def is_login_refusal(error: BaseException) -> bool:
-    """True when the broker refused the credentials: retrying cannot help."""
-    return isinstance(root_cause(error), _LOGIN_ERRORS)
+def is_final(error: BaseException) -> bool:
+    """True when retrying the connect cannot help: the broker refused the credentials, or its
+    TLS certificate failed verification (an untrusted issuer or another host's name: the
+    certificate or the trust must change first). Refused connections, resets and timeouts,
+    what a broker restart looks like, stay retryable."""
+    return isinstance(root_cause(error), (*_LOGIN_ERRORS, ssl.SSLCertVerificationError))
 
 
 def _unverified(cause: ssl.SSLCertVerificationError, endpoint: Endpoint) -> str:

@@ -112,13 +112,22 @@ def test_refused_unresolvable_timed_out_and_unknown():
     )
 
 
-def test_only_a_refused_login_is_final():
+def test_a_refused_login_and_an_unverified_certificate_are_final_a_lost_broker_is_not():
     login = pika.exceptions.ProbableAuthenticationError("ACCESS_REFUSED - Login was refused")
-    assert failures.is_login_refusal(login)
+    assert failures.is_final(login)
     assert "refused the login: ProbableAuthenticationError" in failures.connect_failure(
         login, PLAIN
     )
-    assert not failures.is_login_refusal(as_select_reports(unverified(20, "x")))
+    # An untrusted issuer or another host's name: the same error on every retry.
+    assert failures.is_final(as_select_reports(unverified(20, "unable to get local issuer")))
+    assert failures.is_final(unverified(62, "Hostname mismatch"))
+    # What a broker restart looks like: retried.
+    refused = ConnectionRefusedError(111, "Connection refused")
+    assert not failures.is_final(as_select_reports(refused))
+    assert not failures.is_final(pika.exceptions.AMQPConnectionError(refused))
+    assert not failures.is_final(as_select_reports(ConnectionResetError(104, "reset")))
+    assert not failures.is_final(as_select_reports(ssl.SSLEOFError(8, "EOF in violation")))
+    assert not failures.is_final(TimeoutError())
 
 
 def test_the_endpoint_of_connection_parameters_keeps_the_ca_file(tmp_path):
