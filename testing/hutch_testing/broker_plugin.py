@@ -85,7 +85,6 @@ def channel(connection: BlockingConnection) -> BlockingChannel:
 @pytest.fixture
 def api(hutch_broker: Broker) -> Management:
     """The management API of the test's broker, as guest; on a shared broker bound to the
-    test's vhost (``vhosts.VhostManagement``)."""
-    if isinstance(hutch_broker, vhosts.VhostBroker):
-        return vhosts.VhostManagement(hutch_broker)
-    return Management(hutch_broker)
+    test's vhost (``vhosts.VhostManagement``). Where a conftest's ``api`` overrides this one,
+    ``vhosts.management_for(hutch_broker)`` is the same client."""
+    return vhosts.management_for(hutch_broker)

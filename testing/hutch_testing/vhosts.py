@@ -54,6 +54,18 @@ class VhostBroker:
     def credentials(self) -> tuple[str, str]:
         return self.process.credentials
 
+    @property
+    def amqp_url(self) -> str:
+        """The AMQP URI of the test's vhost (what Spark's options and pika's URLParameters take)."""
+        user, password = self.credentials
+        host, port = self.process.host, self.amqp_port
+        return f"amqp://{user}:{password}@{host}:{port}/{quote(self.vhost)}"
+
+    def log_tail(self, max_bytes: int = 16 * 1024) -> str:
+        """The shared broker's log: earlier tests' lines too, so a check that it holds no
+        traceback is, if anything, stricter than on a broker of the test's own."""
+        return self.process.log_tail(max_bytes)
+
 
 class VhostManagement(Management):
     """``Management`` for a test on the shared broker: shortcuts default to the test's vhost, and
@@ -88,6 +100,14 @@ class VhostManagement(Management):
         self, name: str, *, vhost: str | None = None, operator: bool = False
     ) -> Response:
         return super().delete_policy(name, vhost=vhost or self.vhost, operator=operator)
+
+
+def management_for(broker: HutchBroker | VhostBroker) -> Management:
+    """The management API of a test's broker as guest: on a shared broker a ``VhostManagement``
+    (the test's vhost by default, "/" refused), on a broker of the test's own a ``Management``."""
+    if isinstance(broker, VhostBroker):
+        return VhostManagement(broker)
+    return Management(broker)
 
 
 def wants_shared(request: pytest.FixtureRequest) -> bool:
