@@ -5,10 +5,12 @@ import asyncio
 import aio_pika
 import pytest
 
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
+
 
 @pytest.fixture
 async def aio_connection(hutch_broker):
-    connection = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{hutch_broker.amqp_port}/")
+    connection = await aio_pika.connect(hutch_broker.amqp_url)  # the test's vhost
     yield connection
     await connection.close()
 

@@ -8,6 +8,7 @@ heartbeats off nothing else would ever free the connection.
 import socket
 import time
 
+import pytest
 from hutch_broker.dispatch.context import Context
 from hutch_broker.model.broker import Broker
 from hutch_broker.server import amqp
@@ -16,10 +17,12 @@ from hutch_testing import inmemory
 from pamqp import commands, frame
 
 OPTIONS = {"server_properties": {"product": "Hutch"}, "heartbeat": 0, "channel_max": 16}
+# The socket tests share one broker, each in a vhost of its own; the rest run in memory.
+pytestmark = pytest.mark.shared_broker
 
 
-def handshake(sock: socket.socket) -> None:
-    sock.sendall(inmemory.handshake_frames())
+def handshake(sock: socket.socket, vhost: str) -> None:
+    sock.sendall(inmemory.handshake_frames(vhost))
 
 
 def read_until_close(sock: socket.socket) -> commands.Connection.Close:
@@ -52,9 +55,9 @@ def closed_within(sock: socket.socket, seconds: float) -> bool:
     return True
 
 
-def test_504_then_close_ok_drops_the_socket_with_heartbeats_off(hutch_broker):
+def test_504_then_close_ok_drops_the_socket_with_heartbeats_off(hutch_broker, vhost):
     with socket.create_connection(("127.0.0.1", hutch_broker.amqp_port)) as sock:
-        handshake(sock)
+        handshake(sock, vhost)
         sock.sendall(frame.marshal(commands.Basic.Qos(prefetch_count=1), 7))  # channel 7 not open
         close = read_until_close(sock)
         assert close.reply_code == 504
@@ -62,9 +65,9 @@ def test_504_then_close_ok_drops_the_socket_with_heartbeats_off(hutch_broker):
         assert closed_within(sock, 2.0)
 
 
-def test_501_drops_the_socket_without_waiting_for_a_close_ok(hutch_broker):
+def test_501_drops_the_socket_without_waiting_for_a_close_ok(hutch_broker, vhost):
     with socket.create_connection(("127.0.0.1", hutch_broker.amqp_port)) as sock:
-        handshake(sock)
+        handshake(sock, vhost)
         sock.sendall(b"\x01\x00\x00\x00\x00\x00\x04abcd\x00")  # frame end 0x00, not 0xCE
         close = read_until_close(sock)
         assert close.reply_code == 501

@@ -28,6 +28,9 @@ CAPABILITIES = (
     "consumer_priorities",
     "direct_reply_to",
 )
+# One broker per module, a vhost per test; a test that restarts the broker, adds users or lists
+# connections broker-wide is marked own_broker.
+pytestmark = pytest.mark.shared_broker
 
 
 def http(broker, method: str, path: str, body=None, user="guest", password="guest"):
@@ -47,6 +50,7 @@ def test_server_properties_and_capabilities(connection):
         assert props["capabilities"][capability] is True
 
 
+@pytest.mark.own_broker  # it stops and restarts the broker
 def test_sigterm_closes_clients_with_320_and_keeps_data(hutch_broker):
     conn = connect(hutch_broker)
     ch = conn.channel()
@@ -62,7 +66,7 @@ def test_sigterm_closes_clients_with_320_and_keeps_data(hutch_broker):
     assert drain(connect(hutch_broker).channel(), "kept") == [b"persisted"]
 
 
-def _handshake(port: int) -> socket.socket:
+def _handshake(port: int, vhost: str) -> socket.socket:
     """A raw client that completes the handshake and opens channel 1."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     sock.sendall(b"AMQP\x00\x00\x09\x01")
@@ -77,7 +81,7 @@ def _handshake(port: int) -> socket.socket:
     )
     _read_frame(sock)  # tune
     sock.sendall(frame.marshal(commands.Connection.TuneOk(2047, 131072, 0), 0))
-    sock.sendall(frame.marshal(commands.Connection.Open("/"), 0))
+    sock.sendall(frame.marshal(commands.Connection.Open(vhost), 0))
     _read_frame(sock)  # open-ok
     sock.sendall(frame.marshal(commands.Channel.Open(), 1))
     _read_frame(sock)  # channel open-ok
@@ -101,10 +105,10 @@ def _read_frame(sock: socket.socket):
     return frame.unmarshal(head + rest)[2]
 
 
-def test_malformed_frame_closes_only_that_connection(hutch_broker, connection):
+def test_malformed_frame_closes_only_that_connection(hutch_broker, vhost, connection):
     ch = connection.channel()
     ch.queue_declare("survivor")
-    sock = _handshake(hutch_broker.amqp_port)
+    sock = _handshake(hutch_broker.amqp_port, vhost)
     sock.sendall(b"\x01\x00\x01\x00\x00\x00\x04\x00\x14\x00\x0a\x00")  # bad frame-end octet
     closed = _read_frame(sock)
     assert isinstance(closed, commands.Connection.Close)
@@ -122,8 +126,8 @@ def test_garbage_protocol_header_gets_ours_back(hutch_broker):
     sock.close()
 
 
-def test_content_header_without_publish_is_505(hutch_broker):
-    sock = _handshake(hutch_broker.amqp_port)
+def test_content_header_without_publish_is_505(hutch_broker, vhost):
+    sock = _handshake(hutch_broker.amqp_port, vhost)
     sock.sendall(frame.marshal(pamqp_header.ContentHeader(0, 3, commands.Basic.Properties()), 1))
     closed = _read_frame(sock)
     assert isinstance(closed, commands.Connection.Close)
@@ -131,7 +135,7 @@ def test_content_header_without_publish_is_505(hutch_broker):
     sock.close()
 
 
-def test_heartbeats_are_sent_and_silent_clients_dropped(hutch_broker):
+def test_heartbeats_are_sent_and_silent_clients_dropped(hutch_broker, vhost):
     sock = socket.create_connection(("127.0.0.1", hutch_broker.amqp_port), timeout=10)
     sock.sendall(b"AMQP\x00\x00\x09\x01")
     _read_frame(sock)
@@ -145,7 +149,7 @@ def test_heartbeats_are_sent_and_silent_clients_dropped(hutch_broker):
     )
     _read_frame(sock)
     sock.sendall(frame.marshal(commands.Connection.TuneOk(2047, 131072, 1), 0))  # 1 s heartbeat
-    sock.sendall(frame.marshal(commands.Connection.Open("/"), 0))
+    sock.sendall(frame.marshal(commands.Connection.Open(vhost), 0))
     _read_frame(sock)
     started = time.monotonic()
     frame_types = []
@@ -163,6 +167,7 @@ def _read_until_closed(sock: socket.socket, frame_types: list[int], deadline: fl
         frame_types.append(head[0])
 
 
+@pytest.mark.own_broker  # it adds a user, which is broker-wide
 def test_permissions_are_checked_on_every_operation(hutch_broker):
     assert http(hutch_broker, "PUT", "/api/users/app", {"password": "secret", "tags": ""}) == 201
     assert (
@@ -198,6 +203,7 @@ def test_permissions_are_checked_on_every_operation(hutch_broker):
     )
 
 
+@pytest.mark.own_broker  # it adds a user, which is broker-wide
 def test_vhost_without_permission_is_refused(hutch_broker):
     http(hutch_broker, "PUT", "/api/vhosts/private", {})
     http(hutch_broker, "PUT", "/api/users/nobody", {"password": "pw", "tags": ""})
@@ -219,6 +225,7 @@ def test_default_user_comes_from_the_environment_on_first_boot(hutch_broker_fact
         connect(broker)  # guest/guest does not exist on such a broker
 
 
+@pytest.mark.own_broker  # it adds a user and lists every connection of the broker
 def test_management_close_needs_the_owner_or_an_administrator(hutch_broker):
     """DELETE /api/connections/{name} refusals; the close itself is compared with RabbitMQ in
     tests/sidebyside/test_policies_and_management.py."""

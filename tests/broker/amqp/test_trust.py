@@ -5,6 +5,8 @@ from hutch_demo import management
 from hutch_testing.clients import connect, drain
 from pika.exceptions import ChannelClosedByBroker
 
+pytestmark = pytest.mark.shared_broker  # one broker per module, a vhost per test
+
 
 @pytest.mark.parametrize("name", ["café", "q!", "a b", "日本"])
 def test_item_12_queue_names_rabbitmq_accepts_work(channel, hutch_broker, name):
@@ -34,6 +36,7 @@ def test_item_12_deleting_an_auto_delete_exchange_with_a_binding(channel, hutch_
     assert "Traceback" not in hutch_broker.log_tail()
 
 
+@pytest.mark.own_broker  # it adds a user, which is broker-wide
 def test_item_12_queue_delete_checks_permission_before_existence(hutch_broker):
     """A refusal must be the same whether or not the queue exists (no existence oracle)."""
     mgmt = management.Management(hutch_broker)
@@ -57,13 +60,14 @@ def test_item_12_queue_delete_checks_permission_before_existence(hutch_broker):
 
 
 @pytest.mark.parametrize("arg", ["x-dead-letter-exchange", "x-dead-letter-routing-key"])
-def test_item_8_dead_letter_names_over_255_bytes_are_refused(channel, hutch_broker, arg):
+def test_item_8_dead_letter_names_over_255_bytes_are_refused(channel, vhost, api, arg):
     """AMQP carries them as longstrs; a dead-lettered delivery could not carry them (541)."""
     arguments = {"x-dead-letter-exchange": "dlx", arg: "k" * 300}
     with pytest.raises(ChannelClosedByBroker) as info:
         channel.queue_declare("q", arguments=arguments)
     assert info.value.reply_code == 406
     assert info.value.reply_text == (
-        f"PRECONDITION_FAILED - invalid arg '{arg}' for queue 'q' in vhost '/': {{too_long,300}}"
+        f"PRECONDITION_FAILED - invalid arg '{arg}' for queue 'q' in vhost '{vhost}': "
+        "{too_long,300}"
     )
-    assert not management.Management(hutch_broker).queue_exists("q")
+    assert not api.queue_exists("q")
