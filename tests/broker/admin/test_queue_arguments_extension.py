@@ -1,29 +1,26 @@
-"""The in-place argument update extension, end to end against a real broker process."""
+"""The in-place argument update extension, end to end against a real broker process.
 
-import base64
-import json
-import urllib.error
-import urllib.request
+The tests share one broker per module, each in a vhost of its own (``shared_broker``), except the
+one that restarts the broker. This folder's ``api`` is the in-memory admin API, so the real
+broker's management API is ``vhosts.management_for``: on the shared broker it refuses "/".
+"""
 
 import pika
 import pytest
+from hutch_demo.management import Management, quote
+from hutch_testing import vhosts
 from hutch_testing.clients import connect, drain
 
-
-def http(broker, method: str, path: str, body=None) -> tuple[int, dict]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{broker.http_url}{path}", data=data, method=method)  # noqa: S310
-    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-            text = response.read()
-            return response.status, json.loads(text) if text else {}
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
+pytestmark = pytest.mark.shared_broker
 
 
-def test_lowering_max_length_in_place_truncates_and_keeps_the_rest(hutch_broker):
+@pytest.fixture
+def mgmt(hutch_broker) -> Management:
+    return vhosts.management_for(hutch_broker)
+
+
+@pytest.mark.own_broker  # it restarts the broker
+def test_lowering_max_length_in_place_truncates_and_keeps_the_rest(hutch_broker, mgmt):
     ch = connect(hutch_broker).channel()
     ch.exchange_declare("dlx", "fanout")
     ch.queue_declare("dlq")
@@ -33,36 +30,24 @@ def test_lowering_max_length_in_place_truncates_and_keeps_the_rest(hutch_broker)
     )
     for i in range(6):
         ch.basic_publish("", "q", str(i).encode(), pika.BasicProperties(delivery_mode=2))
-    status, _ = http(
-        hutch_broker,
-        "PUT",
-        "/api/queues/%2F/q/arguments",
-        {"arguments": {"x-max-length": 2, "x-dead-letter-exchange": "dlx"}},
-    )
-    assert status == 204
-    status, queue = http(hutch_broker, "GET", "/api/queues/%2F/q")
-    assert queue["arguments"] == {"x-max-length": 2, "x-dead-letter-exchange": "dlx"}
+    arguments = {"x-max-length": 2, "x-dead-letter-exchange": "dlx"}
+    assert mgmt.put("/queues/%2F/q/arguments", {"arguments": arguments}).status == 204
+    assert mgmt.queue("q")["arguments"] == arguments
     assert drain(ch, "dlq") == [b"0", b"1", b"2", b"3"]
     # survives a restart with the new arguments, and redeclaring with them is equivalent
     hutch_broker.restart()
     ch = connect(hutch_broker).channel()
-    ch.queue_declare(
-        "q", durable=True, arguments={"x-max-length": 2, "x-dead-letter-exchange": "dlx"}
-    )
+    ch.queue_declare("q", durable=True, arguments=arguments)
     assert drain(ch, "q") == [b"4", b"5"]
 
 
-def test_ring_size_lowered_in_place_deletes_nothing_at_once(hutch_broker):
-    ch = connect(hutch_broker).channel()
+def test_ring_size_lowered_in_place_deletes_nothing_at_once(hutch_broker, vhost, mgmt):
+    ch = connect(hutch_broker, vhost=vhost).channel()
     ch.queue_declare("ring", arguments={"x-ring-size": 5})
     for i in range(5):
         ch.basic_publish("", "ring", str(i).encode())
-    assert (
-        http(
-            hutch_broker, "PUT", "/api/queues/%2F/ring/arguments", {"arguments": {"x-ring-size": 2}}
-        )[0]
-        == 204
-    )
+    path = f"/queues/{quote(vhost)}/ring/arguments"
+    assert mgmt.put(path, {"arguments": {"x-ring-size": 2}}).status == 204
     assert ch.queue_declare("ring", passive=True).method.message_count == 5
     ch.basic_publish("", "ring", b"5")
     assert drain(ch, "ring") == [b"1", b"2", b"3", b"4", b"5"]
@@ -73,22 +58,22 @@ def test_ring_size_lowered_in_place_deletes_nothing_at_once(hutch_broker):
     [
         (
             {"arguments": {"x-queue-type": "quorum"}},
-            "arguments x-queue-type of queue 'q' in vhost '/' cannot be changed in place",
+            "arguments x-queue-type of queue 'q' in vhost '{vhost}' cannot be changed in place",
         ),
         (
             {"arguments": {"x-max-length": -1}},
-            "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}",
+            "invalid arg 'x-max-length' for queue 'q' in vhost '{vhost}': {{value_negative,-1}}",
         ),
     ],
 )
-def test_bad_updates_are_refused_and_change_nothing(hutch_broker, body, reason):
-    ch = connect(hutch_broker).channel()
+def test_bad_updates_are_refused_and_change_nothing(hutch_broker, vhost, mgmt, body, reason):
+    ch = connect(hutch_broker, vhost=vhost).channel()
     ch.queue_declare("q", arguments={"x-max-length": 3})
-    status, error = http(hutch_broker, "PUT", "/api/queues/%2F/q/arguments", body)
-    assert status == 400
-    assert error["reason"] == reason
-    assert http(hutch_broker, "GET", "/api/queues/%2F/q")[1]["arguments"] == {"x-max-length": 3}
+    refused = mgmt.put(f"/queues/{quote(vhost)}/q/arguments", body)
+    assert refused.status == 400
+    assert refused.body["reason"] == reason.format(vhost=vhost)
+    assert mgmt.queue("q")["arguments"] == {"x-max-length": 3}
 
 
-def test_missing_queue_is_404(hutch_broker):
-    assert http(hutch_broker, "PUT", "/api/queues/%2F/nope/arguments", {"arguments": {}})[0] == 404
+def test_missing_queue_is_404(vhost, mgmt):
+    assert mgmt.put(f"/queues/{quote(vhost)}/nope/arguments", {"arguments": {}}).status == 404
