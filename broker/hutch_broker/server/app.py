@@ -151,11 +151,16 @@ class BrokerServer:
                 if not queue.durable:
                     continue
                 live.add((vhost.name, queue.name))
-                # The queue's log, opened by its declare: the same object while it is open.
-                self._restore(queue, self.store.open_queue(vhost.name, queue.name), now_ms)
+                self._restore(queue, now_ms)
         self.store.set_aside_unclaimed(live)  # quarantined with an ERROR line, never deleted
 
-    def _restore(self, queue: Queue, handle: QueueStore, now_ms: int) -> None:
+    def _restore(self, queue: Queue, now_ms: int) -> None:
+        """Put back what the queue's log recovered. The log is the one its declare opened
+        (``import_definitions`` -> ``open_queue``), recovered as it was opened: read, not
+        looked up or opened again."""
+        handle = queue.store
+        if not isinstance(handle, QueueStore):  # every durable queue gets its log from self.store
+            raise TypeError(f"durable queue {queue.name!r} has no message log: {handle!r}")
         count = 0
         for stored in handle.recover():  # no bodies: read back at the head (_page_in)
             message = Message(
