@@ -18,3 +18,8 @@ perf-test Job manifests, reading kubectl's JSON; pure), ``kubectl_hutch`` (the s
 kubectl and hutchctl), and the perf-test load generator ``perffigures`` (pure) and
 ``perftest`` (its sockets), which the Job runs in the broker image.
 """
+
+# The CLI's own version, as cli/pyproject.toml sets it (tests/cli keeps the two equal): what
+# ``kubectl hutch version`` prints, whichever distribution installed the package (hutch-cli in
+# the broker image, the root project in development), so no distribution is looked up by name.
+__version__ = "0.1.0"

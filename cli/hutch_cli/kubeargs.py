@@ -130,6 +130,8 @@ OWN_FLAGS = ("--no-wait",)  # perf-test's own flags, before the Broker's name
 def parse(argv: list[str]) -> KubeCommand:
     if not argv or argv[0] in ("-h", "--help", "help"):
         return KubeCommand("help", Scope())
+    if argv == ["--version"]:  # as kubectl and most tools spell it, besides the verb
+        return KubeCommand("version", Scope())
     parsed = vars(_parser().parse_args(_split_passthrough(list(argv))))
     verb = parsed.pop("verb", None)
     if verb is None:

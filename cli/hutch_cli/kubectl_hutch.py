@@ -14,7 +14,6 @@ returns hutchctl's own (rabbitmqctl's) codes.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -27,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hutch_cli import hutchctl, kubeargs, kubejobs, kubeplans
+from hutch_cli import __version__, hutchctl, kubeargs, kubejobs, kubeplans
 from hutch_cli.kubeargs import KubeCommand, Scope
 
 FORWARD_TIMEOUT = 30.0
@@ -265,7 +264,7 @@ def dispatch(command: KubeCommand) -> int:
     if verb in simple:
         return simple[verb]()
     if verb == "version":
-        sys.stdout.write(f"kubectl-hutch {importlib.metadata.version('hutch')}\n")
+        sys.stdout.write(f"kubectl-hutch {__version__}\n")
         return 0
     sys.stdout.write(USAGE)
     return 0
@@ -310,5 +309,5 @@ Usage: kubectl hutch [-n NAMESPACE] [--context CONTEXT] [--kubeconfig FILE] COMM
   pause-reconciliation [KIND/]NAME...   the operator leaves the object alone (default KIND broker)
   resume-reconciliation [KIND/]NAME...
   list-paused [-A]                  objects whose reconciliation is paused
-  version
+  version, --version                the plugin's version
 """

@@ -259,3 +259,10 @@ def test_the_ca_and_name_ctl_verifies_a_tls_broker_with() -> None:
     assert kubeplans.tls_ca_secret(broker) == "ca"
     assert kubeplans.tls_ca_secret({"metadata": {}, "spec": {}}) is None
     assert kubeplans.service_host(broker) == "b.ns.svc"
+
+
+def test_version_is_a_verb_and_a_flag() -> None:
+    assert kubeargs.parse(["version"]).verb == "version"
+    assert kubeargs.parse(["--version"]).verb == "version"
+    with pytest.raises(kubeargs.UsageError):
+        kubeargs.parse(["--version", "extra"])
