@@ -225,7 +225,9 @@ def test_transactions_publish_and_ack_on_commit_only(target):
     assert (counts_after_rollback, before_commit) == (0, 0)
     assert _bodies(plain, q) == ["committed"]
     tx.close()
-    assert ready(plain, q) == 1  # the un-committed ack of 'pre' was rolled back: requeued
+    # The un-committed ack of 'pre' was rolled back, so the close requeues it; RabbitMQ does
+    # that in the queue's own process after close-ok (a basic.get, no consumer): wait for it.
+    wait_for(lambda: ready(plain, q), lambda count: count == 1, what="'pre' requeued")
 
 
 # -- message counts (Q-1) ----------------------------------------------------------------------
