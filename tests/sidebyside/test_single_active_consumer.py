@@ -117,6 +117,9 @@ def test_unacked_messages_of_a_cancelled_consumer_do_not_hold_back_the_next_one(
 
     first.basic_ack(1)
     first.basic_nack(2, requeue=True)
+    # The nack travels on the first consumer's connection, "d" on another: neither broker
+    # orders the two, so "d" is published once the requeued "b" has reached "second".
+    assert consumers.wait(4)[3:] == [("second", "b", True)]
     publish(ch, q, "d")
     assert consumers.wait(5)[3:] == [("second", "b", True), ("second", "d", False)]
 
@@ -165,6 +168,14 @@ def test_a_closed_channel_s_unacked_messages_go_to_the_next_consumer_in_order(ta
         publish(ch, q, body)
     consumers.wait(3)
     consumers.channels["first"].close()
+    # pika cancels the consumer before it closes the channel, so RabbitMQ requeues "a".."c" on
+    # the channel's exit, in the queue's own process, after close-ok: "d" is published once
+    # they have reached "second".
+    assert consumers.wait(6)[3:] == [
+        ("second", "a", True),
+        ("second", "b", True),
+        ("second", "c", True),
+    ]
     publish(ch, q, "d")
 
     assert consumers.wait(7)[3:] == [
