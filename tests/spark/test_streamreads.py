@@ -22,6 +22,9 @@ from hutch_spark.errors import HutchConnectionError, HutchDataLossError
 from hutch_spark.streamplan import Bounds, Slice
 
 LOGGER = "hutch_spark.streamreads"
+# One hutch-broker for the module, each test in a vhost of its own: its amqp_url names it, so the
+# reader's URI and the planner's management calls go there.
+pytestmark = pytest.mark.shared_broker
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@ from hutch_spark.errors import HutchConnectionError
 from hutch_spark.streamplan import Slice
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 
-pytestmark = pytest.mark.broker
+# One hutch-broker for the module, each test in a vhost of its own (its amqp_url names it).
+pytestmark = [pytest.mark.broker, pytest.mark.shared_broker]
 
 BIG = bytes(range(256)) * 1200  # 307,200 bytes: three body frames at a 131,072 frame_max
 
