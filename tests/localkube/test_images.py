@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
 import re
 import shutil
@@ -24,13 +25,13 @@ from typing import Any
 
 import pytest
 from hutch_demo import waiting
-from hutch_localkube import images
+from hutch_localkube import dockerfiles, images, ocilayout
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_broker_dockerfile_parses_into_the_instructions_we_execute():
-    parsed = images.instructions((REPO / "docker" / "broker.Dockerfile").read_text())
+    parsed = dockerfiles.instructions((REPO / "docker" / "broker.Dockerfile").read_text())
     keywords = [keyword for keyword, _ in parsed]
     assert keywords.count("FROM") == 2
     assert set(keywords) <= {
@@ -51,7 +52,7 @@ def test_broker_dockerfile_parses_into_the_instructions_we_execute():
 
 
 def test_runtime_settings_become_the_oci_config(tmp_path: Path):
-    stage = images.Stage(name="final", rootfs=tmp_path, log=tmp_path / "log")
+    stage = dockerfiles.Stage(name="final", rootfs=tmp_path, log=tmp_path / "log")
     text = """
     ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
     USER 1000:1000
@@ -60,9 +61,9 @@ def test_runtime_settings_become_the_oci_config(tmp_path: Path):
     ENTRYPOINT ["hutch-broker"]
     CMD ["--data-dir", "/var/lib/hutch"]
     """
-    for keyword, args in images.instructions(text):
-        images.apply(stage, keyword, args, {}, tmp_path)
-    config = images.image_config(stage)
+    for keyword, args in dockerfiles.instructions(text):
+        dockerfiles.apply(stage, keyword, args, {}, tmp_path)
+    config = dockerfiles.image_config(stage)
     assert config["User"] == "1000:1000"
     assert "PYTHONUNBUFFERED=1" in config["Env"]
     assert config["ExposedPorts"] == {"5672/tcp": {}, "15672/tcp": {}}
@@ -81,11 +82,11 @@ def test_copy_follows_docker_semantics(tmp_path: Path):
     (context / "pyproject.toml").write_text("p")
     (context / "README.md").write_text("r")
     rootfs = tmp_path / "rootfs"
-    stage = images.Stage(name="build", rootfs=rootfs, log=tmp_path / "log")
-    for keyword, args in images.instructions(
+    stage = dockerfiles.Stage(name="build", rootfs=rootfs, log=tmp_path / "log")
+    for keyword, args in dockerfiles.instructions(
         "WORKDIR /src\nCOPY pyproject.toml README.md ./\nCOPY broker/ broker/\n"
     ):
-        images.apply(stage, keyword, args, {}, context)
+        dockerfiles.apply(stage, keyword, args, {}, context)
     src = rootfs / "src"
     assert sorted(p.name for p in src.iterdir()) == ["README.md", "broker", "pyproject.toml"]
     # A directory source copies its contents; .dockerignore'd caches stay out.
@@ -95,15 +96,15 @@ def test_copy_follows_docker_semantics(tmp_path: Path):
 
 @pytest.mark.parametrize("line", ["ADD x /x", "HEALTHCHECK CMD true", "ARG BASE"])
 def test_an_unknown_instruction_fails_instead_of_building_something_else(tmp_path: Path, line: str):
-    stage = images.Stage(name="s", rootfs=tmp_path, log=tmp_path / "log")
-    ((keyword, args),) = images.instructions(line)
+    stage = dockerfiles.Stage(name="s", rootfs=tmp_path, log=tmp_path / "log")
+    ((keyword, args),) = dockerfiles.instructions(line)
     with pytest.raises(ValueError, match="unsupported Dockerfile instruction"):
-        images.apply(stage, keyword, args, {}, tmp_path)
+        dockerfiles.apply(stage, keyword, args, {}, tmp_path)
 
 
 def test_dockerignore_and_the_interpreter_skip_the_same_names():
     ignored = (REPO / ".dockerignore").read_text()
-    for name in images.SKIP_NAMES:
+    for name in dockerfiles.SKIP_NAMES:
         assert f"**/{name}" in ignored
     assert "**/*.egg-info" in ignored
 
@@ -114,7 +115,7 @@ def test_layout_is_an_oci_image_containerd_can_import(tmp_path: Path):
     rootfs.mkdir()
     (rootfs / "pause").write_text("#!/bin/true\n")
     layout = tmp_path / "oci"
-    images.write_layout(layout, rootfs, {"Entrypoint": ["/pause"]}, "localhost/x/y:1", ["COPY"])
+    ocilayout.write_layout(layout, rootfs, {"Entrypoint": ["/pause"]}, "localhost/x/y:1", ["COPY"])
     index = json.loads((layout / "index.json").read_text())
     (entry,) = index["manifests"]
     assert entry["annotations"]["io.containerd.image.name"] == "localhost/x/y:1"
@@ -146,12 +147,12 @@ def test_a_layer_over_the_base_holds_only_what_the_build_changed(tmp_path: Path)
     (upper / "usr" / "local" / "app.py").write_text("print()\n")
     shutil.rmtree(upper / "usr" / "share" / "doc")
 
-    added, whiteouts = images.layer_changes(lower, upper)
+    added, whiteouts = ocilayout.layer_changes(lower, upper)
     assert added == ["etc/passwd", "usr", "usr/local", "usr/local/app.py", "usr/share"]
     assert whiteouts == ["usr/share/.wh.doc"]  # not one per file inside it
 
     layer = tmp_path / "layer.tar"
-    images.pack_changes(lower, upper, layer)
+    ocilayout.pack_changes(lower, upper, layer)
     with tarfile.open(layer) as tar:
         members = {m.name: m for m in tar.getmembers()}
         assert set(members) == {f"./{p}" for p in added + whiteouts}
@@ -168,14 +169,14 @@ def test_a_layout_over_a_base_lists_the_shared_base_layer_first(tmp_path: Path):
     lower.mkdir()
     (lower / "base.txt").write_text("shared\n")
     base_tar = tmp_path / "base.tar"
-    images.pack_rootfs(lower, base_tar)
+    ocilayout.pack_rootfs(lower, base_tar)
     digest = hashlib.sha256(base_tar.read_bytes()).hexdigest()
-    base = images.BaseLayer(lower, base_tar, digest)
+    base = ocilayout.BaseLayer(lower, base_tar, digest)
     upper = tmp_path / "upper"
     subprocess.run(["cp", "-a", str(lower), str(upper)], check=True)
     (upper / "app").write_text("mine\n")
     layout = tmp_path / "oci"
-    images.write_layout(layout, upper, {}, "localhost/x/y:1", ["COPY"], base)
+    ocilayout.write_layout(layout, upper, {}, "localhost/x/y:1", ["COPY"], base)
     (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
     manifest = json.loads((layout / "blobs" / "sha256" / entry["digest"][7:]).read_text())
     first, second = manifest["layers"]
@@ -190,11 +191,13 @@ def test_copy_from_a_named_build_context(tmp_path: Path):
     named = tmp_path / "bin"
     named.mkdir()
     (named / "tool").write_text("#!/bin/true\n")
-    stage = images.Stage(name="s", rootfs=tmp_path / "rootfs", log=tmp_path / "log")
-    images.apply(stage, "COPY", "--from=tools tool /usr/bin/tool", {}, tmp_path, {"tools": named})
+    stage = dockerfiles.Stage(name="s", rootfs=tmp_path / "rootfs", log=tmp_path / "log")
+    dockerfiles.apply(
+        stage, "COPY", "--from=tools tool /usr/bin/tool", {}, tmp_path, {"tools": named}
+    )
     assert (tmp_path / "rootfs" / "usr" / "bin" / "tool").read_text() == "#!/bin/true\n"
     with pytest.raises(ValueError, match="no such stage or named build context"):
-        images.apply(stage, "COPY", "--from=other tool /x", {}, tmp_path, {"tools": named})
+        dockerfiles.apply(stage, "COPY", "--from=other tool /x", {}, tmp_path, {"tools": named})
 
 
 @pytest.mark.broker  # starts processes (hutch_testing.levels)
@@ -206,7 +209,7 @@ def test_an_image_from_our_own_image_reuses_its_layers_and_config(tmp_path: Path
     (base / "etc" / "gone").write_text("deleted by the parent\n")
     (base / "etc" / "kept").write_text("kept\n")
     base_tar = tmp_path / "base.tar"
-    images.pack_rootfs(base, base_tar)
+    ocilayout.pack_rootfs(base, base_tar)
     digest = hashlib.sha256(base_tar.read_bytes()).hexdigest()
     upper = tmp_path / "parent-rootfs"
     subprocess.run(["cp", "-a", str(base), str(upper)], check=True)
@@ -216,14 +219,14 @@ def test_an_image_from_our_own_image_reuses_its_layers_and_config(tmp_path: Path
     parent_layout = tmp_path / "parent-oci"
     config = {"Env": ["SPARK_HOME=/opt/spark"], "User": "185:185", "WorkingDir": "/opt",
               "Entrypoint": ["/usr/bin/tini"]}  # fmt: skip
-    images.write_layout(parent_layout, upper, config, "localhost/hutch/p:1", ["RUN x"],
-                        images.BaseLayer(base, base_tar, digest))  # fmt: skip
+    ocilayout.write_layout(parent_layout, upper, config, "localhost/hutch/p:1", ["RUN x"],
+                        ocilayout.BaseLayer(base, base_tar, digest))  # fmt: skip
 
-    parent = images.parent_image(parent_layout, tmp_path / "unpacked")
+    parent = ocilayout.parent_image(parent_layout, tmp_path / "unpacked")
     assert (parent.rootfs / "etc" / "kept").read_text() == "kept\n"
     assert not (parent.rootfs / "etc" / "gone").exists()  # the whiteout applied
     assert (parent.rootfs / "opt" / "spark").read_text() == "spark\n"
-    stage = images.stage_from_config("0", tmp_path / "child", tmp_path / "log", parent)
+    stage = dockerfiles.stage_from_config("0", tmp_path / "child", tmp_path / "log", parent)
     assert (stage.user, stage.workdir, stage.entrypoint) == ("185:185", "/opt", ["/usr/bin/tini"])
     assert stage.env == {"SPARK_HOME": "/opt/spark"}
 
@@ -231,7 +234,7 @@ def test_an_image_from_our_own_image_reuses_its_layers_and_config(tmp_path: Path
     (stage.rootfs / "usr").mkdir()
     (stage.rootfs / "usr" / "operator").write_text("bin\n")
     child = tmp_path / "child-oci"
-    images.write_layout(child, stage.rootfs, {}, "localhost/hutch/c:1", ["COPY"], parent)
+    ocilayout.write_layout(child, stage.rootfs, {}, "localhost/hutch/c:1", ["COPY"], parent)
     (entry,) = json.loads((child / "index.json").read_text())["manifests"]
     manifest = json.loads((child / "blobs" / "sha256" / entry["digest"][7:]).read_text())
     assert [layer["digest"][7:] for layer in manifest["layers"][:2]] == [
@@ -291,13 +294,32 @@ def test_an_image_key_changes_with_its_own_files_only(tmp_path: Path):
     assert after["operator"] == before["operator"]
 
 
-def test_the_builder_version_not_its_text_is_in_the_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+def test_the_builders_own_source_is_in_every_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An edit to a module that decides an image's bytes changes every image's key, so it
+    rebuilds them: there is no version to bump by hand and forget (it was BUILDER_VERSION)."""
+    assert set(images.BUILDER_SOURCES) == {
+        Path(inspect.getsourcefile(code) or "")
+        for code in (dockerfiles.build_stages, dockerfiles.apply, ocilayout.write_layout)
+    }
     root = a_context(tmp_path)
-    key = images.image_key("broker", root)
-    monkeypatch.setattr(images, "BUILDER_VERSION", images.BUILDER_VERSION + 1)
-    assert images.image_key("broker", root) != key
+    copies = []
+    for source in images.BUILDER_SOURCES:
+        copy = tmp_path / "builder" / source.name
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copy2(source, copy)
+        copies.append(copy)
+    monkeypatch.setattr(images, "BUILDER_SOURCES", tuple(copies))
+
+    def keys() -> dict[str, str]:
+        return {kind: images.image_key(kind, root) for kind in PRODUCTS}
+
+    before = keys()
+    for copy in copies:
+        copy.write_text(copy.read_text().replace('"""', '"""An edit. ', 1))
+        after = keys()
+        assert all(after[kind] != before[kind] for kind in PRODUCTS), copy.name
+        before = after
+    assert keys() == before  # and nothing else moves it
 
 
 def requirement_names(requirements: list[str]) -> dict[str, str]:
@@ -340,12 +362,12 @@ def top_level_imports(package: Path) -> set[str]:
 
 
 def test_spark_operator_dockerfile_builds_on_hutch_spark():
-    parsed = images.instructions((REPO / "docker" / "spark-operator.Dockerfile").read_text())
+    parsed = dockerfiles.instructions((REPO / "docker" / "spark-operator.Dockerfile").read_text())
     (base,) = [args for keyword, args in parsed if keyword == "FROM"]
     assert images.own_kind(base) == "spark"  # the jobs' Spark is the controller's spark-submit
     assert "COPY" in dict(parsed) and "--from=spark-operator-bin" in dict(parsed)["COPY"]
     assert set(images.NAMED_CONTEXTS["spark-operator"]) == {"spark-operator-bin"}
-    spark = images.instructions((REPO / "spark" / "jobs" / "Dockerfile").read_text())
+    spark = dockerfiles.instructions((REPO / "spark" / "jobs" / "Dockerfile").read_text())
     assert ("ENV", "SPARK_HOME=/opt/spark") in spark  # the operator runs $SPARK_HOME/bin/...
 
 
@@ -373,7 +395,7 @@ def layer_members(layout: Path) -> set[str]:
 
 
 def test_spark_dockerfile_is_one_recipe_the_interpreter_executes():
-    parsed = images.instructions((REPO / "spark" / "jobs" / "Dockerfile").read_text())
+    parsed = dockerfiles.instructions((REPO / "spark" / "jobs" / "Dockerfile").read_text())
     froms = [args for keyword, args in parsed if keyword == "FROM"]
     assert [f.split()[0] for f in froms] == ["python:3.11-slim-bookworm"] * 2
     assert images.IMAGES["spark"] == ("spark/jobs/Dockerfile", "localhost/hutch/hutch-spark:0.1.0")

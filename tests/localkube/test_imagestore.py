@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hutch_localkube import binaries, images, imagestore, realnode
+from hutch_localkube import binaries, imagestore, ocilayout, realnode
 
 LISTING = """\
 REF                               TYPE                                       DIGEST                                                                  SIZE     PLATFORMS   LABELS
@@ -34,7 +34,7 @@ def layout(tmp: Path, name: str, content: str) -> Path:
     rootfs.mkdir()
     (rootfs / "pause").write_text(content)
     oci = tmp / f"oci-{content}"
-    images.write_layout(oci, rootfs, {"Entrypoint": ["/pause"]}, name, ["COPY pause /pause"])
+    ocilayout.write_layout(oci, rootfs, {"Entrypoint": ["/pause"]}, name, ["COPY pause /pause"])
     return oci
 
 
