@@ -4,9 +4,9 @@ Why a class of its own (beside the classic queue, not a flag through it): nothin
 queue's ready list applies. A stream holds no messages in memory at all. Each message is one
 record in the queue's store log (``store.QueueStore``: the same framing, checksums, group
 commit and recovery as every durable queue), published with its offset already in its headers
-(``x-stream-offset``, a long, as 3.10.8 delivers it), so a delivery is the record as read. The
-stream keeps a ``SegmentIndex`` (one entry per store segment) and, per consumer, a ``Cursor``:
-the next offset and where its record is in the store.
+(``x-stream-offset``, a long, and the headers as 3.10.8 delivers them: ``_with_offset``), so a
+delivery is the record as read. The stream keeps a ``SegmentIndex`` (one entry per store
+segment) and, per consumer, a ``Cursor``: the next offset and where its record is in the store.
 
 Rules (RabbitMQ 3.10.8's AMQP 0-9-1 surface, see ``model.streamargs`` for the refusals):
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from hutch_broker.model import budgets, queues, streamargs
@@ -552,14 +553,28 @@ def _record_size(exchange: str, routing_key: str, raw_properties: bytes, body_si
 
 
 def _with_offset(raw_properties: bytes, offset: int) -> bytes:
-    """The properties with ``x-stream-offset`` last in the headers, as 3.10.8 puts it (a
-    publisher's own is replaced)."""
+    """The properties with the headers a 3.10.8 stream delivers (observed side by side,
+    tests/sidebyside/test_stream_headers.py): ``x-stream-offset`` set to a long, in place of a
+    publisher's own (the first, if several); every header sorted by name, stably (3.10.8 sets
+    it with ``rabbit_misc:set_table_value``, which sorts the table); and no header whose value
+    is a table or an array (3.10.8 keeps a stream's messages as AMQP 1.0, whose application
+    properties hold simple values only, so those never come back). Every other value keeps its
+    type tag and bytes."""
     spans = rewrite.property_spans(raw_properties)
     entries = rewrite.split_table(spans["headers"]) if "headers" in spans else []
-    kept = [(key, value) for key, value in entries if key != streamargs.OFFSET_HEADER]
-    tagged = rewrite.encode_value(offset)
-    spans["headers"] = rewrite.join_table([*kept, (streamargs.OFFSET_HEADER, tagged)])
+    kept = [(key, value) for key, value in entries if value[:1] not in _COMPOUND]
+    tagged = (streamargs.OFFSET_HEADER, rewrite.encode_value(offset))
+    at = next((i for i, (key, _) in enumerate(kept) if key == streamargs.OFFSET_HEADER), None)
+    if at is None:
+        kept.append(tagged)
+    else:
+        kept[at] = tagged
+    kept.sort(key=itemgetter(0))  # by name: code point order is UTF-8 byte order, as Erlang's
+    spans["headers"] = rewrite.join_table(kept)
     return rewrite.join_properties(spans)
+
+
+_COMPOUND = (b"F", b"A")  # a field table's and a field array's type tags
 
 
 def _stored_offset(raw_properties: bytes) -> int | None:
