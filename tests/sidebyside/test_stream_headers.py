@@ -103,6 +103,7 @@ def test_stream_deliveries_carry_the_headers_3_10_8_sends(target) -> None:
     queue = target.name("s")
     target.channel().queue_declare(queue, durable=True, arguments=STREAM)
     sock = rawamqp.open_connection(target.broker)
+    sock.settimeout(60)  # a bound on each read, not a wait: a loaded machine may be slow to send
     try:
         sock.sendall(frame.marshal(commands.Confirm.Select(), 1))
         assert isinstance(rawamqp.read_frame(sock), commands.Confirm.SelectOk)
