@@ -273,7 +273,7 @@ def _rss_rows(
         for scenario, tool in keys
     ]
     header = ["scenario", "tool"] + [f"{TITLES[b]} peak RSS" for b in COLORS]
-    return [*table(header, rows), ""]
+    return table(header, rows)
 
 
 def _spread(stats: dict[str, Any], digits: int = 0) -> str:
