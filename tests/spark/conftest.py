@@ -7,8 +7,10 @@ runs `python3` from PATH and dies on a missing pyarrow); `SPARK_LOCAL_IP` avoids
 does not resolve to loopback. Tests marked `spark` fail loudly in CI (env `CI`) when Java or
 pyspark is missing, and skip with the reason elsewhere.
 
-Broker tests run against hutch-broker (a fresh process per test) and the reference RabbitMQ
-3.10.8 (one per session, so every test uses its own uniquely named queues).
+Broker tests run against hutch-broker (a fresh process per test, or in a module marked
+``shared_broker`` a vhost of its own on the module's broker, see ``hutch_testing.broker_plugin``)
+and the reference RabbitMQ 3.10.8 (one per session, so every test uses its own uniquely named
+queues).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from hutch_testing import levels
+from hutch_testing import levels, vhosts
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -107,6 +109,7 @@ class Amqp:
     """Small blocking helpers for arranging and checking queues (pika, one connection)."""
 
     def __init__(self, broker: Any) -> None:
+        self.broker = broker
         self.url = broker.amqp_url
         self.http_url = broker.http_url
         self.credentials = broker.credentials
@@ -167,7 +170,11 @@ class Amqp:
         return left
 
     def management(self, path: str) -> Any:
-        """GET on the management API (basic auth)."""
+        """GET on the management API (basic auth). On a shared broker a path under the default
+        vhost is an error: the test's objects are in its own vhost, so "/" would answer 404s
+        and empty lists that pass for the wrong reason."""
+        if isinstance(self.broker, vhosts.VhostBroker) and "/%2F" in path:
+            raise AssertionError(f"GET {path}: this test runs in vhost {self.broker.vhost!r}")
         request = urllib.request.Request(self.http_url + path)  # noqa: S310 - loopback broker
         user, password = self.credentials
         token = base64.b64encode(f"{user}:{password}".encode()).decode()

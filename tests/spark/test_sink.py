@@ -11,7 +11,9 @@ from typing import Any
 import pika
 import pytest
 
-pytestmark = pytest.mark.spark
+# hutch-broker: one per module, each test in a vhost of its own (amqp.url names it); RabbitMQ:
+# the session's node, unique queue names.
+pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
 
 def sink_writer(frame: Any, amqp: Any, **options: str) -> Any:

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.spark
+# hutch-broker: one per module, each test in a vhost of its own (amqp.url names it); RabbitMQ:
+# the session's node, unique queue names.
+pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
 BATCH = 100
 
@@ -197,6 +199,7 @@ def test_malformed_options_fail_when_the_stream_is_defined(
 
 
 @pytest.mark.parametrize("broker", ["hutch"], indirect=True)  # restart() is hutch-broker's
+@pytest.mark.own_broker  # it restarts the broker
 def test_broker_restart_mid_stream_reconnects_and_loses_nothing(
     spark: Any, broker: Any, amqp: Any, tmp_path: Path, waiter: Any
 ) -> None:
@@ -223,6 +226,7 @@ def test_broker_restart_mid_stream_reconnects_and_loses_nothing(
 
 
 @pytest.mark.parametrize("broker", ["hutch"], indirect=True)  # restart() is hutch-broker's
+@pytest.mark.own_broker  # it restarts the broker
 def test_available_now_drains_the_whole_queue_across_a_broker_restart(
     spark: Any, broker: Any, amqp: Any, tmp_path: Path, waiter: Any
 ) -> None:

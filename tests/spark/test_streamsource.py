@@ -34,8 +34,12 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+from hutch_demo.management import quote
+from hutch_testing.relay import CountingRelay
 
-pytestmark = pytest.mark.spark
+# One hutch-broker for the module, each test in a vhost of its own: the source's URI (amqp_url)
+# names it, and what the tests read from the management API is that vhost's.
+pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
 CHILD = Path(__file__).with_name("stream_child.py")
 
@@ -46,6 +50,7 @@ class Streams:
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+        self.vhost = quote(getattr(broker, "vhost", "/"))
         self.url = broker.amqp_url
         self.management_url = broker.http_url
         self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
@@ -78,13 +83,13 @@ class Streams:
             return json.load(reply)
 
     def item(self, name: str) -> Any:
-        return self.get(f"/api/queues/%2F/{name}")
+        return self.get(f"/api/queues/{self.vhost}/{name}")
 
     def spark_connections(self) -> list[str]:
-        """The names of the hutch-spark connections open on the broker."""
+        """The names of the hutch-spark connections open in the test's vhost."""
         names = [
             str(item["client_properties"].get("connection_name", ""))
-            for item in self.get("/api/connections")
+            for item in self.get(f"/api/vhosts/{self.vhost}/connections")
         ]
         return [name for name in names if name.startswith("hutch-spark")]
 
@@ -177,15 +182,56 @@ def test_a_streaming_query_follows_the_tail_with_no_consumer_in_the_driver(
         waiter("30 rows", lambda: sum(map(len, batches)) >= 30, 60, query)
         assert batches[:3] == [list(range(n, n + 10)) for n in (0, 10, 20)]
         waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
-        # Between batches nothing holds a connection: the driver plans from the management
-        # API only, and every executor task closed its own.
-        assert streams.spark_connections() == []
+        # Between batches the driver holds nothing: it plans from the management API only.
+        # An executor's Python worker keeps its reader connection for its next slice, idle:
+        # its channel closed, so no consumer.
+        kept = streams.spark_connections()
+        assert all(name.startswith("hutch-spark stream reader (pid ") for name in kept), kept
         assert streams.item(name)["consumers"] == 0
         streams.publish(name, 5)
         waiter("5 more rows", lambda: sum(map(len, batches)) >= 35, 60, query)
     finally:
         query.stop()
     assert [offset for batch in batches for offset in batch] == list(range(35))
+
+
+def test_available_now_micro_batches_reuse_the_workers_reader_connections(
+    spark: Any, streams: Streams, tmp_path: Path
+) -> None:
+    # Ten micro-batches of two slices each: a connection per slice would be twenty connects;
+    # kept by the executors' Python workers between tasks, it is one per worker.
+    name = streams.declare("reused")
+    streams.publish(name, 200)
+    port = streams.broker.amqp_port
+    read: list[int] = []
+
+    def collect(frame: Any, _batch: int) -> None:
+        read.extend(row.offset for row in frame.select("offset").collect())
+
+    with CountingRelay("127.0.0.1", port) as relay:
+        frame = (
+            spark.readStream.format("hutch")
+            .option("uri", streams.url.replace(f":{port}/", f":{relay.port}/"))
+            .option("managementUri", streams.management_url)
+            .option("streams", name)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "20")
+            .option("numPartitions", "2")
+            .load()
+        )
+        query = (
+            frame.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+        connects = relay.accepted
+    assert sorted(read) == list(range(200))  # each once: the replay guarantee is untouched
+    slices = 2 * sum(1 for progress in query.recentProgress if progress["numInputRows"])
+    assert slices == 20
+    assert 1 <= connects <= slices // 2, f"{connects} connects for {slices} slices"
 
 
 def test_a_super_stream_is_read_through_its_partitions(spark: Any, streams: Streams) -> None:
@@ -226,13 +272,13 @@ def test_batch_read_from_a_timestamp(spark: Any, streams: Streams) -> None:
     assert offsets_and_ids(frame) == expected(name, 20, 35)
 
 
-def test_batch_read_errors_name_the_stream(spark: Any, streams: Streams) -> None:
+def test_batch_read_errors_name_the_stream(spark: Any, streams: Streams, vhost: str) -> None:
     streams.declare("s")
     streams.publish("s", 5)
     streams.channel.queue_declare("classic", durable=True)
     cases = [
-        ("nope", {}, "stream 'nope' does not exist in vhost '/'"),
-        ("classic", {}, "queue 'classic' in vhost '/' is a classic queue, not a stream"),
+        ("nope", {}, f"stream 'nope' does not exist in vhost '{vhost}'"),
+        ("classic", {}, f"queue 'classic' in vhost '{vhost}' is a classic queue, not a stream"),
         (
             "s",
             {"endingOffsets": {"s": 9}},
