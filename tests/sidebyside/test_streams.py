@@ -44,9 +44,14 @@ def _stream(target, name="s", count=5):
     return queue
 
 
-def _consume(target, queue, *, prefetch=10, wait=1.0, **kwargs):
+def _consume(target, queue, *, prefetch=10, wait=1.0, expect=0, **kwargs):
     """basic.consume on a fresh connection: (channel, deliveries so far, connection), or what
-    the broker closed with."""
+    the broker closed with.
+
+    Events are processed for ``wait`` seconds (a delivery past what is expected shows up there),
+    then on until at least ``expect`` deliveries arrived: a stream's reader sends them after
+    consume-ok, on a loaded machine later than any fixed wait.
+    """
     connection = target.connect()
     channel = connection.channel()
     if prefetch is not None:
@@ -59,9 +64,15 @@ def _consume(target, queue, *, prefetch=10, wait=1.0, **kwargs):
     try:
         channel.basic_consume(queue, on_message, **kwargs)
         connection.process_data_events(wait)
+        _process_until(connection, lambda: len(got) >= expect, f"{expect} deliveries")
     except ERRORS as closed:
         return type(closed).__name__, closed.reply_code, closed.reply_text
     return channel, got, connection
+
+
+def _process_until(connection, condition, what):
+    """Process the connection's events until ``condition()`` holds (bounded by ``wait_for``)."""
+    wait_for(lambda: (connection.process_data_events(0.05), condition())[1], what=what)
 
 
 def _offsets(got):
@@ -269,7 +280,7 @@ def test_st_2_consuming_needs_a_prefetch_and_acks(target):
 
 def test_st_2_every_delivery_carries_its_offset_as_a_long(target):
     queue = _stream(target)
-    _, got, _ = _consume(target, queue, arguments={"x-stream-offset": "first"})
+    _, got, _ = _consume(target, queue, expect=5, arguments={"x-stream-offset": "first"})
     assert [(tag, redelivered, body) for tag, redelivered, _, body in got] == [
         (1, False, b"m0"), (2, False, b"m1"), (3, False, b"m2"), (4, False, b"m3"), (5, False, b"m4")
     ]  # fmt: skip
@@ -305,7 +316,9 @@ OFFSETS = [
 def test_st_2_where_a_consumer_starts(target):
     queue = _stream(target)
     for spec, expected in OFFSETS:
-        _, got, _ = _consume(target, queue, wait=0.5, arguments={"x-stream-offset": spec})
+        _, got, _ = _consume(
+            target, queue, wait=0.5, expect=len(expected), arguments={"x-stream-offset": spec}
+        )
         assert (spec, _offsets(got)) == (spec, expected)
     _, got, _ = _consume(target, queue, wait=0.5)
     assert _offsets(got) == []  # no x-stream-offset: next
@@ -323,17 +336,21 @@ def test_st_2_a_malformed_offset_closes_the_connection_with_541(target, spec):
 
 def test_st_3_acks_return_credit_and_consumers_are_independent(target):
     queue = _stream(target)
-    channel, got, connection = _consume(target, queue, prefetch=2, arguments={"x-stream-offset": 0})
+    channel, got, connection = _consume(
+        target, queue, prefetch=2, expect=2, arguments={"x-stream-offset": 0}
+    )
     _, other_got, other_connection = _consume(
-        target, queue, prefetch=3, arguments={"x-stream-offset": 1}
+        target, queue, prefetch=3, expect=3, arguments={"x-stream-offset": 1}
     )
     assert _offsets(got) == [0, 1]
     assert _offsets(other_got) == [1, 2, 3]
     channel.basic_ack(got[0][0])
-    connection.process_data_events(0.5)
+    connection.process_data_events(0.5)  # a delivery past the credit would show up here
+    _process_until(connection, lambda: len(got) >= 3, "the delivery one ack's credit allows")
     assert _offsets(got) == [0, 1, 2]
     channel.basic_ack(got[2][0], multiple=True)
     connection.process_data_events(0.5)
+    _process_until(connection, lambda: len(got) >= 5, "the deliveries two acks' credit allows")
     assert _offsets(got) == [0, 1, 2, 3, 4]
     other_connection.process_data_events(0.2)
     assert _offsets(other_got) == [1, 2, 3]  # its own credit, its own cursor
@@ -353,7 +370,9 @@ def test_st_3_a_consumer_at_the_end_waits_for_new_messages(target):
 @pytest.mark.parametrize("method", ["nack", "nack-requeue", "reject", "reject-requeue"])
 def test_st_3_nack_and_reject_close_the_connection_with_540(target, method):
     queue = _stream(target, count=2)
-    channel, got, connection = _consume(target, queue, arguments={"x-stream-offset": "first"})
+    channel, got, connection = _consume(
+        target, queue, expect=2, arguments={"x-stream-offset": "first"}
+    )
     tag = got[0][0]
     requeue = method.endswith("requeue")
 
@@ -362,7 +381,7 @@ def test_st_3_nack_and_reject_close_the_connection_with_540(target, method):
             channel.basic_nack(tag, requeue=requeue)
         else:
             channel.basic_reject(tag, requeue=requeue)
-        connection.process_data_events(0.5)
+        _process_until(connection, lambda: not connection.is_open, "the broker's close")
 
     assert closed_by_broker(settle) == (
         540,
@@ -373,12 +392,14 @@ def test_st_3_nack_and_reject_close_the_connection_with_540(target, method):
 
 def test_st_3_basic_recover_with_a_streams_deliveries_unacked_is_541(target):
     queue = _stream(target, count=2)
-    channel, got, connection = _consume(target, queue, arguments={"x-stream-offset": "first"})
+    channel, got, connection = _consume(
+        target, queue, expect=2, arguments={"x-stream-offset": "first"}
+    )
     assert len(got) == 2
 
     def recover():
         channel.basic_recover(requeue=True)
-        connection.process_data_events(0.5)
+        _process_until(connection, lambda: not connection.is_open, "the broker's close")
 
     assert closed_by_broker(recover) == (541, "INTERNAL_ERROR")
 
@@ -387,7 +408,8 @@ def test_st_3_an_unknown_delivery_tag_closes_the_channel(target):
     queue = _stream(target, count=1)
     channel, _, connection = _consume(target, queue, arguments={"x-stream-offset": "first"})
     channel.basic_ack(99)
-    connection.process_data_events(0.5)
+    _process_until(connection, lambda: not channel.is_open, "the channel's close")
+    connection.process_data_events(0.5)  # a close of the whole connection would come here
     assert not channel.is_open
     assert connection.is_open
 
@@ -404,7 +426,7 @@ def test_st_4_basic_get_and_purge_close_the_connection_with_540(target):
             540,
             f"NOT_IMPLEMENTED - {what} not supported by stream queues queue '{queue}' in vhost '/'",
         )
-    _, got, _ = _consume(target, queue, arguments={"x-stream-offset": "first"})
+    _, got, _ = _consume(target, queue, expect=2, arguments={"x-stream-offset": "first"})
     assert len(got) == 2  # nothing was taken or dropped
 
 
@@ -492,7 +514,7 @@ def test_st_5_definitions_import_and_export_a_stream(target):
     assert [q for q in exported if q["name"] == queue] == [item]
     publisher = target.channel()
     publisher.basic_publish("", queue, b"x")
-    _, got, _ = _consume(target, queue, arguments={"x-stream-offset": "first"})
+    _, got, _ = _consume(target, queue, expect=1, arguments={"x-stream-offset": "first"})
     assert [(headers, body) for _, _, headers, body in got] == [({"x-stream-offset": 0}, b"x")]
 
 
