@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 from hutch_demo.management import quote
+from hutch_demo.waiting import wait_for
 from pika.exceptions import (
     ChannelClosedByBroker,
     ConnectionClosedByBroker,
@@ -46,6 +47,22 @@ def tenant(target) -> Iterator[Tenant]:
     target.cleanup()  # its connections first: a vhost's deletion would close them anyway
     api.delete(f"/vhosts/{quote(side.vhost)}")
     api.delete(f"/users/{quote(side.user)}")
+
+
+def _once_counted_out(connect):
+    """``connect()`` once a closed connection no longer counts against a limit.
+
+    RabbitMQ 3.10.8 forgets a closed connection (and its channels) in a process spawned from
+    the connection_closed event, after close-ok, so a connect at once may still be refused.
+    """
+
+    def attempt():
+        try:
+            return connect()
+        except ProbableAccessDeniedError:
+            return None
+
+    return wait_for(attempt, what="the closed connection counted out")
 
 
 def _refusal(excinfo) -> str:
@@ -124,7 +141,7 @@ def test_vhost_max_connections_refuses_the_next_connection(target, tenant):
     ) in _refusal(refused)
     assert first.is_open and second.is_open  # the limit refuses new ones, closes nothing
     second.close()
-    tenant.connect().close()  # room again
+    _once_counted_out(tenant.connect).close()  # room again
     assert api.put(f"/vhost-limits/{vh}/max-connections", {"value": 0}).ok
     with pytest.raises(ProbableAccessDeniedError) as nothing:
         tenant.connect()
@@ -209,7 +226,8 @@ def test_user_limits_api_and_enforcement(target, tenant):
 
     # Channels count across the user's connections, and a change applies at once.
     assert api.put(f"/user-limits/{user}/max-connections", {"value": 2}).ok
-    first, second = tenant.connect(tenant.user), tenant.connect(tenant.user)
+    first = tenant.connect(tenant.user)
+    second = _once_counted_out(lambda: tenant.connect(tenant.user))  # the 530 closed the other
     first.channel()
     second.channel()
     with pytest.raises(ConnectionClosedByBroker) as across:
