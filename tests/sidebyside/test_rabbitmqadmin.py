@@ -90,9 +90,11 @@ def _scenario(side: Target, admin: rabbitmqadmin.Admin) -> dict:
     )
     out["queues"] = wait_for(  # RabbitMQ's stats arrive about 5 s after the publishes
         lambda: _mine(admin.json("list", "queues"), side),
-        # idle_since too: 3.10.8 adds it once each queue process has gone idle, a beat later
+        # idle_since too: 3.10.8 adds it once each queue process has gone idle, a beat later;
+        # and the consumer: "idle" may have gone idle (and emitted) before it was consumed from
         lambda queues: (
             [queue.get("messages") for queue in queues] == [0, 3]  # idle, q
+            and [queue.get("consumers") for queue in queues] == [1, 0]
             and all("idle_since" in queue for queue in queues)
         ),
         timeout=20,
@@ -207,8 +209,9 @@ def _monitoring_view(side: Target) -> dict:
     )
     queue = wait_for(  # 3.10.8 emits a queue's message_stats apart from the overview's
         lambda: side.connection.process_data_events(0.05) or side.api.queue(q),
-        # and its message counts: they come in yet another stats event
-        lambda body: body.get("message_stats", {}).get("ack", 0) >= 2 and "messages" in body,
+        # and its message counts: they come in yet another stats event, which may predate the
+        # acks (the counts asserted below are those after them)
+        lambda body: body.get("message_stats", {}).get("ack", 0) >= 2 and body.get("messages") == 0,
         timeout=30,
         what="the queue's counters after the traffic",
     )
