@@ -86,7 +86,7 @@ def run_case(
     """Prepare, start the canary, attack, stop the canary; judge against ``bound``."""
     canary_tenant = noisy.create_tenant(broker, "canary")
     state = case.prepare(broker)
-    with noisy.Canary(broker, canary_tenant) as canary:
+    with noisy.Canary(broker, canary_tenant, broker_pid=noisy.loop_pid(broker)) as canary:
         time.sleep(0.5)  # a quiet baseline first: the report covers before, during and after
         began = time.monotonic()
         facts, problems = case.attack(broker, state)

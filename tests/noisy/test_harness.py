@@ -4,28 +4,39 @@ A harness that always passes proves nothing, so the canary is checked against bo
 on a quiet hutch-broker its round trips stay far below the suite's bound, and when the broker
 process is stopped (SIGSTOP) for 400 ms the canary reports a round trip of at least 300 ms
 (the message sent right after the stop waits it out, less at most one 20 ms interval).
+
+Given the broker's pid, the canary also takes out of each round trip the time the broker's loop
+thread and its own thread waited for a CPU: a stopped broker is not waiting for a CPU, so the
+stop still shows in full in that share, and under a busy neighbour on the same cores the share
+stays small while the wall clock grows.
 """
 
 import signal
 import threading
 import time
 
+import pytest
 from hutch_testing import noisy
 
 
 def test_a_canary_on_a_quiet_broker_has_small_round_trips(quiet_broker, tmp_path):
     tenant = noisy.create_tenant(quiet_broker, "canary")
-    with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path) as canary:
+    pid = noisy.loop_pid(quiet_broker)
+    assert pid == quiet_broker.pid
+    with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path, broker_pid=pid) as canary:
         time.sleep(2.0)
         report = canary.stop()
     assert report.count >= 50, report.summary()  # 2 s at one per 20 ms, on a busy machine
     assert report.violations() == [], report.summary()
     assert report.delivered == report.count
+    assert report.broker_max_ms is not None and report.broker_max_ms <= report.max_ms
 
 
-def test_a_stalled_broker_shows_as_a_long_round_trip(quiet_broker, tmp_path):
+@pytest.mark.parametrize("measured", [False, True], ids=["wall-clock", "broker-share"])
+def test_a_stalled_broker_shows_as_a_long_round_trip(quiet_broker, tmp_path, measured):
     tenant = noisy.create_tenant(quiet_broker, "canary")
-    with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path) as canary:
+    pid = quiet_broker.pid if measured else None
+    with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path, broker_pid=pid) as canary:
         time.sleep(0.5)
         quiet_broker.kill(signal.SIGSTOP)
         time.sleep(0.4)
@@ -33,8 +44,32 @@ def test_a_stalled_broker_shows_as_a_long_round_trip(quiet_broker, tmp_path):
         time.sleep(0.5)
         report = canary.stop()
     assert report.max_ms >= 300, report.summary()
+    if measured:  # stopped is not waiting for a CPU: the stop is the broker's share in full
+        assert report.broker_max_ms is not None and report.broker_max_ms >= 300, report.summary()
     assert report.violations() != [], report.summary()
     assert report.misses == 0, report.summary()  # late, not lost
+
+
+def test_the_verdict_uses_the_brokers_share_when_it_was_measured():
+    slow_machine = noisy.CanaryReport.from_samples(
+        [5.0] * 98 + [400.0, 600.0],
+        misses=0, drops=0, lag_ms=1.0, errors=[],
+        broker_samples=[5.0] * 98 + [20.0, 30.0], cpu_wait_max_ms=570.0,
+    )  # fmt: skip
+    assert slow_machine.violations() == [], slow_machine.summary()
+    frozen_broker = noisy.CanaryReport.from_samples(
+        [5.0] * 98 + [400.0, 600.0],
+        misses=0, drops=0, lag_ms=1.0, errors=[],
+        broker_samples=[5.0] * 98 + [390.0, 590.0], cpu_wait_max_ms=10.0,
+    )  # fmt: skip
+    assert frozen_broker.violations() == [
+        "canary max 590 ms > 250 ms (the broker's own share)",
+        "canary p99 390 ms > 100 ms (the broker's own share)",
+    ]
+    unmeasured = noisy.CanaryReport.from_samples(
+        [5.0] * 98 + [400.0, 600.0], misses=0, drops=0, lag_ms=1.0, errors=[]
+    )
+    assert unmeasured.violations() == ["canary max 600 ms > 250 ms", "canary p99 400 ms > 100 ms"]
 
 
 def test_a_canary_that_never_gets_its_messages_back_counts_misses(quiet_broker, tmp_path):

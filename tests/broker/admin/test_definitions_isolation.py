@@ -51,7 +51,9 @@ def test_an_import_and_an_export_of_5000_queues_do_not_stall_a_canary(hutch_brok
     noisy.create_tenant(hutch_broker, "import-a", tags="administrator")
     canary_tenant = noisy.create_tenant(hutch_broker, "canary")
     admin = management.Management(hutch_broker, timeout=180.0)
-    with noisy.Canary(hutch_broker, canary_tenant) as canary:
+    with noisy.Canary(
+        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+    ) as canary:
         imported = admin.post("/definitions/import-a", document())
         exported = admin.get("/definitions")
         report = canary.stop()

@@ -90,7 +90,9 @@ def test_declares_against_expensive_policies_do_not_stall_a_canary(hutch_broker)
         hutch_broker.amqp_port, vhost=tenant.vhost, user=tenant.user, password=tenant.password
     )
     answered: list[str] = []
-    with noisy.Canary(hutch_broker, canary_tenant) as canary:
+    with noisy.Canary(
+        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+    ) as canary:
         for start in range(0, len(names), PIPELINED):
             batch = names[start : start + PIPELINED]
             attacker.send([commands.Queue.Declare(queue=name) for name in batch])
@@ -125,7 +127,9 @@ def test_http_declares_against_expensive_policies_do_not_stall_a_canary(hutch_br
 
     rng = random.Random(7)
     names = ["".join(rng.choice("ab") for _ in range(255)) for _ in range(4)]
-    with noisy.Canary(hutch_broker, canary_tenant) as canary:
+    with noisy.Canary(
+        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+    ) as canary:
         for name in names:
             assert client.put(f"/queues/putter/{name}", {"durable": False}).status == 201
             exchange = name[:127]
@@ -165,7 +169,9 @@ def test_deleting_an_exchange_and_a_queue_with_many_bindings_does_not_stall_a_ca
     endpoint = SimpleNamespace(http_url=hutch_broker.http_url, credentials=tenant.credentials)
     client = management.Management(endpoint, timeout=120.0)
 
-    with noisy.Canary(hutch_broker, canary_tenant) as canary:
+    with noisy.Canary(
+        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+    ) as canary:
         attacker.send([commands.Exchange.Delete(exchange="t"), commands.Queue.Declare(queue="r")])
         attacker.read_until(commands.Exchange.DeleteOk)
         assert attacker.read_until(commands.Queue.DeclareOk).queue == "r"  # type: ignore[attr-defined]
