@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import datetime
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -299,20 +301,23 @@ def publish(amqp_url: str, streams: Sequence[str], messages: int, body_size: int
 
 
 def broker_manifest(work: Path, broker_cpu: str) -> Path:
-    """examples/broker.yaml with a CPU limit (and a request to match, for a Guaranteed-like
-    share): the broker's share of the 2 cores is then fixed, not whatever the executors leave."""
+    """examples/broker.yaml with a CPU limit of ``broker_cpu``: the broker's share of the 2
+    cores is then capped, not whatever the executors leave. Its request stays the example's
+    500m: the node's 2 CPUs must hold the operator's, the broker's, the driver's and two
+    executors' requests, or the second executor Pod stays Pending."""
     import yaml  # noqa: PLC0415
 
     doc = yaml.safe_load((REPO / "examples" / "broker.yaml").read_text())
-    resources = doc["spec"]["resources"]
-    resources["limits"]["cpu"] = broker_cpu
-    resources["requests"]["cpu"] = broker_cpu
+    doc["spec"]["resources"]["limits"]["cpu"] = broker_cpu
     path = work / "broker.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
-def run_on_node(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_on_node(
+    args: argparse.Namespace, work: Path,
+    progress: Callable[[dict[str, Any]], object] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     planes = _node_packages()
     from hutch_demo import clusters, localnode, pods, releases, sparkpods  # noqa: PLC0415
 
@@ -338,7 +343,7 @@ def run_on_node(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                   f"{publish_s:.1f}s", flush=True)  # fmt: skip
             broker_pod = pods.get_pod(cluster, NAMESPACE, BROKER_POD) or {}
             limits = broker_pod["spec"]["containers"][0].get("resources", {})
-            found = _rounds(plane, cluster, image, volume, streams, args, work)
+            found = _rounds(plane, cluster, image, volume, streams, args, work, progress)
             found["broker_resources"] = limits
             found["publish_seconds"] = round(publish_s, 1)
             return found
@@ -355,6 +360,7 @@ def run_on_node(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def _rounds(
     plane: Any, cluster: Any, image: str, volume: str, streams: list[str],
     args: argparse.Namespace, work: Path,
+    progress: Callable[[dict[str, Any]], object] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     from hutch_demo import sparkpods  # noqa: PLC0415
 
@@ -383,6 +389,8 @@ def _rounds(
             )
             figures = job | {"round": index, "load": load}
             runs.append(figures)
+            if progress is not None:  # an interrupted bench keeps the rounds it finished
+                progress({"runs": runs})
             print(f"  {figures['rate']:,.0f} msg/s over {figures['seconds']}s; CPU s per M "
                   f"messages {figures['cpu_s_per_million']}, driver's own "
                   f"{figures['driver_cpu_s_per_million_own']}", flush=True)  # fmt: skip
@@ -497,16 +505,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    # Started in the background by a shell, SIGINT is ignored; a Ctrl-C or kill -INT must still
+    # stop the rounds and run the cleanups (operator uninstall, the plane's stop).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     load_before = rounds.load()
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    output = args.output or BENCH / "results" / f"stream-pods-{stamp}.json"
+
+    def finish(found: dict[str, Any]) -> None:
+        found["summary"] = summary(found["runs"]) if found["runs"] else {}
+        found["arguments"] = {k: str(v) for k, v in vars(args).items()}
+        found["cpus"] = os.cpu_count()
+        found["machine_load"] = rounds.busiest([{"load": load_before}, *found["runs"]])
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(found, indent=2))
+
     with tempfile.TemporaryDirectory(prefix="hutch-stream-pods-bench-") as scratch:
-        found = run_on_node(args, Path(scratch))
-    found["summary"] = summary(found["runs"])
-    found["arguments"] = {k: str(v) for k, v in vars(args).items()}
-    found["cpus"] = os.cpu_count()
-    found["machine_load"] = rounds.busiest([{"load": load_before}, *found["runs"]])
+        found = run_on_node(args, Path(scratch), finish)
+    finish(found)
     print("\n".join(report_lines(found["summary"])))
     print(found["machine_load"])
-    rounds.write_results(found, args.output, "stream-pods")
+    print(f"results: {output}")
 
 
 if __name__ == "__main__":

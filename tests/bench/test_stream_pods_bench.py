@@ -124,3 +124,19 @@ def test_the_submission_sets_each_executors_cpu_share_and_the_jobs_arguments() -
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--repeat", "0"])
+
+
+def test_the_brokers_cpu_is_capped_and_its_request_leaves_room_for_two_executors(
+    tmp_path: Path,
+) -> None:
+    """A request of a whole CPU for the broker left the second executor Pod Pending on the
+    2-CPU node (operator 100m + broker 1 + driver 200m + 2 x 400m > 2)."""
+    import yaml
+
+    doc = yaml.safe_load(bench.broker_manifest(tmp_path, "1").read_text())
+    resources = doc["spec"]["resources"]
+    assert resources["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert resources["requests"]["cpu"] == "500m"
+    args = bench.parse_args([])
+    requests = 0.1 + 0.5 + 0.2 + 2 * float(args.executor_cpu)  # operator, broker, driver, 2 x
+    assert requests <= 2
