@@ -124,6 +124,7 @@ def run_figures(
         if series:
             role = roles[pod]
             by_role[role] = by_role.get(role, 0.0) + cpu_seconds(series, start, end)
+    idle = _idle_cpu_per_s(job, samples, roles)
     return {
         "executors": job["executors"],
         "rows": rows,
@@ -134,8 +135,22 @@ def run_figures(
             role: round(seconds / rows * 1e6, 3) for role, seconds in sorted(by_role.items())
         },
         "driver_cpu_s_per_million_own": _rounded(per_million(job["driver_cpu_seconds"], rows)),
+        "driver_cpu_per_s_reading": _rounded(by_role.get("driver", 0.0) / (end - start)),
+        "driver_cpu_per_s_idle": _rounded(idle),
         "registered_seconds": job["registered_seconds"],
     }
+
+
+def _idle_cpu_per_s(
+    job: dict[str, Any], samples: dict[str, list[tuple[float, int]]], roles: dict[str, str]
+) -> float | None:
+    """The driver's CPU per second in the job's idle window after the query (None without
+    one): its background, which a read's driver CPU per message should be compared with."""
+    start, end = job.get("idle_started"), job.get("idle_ended")
+    drivers = [series for pod, series in samples.items() if roles.get(pod) == "driver" and series]
+    if start is None or end is None or end <= start or not drivers:
+        return None
+    return sum(cpu_seconds(series, start, end) for series in drivers) / (end - start)
 
 
 def _rounded(value: float | None) -> float | None:
@@ -393,7 +408,9 @@ def _rounds(
                 progress({"runs": runs})
             print(f"  {figures['rate']:,.0f} msg/s over {figures['seconds']}s; CPU s per M "
                   f"messages {figures['cpu_s_per_million']}, driver's own "
-                  f"{figures['driver_cpu_s_per_million_own']}", flush=True)  # fmt: skip
+                  f"{figures['driver_cpu_s_per_million_own']}; driver CPU/s reading "
+                  f"{figures['driver_cpu_per_s_reading']}, idle {figures['driver_cpu_per_s_idle']}",
+                  flush=True)  # fmt: skip
             _delete_pods(cluster, app)
     return {"runs": runs}
 

@@ -7,8 +7,10 @@ Python worker and connection with a batch read of the streams' first offsets, th
 stream from its first offset with ``trigger(availableNow=True)`` into Spark's ``noop`` sink
 (every row and body is produced on the executors; nothing is written and nothing comes back
 to the driver). It records the query's progress (each batch's start and duration, its rows)
-and the driver container's own CPU (cgroup v1 ``cpuacct.usage``) around the query, as JSON on
-the job's volume. The host adds the executors' and the broker's CPU from their cgroups.
+and the driver container's own CPU (cgroup v1 ``cpuacct.usage``) around the query and then
+over a few idle seconds (what the driver's JVM and Python use with no query: heartbeats,
+the Pod watcher, GC), as JSON on the job's volume. The host adds the executors' and the
+broker's CPU from their cgroups.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct/cpuacct.usage")  # the container's own, under runc
 REGISTER_TIMEOUT_S = 300
+IDLE_S = 5.0  # the driver's CPU with no query running, to tell its background from the read
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -146,7 +149,15 @@ def main(argv: list[str] | None = None) -> None:
     rows = sum(b["rows"] for b in found["batches"])
     if rows != args.messages:
         raise RuntimeError(f"the query read {rows} rows, not {args.messages}")
+    idle_cpu, idle_began = cpu_ns(), time.time()
+    time.sleep(IDLE_S)
+    idle_ended, idle_after = time.time(), cpu_ns()
     found |= {
+        "idle_started": idle_began,
+        "idle_ended": idle_ended,
+        "driver_idle_cpu_seconds": (
+            (idle_after - idle_cpu) / 1e9 if idle_cpu is not None and idle_after else None
+        ),
         "executors": args.executors,
         "registered_seconds": round(registered, 2),
         "warm_up": {"rows": warmed, "seconds": round(warm_seconds, 2)},

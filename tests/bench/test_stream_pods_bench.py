@@ -59,7 +59,12 @@ def test_a_runs_figures_add_cpu_by_role_over_the_read_window_only() -> None:
     second = 1_000_000_000
     samples = {
         # 1 CPU before the window (JVM start, warm-up) must not count, 0.1 CPU inside it.
-        "sb-driver": [(90.0, 0), (100.0, 10 * second), (110.0, 11 * second)],
+        "sb-driver": [
+            (90.0, 0),
+            (100.0, 10 * second),
+            (110.0, 11 * second),
+            (115.0, 11 * second + second // 4),
+        ],
         "sb-exec-1": [(100.0, 0), (110.0, 4 * second)],
         "sb-exec-2": [(100.0, 0), (110.0, 4 * second)],
         "hutch-server-0": [(95.0, 0), (115.0, 4 * second)],
@@ -74,6 +79,10 @@ def test_a_runs_figures_add_cpu_by_role_over_the_read_window_only() -> None:
     assert (found["seconds"], found["rate"], found["batches"]) == (10.0, 100_000.0, 2)
     assert found["cpu_s_per_million"] == {"broker": 2.0, "driver": 1.0, "executor": 8.0}
     assert found["driver_cpu_s_per_million_own"] == 0.25
+    assert found["driver_cpu_per_s_reading"] == 0.1
+    assert found["driver_cpu_per_s_idle"] is None  # the job had no idle window
+    idle = bench.run_figures(job | {"idle_started": 110.0, "idle_ended": 115.0}, samples, roles)
+    assert idle["driver_cpu_per_s_idle"] == 0.05
 
 
 def test_the_ratio_pairs_each_round_of_two_executors_with_the_same_rounds_one() -> None:
