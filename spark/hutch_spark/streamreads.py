@@ -1,9 +1,11 @@
-"""An executor task's read of one slice `[start, end)` of a stream, on its own connection.
+"""An executor task's read of one slice `[start, end)` of a stream, on its worker's connection.
 
 Why here and how: the driver plans offsets only (streamplan.py); each task connects by itself,
 so adding executors adds readers. A task sets `basic.qos` (a stream consumer's credit, which the
 broker requires), consumes with `x-stream-offset: start`, acks only to return credit (acks do
-not remove anything from a stream), and closes once it has seen `end - 1`. The connection is
+not remove anything from a stream), and closes its channel once it has seen `end - 1`; the
+connection stays open for the worker's next slice (streamwire.connect/release), so a query of
+many micro-batches does not pay a TCP, TLS and AMQP handshake per slice. The connection is
 streamwire's and the parsing streamframes': bulk reads into column lists, no pika object per
 message.
 
@@ -18,6 +20,7 @@ slice without being read.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pika.exceptions
@@ -126,21 +129,21 @@ def read_slice(settings: StreamOptions, slice_: Slice) -> Iterator[pa.RecordBatc
     if cursor.done:
         return
     stream = slice_.stream
-    name = f"hutch-spark stream read {stream} [{slice_.start}, {slice_.end})"
+    name = f"hutch-spark stream reader (pid {os.getpid()})"  # kept for later slices
     params = connections.parameters(settings.uri, connection_name=name, ca_file=settings.ca_file)
     timeout_s = settings.read_timeout_ms / 1000
     parser = streamframes.SliceParser(stream, cursor)
-    connection = streamwire.StreamConnection(params, timeout_s)
     try:
-        connection.open(parser, name)
+        connection = streamwire.connect(params, timeout_s, parser, name)
     except (pika.exceptions.AMQPError, OSError, streamframes.FrameError) as error:
-        connection.close(parser)
         description = failures.connect_failure(error, connections.endpoint(params))
         raise HutchConnectionError(
             f"hutch: cannot read stream {stream!r}: {description}"
         ) from error
+    read_to_the_end = False
     try:
         yield from _consume(connection, parser, settings, cursor)
+        read_to_the_end = True
     except streamwire.BrokerClosedError as error:
         raise HutchConnectionError(
             f"hutch: the broker refused to let us read stream {stream!r} from offset "
@@ -159,8 +162,13 @@ def read_slice(settings: StreamOptions, slice_: Slice) -> Iterator[pa.RecordBatc
         ) from error
     finally:
         # Nothing is in flight past the slice (Credit), and a stream keeps what a consumer was
-        # sent: closing the connection rejects and loses nothing.
-        connection.close(parser)
+        # sent: closing the channel or the connection rejects and loses nothing. A slice read
+        # to its end keeps the connection for this worker's next task (streamwire.release);
+        # an error or a read abandoned half-way closes it.
+        if read_to_the_end:
+            streamwire.release(connection, parser)
+        else:
+            connection.close(parser)
 
 
 def _consume(

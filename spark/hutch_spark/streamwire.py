@@ -11,24 +11,42 @@ I/O only: parsing is streamframes.SliceParser's, and what to read and when to ac
 streamreads'. Reads are large (`RECV_BYTES`) so that one system call brings hundreds of
 messages. While data flows, every ack also tells the broker the client is alive; when the
 reader has sent nothing for half the heartbeat interval it sends a heartbeat frame.
+
+Connections are kept between tasks (`connect`, `release`): PySpark reuses its Python workers
+(`spark.python.worker.reuse`), and an availableNow query reads in `maxOffsetsPerTrigger`
+micro-batches, each a new task per slice. A slice read to its end closes its channel only, and
+the connection waits in this worker for the next slice on the same broker, vhost, credentials
+and trust; one that no longer answers (a broker restart, a heartbeat timeout) is closed and
+replaced before anything is consumed, so a task never sees it. An idle connection is kept for
+at most one heartbeat interval (the broker never misses two) and closed when the worker exits
+(its socket at the latest, when the process ends).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
+import os
 import socket
 import struct
+import threading
 import time
+from types import SimpleNamespace
 
 import pika
 import pika.exceptions
 from pika import data
 
-from hutch_spark.streamframes import FRAME_END, HEARTBEAT, METHOD, Method, SliceParser
+from hutch_spark.streamframes import FRAME_END, HEARTBEAT, METHOD, FrameError, Method, SliceParser
+
+log = logging.getLogger(__name__)
 
 RECV_BYTES = 1 << 18
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_MAX = 1 << 17  # what we ask for; the broker's own limit wins if lower
 CHANNEL = 1
+IDLE_PER_KEY = 2  # idle connections kept per broker/vhost/user: a worker runs one task at a time
+MAX_IDLE_S = 30.0  # how long an idle connection is kept, and never past one heartbeat interval
 
 _FRAME = struct.Struct(">BHI")
 _CLASS_METHOD = struct.Struct(">HH")
@@ -79,6 +97,8 @@ class StreamConnection:
         self.sock: socket.socket | None = None
         self.consumer_tag = ""
         self._last_send = time.monotonic()
+        self.idle_since = 0.0  # when it was last released into this worker's pool
+        self.reused = 0  # how many reads it served after its first
 
     def open(self, parser: SliceParser, connection_name: str) -> None:
         """Connect, log in, open the vhost and channel 1. Raises OSError, ssl.SSLError and
@@ -135,8 +155,23 @@ class StreamConnection:
             self._wait(parser, 10, 41)
         except BrokerClosedError as error:
             raise pika.exceptions.ProbableAccessDeniedError(str(error)) from error
+        self.open_channel(parser)
+
+    def open_channel(self, parser: SliceParser) -> None:
+        """channel.open for channel 1 (after `open`, or again after `close_channel`)."""
         self._send(method(CHANNEL, 20, 10, b"\x00"))
         self._wait(parser, 20, 11)
+
+    def close_channel(self, parser: SliceParser) -> None:
+        """channel.close and its close-ok: the broker ends the consumer and sends nothing more
+        on the channel. Deliveries still in flight land in `parser`, which is done with."""
+        self._send(
+            method(
+                CHANNEL, 20, 40, struct.pack(">H", 200), short_string("done"), b"\x00\x00\x00\x00"
+            )
+        )
+        self._wait(parser, 20, 41)
+        self.consumer_tag = ""
 
     def consume(self, parser: SliceParser, queue: str, prefetch: int, start: int) -> None:
         """basic.qos, then basic.consume from offset `start`."""
@@ -234,3 +269,136 @@ class StreamConnection:
                     "the broker cancelled the consumer (was the stream deleted?)",
                     connection=False,
                 )
+
+
+# --- connections kept between the tasks of one Python worker (module doc) -----------------
+
+_PoolKey = tuple[object, ...]
+_idle: dict[_PoolKey, list[StreamConnection]] = {}
+_idle_lock = threading.Lock()
+_idle_pid = os.getpid()
+_REUSE_ERRORS = (OSError, BrokerClosedError, FrameError, pika.exceptions.AMQPError)
+
+
+def pool_key(params: pika.URLParameters) -> _PoolKey:
+    """What a kept connection must share with a new read: broker, vhost, login and trust."""
+    tls = params.ssl_options
+    credentials = params.credentials
+    return (
+        params.host,
+        params.port,
+        params.virtual_host,
+        credentials.username,
+        credentials.password,
+        params.heartbeat,
+        None if tls is None else (tls.server_hostname, getattr(tls, "ca_file", None)),
+    )
+
+
+def connect(
+    params: pika.URLParameters, timeout_s: float, parser: SliceParser, connection_name: str
+) -> StreamConnection:
+    """A connection with channel 1 open: a kept one of this worker for the same key if it
+    still answers, else a new one (whose errors `open` raises; it is closed first)."""
+    key = pool_key(params)
+    while (kept := _take_idle(key)) is not None:
+        kept.timeout_s = timeout_s
+        probe = _discarding_parser()  # what waited on the socket is not the read's to parse
+        try:
+            kept.open_channel(probe)
+            if probe.pending or probe.methods:
+                raise FrameError("unexpected frames after channel.open-ok")
+        except _REUSE_ERRORS as error:
+            log.info("hutch: a kept stream connection no longer answers (%r): a new one", error)
+            kept.close(probe)
+            continue
+        kept.reused += 1
+        return kept
+    connection = StreamConnection(params, timeout_s)
+    try:
+        connection.open(parser, connection_name)
+    except BaseException:
+        connection.close(parser)
+        raise
+    return connection
+
+
+def release(connection: StreamConnection, parser: SliceParser) -> None:
+    """After a slice read to its end: closes the channel and keeps the connection for the next
+    task; closes the connection instead if that fails or enough are kept."""
+    try:
+        connection.close_channel(parser)
+    except _REUSE_ERRORS as error:
+        log.info("hutch: not keeping a stream connection whose channel close failed: %r", error)
+        connection.close(parser)
+        return
+    if parser.pending:  # part of a frame after close-ok: the next parser would start mid-frame
+        connection.close(parser)
+        return
+    connection.idle_since = time.monotonic()
+    key = pool_key(connection.params)
+    with _idle_lock:
+        _forget_if_forked()
+        kept = _idle.setdefault(key, [])
+        if len(kept) < IDLE_PER_KEY:
+            kept.append(connection)
+            return
+    connection.close(parser)
+
+
+def close_idle() -> None:
+    """Closes every kept connection (at the worker's exit, and for tests)."""
+    with _idle_lock:
+        _forget_if_forked()
+        kept = [connection for group in _idle.values() for connection in group]
+        _idle.clear()
+    for connection in kept:
+        connection.close(_discarding_parser())
+
+
+def idle_count() -> int:
+    """How many connections this process keeps now."""
+    with _idle_lock:
+        return sum(len(group) for group in _idle.values())
+
+
+def _take_idle(key: _PoolKey) -> StreamConnection | None:
+    """The most recently kept connection for `key`; stale ones are closed on the way."""
+    now = time.monotonic()
+    stale: list[StreamConnection] = []
+    found = None
+    with _idle_lock:
+        _forget_if_forked()
+        kept = _idle.get(key, [])
+        while kept:
+            connection = kept.pop()
+            limit = min(connection.heartbeat_s or MAX_IDLE_S, MAX_IDLE_S)
+            if now - connection.idle_since < limit:
+                found = connection
+                break
+            stale.append(connection)
+    for connection in stale:
+        connection.close(_discarding_parser())
+    return found
+
+
+def _discarding_parser() -> SliceParser:
+    """A parser for a connection that is only being closed: it drops every delivery."""
+    done = SimpleNamespace(expected=0, done=True, slice=SimpleNamespace(end=0))
+    done.accept = lambda _offset: False
+    return SliceParser("", done)
+
+
+def _forget_if_forked() -> None:
+    """Called with the lock held: a forked child must not speak on its parent's sockets."""
+    global _idle_pid  # noqa: PLW0603 - the pool is per process by design
+    if os.getpid() != _idle_pid:
+        for connection in [c for group in _idle.values() for c in group]:
+            if connection.sock is not None:
+                connection.sock.close()
+                connection.sock = None
+        _idle.clear()
+        _idle_pid = os.getpid()
+
+
+atexit.register(close_idle)

@@ -11,13 +11,14 @@ reader as "cancelling the reader ..."). The credit rule keeps the broker inside 
 
 import json
 import logging
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pika
 import pytest
-from hutch_spark import streambounds, streamoptions, streamreads
+from hutch_spark import streambounds, streamoptions, streamreads, streamwire
 from hutch_spark.errors import HutchConnectionError, HutchDataLossError
 from hutch_spark.streamplan import Bounds, Slice
 
@@ -96,6 +97,88 @@ def test_retention_under_the_reader_is_data_loss(
     offsets = [offset for offset, _ in rows]
     assert offsets == list(range(offsets[0], 600))
     assert offsets[0] > 5
+
+
+@pytest.fixture
+def no_kept_connections() -> Iterator[None]:
+    """The test starts and ends with no reader connection kept in this process."""
+    streamwire.close_idle()
+    yield
+    streamwire.close_idle()
+
+
+def readers(api: Any, vhost: str) -> list[dict[str, Any]]:
+    """The stream readers' connections open in `vhost`, as the management API lists them."""
+    listed = api.get(f"/vhosts/{urllib.parse.quote(vhost, safe='')}/connections").body
+    return [
+        item
+        for item in listed
+        if str(item["client_properties"].get("connection_name", "")).startswith(
+            "hutch-spark stream reader"
+        )
+    ]
+
+
+def test_the_next_slice_reuses_the_connection_the_last_one_kept(
+    hutch_broker: Any, channel: Any, api: Any, vhost: str, no_kept_connections: None
+) -> None:
+    name = stream(channel, "s", 100)
+    assert read(hutch_broker, Slice(name, 0, 40)) == [(n, f"s-{n}") for n in range(40)]
+    # Read to its end, the slice closed its channel (so its consumer) and kept the connection.
+    [kept] = readers(api, vhost)
+    assert kept["channels"] == 0
+    assert api.queue(name)["consumers"] == 0
+    assert streamwire.idle_count() == 1
+    assert read(hutch_broker, Slice(name, 40, 100)) == [(n, f"s-{n}") for n in range(40, 100)]
+    [again] = readers(api, vhost)
+    assert again["peer_port"] == kept["peer_port"]  # the same TCP connection
+    assert streamwire.idle_count() == 1
+
+
+def test_a_kept_connection_idle_too_long_is_closed_and_replaced(
+    hutch_broker: Any,
+    channel: Any,
+    api: Any,
+    vhost: str,
+    no_kept_connections: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = stream(channel, "s", 20)
+    read(hutch_broker, Slice(name, 0, 10))
+    [kept] = readers(api, vhost)
+    monkeypatch.setattr(streamwire, "MAX_IDLE_S", 0.0)  # every kept one is past its time
+    assert read(hutch_broker, Slice(name, 10, 20)) == [(n, f"s-{n}") for n in range(10, 20)]
+    [fresh] = readers(api, vhost)
+    assert fresh["peer_port"] != kept["peer_port"]
+
+
+def test_a_read_that_fails_keeps_no_connection(
+    hutch_broker: Any, channel: Any, api: Any, vhost: str, no_kept_connections: None
+) -> None:
+    name = stream(channel, "s", 10)
+    with pytest.raises(HutchConnectionError, match="arrived for 1 s"):
+        read(hutch_broker, Slice(name, 5, 15), readTimeoutMs="1000")  # 10-14 never come
+    assert streamwire.idle_count() == 0
+    assert readers(api, vhost) == []
+
+
+@pytest.mark.own_broker  # it restarts the broker
+def test_a_kept_connection_a_broker_restart_broke_is_replaced_before_the_read(
+    hutch_broker: Any, no_kept_connections: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
+    publisher = connection.channel()
+    publisher.confirm_delivery()  # confirmed: on disk, so the restart keeps them
+    name = stream(publisher, "s", 100)
+    connection.close()
+    assert read(hutch_broker, Slice(name, 0, 50)) == [(n, f"s-{n}") for n in range(50)]
+    assert streamwire.idle_count() == 1
+    hutch_broker.restart()
+    with caplog.at_level(logging.INFO, logger="hutch_spark.streamwire"):
+        rows = read(hutch_broker, Slice(name, 50, 100))
+    assert rows == [(n, f"s-{n}") for n in range(50, 100)]
+    assert "a kept stream connection no longer answers" in caplog.text
+    assert streamwire.idle_count() == 1  # the new one, kept in turn
 
 
 def test_rabbitmq_reads_a_slice_the_same_and_planning_says_it_needs_hutch(
