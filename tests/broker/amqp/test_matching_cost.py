@@ -10,17 +10,22 @@ Before the fix the first publish alone took minutes.
 import threading
 import time
 
-from hutch_demo import management
+import pytest
+from hutch_demo.management import quote
 from hutch_testing.clients import connect, drain
+
+# One broker per module, each test in a vhost of its own: the canary and the adversary share the
+# test's vhost, and a stalled event loop would stall every vhost alike.
+pytestmark = pytest.mark.shared_broker
 
 CANARY_BOUND_SECONDS = 1.0  # a loopback round trip takes about 1 ms; the exponential match minutes
 ADVERSARIAL_BINDING = "#.#.#.#.#.#.#.#.x"
 NESTED_PATTERN = "^(a+)+$"
 
 
-def _adversary(broker, rounds: int, done: threading.Event, failures: list[BaseException]):
+def _adversary(broker, vhost, rounds: int, done: threading.Event, failures: list[BaseException]):
     try:
-        conn = connect(broker)
+        conn = connect(broker, vhost=vhost)
         channel = conn.channel()
         for index in range(rounds):
             words = ["a"] * 60 + [f"w{index}"]  # a new key each time: the route cache never hits
@@ -34,16 +39,17 @@ def _adversary(broker, rounds: int, done: threading.Event, failures: list[BaseEx
         done.set()
 
 
-def test_canary_round_trips_stay_fast_during_adversarial_publishes_and_declares(hutch_broker):
-    mgmt = management.Management(hutch_broker)
-    mgmt.set_policy("nested", NESTED_PATTERN, {"max-length": 5})
-    canary = connect(hutch_broker).channel()
+def test_canary_round_trips_stay_fast_during_adversarial_publishes_and_declares(
+    hutch_broker, vhost, api
+):
+    api.set_policy("nested", NESTED_PATTERN, {"max-length": 5})
+    canary = connect(hutch_broker, vhost=vhost).channel()
     canary.queue_declare("canary")
     canary.queue_declare("target")
     canary.queue_bind("target", "amq.topic", ADVERSARIAL_BINDING)
 
     done, failures = threading.Event(), []
-    adversary = threading.Thread(target=_adversary, args=(hutch_broker, 40, done, failures))
+    adversary = threading.Thread(target=_adversary, args=(hutch_broker, vhost, 40, done, failures))
     adversary.start()
     slowest = 0.0
     while not done.is_set():
@@ -55,30 +61,28 @@ def test_canary_round_trips_stay_fast_during_adversarial_publishes_and_declares(
     assert failures == []
     assert slowest < CANARY_BOUND_SECONDS
     assert drain(canary, "target") == [b"hit"]
-    assert mgmt.queue("a" * 30 + "-")["policy"] is None
+    assert api.queue("a" * 30 + "-")["policy"] is None
 
 
-def test_nested_pattern_policy_applies_only_where_it_matches(hutch_broker):
-    mgmt = management.Management(hutch_broker)
-    mgmt.set_policy("nested", NESTED_PATTERN, {"max-length": 5})
-    channel = connect(hutch_broker).channel()
+def test_nested_pattern_policy_applies_only_where_it_matches(hutch_broker, vhost, api):
+    api.set_policy("nested", NESTED_PATTERN, {"max-length": 5})
+    channel = connect(hutch_broker, vhost=vhost).channel()
     started = time.perf_counter()
     channel.queue_declare("a" * 30 + "-")
     channel.queue_declare("a" * 30)
     elapsed = time.perf_counter() - started
 
     assert elapsed < CANARY_BOUND_SECONDS
-    assert mgmt.queue("a" * 30 + "-")["policy"] is None
-    assert mgmt.queue("a" * 30)["policy"] == "nested"
+    assert api.queue("a" * 30 + "-")["policy"] is None
+    assert api.queue("a" * 30)["policy"] == "nested"
 
 
-def test_unsearchable_and_invalid_patterns_get_400_and_change_nothing(hutch_broker):
-    mgmt = management.Management(hutch_broker)
+def test_unsearchable_and_invalid_patterns_get_400_and_change_nothing(hutch_broker, vhost, api):
     replies = {
-        pattern: mgmt.put_policy("p", pattern, {"max-length": 1})
+        pattern: api.put_policy("p", pattern, {"max-length": 1})
         for pattern in (r"(a)\1", "(", "(" * 5000 + ")" * 5000)
     }
-    operator_reply = mgmt.put_policy("op", "^(?!tmp)", {"max-length": 1}, operator=True)
+    operator_reply = api.put_policy("op", "^(?!tmp)", {"max-length": 1}, operator=True)
 
     assert {pattern[:8]: reply.status for pattern, reply in replies.items()} == {
         r"(a)\1": 400,
@@ -98,6 +102,6 @@ def test_unsearchable_and_invalid_patterns_get_400_and_change_nothing(hutch_brok
         .startswith("Validation failed\n\npattern should be regular expression but is invalid: ")
     )
     assert operator_reply.status == 400
-    assert mgmt.get("/policies").body == []
-    assert mgmt.get("/operator-policies").body == []
+    assert api.get(f"/policies/{quote(vhost)}").body == []
+    assert api.get(f"/operator-policies/{quote(vhost)}").body == []
     assert "Traceback" not in hutch_broker.log_tail()
