@@ -61,6 +61,7 @@ NAMESPACE = "stream-bench"
 JOB_DIR = "bench"  # on the job's volume, mounted at sparksubmit.MOUNT in the Pods
 ADMIN_SECRET = "hutch-default-user"  # noqa: S105 - a Secret's name: the bench declares streams
 CGROUP_CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 SAMPLE_S = 0.2
 RUN_TIMEOUT_S = 900
 BROKER_POD = "hutch-server-0"
@@ -273,6 +274,19 @@ class Sampler:
                 self.roles[name] = role
 
 
+def set_node_cpu_shares(cpu_root: Path, cgroup_name: str, shares: int) -> int:
+    """Gives the node's cgroup root (kubelet's ``cgroupRoot``, this run's own, removed with the
+    plane) ``shares`` in the cpu hierarchy; returns what it had. Every host process sits in
+    the machine's root cgroup, where each runnable one weighs 1024 against the node's whole
+    subtree at 1024: with eight other runnable processes all the Pods together got about a
+    fifth of a core, the same pie for one executor or two. 8192 weighs the node as eight
+    runnable processes; the Pods' quotas still cap what each of them takes."""
+    path = cpu_root / cgroup_name / "cpu.shares"
+    before = int(path.read_text())
+    path.write_text(f"{shares}\n")
+    return before
+
+
 # --- the node --------------------------------------------------------------------------------
 
 
@@ -390,6 +404,11 @@ def _rounds(
     )  # fmt: skip
     env = sparkpods.environment(plane.kubeconfig)
     cgroups = CGROUP_CPUACCT / plane.node_layout.cgroup_name
+    shares = None
+    if args.node_cpu_shares:
+        shares = set_node_cpu_shares(CGROUP_CPU, plane.node_layout.cgroup_name,
+                                     args.node_cpu_shares)  # fmt: skip
+        print(f"the node's cgroup cpu.shares {shares} -> {args.node_cpu_shares}", flush=True)
     runs: list[dict[str, Any]] = []
     order = rounds.orders(["1", "2"], args.repeat)
     for index, names in enumerate(order):
@@ -405,14 +424,24 @@ def _rounds(
             figures = job | {"round": index, "load": load}
             runs.append(figures)
             if progress is not None:  # an interrupted bench keeps the rounds it finished
-                progress({"runs": runs})
+                progress(
+                    {
+                        "runs": runs,
+                        "node_cpu_shares": args.node_cpu_shares or "untouched",
+                        "node_cpu_shares_before": shares,
+                    }
+                )
             print(f"  {figures['rate']:,.0f} msg/s over {figures['seconds']}s; CPU s per M "
                   f"messages {figures['cpu_s_per_million']}, driver's own "
                   f"{figures['driver_cpu_s_per_million_own']}; driver CPU/s reading "
                   f"{figures['driver_cpu_per_s_reading']}, idle {figures['driver_cpu_per_s_idle']}",
                   flush=True)  # fmt: skip
             _delete_pods(cluster, app)
-    return {"runs": runs}
+    return {
+        "runs": runs,
+        "node_cpu_shares": args.node_cpu_shares or "untouched",
+        "node_cpu_shares_before": shares,
+    }
 
 
 def _delete_pods(cluster: Any, app: str) -> None:
@@ -513,8 +542,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="rounds of 1 and 2 executors")
     parser.add_argument("--executor-cpu", default="0.4", help="each executor's request = limit")
     parser.add_argument("--broker-cpu", default="1", help="the broker's request = limit")
+    parser.add_argument("--node-cpu-shares", type=int, default=8192,
+                        help="the node cgroup's cpu.shares (0: the plane's 1024)")  # fmt: skip
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
+    if args.node_cpu_shares and not 2 <= args.node_cpu_shares <= 262144:
+        parser.error("--node-cpu-shares must be 0 or 2-262144 (the kernel's range)")
     if args.messages < 1 or args.streams < 1 or args.repeat < 1 or args.partitions < 1:
         parser.error("--messages, --streams, --partitions and --repeat must be at least 1")
     return args

@@ -149,3 +149,17 @@ def test_the_brokers_cpu_is_capped_and_its_request_leaves_room_for_two_executors
     args = bench.parse_args([])
     requests = 0.1 + 0.5 + 0.2 + 2 * float(args.executor_cpu)  # operator, broker, driver, 2 x
     assert requests <= 2
+
+
+def test_the_nodes_cpu_weight_is_set_on_its_own_cgroup_and_the_old_one_returned(
+    tmp_path: Path,
+) -> None:
+    node = tmp_path / "hutch-node-run1"
+    node.mkdir()
+    (node / "cpu.shares").write_text("1024\n")
+    assert bench.set_node_cpu_shares(tmp_path, "hutch-node-run1", 8192) == 1024
+    assert (node / "cpu.shares").read_text() == "8192\n"
+    assert bench.parse_args([]).node_cpu_shares == 8192
+    assert bench.parse_args(["--node-cpu-shares", "0"]).node_cpu_shares == 0
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--node-cpu-shares", "1"])
