@@ -175,11 +175,12 @@ def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 for role in roles
             },
         }
-    if {1, 2} <= set(by_count):
-        ones = sorted(by_count[1], key=lambda r: r["round"])
-        twos = sorted(by_count[2], key=lambda r: r["round"])
+    ones = {r["round"]: r["rate"] for r in by_count.get(1, [])}
+    twos = {r["round"]: r["rate"] for r in by_count.get(2, [])}
+    paired = sorted(set(ones) & set(twos))  # an interrupted round has one of the two
+    if paired:
         found["ratio_2_over_1"] = rounds.ratios(
-            [r["rate"] for r in twos], [r["rate"] for r in ones]
+            [twos[i] for i in paired], [ones[i] for i in paired]
         ).as_dict()
     return found
 

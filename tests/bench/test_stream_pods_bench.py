@@ -99,6 +99,10 @@ def test_the_ratio_pairs_each_round_of_two_executors_with_the_same_rounds_one() 
     assert found["2"]["cpu_s_per_million"]["driver"]["median"] == 0.1
     lines = bench.report_lines(found)
     assert lines[-1] == "2 over 1 executor, paired by round: 1.80x (1.70-2.00, n=3)"
+    # Written after every run: a round with only its first run pairs nothing yet.
+    partial = bench.summary(runs[:3])
+    assert partial["ratio_2_over_1"]["n"] == 1
+    assert partial["2"]["rate"]["n"] == 2
 
 
 def test_the_pod_cgroup_is_found_under_its_qos_class(tmp_path: Path) -> None:
