@@ -21,6 +21,7 @@ import pytest
 from hutch_spark import streambounds, streamoptions, streamreads, streamwire
 from hutch_spark.errors import HutchConnectionError, HutchDataLossError
 from hutch_spark.streamplan import Bounds, Slice
+from hutch_testing.relay import CountingRelay
 
 LOGGER = "hutch_spark.streamreads"
 # One hutch-broker for the module, each test in a vhost of its own: its amqp_url names it, so the
@@ -236,3 +237,33 @@ def test_a_super_streams_partitions_are_its_bound_streams_in_partition_order(
         HutchConnectionError, match="super stream \\(exchange\\) 'nope' does not exist"
     ):
         streambounds.partitions(options("nope"))
+
+
+def test_the_bounds_of_several_streams_take_one_management_request(
+    hutch_broker: Any, channel: Any
+) -> None:
+    for n in range(3):
+        stream(channel, f"part-{n}", n + 2)
+    channel.queue_declare("classic", durable=True)
+    host, port = urllib.parse.urlsplit(hutch_broker.http_url).netloc.rsplit(":", 1)
+
+    def bounds(names: str, management: str) -> Any:
+        settings = streamoptions.parse_stream_options(
+            {"streams": names, "uri": hutch_broker.amqp_url, "managementUri": management}
+        )
+        return streambounds.fetch(settings)
+
+    with CountingRelay(host, int(port)) as relay:
+        relayed = f"http://{host}:{relay.port}"
+        assert bounds("part-2,part-0,part-1", relayed) == {
+            "part-2": Bounds(0, 4),
+            "part-0": Bounds(0, 2),
+            "part-1": Bounds(0, 3),
+        }
+        assert relay.accepted == 1  # one listing, not a request per stream
+    with pytest.raises(HutchConnectionError, match="stream 'nope' does not exist in vhost"):
+        bounds("part-0,nope", hutch_broker.http_url)
+    with pytest.raises(
+        HutchConnectionError, match=r"'classic' in vhost .* is a classic queue, not a stream"
+    ):
+        bounds("part-0,classic", hutch_broker.http_url)
