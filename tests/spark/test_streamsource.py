@@ -237,6 +237,41 @@ def test_available_now_micro_batches_reuse_the_workers_reader_connections(
     assert 1 <= connects <= slices // 2, f"{connects} connects for {slices} slices"
 
 
+@pytest.mark.own_broker  # it restarts the broker
+def test_a_broker_restart_between_micro_batches_costs_a_reconnect_not_the_query(
+    spark: Any, hutch_broker: Any, tmp_path: Path
+) -> None:
+    # After the first micro-batch the broker restarts: the connections the executors' Python
+    # workers kept are broken, and the next slices must replace them, not fail their tasks.
+    streams = Streams(hutch_broker)
+    name = streams.declare("restarted")
+    streams.publish(name, 120)  # confirmed: on disk, so the restart keeps them
+    streams.close()
+    read: list[int] = []
+    restarts: list[int] = []
+
+    def collect(frame: Any, batch: int) -> None:
+        read.extend(row.offset for row in frame.select("offset").collect())
+        if not restarts:
+            restarts.append(batch)
+            hutch_broker.restart()
+
+    query = (
+        reader(
+            spark, streams, name, batch=False, startingOffsets="earliest",
+            maxOffsetsPerTrigger="40", numPartitions="2",
+        )
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )  # fmt: skip
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert len(restarts) == 1
+    assert sorted(read) == list(range(120))
+
+
 def test_a_super_stream_is_read_through_its_partitions(spark: Any, streams: Streams) -> None:
     channel = streams.channel
     channel.exchange_declare("invoices", "direct", durable=True, arguments={"x-super-stream": True})
