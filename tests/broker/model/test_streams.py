@@ -444,3 +444,79 @@ def test_st_4_read_ahead_over_all_cursors_stays_under_the_broker_wide_bound(
     for consumer in [*consumers, eager]:
         queue.remove_consumer(consumer)
     assert queue.hooks.read_ahead == 0
+
+
+# -- seek marks: a consumer inside a segment ----------------------------------------------------
+
+
+class CountingLog:
+    """A queue log that counts the records its reads return (what a cursor passes over)."""
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+        self.records_read = 0
+
+    def read_run(self, msg_id: int, max_bytes: int) -> Any:
+        run = self.log.read_run(msg_id, max_bytes)
+        self.records_read += len(run)
+        return run
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.log, name)
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["appended", "restored"])
+def test_a_consumer_inside_a_segment_passes_over_at_most_a_seek_interval(
+    tmp_path: Path, restarted: bool
+) -> None:
+    """20,000 messages in one segment and a consumer at offset 19,990: before seek marks its
+    cursor read the segment from its first record, 19,990 records passed over before the
+    first delivery (and a Spark slice at offset 199,000 cost the broker 60 ms). Now it starts
+    at the mark at or before its offset, whether the records were appended or restored."""
+    first = MessageStore(tmp_path / "data")
+    queue = StreamQueue("s", durable=True, arguments=STREAM)
+    queue.store = first.open_queue("/", "s")
+    _publish(queue, *(i.to_bytes(4, "big") for i in range(20_000)))
+    first.sync()
+    if restarted:
+        first.close()
+        first = MessageStore(tmp_path / "data")
+        queue = StreamQueue("s", durable=True, arguments=STREAM)
+        queue.store = first.open_queue("/", "s")
+        for stored in queue.store.recover():
+            message = Message(stored.exchange, stored.routing_key, stored.raw_properties, b"")
+            queue.restore(Entry(0, message, store_id=stored.msg_id), body_size=stored.body_size)
+    assert len(queue.index) == 1
+    counting = CountingLog(queue.store)
+    queue.store = counting
+    channel = FakeChannel()
+    _consumer(queue, channel, "a", 19_990)
+    for _ in range(200):
+        if len(channel.delivered) == 10:
+            break
+        queue.drain(0)
+    assert [(o, int.from_bytes(body, "big")) for _, _, body, o in channel.delivered] == [
+        (o, o) for o in range(19_990, 20_000)
+    ]
+    passed_over = 19_990 - 16_384  # from the mark at 4 x 4,096
+    assert passed_over + 10 <= counting.records_read < passed_over + 10 + 2_000, (
+        counting.records_read
+    )
+    first.close()
+
+
+def test_retention_drops_the_seek_marks_of_dropped_segments(store) -> None:
+    queue = _stream(
+        store, **{"x-max-length-bytes": 400_000, "x-stream-max-segment-size-bytes": 100_000}
+    )
+    _publish(queue, *(bytes(90) for _ in range(30_000)))
+    first = queue.first_offset
+    assert first > 2 * streams.SEEK_EVERY  # whole segments went, with their marks
+    assert sorted(queue._seek) == list(
+        range(first // streams.SEEK_EVERY, 30_000 // streams.SEEK_EVERY + 1)
+    )
+    channel = FakeChannel()
+    _consumer(queue, channel, "a", first + 5)
+    for _ in range(100):
+        queue.drain(0)
+    assert channel.delivered[0][3] == first + 5
