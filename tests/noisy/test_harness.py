@@ -2,7 +2,7 @@
 
 A harness that always passes proves nothing, so the canary is checked against both sides:
 on a quiet hutch-broker its round trips stay far below the suite's bound, and when the broker
-process is stopped (SIGSTOP) for 400 ms the canary reports a round trip of at least 300 ms
+process is stopped (SIGSTOP) for 600 ms the canary reports a round trip of at least 500 ms
 (the message sent right after the stop waits it out, less at most one 20 ms interval).
 
 Given the broker's pid, the canary also takes out of each round trip the time the broker's loop
@@ -39,13 +39,16 @@ def test_a_stalled_broker_shows_as_a_long_round_trip(quiet_broker, tmp_path, mea
     with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path, broker_pid=pid) as canary:
         time.sleep(0.5)
         quiet_broker.kill(signal.SIGSTOP)
-        time.sleep(0.4)
+        time.sleep(0.6)
         quiet_broker.kill(signal.SIGCONT)
         time.sleep(0.5)
         report = canary.stop()
-    assert report.max_ms >= 300, report.summary()
+    assert report.max_ms >= 500, report.summary()
     if measured:  # stopped is not waiting for a CPU: the stop is the broker's share in full
-        assert report.broker_max_ms is not None and report.broker_max_ms >= 300, report.summary()
+        # (less at most one 20 ms interval and the wait for a CPU after SIGCONT, which is taken out
+        # and reached about 110 ms at load 9: the bound is the suite's own 250 ms)
+        assert report.broker_max_ms is not None, report.summary()
+        assert report.broker_max_ms > noisy.CI_BOUND.max_ms, report.summary()
     assert report.violations() != [], report.summary()
     assert report.misses == 0, report.summary()  # late, not lost
 
