@@ -25,34 +25,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hutch_broker.dispatch.context import Context
-from hutch_broker.dispatch.sessions import Session
-from hutch_broker.model.broker import Broker
-from hutch_broker.protocol import connection as proto_connection
-from hutch_broker.store.messages import MessageStore
 from hutch_testing import inmemory
 from pamqp import body, commands, frame, header
 
+from tests.broker.dispatch.storesession import StoreSession
 from tests.broker.dispatch.test_publish_calls import Counted
 
 MESSAGES = 200
 PAYLOAD = b"x" * 1024
 
 
-class Client:
+class Client(StoreSession):
     """One in-memory connection over a broker with a real message store: channel 1 publishes
     persistent messages to durable queue "d" with confirms, channel 2 may consume it."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.store = MessageStore(data_dir)
-        broker = Broker(message_logs=self.store)
-        broker.create_defaults()
-        self.context = Context(broker, clock=lambda: 1_000)
-        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
-        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
-        self.session.handle_data(inmemory.handshake_frames())
-        self.send(commands.Channel.Open())
-        self.send(commands.Channel.Open(), 2)
+        super().__init__(data_dir)
         self.send(commands.Confirm.Select())
         self.send(commands.Queue.Declare(queue="d", durable=True))
         self.send(commands.Basic.Qos(prefetch_count=MESSAGES * 2), 2)
@@ -63,9 +51,6 @@ class Client:
             + frame.marshal(body.ContentBody(PAYLOAD), 1)
         )
         self.proto.data_to_send()
-
-    def send(self, method: object, channel: int = 1) -> None:
-        self.session.handle_data(frame.marshal(method, channel))
 
     def consume(self) -> None:
         self.send(commands.Basic.Consume(queue="d", consumer_tag="c"), 2)

@@ -22,39 +22,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_broker.dispatch.context import Context
-from hutch_broker.dispatch.sessions import Session
-from hutch_broker.model.broker import Broker
-from hutch_broker.protocol import connection as proto_connection
-from hutch_broker.store.messages import MessageStore
 from hutch_testing import inmemory
 from pamqp import body, commands, encode, frame, header
 
+from tests.broker.dispatch.storesession import StoreSession
 from tests.broker.dispatch.test_publish_calls import Counted
 
 FRAME_MAX = 131072  # inmemory.handshake_frames' tune-ok
 STREAM = {"x-queue-type": "stream"}
 
 
-class Client:
+class Client(StoreSession):
     """One in-memory connection over a broker with a real message store: channel 1 publishes
     to stream "s", channel 2 consumes it."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.store = MessageStore(data_dir)
-        broker = Broker(message_logs=self.store)
-        broker.create_defaults()
-        self.context = Context(broker, clock=lambda: 1_000)
-        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
-        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
-        self.session.handle_data(inmemory.handshake_frames())
-        self.send(commands.Channel.Open())
-        self.send(commands.Channel.Open(), 2)
+        super().__init__(data_dir)
         self.send(commands.Queue.Declare(queue="s", durable=True, arguments=STREAM))
         self.proto.data_to_send()
-
-    def send(self, method: object, channel: int = 1) -> None:
-        self.session.handle_data(frame.marshal(method, channel))
 
     def publish(self, properties: commands.Basic.Properties, payload: bytes) -> None:
         data = frame.marshal(commands.Basic.Publish(exchange="", routing_key="s"), 1)

@@ -1,0 +1,37 @@
+"""One in-memory AMQP connection over a broker with a real message store, for the dispatch
+tests that count the Python work of a path that goes through the store (a confirmed persistent
+publish, a stream's deliveries).
+
+Why a module of its own: those tests drive the same session (the handshake, channels 1 and 2
+open, frames in, frames out) and differ only in what they declare and send after it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hutch_broker.dispatch.context import Context
+from hutch_broker.dispatch.sessions import Session
+from hutch_broker.model.broker import Broker
+from hutch_broker.protocol import connection as proto_connection
+from hutch_broker.store.messages import MessageStore
+from hutch_testing import inmemory
+from pamqp import commands, frame
+
+
+class StoreSession:
+    """Channels 1 and 2 open on a session whose broker keeps messages in ``data_dir``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.store = MessageStore(data_dir)
+        broker = Broker(message_logs=self.store)
+        broker.create_defaults()
+        self.context = Context(broker, clock=lambda: 1_000)
+        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
+        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
+        self.session.handle_data(inmemory.handshake_frames())
+        self.send(commands.Channel.Open())
+        self.send(commands.Channel.Open(), 2)
+
+    def send(self, method: object, channel: int = 1) -> None:
+        self.session.handle_data(frame.marshal(method, channel))
