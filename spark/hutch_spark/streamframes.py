@@ -8,11 +8,12 @@ read is one consumer on one channel, so this parser walks the received bytes wit
 template number) and leaves the rest to whole columns.
 
 Templates: every delivery of a stream carries its offset as the `x-stream-offset` header (a
-long, among headers sorted by name, as RabbitMQ 3.10.8 sends them), and otherwise the messages of one stream tend to repeat their
-exchange, routing key and properties. The bytes of those with the offset's 8 bytes cut out key a
-template that is decoded once per batch (properties.decode, the same rules as the classic
-source); each row then points at its template. A message with properties of its own (a unique
-message_id) makes a template of its own: correct, just less shared.
+long, among headers sorted by name, as RabbitMQ 3.10.8 sends them), and otherwise the messages
+of one stream tend to repeat their exchange, routing key and properties. The bytes of those
+with the offset's 8 bytes cut out key a template that is decoded once per batch
+(properties.decode, the same rules as the classic source); each row then points at its
+template. A message with properties of its own (a unique message_id) makes a template of its
+own: correct, just less shared.
 
 `feed()` parses every complete delivery in the bytes given so far and keeps the incomplete tail
 for the next call, so frames may be split anywhere. Offsets go through the slice's cursor
