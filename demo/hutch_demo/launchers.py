@@ -96,9 +96,12 @@ def _stop_leftovers() -> None:
 
 
 def record_pid(run_dir: Path | None, role: str, pid: int) -> None:
-    """Appends to the plane's ``pids`` so the next run reaps us if this one is SIGKILLed."""
+    """Appends to the plane's ``pids`` so the next run reaps us if this one is SIGKILLed.
+
+    The line is ``ROLE PID EXE``, space-separated, so a role's own spaces become dashes."""
     if run_dir is None or not (run_dir / "pids").is_file():
         return
+    role = "-".join(role.split())
     with contextlib.suppress(OSError):
         exe = os.readlink(f"/proc/{pid}/exe")
         with (run_dir / "pids").open("a") as pids:

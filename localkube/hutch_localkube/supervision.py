@@ -96,9 +96,28 @@ def read_pids(run_dir: Path) -> list[PidRecord]:
         return []
     records = []
     for line in lines:
-        role, pid, exe = line.split(" ", 2)
-        records.append(PidRecord(role, int(pid), exe))
+        record = parse_pid_line(line)
+        if record is None:
+            log.warning("%s/pids: ignoring a line that is not 'ROLE PID EXE': %r", run_dir, line)
+        else:
+            records.append(record)
     return records
+
+
+def parse_pid_line(line: str) -> PidRecord | None:
+    """``ROLE PID EXE``: the PID is the first field of digits alone, so a role written with a
+    space in it (``spark-submit (stream job)``, as the demo chain once wrote) and an executable's
+    path with spaces both parse. None for a line with no PID or no executable.
+
+    Why this matters: every plane start reaps the runs whose owner died by reading their pids
+    files, so one line that failed to parse made every later node test fail at its set-up, and
+    a kept run's Ctrl-C hang until it was killed.
+    """
+    fields = line.split(" ")
+    at = next((i for i, field in enumerate(fields) if i and field.isdigit()), None)
+    if at is None or at + 1 >= len(fields):
+        return None
+    return PidRecord(" ".join(fields[:at]), int(fields[at]), " ".join(fields[at + 1 :]))
 
 
 def remove_run(run_dir: Path) -> None:
