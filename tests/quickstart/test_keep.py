@@ -41,6 +41,16 @@ NAMESPACE = "quickstart"
 POD = "hutch-server-0"
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child, before exec: SIGINT back to its default, as a user's shell gives it.
+
+    Why: a process started in the background by a non-interactive shell (``cmd &``, as a CI
+    runner may start the suite) ignores SIGINT, and an ignored signal stays ignored across exec.
+    Python then installs no KeyboardInterrupt handler, the kept run never sees the test's
+    Ctrl-C, and the test killed it after 120 s (seen twice in fresh-clone runs started so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Kept:
     """The kept run: its process, its output files and what it printed."""
 
@@ -50,6 +60,7 @@ class Kept:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "hutch_demo.quickstart", "--keep", "--events", "300"],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_ctrl_c_as_in_a_terminal,  # noqa: PLW1509 - a signal reset only
             )  # fmt: skip
 
     def printed(self) -> str:
