@@ -47,16 +47,8 @@ def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict
     if len(settings.streams) == 1:
         return {stream: fetch_one(settings, stream, env) for stream in settings.streams}
     vhost = pika.URLParameters(settings.uri).virtual_host
-    url = (
-        f"{_without_user(settings.management_uri)}/api/queues/"
-        f"{urllib.parse.quote(vhost, safe='')}?columns={LISTED_COLUMNS}"
-    )
-    listed = _get(url, settings, f"the queues of vhost {vhost!r}", vhost, env)
-    if not isinstance(listed, list):
-        raise HutchConnectionError(
-            f"hutch: the management API at {redact_uri(settings.management_uri)} answered no "
-            f"list of the queues of vhost {vhost!r}"
-        )
+    what = f"the queues of vhost {vhost!r}"
+    listed = _queues(settings, f"?columns={LISTED_COLUMNS}", what, list, f"list of {what}", env)
     by_name = {item.get("name"): item for item in listed if isinstance(item, dict)}
     bounds: dict[str, Bounds] = {}
     for stream in settings.streams:
@@ -72,16 +64,9 @@ def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict
 
 def fetch_one(settings: StreamOptions, stream: str, env: Mapping[str, str] | None = None) -> Bounds:
     vhost = pika.URLParameters(settings.uri).virtual_host
-    url = (
-        f"{_without_user(settings.management_uri)}/api/queues/"
-        f"{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(stream, safe='')}"
-    )
-    item = _get(url, settings, f"stream {stream!r}", vhost, env)
-    if not isinstance(item, dict):
-        raise HutchConnectionError(
-            f"hutch: the management API at {redact_uri(settings.management_uri)} answered no "
-            f"queue object for stream {stream!r}"
-        )
+    tail = f"/{urllib.parse.quote(stream, safe='')}"
+    what = f"stream {stream!r}"
+    item = _queues(settings, tail, what, dict, f"queue object for {what}", env)
     return bounds_of(item, stream, vhost, settings.management_uri)
 
 
@@ -132,6 +117,31 @@ def bounds_of(item: Mapping[str, Any], stream: str, vhost: str, where: str) -> B
             "hutch-broker (RabbitMQ 3.10.8's queue object has no offsets)"
         )
     return Bounds(first=first, next=following)
+
+
+def _queues(
+    settings: StreamOptions,
+    tail: str,
+    what: str,
+    kind: type,
+    answer: str,
+    env: Mapping[str, str] | None,
+) -> Any:
+    """`GET /api/queues/{vhost}{tail}`, the one resource both fetches read; an answer that is
+    not a `kind` (a proxy's page, another API) fails here, naming the `answer` expected, rather
+    than as a KeyError further on."""
+    vhost = pika.URLParameters(settings.uri).virtual_host
+    url = (
+        f"{_without_user(settings.management_uri)}/api/queues/"
+        f"{urllib.parse.quote(vhost, safe='')}{tail}"
+    )
+    found = _get(url, settings, what, vhost, env)
+    if not isinstance(found, kind):
+        raise HutchConnectionError(
+            f"hutch: the management API at {redact_uri(settings.management_uri)} answered no "
+            f"{answer}"
+        )
+    return found
 
 
 def _get(

@@ -193,3 +193,28 @@ def test_credit_lets_the_broker_send_the_slice_and_nothing_past_it(
 def test_credit_counts_from_the_first_delivery() -> None:
     # A broker starting 3 before the slice (a chunk's beginning) may send 3 more.
     assert broker_allowance(Credit(5, 10), 97, 110) == 13
+
+
+@pytest.mark.parametrize(
+    ("streams", "path", "expected"),
+    [
+        ("s", "/api/queues/v%2F1/s", "queue object for stream 's'"),
+        ("a,b", f"/api/queues/v%2F1?columns={streambounds.LISTED_COLUMNS}", "list of the queues"),
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_a_clear_error_for_one_stream_or_several(
+    monkeypatch: pytest.MonkeyPatch, streams: str, path: str, expected: str
+) -> None:
+    asked: list[str] = []
+
+    def answer(url: str, *_: object) -> object:
+        asked.append(url)
+        return "<html>a proxy's page</html>"
+
+    monkeypatch.setattr(streambounds, "_get", answer)
+    settings = streamoptions.parse_stream_options(
+        {"streams": streams, "uri": "amqp://u:p@h/v%2F1", "managementUri": "http://u:p@h:15672/"}
+    )
+    with pytest.raises(HutchConnectionError, match=f"answered no {expected}"):
+        streambounds.fetch(settings, env={})
+    assert asked == [f"http://h:15672{path}"]
