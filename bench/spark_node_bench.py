@@ -25,24 +25,18 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import nodesetup
 import rounds
 from spark_phases import add_arguments, report_lines, summary
 
-REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
-try:
-    from hutch_demo import clusters, localnode, pods, releases, sparkpods, sparksubmit
-    from hutch_localkube import planes
-except ImportError:  # a plain checkout: the testing and localkube packages are not installed
-    sys.path[:0] = [str(REPO / "testing"), str(REPO / "localkube")]
-    from hutch_demo import clusters, localnode, pods, releases, sparkpods, sparksubmit
-    from hutch_localkube import planes
+nodesetup.node_packages()  # a plain checkout: the demo and localkube packages made importable
+from hutch_demo import pods, sparkpods, sparksubmit  # noqa: E402
 
 NAMESPACE = "spark-bench"
 JOB_FILES = ("spark_node_job.py", "spark_phases.py", "rounds.py")
@@ -72,31 +66,13 @@ def job_command(sub: sparksubmit.Submission, args: argparse.Namespace) -> list[s
 
 def run_on_node(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Plane, operator, Broker Pod, then the job; returns the job's results.json."""
-    print("starting the local plane's node tier", flush=True)
-    plane = planes.REGISTRY.acquire("node")
-    try:
-        cluster = clusters.local_cluster(plane)
-        plane.apply_crds(REPO / "crds")
-        localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-        cluster.create_namespace(NAMESPACE)
-        print("helm install of the operator; hutch-spark into containerd", flush=True)
-        operator = releases.install(cluster, NAMESPACE, work)
-        try:
-            image = plane.add_image("spark")
-            sparkpods.example_broker(cluster, NAMESPACE)
-            # The job's PV only now that the Broker's claim is bound: made earlier, it was a
-            # second Available 2Gi PV, and the Broker's claim could bind to it instead, leaving
-            # the job's claim (which names it) Pending for ever.
-            (volume,) = plane.make_local_pvs(1, size="2Gi")  # job files, checkpoints, results
-            return _submit(plane, cluster, image, volume, args, work)
-        except BaseException:
-            pods.save_logs(cluster, NAMESPACE, work / "pod-logs")
-            print(f"pod logs: {work / 'pod-logs'}", file=sys.stderr)
-            raise
-        finally:
-            operator.uninstall()
-    finally:
-        planes.REGISTRY.release("node")
+    with nodesetup.node(NAMESPACE, work) as node:
+        sparkpods.example_broker(node.cluster, NAMESPACE)
+        # The job's PV only now that the Broker's claim is bound: made earlier, it was a
+        # second Available 2Gi PV, and the Broker's claim could bind to it instead, leaving
+        # the job's claim (which names it) Pending for ever.
+        (volume,) = node.plane.make_local_pvs(1, size="2Gi")  # job files, checkpoints, results
+        return _submit(node.plane, node.cluster, node.image, volume, args, work)
 
 
 def _submit(

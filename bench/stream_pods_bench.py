@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import nodesetup
 import rounds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -296,21 +297,6 @@ def set_node_cpu_shares(cpu_root: Path, cgroup_name: str, shares: int) -> int:
 # --- the node --------------------------------------------------------------------------------
 
 
-def _node_packages() -> Any:
-    """hutch_localkube's plane registry, with the demo's and the test tooling's packages made
-    importable in a plain checkout (imported here, not at the top: the figures above are pure
-    and tests/bench imports them without the node's packages). A benchmark has no hurry: it
-    waits up to an hour for another run's node (the tests' 300 s would fail it while a CI
-    run's node level holds the lock), unless HUTCH_NODE_LOCK_WAIT says otherwise."""
-    os.environ.setdefault("HUTCH_NODE_LOCK_WAIT", "3600")
-    try:
-        from hutch_localkube import planes  # noqa: PLC0415
-    except ImportError:
-        sys.path[:0] = [str(REPO / "testing"), str(REPO / "localkube"), str(REPO / "demo")]
-        from hutch_localkube import planes  # noqa: PLC0415
-    return planes
-
-
 def stream_names(count: int) -> list[str]:
     return [f"bench-stream-{i}" for i in range(count)]
 
@@ -356,43 +342,25 @@ def run_on_node(
     args: argparse.Namespace, work: Path,
     progress: Callable[[dict[str, Any]], object] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    planes = _node_packages()
-    from hutch_demo import clusters, localnode, pods, releases, sparkpods  # noqa: PLC0415
+    with nodesetup.node(NAMESPACE, work) as node:
+        from hutch_demo import pods, sparkpods  # noqa: PLC0415
 
-    print("starting the local plane's node tier (waits for the node lock)", flush=True)
-    plane = planes.REGISTRY.acquire("node")
-    try:
-        cluster = clusters.local_cluster(plane)
-        plane.apply_crds(REPO / "crds")
-        localnode.provide_volumes(cluster, ["2Gi"])  # the Broker's
-        cluster.create_namespace(NAMESPACE)
-        print("helm install of the operator; hutch-spark into containerd", flush=True)
-        operator = releases.install(cluster, NAMESPACE, work)
-        try:
-            image = plane.add_image("spark")
-            manifest = broker_manifest(work, args.broker_cpu)
-            endpoint = sparkpods.example_broker(cluster, NAMESPACE, manifest)
-            (volume,) = plane.make_local_pvs(1, size="2Gi")  # job files, checkpoints, results
-            streams = stream_names(args.streams)
-            began = time.monotonic()
-            published = publish(endpoint.amqp_url, streams, args.messages, args.body_size)
-            publish_s = time.monotonic() - began
-            print(f"published {published} confirmed messages to {len(streams)} streams in "
-                  f"{publish_s:.1f}s", flush=True)  # fmt: skip
-            broker_pod = pods.get_pod(cluster, NAMESPACE, BROKER_POD) or {}
-            limits = broker_pod["spec"]["containers"][0].get("resources", {})
-            found = _rounds(plane, cluster, image, volume, streams, args, work, progress)
-            found["broker_resources"] = limits
-            found["publish_seconds"] = round(publish_s, 1)
-            return found
-        except BaseException:
-            pods.save_logs(cluster, NAMESPACE, work / "pod-logs")
-            print(f"pod logs: {work / 'pod-logs'}", file=sys.stderr)
-            raise
-        finally:
-            operator.uninstall()
-    finally:
-        planes.REGISTRY.release("node")
+        plane, cluster = node.plane, node.cluster
+        manifest = broker_manifest(work, args.broker_cpu)
+        endpoint = sparkpods.example_broker(cluster, NAMESPACE, manifest)
+        (volume,) = plane.make_local_pvs(1, size="2Gi")  # job files, checkpoints, results
+        streams = stream_names(args.streams)
+        began = time.monotonic()
+        published = publish(endpoint.amqp_url, streams, args.messages, args.body_size)
+        publish_s = time.monotonic() - began
+        print(f"published {published} confirmed messages to {len(streams)} streams in "
+              f"{publish_s:.1f}s", flush=True)  # fmt: skip
+        broker_pod = pods.get_pod(cluster, NAMESPACE, BROKER_POD) or {}
+        limits = broker_pod["spec"]["containers"][0].get("resources", {})
+        found = _rounds(plane, cluster, node.image, volume, streams, args, work, progress)
+        found["broker_resources"] = limits
+        found["publish_seconds"] = round(publish_s, 1)
+        return found
 
 
 def _rounds(
