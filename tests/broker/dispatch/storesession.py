@@ -1,6 +1,6 @@
-"""One in-memory AMQP connection over a broker with a real message store, for the dispatch
-tests that count the Python work of a path that goes through the store (a confirmed persistent
-publish, a stream's deliveries).
+"""One in-memory AMQP connection over a broker, with a real message store or none, for the
+dispatch tests that count the Python work of a path: through the store (a confirmed persistent
+publish, a stream's deliveries) or in memory only (a transient publish, its delivery and ack).
 
 Why a module of its own: those tests drive the same session (the handshake, channels 1 and 2
 open, frames in, frames out) and differ only in what they declare and send after it.
@@ -20,10 +20,11 @@ from pamqp import commands, frame
 
 
 class StoreSession:
-    """Channels 1 and 2 open on a session whose broker keeps messages in ``data_dir``."""
+    """Channels 1 and 2 open on a session whose broker keeps messages in ``data_dir``, or in
+    memory only when it is None (as a broker started without --data-dir)."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.store = MessageStore(data_dir)
+    def __init__(self, data_dir: Path | None) -> None:
+        self.store = None if data_dir is None else MessageStore(data_dir)
         broker = Broker(message_logs=self.store)
         broker.create_defaults()
         self.context = Context(broker, clock=lambda: 1_000)

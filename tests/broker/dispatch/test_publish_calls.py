@@ -21,12 +21,10 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from hutch_broker.dispatch.context import Context
-from hutch_broker.dispatch.sessions import Session
-from hutch_broker.model.broker import Broker
-from hutch_broker.protocol import connection as proto_connection
 from hutch_testing import inmemory
 from pamqp import body, commands, frame, header
+
+from tests.broker.dispatch.storesession import StoreSession
 
 MESSAGES = 200
 PAYLOAD = b"x" * 1024
@@ -64,18 +62,12 @@ class Counted:
             gc.enable()
 
 
-class Client:
-    """One in-memory connection: channel 1 publishes, channel 2 consumes from queue "q"."""
+class Client(StoreSession):
+    """One in-memory connection with no message store: channel 1 publishes, channel 2 consumes
+    from queue "q"."""
 
     def __init__(self, *, confirms: bool) -> None:
-        broker = Broker()
-        broker.create_defaults()
-        self.context = Context(broker, clock=lambda: 0)
-        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
-        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
-        self.session.handle_data(inmemory.handshake_frames())
-        self.send(commands.Channel.Open())
-        self.send(commands.Channel.Open(), 2)
+        super().__init__(data_dir=None)
         if confirms:
             self.send(commands.Confirm.Select())
         self.send(commands.Queue.Declare(queue="q"))
@@ -86,9 +78,6 @@ class Client:
             + frame.marshal(header.ContentHeader(0, len(PAYLOAD), properties), 1)
             + frame.marshal(body.ContentBody(PAYLOAD), 1)
         )
-
-    def send(self, method: object, channel: int = 1) -> None:
-        self.session.handle_data(frame.marshal(method, channel))
 
     def consume(self) -> None:
         self.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
