@@ -28,7 +28,7 @@ from typing import Protocol, Unpack
 import pytest
 from hutch_demo import processes
 
-from hutch_testing import brokers, levels
+from hutch_testing import brokers, levels, serial
 from hutch_testing import rabbitmq as reference
 
 
@@ -110,6 +110,7 @@ def hutch_broker_factory(tmp_path: Path) -> Iterator[HutchBrokerFactory]:
 def pytest_configure(config: pytest.Config) -> None:
     for line in _LEVEL_MARKERS:
         config.addinivalue_line("markers", line)
+    config.addinivalue_line("markers", serial.MARKER_HELP)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -117,6 +118,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Marks users of the reference node `rabbitmq` (so `-m "not rabbitmq"` works) and gives every
     test its level marker; tryfirst, because `-m` deselects in pytest's own hook."""
     timeouts = config.pluginmanager.hasplugin("timeout")
+    _mark_serial(items)
     for item in items:
         if "rabbitmq" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.rabbitmq)
@@ -130,6 +132,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(getattr(pytest.mark, level))
         if level == levels.FAST and timeouts and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(FAST_TEST_TIMEOUT))
+
+
+def _mark_serial(items: list[pytest.Item]) -> None:
+    """Marks the tests of the modules ``hutch_testing.serial`` lists; a stale entry stops
+    the run."""
+    root = serial.REPO
+    stale = serial.missing(root) if (root / "tests").is_dir() else []
+    if stale:
+        raise pytest.UsageError(
+            f"hutch_testing.serial lists {', '.join(stale)}, which is not in the tree: "
+            "update the list (docs/testing.md#how-the-broker-level-runs)"
+        )
+    for item in items:
+        try:
+            relpath = item.path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue  # a test outside this tree (a pytest run in a temp dir): never serial
+        if serial.is_serial(relpath):
+            item.add_marker(serial.MARKER)
 
 
 def item_level(item: pytest.Item) -> str:
