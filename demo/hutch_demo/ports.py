@@ -4,25 +4,62 @@ Why: every broker we launch (the reference RabbitMQ node, hutch-broker) must lis
 else holds, so that parallel sessions, a system service or a previous crashed run never collide. We
 ask the kernel for ports by binding to port 0 on 127.0.0.1, holding all sockets of one request open
 until every port is known so that one call never hands out the same port twice.
+
+A port is free only until its broker binds it, a second or two later. Two processes that pick in
+that window can get the same port (the kernel picks at random among the free ones), and the
+slower broker then fails to bind, or its readiness probe finds the other one's broker. The test
+suite's parallel workers (scripts/test.sh) therefore each keep to a shard of the ports:
+``HUTCH_PORT_SHARD=k/n`` (``hutch_testing.pytest_plugin`` sets it on worker k of n) returns only
+ports whose ``(port >> 1) % n`` is k. The low bit is left out because Linux prefers odd ports for
+``bind`` to port 0 and even ones for ``connect``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 
 LOOPBACK = "127.0.0.1"
+SHARD_ENV = "HUTCH_PORT_SHARD"
+_MAX_TRIES = 1000  # a shard of n holds 1/n of the ports: n * count tries on average
+
+
+def shard(value: str | None) -> tuple[int, int]:
+    """``(k, n)`` from ``"k/n"`` (no value: ``(0, 1)``, every port); a bad value raises."""
+    if not value:
+        return 0, 1
+    index, _, count = value.partition("/")
+    try:
+        k, n = int(index), int(count)
+    except ValueError:
+        k, n = -1, 0
+    if not 0 <= k < n:
+        raise ValueError(f"{SHARD_ENV}={value!r}: expected k/n with 0 <= k < n, e.g. 1/2")
+    return k, n
+
+
+def in_shard(port: int, k: int, n: int) -> bool:
+    return (port >> 1) % n == k
 
 
 def free_ports(count: int) -> list[int]:
-    """Return `count` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    """Return `count` distinct TCP ports that were free on 127.0.0.1 a moment ago (in this
+    process's shard, ``HUTCH_PORT_SHARD``)."""
+    k, n = shard(os.environ.get(SHARD_ENV))
     with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
+        ports: list[int] = []
+        for _ in range(_MAX_TRIES):
+            if len(ports) == count:
+                return ports
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((LOOPBACK, 0))
-            ports.append(sock.getsockname()[1])
-        return ports
+            sock.bind((LOOPBACK, 0))  # held until the end: never handed out twice
+            port = sock.getsockname()[1]
+            if in_shard(port, k, n):
+                ports.append(port)
+        if len(ports) == count:
+            return ports
+        raise OSError(f"no {count} free ports in shard {k}/{n} after {_MAX_TRIES} tries")
 
 
 def free_port() -> int:

@@ -21,12 +21,12 @@ Register with `pytest_plugins = ["hutch_testing.pytest_plugin"]` in tests/confte
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol, Unpack
 
 import pytest
-from hutch_demo import processes
+from hutch_demo import ports, processes
 
 from hutch_testing import brokers, levels, serial
 from hutch_testing import rabbitmq as reference
@@ -111,6 +111,20 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _LEVEL_MARKERS:
         config.addinivalue_line("markers", line)
     config.addinivalue_line("markers", serial.MARKER_HELP)
+    port_shard = worker_port_shard(os.environ)
+    if port_shard is not None:
+        os.environ[ports.SHARD_ENV] = port_shard
+
+
+def worker_port_shard(environ: Mapping[str, str]) -> str | None:
+    """On pytest-xdist worker k of n, the port shard "k/n" (``hutch_demo.ports``): the brokers
+    two workers start at the same moment never pick the same port. None outside a worker, or
+    when ``HUTCH_PORT_SHARD`` is already set."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    count = environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if ports.SHARD_ENV in environ or not worker.startswith("gw") or not count.isdigit():
+        return None
+    return f"{int(worker[2:])}/{count}"
 
 
 @pytest.hookimpl(tryfirst=True)
