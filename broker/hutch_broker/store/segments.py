@@ -1,9 +1,14 @@
 """One segment file and its ack file, as a queue log sees them in memory.
 
-Appends land in a userspace buffer (``pending``) and reach the kernel with one ``pwrite`` per
+Appends land in a userspace buffer (``pending``) and reach the kernel with one ``pwritev`` per
 sync (or when the buffer grows past ``FLUSH_THRESHOLD``): a per-append syscall would cost more
 than encoding the record. Losing that buffer to ``kill -9`` only loses records nobody was told
 about, because the broker confirms a persistent message only after ``sync()`` returned.
+
+The buffer keeps each append's chunks (a record's head and its body, immutable ``bytes``) by
+reference, not copied into one ``bytearray``: a bytearray grows by an eighth at a time and was
+emptied after every flush, and at the few hundred KiB a group commit buffers under confirms
+(scenario 2 of the bench) its regrowth cost about 0.5 µs a 1 KiB record, ten times the copy.
 
 Acks are buffered the same way and appended to the ack file with ``O_APPEND``. The live records
 are kept as offset -> length: a double ack or a stale id becomes a no-op instead of a premature
@@ -15,7 +20,9 @@ its ``sync()`` closes the write fd, so a worker thread never fsyncs a recycled d
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import os
 import secrets
 from pathlib import Path
@@ -23,6 +30,8 @@ from pathlib import Path
 from hutch_broker.store import records
 
 FLUSH_THRESHOLD = 1024 * 1024
+# Buffers one pwritev takes (Linux's IOV_MAX); a flush of more chunks takes several calls.
+IOV_MAX = 1024
 SEGMENT_PREFIX = "msgs."
 ACK_PREFIX = "acks."
 TOMBSTONE_SUFFIX = ".deleted"
@@ -70,6 +79,7 @@ class Segment:
         "live_bytes",
         "number",
         "pending",
+        "pending_at",
         "retire_gen",
         "salt",
         "sealed",
@@ -93,7 +103,9 @@ class Segment:
         self.data_start = data_start  # the header's size: where the records start
         self.size = size  # logical end: bytes in the file plus bytes still in ``pending``
         self.flushed = size  # bytes handed to the kernel
-        self.pending = bytearray()
+        # The chunks of each write not yet handed to the kernel, and where each write starts.
+        self.pending: list[tuple[bytes, ...]] = []
+        self.pending_at: list[int] = []
         self.fd = -1  # open only while the segment is (or was just) written
         self.live = live  # offset -> record length of every record not yet acked
         self.live_bytes = sum(live.values())
@@ -131,11 +143,15 @@ class Segment:
         return records.record_seed(self.salt, offset)
 
     def write(self, *chunks: bytes) -> None:
+        """Buffer ``chunks`` at the segment's end; kept by reference, so they must not change."""
+        size = self.size
+        self.pending_at.append(size)
+        self.pending.append(chunks)
         for chunk in chunks:
-            self.pending += chunk
-            self.size += len(chunk)
+            size += len(chunk)
+        self.size = size
         self.unsynced = True
-        if len(self.pending) >= FLUSH_THRESHOLD:
+        if size - self.flushed >= FLUSH_THRESHOLD:
             self.flush()
 
     def add_record(self, offset: int, length: int) -> None:
@@ -146,9 +162,10 @@ class Segment:
         """Hand the buffered bytes to the kernel (no fsync)."""
         if not self.pending:
             return
-        _pwrite_all(self.fd, self.pending, self.flushed)
+        _pwrite_all(self.fd, list(itertools.chain.from_iterable(self.pending)), self.flushed)
         self.flushed = self.size
         self.pending.clear()
+        self.pending_at.clear()
 
     def ack(self, offset: int) -> int | None:
         """Record an ack in memory and in the ack buffer; the record length, None if not live."""
@@ -175,12 +192,21 @@ class Segment:
         """The record at ``offset`` if it is still in the userspace buffer."""
         if offset < self.flushed:
             return None
-        start = offset - self.flushed
-        return bytes(self.pending[start : start + length])
+        index = bisect.bisect_right(self.pending_at, offset) - 1
+        start = offset - self.pending_at[index]
+        parts: list[bytes] = []
+        have = -start
+        for chunks in itertools.islice(self.pending, index, None):  # a record is one write
+            parts += chunks
+            have += sum(map(len, chunks))
+            if have >= length:
+                break
+        return b"".join(parts)[start : start + length]
 
     def drop(self) -> None:
         """Forget buffered data and live offsets of a segment about to be unlinked."""
         self.pending.clear()
+        self.pending_at.clear()
         self.ack_pending.clear()
         self.live.clear()
         self.live_bytes = 0
@@ -227,12 +253,21 @@ class Segment:
             os.unlink(tombstone)
 
 
-def _pwrite_all(fd: int, data: bytearray, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        offset += written
-        view = view[written:]
+def _pwrite_all(fd: int, chunks: list[bytes], offset: int) -> None:
+    """Write ``chunks`` back to back from ``offset``, IOV_MAX at a time; a short write's rest
+    goes out joined (the kernel writes a regular file whole unless the disk is full)."""
+    for first in range(0, len(chunks), IOV_MAX):
+        group = chunks[first : first + IOV_MAX]
+        size = sum(map(len, group))
+        written = os.pwritev(fd, group, offset)
+        if written < size:
+            view = memoryview(b"".join(group))[written:]
+            at = offset + written
+            while view:
+                written = os.pwrite(fd, view, at)
+                at += written
+                view = view[written:]
+        offset += size
 
 
 def _write_all(fd: int, data: bytearray) -> None:
