@@ -309,10 +309,17 @@ class Channel:
     # -- replies that wait for the group commit (dispatch/commits.py) ----
 
     def add_confirm(self, generation: int, *, nack: bool) -> None:
-        """Confirm the next publish once ``generation`` is durable (at once for 0)."""
+        """Confirm the next publish once ``generation`` is durable (at once for 0).
+
+        Only the first of a run of held confirms registers the channel with the group
+        commit: it stays registered until ``release_durable`` has sent them all, and every
+        completed sync wakes it (``GroupCommit.wait``), so the rest need not ask again.
+        """
         self.publish_seq += 1
-        self.pending_confirms.append((self.publish_seq, generation, nack))
-        self.session.context.commits.wait(self)
+        pending = self.pending_confirms
+        if not pending:
+            self.session.context.commits.wait(self)
+        pending.append((self.publish_seq, generation, nack))
 
     def add_commit(self, generation: int) -> None:
         """Send tx.commit-ok once the commit's writes (``generation``) are durable."""

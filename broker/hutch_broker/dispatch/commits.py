@@ -58,7 +58,13 @@ class GroupCommit:
         return self._durable
 
     def wait(self, waiter: Waiter) -> None:
-        """``waiter`` holds replies: tell it the durable generation until ``done``."""
+        """``waiter`` holds replies: tell it the durable generation until ``done``.
+
+        Once is enough while it stays registered: a reply it adds later waits for a write
+        made now or later, and the sync covering that write is started at the end of a tick
+        that is already due (this call's flush request) or that ``finished`` requests once
+        the running sync completes.
+        """
         self._waiters.add(waiter)
         self._request_flush()
 

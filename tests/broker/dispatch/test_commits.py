@@ -4,6 +4,8 @@ The slow proofs (kill -9 and SIGTERM with consumers attached) are in
 tests/broker/amqp/test_direct_delivery_durability.py; these fail fast when the rule breaks.
 """
 
+from collections.abc import Callable
+
 import pytest
 from hutch_broker.dispatch.commits import NOT_DURABLE, GroupCommit
 from hutch_broker.dispatch.context import Context
@@ -101,10 +103,10 @@ class FakeLog:
 
 
 class Client:
-    def __init__(self) -> None:
+    def __init__(self, request_flush: Callable[[], None] = lambda: None) -> None:
         broker = Broker()
         broker.create_defaults()
-        self.context = Context(broker, clock=lambda: 0)
+        self.context = Context(broker, clock=lambda: 0, request_flush=request_flush)
         self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
         self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
         self.session.handle_data(inmemory.handshake_frames())
@@ -161,6 +163,47 @@ def test_a_persistent_publish_is_written_and_confirmed_only_after_the_sync(clien
     assert acks(replies + client.replies()) == []
     client.sync()
     assert [a.delivery_tag for a in acks(client.replies())] == [1]
+
+
+def test_confirms_published_while_a_sync_runs_go_out_after_the_next_one():
+    """Only the first of a channel's held confirms registers it with the group commit; the
+    ones published while that sync runs must still be confirmed, with no tick asked for by
+    them: the completed sync asks for the tick that starts the next one (as the server's
+    ``call_soon`` does, a tick here runs only when something asked for it)."""
+    asked: list[None] = []
+    client = Client(request_flush=lambda: asked.append(None))
+    client.send(commands.Queue.Declare(queue="q", durable=True))
+    client.context.broker.vhosts["/"].queues["q"].store = FakeLog()
+    client.send(commands.Confirm.Select())
+    client.replies()
+    commits = client.context.commits
+    confirmed: list[int] = []
+
+    def tick() -> int | None:
+        """The server's end of tick if one is due: start a sync, release what is durable."""
+        if not asked:
+            return None
+        asked.clear()
+        generation = commits.start()
+        commits.release()
+        confirmed.extend(a.delivery_tag for a in acks(client.replies()))
+        return generation
+
+    client.publish(b"m1")
+    first = tick()
+    assert first is not None
+    client.publish(b"m2")  # written while sync 1 runs: they need sync 2
+    client.publish(b"m3")
+    tick()
+    assert confirmed == []
+    commits.finished(first)
+    second = tick()
+    assert confirmed == [1], "m1 only: m2 and m3 are not durable yet"
+    assert second is not None, "the completed sync's tick started the one m2 and m3 need"
+    commits.finished(second)
+    tick()
+    assert confirmed == [1, 3]  # multiple=true up to 3
+    assert commits.start() is None, "nothing left to sync"
 
 
 def test_a_requeued_direct_delivery_is_still_in_the_log_and_an_ack_removes_it(client):
