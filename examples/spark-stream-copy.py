@@ -14,7 +14,9 @@ examples/spark-type-counts.py, it runs from a ConfigMap mounted in the driver an
 
 It reads from the streams' first offsets (a new checkpoint) or from its checkpoint, up to what
 the streams held when it started (availableNow), ``--max-offsets-per-trigger`` offsets a batch
-split into ``--num-partitions`` slices per stream, and stops. Columns written: ``stream``,
+split into ``--num-partitions`` slices per stream, and stops; with ``--processing-time`` it
+keeps running, a micro-batch at most every that interval, until it is stopped (a job that copies
+a stream as it grows). Columns written: ``stream``,
 ``offset``, ``message_id`` and ``body``. The broker's address comes from HUTCH_AMQP_URI on the
 driver; the credentials (HUTCH_AMQP_USERNAME, HUTCH_AMQP_PASSWORD) are needed on the driver (the
 management API) and on the executors (they consume).
@@ -39,11 +41,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--management-uri", help="default: http://<uri's host>:15672")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=10000)
     parser.add_argument("--num-partitions", type=int, default=2)
+    parser.add_argument(
+        "--processing-time",
+        help="run until stopped, a batch at most this often (e.g. '1 second'); "
+        "default: stop once what the streams held at the start is read (availableNow)",
+    )
     return parser.parse_args(argv)
 
 
 def start(spark: SparkSession, args: argparse.Namespace) -> Any:
-    """Starts the query; it stops by itself once what the streams held at the start is read."""
+    """Starts the query; without ``--processing-time`` it stops by itself once what the
+    streams held at the start is read."""
     hutch_spark.register(spark)
     checkpoints.configure(spark, args.checkpoint)
     reader = (
@@ -58,13 +66,14 @@ def start(spark: SparkSession, args: argparse.Namespace) -> Any:
     if args.management_uri:
         reader = reader.option("managementUri", args.management_uri)
     rows = reader.load().select("stream", "offset", "message_id", "body")
-    return (
+    writer = (
         rows.writeStream.format("parquet")
         .option("path", args.output)
         .option("checkpointLocation", args.checkpoint)
-        .trigger(availableNow=True)
-        .start()
     )
+    if args.processing_time:
+        return writer.trigger(processingTime=args.processing_time).start()
+    return writer.trigger(availableNow=True).start()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,10 +32,11 @@ CHECKPOINT = f"{sparksubmit.MOUNT}/stream-copy/checkpoint"
 OUTPUT = f"{sparksubmit.MOUNT}/stream-copy/output"
 
 
-def publish(endpoint: launchers.Endpoint, per_stream: int) -> int:
+def publish(endpoint: launchers.Endpoint, per_stream: int, start: int = 0) -> int:
     """Both streams declared (as an application would) and filled, persistent, every message
     confirmed; message ``n`` of a stream has id ``<stream>-<n>`` and lands at offset ``n``
-    of a new stream. Returns how many were confirmed."""
+    of a new stream (numbers from ``start``: a stream that already holds ``start`` messages
+    grows on). Returns how many were confirmed."""
     connection = pika.BlockingConnection(pika.URLParameters(endpoint.amqp_url))
     try:
         for stream in STREAMS:
@@ -48,7 +49,7 @@ def publish(endpoint: launchers.Endpoint, per_stream: int) -> int:
             "", stream, json.dumps({"n": n, "pad": "x" * 100}).encode(),
             pika.BasicProperties(delivery_mode=2, message_id=f"{stream}-{n}"),
         )
-        for n in range(per_stream)
+        for n in range(start, start + per_stream)
         for stream in STREAMS
     )  # fmt: skip
     publisher = publishing.ConfirmedPublisher(
@@ -79,9 +80,12 @@ def stream_user(cluster: clusters.Cluster, ns: str, broker: str = "hutch") -> st
 def submission(
     api_server: str, ns: str, template: Path, image: str, secret: str, app: str, *,
     broker: str = "hutch", max_offsets: int, extra_confs: dict[str, str] | None = None,
+    processing_time: str | None = None,
 ) -> sparksubmit.Submission:  # fmt: skip
     """The job from the ConfigMap, two executors, the User's credentials on every Pod, 2
-    slices per stream per batch, ``max_offsets`` offsets a batch over both streams."""
+    slices per stream per batch, ``max_offsets`` offsets a batch over both streams; with
+    ``processing_time`` it runs until stopped (the job's ``--processing-time``)."""
+    running = ("--processing-time", processing_time) if processing_time else ()
     return sparksubmit.Submission(
         api_server=api_server, namespace=ns, broker=broker, queue=",".join(STREAMS),
         credentials_secret=secret, claim="spark-data", pod_template=template, image=image,
@@ -89,7 +93,7 @@ def submission(
         extra_confs={**sparksubmit.executor_credentials(secret), **(extra_confs or {})},
         arguments=("--streams", ",".join(STREAMS), "--checkpoint", CHECKPOINT,
                    "--output", OUTPUT, "--max-offsets-per-trigger", str(max_offsets),
-                   "--num-partitions", "2"),
+                   "--num-partitions", "2", *running),
     )  # fmt: skip
 
 

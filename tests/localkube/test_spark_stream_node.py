@@ -11,10 +11,14 @@ examples/spark-stream-copy.py from a ConfigMap (docs/spark.md, "Run your own job
 two stream queues of the Broker of examples/broker.yaml as a User of its own (read on the two
 streams, tag ``monitoring`` for the management API), 2 slices per stream per batch and
 ``maxOffsetsPerTrigger`` well below what is held, so it takes many micro-batches, and writes
-Parquet with its checkpoint on a PVC.
+Parquet with its checkpoint on a PVC. The first run keeps running (the job's
+``--processing-time``) and the test publishes more to both streams whenever the job's planned
+batches come within two of the end, so the job can never run out of work before the kills are
+done, however fast or slow the machine (a run that ended by itself after 16 batches failed the
+test once); the resumed run reads what is there and ends by itself (availableNow).
 
-Mid-run, each at a moment when a task is reading (the broker lists one of the executors'
-reading connections) and batches are still to come:
+Mid-run, each at a moment when a task is reading (the broker lists a consumer on one of the
+streams from an executor's address) and batches are still to come:
 
 1. an executor Pod is force-deleted (``--grace-period=0 --force``): Spark fails the task it
    was running (its log says so), runs it again on another executor, and asks Kubernetes for a
@@ -60,8 +64,10 @@ from hutch_demo import (
 REPO = clusters.REPO_ROOT
 JOB = streamjob.JOB
 STREAMS = streamjob.STREAMS
-PER_STREAM = 12000
-MAX_OFFSETS = 1500  # per batch over both streams: 16 batches, so both kills land mid-run
+PER_STREAM = 12000  # published before the job starts
+MORE = 3000  # published per stream whenever the running job gets within two batches of the end
+MAX_OFFSETS = 1500  # per batch over both streams
+PROCESSING_TIME = "1 second"  # the first run's trigger: it runs until the driver is killed
 CHECKPOINT = streamjob.CHECKPOINT
 OUTPUT = streamjob.OUTPUT
 SUBMIT_TIMEOUT = 600
@@ -93,6 +99,7 @@ def _run(
     _publish(endpoint)
     _say(f"published {PER_STREAM} confirmed messages to each of {STREAMS} in "
          f"{time.monotonic() - began:.1f}s")  # fmt: skip
+    feed = _Feed(endpoint, PER_STREAM)
     secret = streamjob.stream_user(cluster, ns)
     template = streamjob.install_job(cluster, ns, work)
     cluster.apply(ns, clusters.manifest(*sparksubmit.driver_rbac(ns)))
@@ -102,13 +109,14 @@ def _run(
     checkpoint = pv_dir / Path(CHECKPOINT).relative_to(sparksubmit.MOUNT)
     output = pv_dir / Path(OUTPUT).relative_to(sparksubmit.MOUNT)
 
-    first = _submission(node.server, ns, template, image, secret, "stream-copy")
+    first = _submission(node.server, ns, template, image, secret, "stream-copy",
+                        processing_time=PROCESSING_TIME)  # fmt: skip
     env = sparkpods.environment(node.kubeconfig)
     watch = _Watch(cluster, ns, management.Management(endpoint))
     began = time.monotonic()
     submit = sparkpods.start_submit(first, env, work / "spark-submit-1.log")
     try:
-        killed = _disrupt(watch, first, submit, checkpoint)
+        killed = _disrupt(watch, first, submit, checkpoint, feed)
         submit.wait(timeout=120)  # it follows the driver Pod, which is gone
     finally:
         _stop(submit)
@@ -165,8 +173,10 @@ def _run(
          "log would count those twice")  # fmt: skip
     twice = [key for key, n in Counter((s, o) for s, o, _ in rows).items() if n > 1]
     assert not twice, f"{len(twice)} offsets twice in the output, e.g. {twice[:5]}"
+    _say(f"{feed.per_stream} messages published to each stream in all "
+         f"({feed.per_stream - PER_STREAM} while the first run ran)")  # fmt: skip
     assert sorted(rows) == [
-        (stream, n, f"{stream}-{n}") for stream in STREAMS for n in range(PER_STREAM)
+        (stream, n, f"{stream}-{n}") for stream in STREAMS for n in range(feed.per_stream)
     ]
 
     # Only executors consumed: every job connection the broker listed came from an executor
@@ -191,6 +201,25 @@ class _Killed:
     batch: int
     start: dict[str, int]
     end: dict[str, int]
+
+
+@dataclass
+class _Feed:
+    """More messages for the running job when it nears the end of what is there: the first
+    run must still have batches to read when each kill comes, however fast it reads."""
+
+    endpoint: launchers.Endpoint
+    per_stream: int  # messages in each stream, offsets 0 .. per_stream - 1
+
+    def keep_ahead(self, checkpoint: Path) -> None:
+        """Publishes ``MORE`` to each stream once the newest batch in the offsets log ends
+        within two batches of the streams' ends."""
+        planned = _planned(checkpoint)
+        if planned < len(STREAMS) * self.per_stream - 2 * MAX_OFFSETS:
+            return
+        confirmed = streamjob.publish(self.endpoint, MORE, start=self.per_stream)
+        assert confirmed == len(STREAMS) * MORE, confirmed
+        self.per_stream += MORE
 
 
 @dataclass
@@ -232,9 +261,15 @@ class _Watch:
         return phase in ("Succeeded", "Failed")
 
     def reading_executor(self) -> str | None:
-        """An executor Pod that has a reading connection open right now."""
-        for peer in self.job_connections().values():
-            if peer in self.executor_ips:
+        """An executor Pod with a consumer on one of the streams right now: a task reading a
+        slice. An open connection is not enough, since an executor keeps its connection for its
+        next slice and closes only the channel (``streamwire.release``); two of three Pods
+        removed while they only held a connection cost Spark no task."""
+        listed = self.mgmt.get("/consumers")
+        assert listed.ok, listed
+        for item in listed.body:
+            peer = item.get("channel_details", {}).get("peer_host")
+            if item["queue"]["name"] in STREAMS and peer in self.executor_ips:
                 return self.executor_ips[peer]
         return None
 
@@ -244,17 +279,19 @@ def _disrupt(
     sub: sparksubmit.Submission,
     submit: subprocess.Popen[bytes],
     checkpoint: Path,
+    feed: _Feed,
 ) -> _Killed:
     """Kills an executor Pod while it reads, then the driver inside a batch; see the module
     doc. An executor Pod removed between two of its tasks costs Spark no task, so up to three
-    are removed, each while it reads, until the driver's log shows a lost task."""
+    are removed, each while it reads, until the driver's log shows a lost task. The job never
+    runs out of work meanwhile: every probe lets ``feed`` publish more when it nears the end."""
     cluster, ns = watch.cluster, watch.ns
-    total_batches = -(-2 * PER_STREAM // MAX_OFFSETS)
     t0 = time.monotonic()
 
     def running() -> None:
         assert submit.poll() is None, "spark-submit ended before the kills were done"
         assert not watch.poll(sub.driver_pod), "the driver Pod ended before the kills"
+        feed.keep_ahead(checkpoint)
 
     def committed() -> int:
         return len(list((checkpoint / "commits").glob("[0-9]*"))) if checkpoint.is_dir() else 0
@@ -274,10 +311,10 @@ def _disrupt(
         before = committed()
         _force_delete(cluster, ns, executor)
         _say(f"+{time.monotonic() - t0:.1f}s force-deleted executor Pod {executor} while it "
-             f"read, {before} of {total_batches} batches committed")  # fmt: skip
-        assert before <= total_batches - 4, before  # batches still to come
+             f"read, {before} batches committed")  # fmt: skip
         deadline = time.monotonic() + LOSS_NOTICED_S
         while not lost and time.monotonic() < deadline:
+            running()
             lost = lost_tasks()
             time.sleep(0.5)
         if lost:
@@ -311,9 +348,10 @@ def _disrupt(
     killed = _Killed(
         logged, _batch_offsets(checkpoint, logged - 1), _batch_offsets(checkpoint, logged)
     )
-    _say(f"+{time.monotonic() - t0:.1f}s killed the driver (kill -9) inside batch {logged} of "
-         f"{total_batches} (seen in flight: {batch}; {killed.start} -> {killed.end})")  # fmt: skip
-    assert sum(killed.end.values()) < 2 * PER_STREAM  # batches still to come
+    _say(f"+{time.monotonic() - t0:.1f}s killed the driver (kill -9) inside batch {logged} "
+         f"(seen in flight: {batch}; {killed.start} -> {killed.end}; "
+         f"{feed.per_stream} published to each stream)")  # fmt: skip
+    assert sum(killed.end.values()) < len(STREAMS) * feed.per_stream  # batches still to come
     return killed
 
 
@@ -327,12 +365,15 @@ def _force_delete(cluster: clusters.Cluster, ns: str, pod: str) -> None:
 
 
 def _submission(
-    api_server: str, ns: str, template: Path, image: str, secret: str, app: str
-) -> sparksubmit.Submission:
+    api_server: str, ns: str, template: Path, image: str, secret: str, app: str,
+    processing_time: str | None = None,
+) -> sparksubmit.Submission:  # fmt: skip
     """The job from the ConfigMap, two executors, the User's credentials on every Pod
-    (``streamjob.submission``, as make run submits it), ``MAX_OFFSETS`` a batch."""
+    (``streamjob.submission``, as make run submits it), ``MAX_OFFSETS`` a batch; with
+    ``processing_time`` it runs until stopped."""
     return streamjob.submission(api_server, ns, template, image, secret, app,
-                                max_offsets=MAX_OFFSETS)  # fmt: skip
+                                max_offsets=MAX_OFFSETS,
+                                processing_time=processing_time)  # fmt: skip
 
 
 def _publish(endpoint: launchers.Endpoint) -> None:
@@ -345,6 +386,13 @@ def _publish(endpoint: launchers.Endpoint) -> None:
         assert (item["type"], item["first_offset"], item["next_offset"]) == (
             "stream", 0, PER_STREAM,
         ), item  # fmt: skip
+
+
+def _planned(checkpoint: Path) -> int:
+    """Offsets over both streams up to the end of the newest batch in the offsets log (0 before
+    the first); Spark writes each log file whole (a rename), so a file seen is complete."""
+    logged = [int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")]
+    return sum(_batch_offsets(checkpoint, max(logged)).values()) if logged else 0
 
 
 def _batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
@@ -379,3 +427,9 @@ def test_the_submission_gives_the_executors_the_users_credentials_and_the_job_it
     args = job.parse_args(words[words.index(sub.job_file) + 1 :])
     assert (args.streams, args.checkpoint, args.output) == (",".join(STREAMS), CHECKPOINT, OUTPUT)
     assert (args.max_offsets_per_trigger, args.num_partitions) == (MAX_OFFSETS, 2)
+    assert args.processing_time is None  # the resumed run stops by itself (availableNow)
+    running = _submission("https://127.0.0.1:1", "t", Path("t.json"), "img", "u-creds", "app",
+                          processing_time=PROCESSING_TIME)  # fmt: skip
+    words = sparksubmit.command(running)
+    args = job.parse_args(words[words.index(running.job_file) + 1 :])
+    assert args.processing_time == PROCESSING_TIME  # the first run runs until it is killed
