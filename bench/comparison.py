@@ -8,7 +8,7 @@ so the README can link it and quote its headline ratios. A missing or failed ben
 its section saying so; it never stops the report.
 
     python bench/comparison.py [--broker F.json] [--spark F.json] [--operator F.json]
-                               [--out docs/bench]
+                               [--stream-pods F.json ...] [--out docs/bench]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import matplotlib as mpl
 import matplotlib.ticker
 import report
 import rounds
+import stream_pods_report
 import stream_summary
 
 mpl.use("Agg")
@@ -76,8 +77,19 @@ def pick_inputs(args: argparse.Namespace) -> dict[str, Path | None]:
         "spark": args.spark or newest("spark-*.json", lambda d: "hutch" in d),
         "spark_node": args.spark_node or newest("spark-node-*.json", lambda d: "summary" in d),
         "operator": args.operator or newest("operator-*.json", lambda d: "queues" in d),
-        "stream": args.stream or newest("stream-*.json", lambda d: "summary" in d),
+        # stream-pods-*.json match the pattern too: only stream_bench.py's files compare with Kafka
+        "stream": args.stream
+        or newest("stream-*.json", lambda d: "hutch_over_kafka" in d.get("summary", {})),
     }
+
+
+def pick_stream_pods(given: list[Path] | None) -> list[Path]:
+    """The files given (the first one's executor CPU is the table's reference), else the newest
+    stream_pods_bench.py file."""
+    if given:
+        return given
+    found = newest("stream-pods-*.json", lambda d: "ratio_2_over_1" in d.get("summary", {}))
+    return [] if found is None else [found]
 
 
 def machine() -> dict[str, str]:
@@ -497,6 +509,27 @@ def stream_section(doc: dict[str, Any] | None, headline: list[str]) -> list[str]
     return lines
 
 
+def stream_pods_section(docs: list[dict[str, Any]]) -> list[str]:
+    """Issue 28's scaling figure, 1 against 2 executor Pods (bench/stream_pods_bench.py)."""
+    title = (
+        "## Stream source with executor Pods on the real node: 1 against 2 executors "
+        "(bench/stream_pods_bench.py)"
+    )
+    if not docs:
+        return [title, "", "No bench/stream_pods_bench.py results found.", ""]
+    machines = "; ".join(doc.get("machine_load", "load not recorded") for doc in docs)
+    return [
+        title,
+        "",
+        *stream_pods_report.markdown(docs),
+        "",
+        "Rates are the messages over the query's own time (first batch's start to last batch's "
+        "end); CPU is each Pod's cgroup `cpuacct.usage` over that window, medians of the rounds, "
+        f"in seconds per million messages. Machine: {machines}.",
+        "",
+    ]
+
+
 OPERATOR_FIGURES = {
     "queues": "Queue CRs created at once",
     "create_seconds": "seconds to create them (16 POSTs in flight)",
@@ -545,13 +578,16 @@ def operator_section(doc: dict[str, Any] | None, out: Path, headline: list[str])
     return lines
 
 
-def render(inputs: dict[str, Path | None], out: Path) -> tuple[str, list[str]]:
+def render(
+    inputs: dict[str, Path | None], out: Path, pods: Sequence[Path] = ()
+) -> tuple[str, list[str]]:
     docs = {k: json.loads(p.read_text()) if p else None for k, p in inputs.items()}
     headline: list[str] = []
     body = broker_section(docs["broker"], out, headline)
     body += spark_section(docs["spark"], out, headline)
     body += spark_node_section(docs["spark_node"])
     body += stream_section(docs["stream"], headline)
+    body += stream_pods_section([json.loads(path.read_text()) for path in pods])
     body += operator_section(docs["operator"], out, headline)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = [
@@ -570,7 +606,11 @@ def render(inputs: dict[str, Path | None], out: Path) -> tuple[str, list[str]]:
         "",
         *table(["", ""], [[k, v] for k, v in machine().items()]),
         "",
-        "Inputs: " + ", ".join(f"`{_shown(p)}` ({k})" for k, p in inputs.items()),
+        "Inputs: "
+        + ", ".join(
+            [f"`{_shown(p)}` ({k})" for k, p in inputs.items()]
+            + [f"`{_shown(p)}` (stream_pods)" for p in pods]
+        ),
         "",
     ]
     return "\n".join(head + body), headline
@@ -591,10 +631,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--operator", type=Path, help="operator_bench.py JSON (default: newest)")
     parser.add_argument("--stream", type=Path, help="stream_bench.py JSON (default: newest)")
+    parser.add_argument(
+        "--stream-pods", type=Path, nargs="+",
+        help="stream_pods_bench.py JSON files, one table (default: the newest)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT, help="output directory (docs/bench)")
     args = parser.parse_args(argv)
     inputs = {k: (p.resolve() if p else None) for k, p in pick_inputs(args).items()}
-    text, headline = render(inputs, args.out)
+    pods = [p.resolve() for p in pick_stream_pods(args.stream_pods)]
+    text, headline = render(inputs, args.out, pods)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.md").write_text(text)
     print(f"wrote {args.out / 'report.md'}")
