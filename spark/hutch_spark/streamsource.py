@@ -11,6 +11,12 @@ and `commit()` has nothing to do. A batch replayed after a failure reads the sam
 the same messages: with an exactly-once sink (the file sink, an idempotent `foreachBatch`) the
 output holds each message once, with no dedupe (docs/spark.md, "Reading stream queues").
 
+The driver's share per micro-batch is one management request (`latestOffset`); the calls Spark
+makes around a query's start (`prepareForTriggerAvailableNow`, `initialOffset` twice, the first
+`latestOffset`) share one, and availableNow's last call, at the ends it snapshotted, needs none.
+A new query's starting offsets are resolved once: Spark asks for them again to plan the first
+batch's start, and `latest` resolved twice on a growing stream moved that start past the end.
+
 Both readers pickle to executors with their settings only.
 """
 
@@ -58,11 +64,17 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, settings: StreamOptions) -> None:
         self._settings = settings
         self._available_now: dict[str, int] | None = None  # the streams' ends to stop at
+        self._initial: dict[str, int] | None = None  # a new query's start, resolved once
+        self._unused: dict[str, Bounds] | None = None  # read at the start, not yet planned with
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        starts = starting_offsets(self._settings, self._bounds(), default="latest")
-        log.info("hutch: a new query starts reading streams at %s", starts)
-        return dict(starts)
+        # Spark asks twice for a new query: to plan the first batch's end (latestOffset's start)
+        # and again to plan its start. Resolved again, `latest` (or a timestamp's offset) would
+        # have moved with the stream, and the first batch would start past its end or skip.
+        if self._initial is None:
+            self._initial = starting_offsets(self._settings, self._start_bounds(), default="latest")
+            log.info("hutch: a new query starts reading streams at %s", self._initial)
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
         limit = self._settings.max_offsets_per_trigger
@@ -70,13 +82,16 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
         # Read what the streams hold now, nothing published later.
-        self._available_now = {stream: held.next for stream, held in self._bounds().items()}
+        self._available_now = {stream: held.next for stream, held in self._start_bounds().items()}
         log.info("hutch: availableNow reads the streams up to %s", self._available_now)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         settings = self._settings
         starts = streamplan.parse_offset(start, settings.streams)
-        bounds = self._bounds()
+        if starts == self._available_now:
+            return dict(starts)  # availableNow has read all it is to read: nothing to ask
+        bounds = self._unused if self._unused is not None else self._bounds()
+        self._unused = None  # each later trigger asks the broker: the streams move
         readable = {
             stream: self._readable(stream, starts[stream], bounds[stream]) for stream in starts
         }
@@ -105,6 +120,14 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _bounds(self) -> dict[str, Bounds]:
         return streambounds.fetch(self._settings)
+
+    def _start_bounds(self) -> dict[str, Bounds]:
+        """The bounds read once when the query starts, for `prepareForTriggerAvailableNow`,
+        `initialOffset` and the first `latestOffset` (Spark calls them one after the other):
+        one management request, not three."""
+        if self._unused is None:
+            self._unused = self._bounds()
+        return self._unused
 
     def _readable(self, stream: str, start: int, held: Bounds) -> int:
         readable = streamplan.readable_start(

@@ -1,0 +1,159 @@
+"""The stream source's driver side against a real hutch-broker, Spark in local mode: what the
+driver asks the management API per micro-batch, and where a new query starts.
+
+What is at stake (docs/spark.md, "Read stream queues"): the driver's work per micro-batch is
+Spark's own machinery plus one management request of ours, so a query of N micro-batches asks
+the broker N times, not once per call Spark makes (`prepareForTriggerAvailableNow`,
+`initialOffset` twice, the final `latestOffset` that finds nothing); and a new query's starting
+offsets are resolved once, though Spark asks for them twice (once to plan the first batch's end,
+again to plan its start), so a stream that grows in between does not move the first batch's
+start. Requests are counted on the wire: the source's `managementUri` points at a relay that
+counts connections, and the management client opens one per request.
+"""
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pika
+import pytest
+from hutch_demo.management import quote
+from hutch_testing.relay import CountingRelay
+
+pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
+
+
+class Stream:
+    """One stream queue in the test's vhost; message n is at offset n."""
+
+    def __init__(self, broker: Any, name: str) -> None:
+        self.url = broker.amqp_url
+        self.vhost = quote(getattr(broker, "vhost", "/"))
+        self.name = name
+        self.count = 0
+        self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        self.channel = self.connection.channel()
+        self.channel.confirm_delivery()
+        self.channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+
+    def publish(self, count: int) -> None:
+        for _ in range(count):
+            self.channel.basic_publish("", self.name, f"m{self.count}".encode())
+            self.count += 1
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+@pytest.fixture
+def stream(hutch_broker: Any, request: pytest.FixtureRequest) -> Iterator[Stream]:
+    made = Stream(hutch_broker, request.node.name[:60])
+    yield made
+    made.close()
+
+
+def query(spark: Any, stream: Stream, management: str, **options: str) -> Any:
+    frame = (
+        spark.readStream.format("hutch")
+        .option("uri", stream.url)
+        .option("managementUri", management)
+        .option("streams", stream.name)
+    )
+    for key, value in options.items():
+        frame = frame.option(key, value)
+    return frame.load()
+
+
+def test_a_new_query_from_latest_starts_where_it_first_resolved_latest(
+    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path, waiter: Any
+) -> None:
+    # A publisher in another connection keeps the stream growing while the query starts: Spark
+    # asks the source for its initial offset to plan the first batch's end, and again to plan
+    # its start. Resolved twice, "latest" moved in between, and the first batch started past
+    # its end (read from offset 0) or skipped what came between.
+    stream.publish(100)
+    batches: list[list[int]] = []
+    stop = threading.Event()
+
+    def publish_until_stopped() -> None:
+        publisher = Stream(hutch_broker, stream.name)
+        try:
+            while not stop.is_set():
+                publisher.publish(5)
+        finally:
+            publisher.close()
+
+    def collect(frame: Any, _batch: int) -> None:
+        batches.append(sorted(row.offset for row in frame.select("offset").collect()))
+
+    publisher = threading.Thread(target=publish_until_stopped, daemon=True)
+    publisher.start()
+    running = (
+        query(spark, stream, hutch_broker.http_url)  # startingOffsets: latest, the default
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        waiter("three batches", lambda: len(batches) >= 3, 120, running)
+    finally:
+        running.stop()
+        stop.set()
+        publisher.join(30)
+    read = [offset for batch in batches for offset in batch]
+    assert read, "no rows read"
+    first = read[0]
+    assert first >= 100, f"the first batch read offset {first}, published before the query"
+    assert read == list(range(first, first + len(read))), "a gap or a repeat in the offsets read"
+    offsets = json.loads((tmp_path / "checkpoint" / "offsets" / "0").read_text().splitlines()[-1])
+    assert offsets[stream.name] == len(batches[0]) + first
+
+
+def run_available_now(spark: Any, stream: Stream, management: str, checkpoint: Path) -> Any:
+    """An availableNow query of 20 offsets a batch into `foreachBatch`: the offsets it read and
+    how many batches read rows."""
+    read: list[int] = []
+
+    def collect(frame: Any, _batch: int) -> None:
+        read.extend(row.offset for row in frame.select("offset").collect())
+
+    done = (
+        query(spark, stream, management, startingOffsets="earliest", maxOffsetsPerTrigger="20")
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert done.awaitTermination(120)
+    assert done.exception() is None
+    batches = sum(1 for progress in done.recentProgress if progress["numInputRows"])
+    return sorted(read), batches
+
+
+def test_one_management_request_per_micro_batch_and_a_restart_reads_on(
+    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path
+) -> None:
+    # availableNow makes Spark call prepareForTriggerAvailableNow, initialOffset (twice),
+    # latestOffset per batch and once more to find nothing left: one request each was 14 for
+    # 10 batches. The query's start reads the bounds once, and the last call knows from the
+    # availableNow end that nothing is left.
+    stream.publish(200)
+    checkpoint = tmp_path / "checkpoint"
+    with CountingRelay("127.0.0.1", urlsplit(hutch_broker.http_url).port) as relay:
+        management = f"http://127.0.0.1:{relay.port}"
+        read, batches = run_available_now(spark, stream, management, checkpoint)
+        assert read == list(range(200))
+        assert batches == 10
+        assert relay.accepted == batches, f"{relay.accepted} requests for {batches} batches"
+
+        # Restarted on its checkpoint (no initialOffset then): it reads on from offset 200.
+        stream.publish(60)
+        before = relay.accepted
+        read, batches = run_available_now(spark, stream, management, checkpoint)
+        assert read == list(range(200, 260))
+        assert batches == 3
+        assert relay.accepted - before == batches
