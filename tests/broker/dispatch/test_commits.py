@@ -83,6 +83,29 @@ def test_waiters_hear_the_durable_generation_until_done():
     assert waiter.told == [0, 1]
 
 
+def test_a_tick_without_news_tells_no_waiter():
+    """Waiters are told only when the durable generation moved or one registered: what a
+    waiter holds then waits for a later sync, so telling it again releases nothing."""
+    commits = GroupCommit()
+    waiter = Waiter()
+    commits.wait(waiter)
+    commits.release()  # registered: told what is durable now (replies may wait for nothing)
+    written = commits.wrote()
+    running = commits.start()
+    commits.release()
+    commits.release()
+    assert waiter.told == [0]
+    commits.finished(running)
+    commits.release()
+    commits.release()
+    assert waiter.told == [0, written]
+    other = Waiter()
+    commits.wait(other)
+    commits.release()
+    assert other.told == [written]
+    assert waiter.told == [0, written, written]
+
+
 # -- the rule on the publish path, over an in-memory connection --------------------------------
 
 

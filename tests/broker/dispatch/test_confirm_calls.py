@@ -121,3 +121,25 @@ def test_a_confirmed_persistent_publish_makes_no_more_calls_than_pinned(
     deliveries = [r for r in replies if isinstance(r, commands.Basic.Deliver)]
     assert len(deliveries) == (MESSAGES if consumer else 0)
     assert counted.calls / MESSAGES <= bar + 0.1
+
+
+def test_a_tick_while_confirms_wait_for_the_sync_makes_one_call(tmp_path: Path) -> None:
+    """A tick (the server's end of turn) comes after every read, often one message's; while a
+    publisher's confirms wait for the running sync it has nothing to release, and telling the
+    channel so at every tick was four calls and its session's flush."""
+    client = Client(tmp_path / "data")
+    client.turn(client.one)
+    client.replies()
+    client.session.handle_data(client.one * 3)
+    generation = client.end_of_turn()  # the sync runs: nothing is durable until it ends
+    client.context.commits.release()  # that tick's release (the channel registered anew)
+    client.context.take_dirty()  # that tick's flush
+
+    with Counted() as counted:
+        client.context.commits.release()  # a later tick, the sync still running
+
+    assert counted.calls == 2  # GroupCommit.release, and the count's own __exit__
+    assert client.context.dirty_sessions == [], "no flush of the publisher's connection"
+    client.store.sync()
+    client.synced(generation)
+    assert confirmed_tags(client.replies(), after=1) == [2, 3, 4]
