@@ -360,6 +360,34 @@ def log_tail(work: Path, run: int) -> str:
     return (work / f"run{run}.log").read_text(errors="replace")[-3000:]
 
 
+# No sign of progress for this long: the run is stuck before its hang. Its signs, in order: the
+# log while the JVM starts, the checkpoint's metadata, each batch's offsets and commit, the
+# output's files. A total bound (180 s) failed a healthy run at load 20.
+STALL_S = 120
+
+
+def progress(work: Path, run: int) -> tuple[int, ...]:
+    """What grows while a run gets on: its log's size and its checkpoint's and output's files."""
+    files = [sum(1 for _ in (work / name).rglob("*")) for name in ("checkpoint", "output")]
+    return ((work / f"run{run}.log").stat().st_size, *files)
+
+
+def wait_for_hang(child: subprocess.Popen[bytes], work: Path) -> None:
+    """Waits until run 1's task hangs (it writes `hang`), failing when the run exits first or
+    shows no progress for STALL_S."""
+    seen, since = progress(work, 1), time.monotonic()
+    while not (work / "hang").exists():
+        assert child.poll() is None, f"run 1 exited early:\n{log_tail(work, 1)}"
+        now = progress(work, 1)
+        if now != seen:
+            seen, since = now, time.monotonic()
+        assert time.monotonic() - since < STALL_S, (
+            f"run 1 never hung: no progress for {STALL_S} s (log size, checkpoint and output "
+            f"files {now}):\n{log_tail(work, 1)}"
+        )
+        time.sleep(0.2)
+
+
 def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
     return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
 
@@ -387,11 +415,7 @@ def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
     hang = ["--hang-stream", "kill-1", "--hang-offset", "230"]
     first = run_child(streams, tmp_path, 1, hang)
     try:
-        deadline = time.monotonic() + 180
-        while not (tmp_path / "hang").exists():
-            assert first.poll() is None, f"run 1 exited early:\n{log_tail(tmp_path, 1)}"
-            assert time.monotonic() < deadline, f"run 1 never hung:\n{log_tail(tmp_path, 1)}"
-            time.sleep(0.2)
+        wait_for_hang(first, tmp_path)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
