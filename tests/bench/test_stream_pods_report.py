@@ -9,6 +9,7 @@ CPU rows, or the report would quote figures no run measured.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,20 @@ def test_unreadable_results_are_a_clear_error(
     assert "cannot read the results" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"no bench/stream_pods_bench\.py results"):
         stream_pods_report.table_rows([])
+
+
+def test_the_stream_section_never_takes_a_stream_pods_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both benches' files match stream-*.json; the newest, a stream-pods one, was taken for
+    stream_bench.py's section, which then failed on its summary."""
+    monkeypatch.setattr(comparison, "RESULTS", tmp_path)
+    kafka = written(tmp_path, "stream-run1.json", {"summary": {"hutch_over_kafka": {}}})
+    pods = written(tmp_path, "stream-pods-run1.json", results(1_000_000, 250_000, "0.4", 1.0))
+    args = comparison.argparse.Namespace(
+        broker=None, spark=None, spark_node=None, operator=None, stream=None
+    )
+    os.utime(kafka, (1_000, 1_000))
+    os.utime(pods, (2_000, 2_000))  # the newest
+    assert comparison.pick_inputs(args)["stream"] == kafka
+    assert comparison.pick_stream_pods(None) == [pods]
