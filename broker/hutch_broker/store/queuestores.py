@@ -178,7 +178,8 @@ class QueueStore:
     def ack(self, msg_id: int) -> None:
         """The message is gone for good; unknown or already acked ids are ignored."""
         with self._lock:
-            self._check_usable()
+            if self._closed or self._failure is not None:  # per acked message: inline
+                self._check_usable()
             self._ack(msg_id)
 
     def ack_many(self, msg_ids: Iterable[int]) -> None:
@@ -475,7 +476,7 @@ class QueueStore:
         position = self._moved.pop(msg_id, msg_id)
         number, offset = records.split_msg_id(position)
         segment = self._segments.get(number)
-        if segment is None or segment.retiring:
+        if segment is None or segment.retire_gen > 0:  # ``retiring``, read inline
             return
         length = segment.ack(offset)
         if length is None:

@@ -143,3 +143,33 @@ def test_a_tick_while_confirms_wait_for_the_sync_makes_one_call(tmp_path: Path) 
     client.store.sync()
     client.synced(generation)
     assert confirmed_tags(client.replies(), after=1) == [2, 3, 4]
+
+
+def test_an_acked_persistent_delivery_makes_no_more_calls_than_pinned(tmp_path: Path) -> None:
+    """The consumer's side of scenario 2: multiple acks every 100 deliveries of persistent
+    messages. Per acked message, the model's ``Queue.settle`` and ``_forget`` and the store's
+    ``QueueStore.ack``, ``_ack``, ``split_msg_id``, ``Segment.ack`` and ``encode_ack``, and the
+    two acks' reading: 7.23 calls, 10.23 before the usability check, ``retiring`` and the
+    ack's check were read inline (each ran once per acked message)."""
+    client = Client(tmp_path / "data")
+    client.consume()
+    client.turn(client.one)
+    client.send(commands.Basic.Ack(delivery_tag=1), 2)
+    client.turn(client.one * MESSAGES)
+    client.replies()
+    log = client.context.broker.vhosts["/"].queues["d"].store
+    assert log is not None
+
+    acks = [
+        frame.marshal(commands.Basic.Ack(delivery_tag=tag, multiple=True), 2)
+        for tag in range(101, MESSAGES + 2, 100)
+    ]
+
+    with Counted() as counted:
+        for ack in acks:
+            client.session.handle_data(ack)
+
+    queue = client.context.broker.vhosts["/"].queues["d"]
+    assert queue.unacked_count == queue.ready_count == 0
+    log.sync()  # the acks reach the ack file
+    assert counted.calls / MESSAGES <= 7.23 + 0.1
