@@ -106,11 +106,14 @@ def _scenario(side: Target, admin: rabbitmqadmin.Admin) -> dict:
     out["queues"] = wait_for(  # RabbitMQ's stats arrive about 5 s after the publishes
         lambda: sorted(_mine(admin.json("list", "queues"), side), key=lambda item: item["name"]),
         # idle_since too: 3.10.8 adds it once each queue process has gone idle, a beat later;
-        # and the consumer: "idle" may have gone idle (and emitted) before it was consumed from
+        # and the consumer: "idle" may have gone idle (and emitted) before it was consumed from;
+        # and q's publish count, which 3.10.8 takes from the publishing channel's own stats,
+        # emitted apart from the queue's (under load, a round after its message counts)
         lambda queues: (
             [queue.get("messages") for queue in queues] == [0, 3]  # idle, q
             and [queue.get("consumers") for queue in queues] == [1, 0]
             and all("idle_since" in queue for queue in queues)
+            and "publish" in queues[1].get("message_stats", {})
         ),
         timeout=20,
         what="queue stats through rabbitmqadmin",
