@@ -4,6 +4,11 @@ Why: driver_child.py and stream_child.py each start a local-mode session the sam
 their query until a condition holds or it fails; two copies drift (one printed the query's
 failure for the parent, the other did not). Run as scripts, the children import this module
 from their own directory.
+
+A child has no deadline of its own: on a loaded machine a healthy run takes longer than any
+fixed bound, and the parent tells slow from stuck by the run's progress. What ends a child
+whose parent test is gone (failed, timed out, killed) is that: the parent it was started by is
+no longer its parent.
 """
 
 import os
@@ -12,7 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-DEADLINE_S = 240  # a child that never reaches its condition ends; the parent's test fails
+PARENT = os.getppid()  # read at import, first thing in a child: the test that started it
+
+
+def parent_gone() -> bool:
+    """Whether the process that started this one has ended (this one was re-parented)."""
+    return os.getppid() != PARENT
 
 
 def local_session() -> Any:
@@ -37,9 +47,15 @@ def local_session() -> Any:
 def run_until(spark: Any, query: Any, done: Callable[[], bool], settle_s: float = 0.0) -> None:
     """Polls ``done`` every 0.2 s while the query runs, waits ``settle_s`` more once it holds,
     then stops the query and the session and exits: 1 (with the failure on stderr for the
-    parent) if the query failed, else 0."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline and query.exception() is None:
+    parent) if the query failed, else 0.
+
+    If the parent is gone first, exits 2 at once without stopping anything: a stop can wait on
+    a task the test made block, and the session's JVM ends when this process does (it reads
+    its stdin until it closes), its Python workers with it."""
+    while query.exception() is None:
+        if parent_gone():
+            print("the parent is gone: ending", file=sys.stderr, flush=True)  # noqa: T201
+            os._exit(2)
         if done():
             time.sleep(settle_s)
             break

@@ -4,16 +4,15 @@ It reads stream queues with the `hutch` source (option `streams`) and writes the
 file sink (Parquet) and a checkpoint, `maxOffsetsPerTrigger` rows a batch. With
 `--hang-stream S --hang-offset N` an executor task that meets offset N of stream S writes
 `<out>/hang` and blocks: that batch is in Spark's offsets log but not committed when the parent
-kills the whole process group; until then it runs as long as its parent does (no deadline of
-its own: on a loaded machine reaching the hang takes longer, and the parent tells slow from
-stuck by the run's progress). Without it, the run stops once the query has committed a batch
-ending at every stream's `--expect` offset (availableNow would also do; a processing-time
-trigger is what a long-running job uses, so this is what is killed and resumed).
+kills the whole process group; until then it runs as long as its parent does (no run has a
+deadline of its own, see childsession). Without it, the run stops once the query has committed
+a batch ending at every stream's `--expect` offset (availableNow would also do; a
+processing-time trigger is what a long-running job uses, so this is what is killed and
+resumed).
 """
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -82,12 +81,9 @@ def main() -> None:
         end = committed_end(args.checkpoint) if args.expect else None
         return end is not None and all(end.get(stream) == args.expect for stream in streams)
 
-    if args.hang_stream:
-        parent = os.getppid()
-        while os.getppid() == parent and query.exception() is None:
-            time.sleep(0.5)
-        childsession.run_until(spark, query, lambda: True)  # parent gone or query failed: end
-    childsession.run_until(spark, query, done)
+    # A hanging run never is done: it ends when killed, when its query fails or when its
+    # parent is gone (childsession.run_until).
+    childsession.run_until(spark, query, (lambda: False) if args.hang_stream else done)
 
 
 if __name__ == "__main__":
