@@ -5,7 +5,8 @@ It consumes a queue with the `hutch` source and writes each micro-batch's rows t
 run processed. With `--hang-at N` it writes `hang-<N>` after recording batch N and then blocks
 inside foreachBatch: batch N is in Spark's offsets log but never in its commit log when the
 parent kills the whole process group. Without it, the run stops once every id in `--expect`
-has been recorded by some run.
+has been recorded by some run. Neither has a deadline of its own: each ends when its parent is
+gone (see childsession).
 """
 
 import argparse
