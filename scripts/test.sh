@@ -27,14 +27,20 @@ level() {
   shift
   echo "==> level $name: pytest $*"
   "$PY" -m pytest "$@" || status=$?
-  TIMES+=("$(printf '%-7s %5d s  (exit %d)' "$name" $((SECONDS - started)) "$status")")
+  TIMES+=("$(printf '%-13s %5d s  (exit %d)' "$name" $((SECONDS - started)) "$status")")
   if [[ $status -ne 0 && $status -ne 5 ]]; then
     exit "$status"
   fi
 }
 
 level fast tests -m fast -q --durations=5 "$@"
-level broker tests -m broker --durations=30 "$@"
+# The broker level in two passes (docs/testing.md#how-the-broker-level-runs): most of it on two
+# pytest-xdist workers, a module per worker at a time (--dist loadfile: a module's shared brokers
+# stay its own), since most of its time is waiting on sockets and processes; then, alone, the
+# timing-sensitive modules hutch_testing.serial lists (marker serial), which would measure the
+# other worker as well. Together the two passes select exactly what -m broker selects.
+level broker tests -m "broker and not serial" -n 2 --dist loadfile --durations=30 "$@"
+level broker/serial tests -m "broker and serial" --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
   level node+e2e tests e2e -m "node or e2e" --durations=40 "$@"
 else
