@@ -49,7 +49,7 @@ class Recorder:
 
 
 @pytest.fixture
-def node(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     fake = Recorder()
     monkeypatch.setenv("HUTCH_NODE_LOCK_WAIT", "")  # recorded, so undone after the test
     monkeypatch.delenv("HUTCH_NODE_LOCK_WAIT")
@@ -81,19 +81,19 @@ SET_UP = [
 
 
 def test_the_node_is_set_up_in_order_and_torn_down_in_reverse(
-    node: Recorder, tmp_path: Path
+    recorder: Recorder, tmp_path: Path
 ) -> None:
     with nodesetup.node("bench-ns", tmp_path) as found:
-        assert (found.plane, found.cluster, found.image) == (node, node, "spark:local")
-        node.calls.append("run")
-    assert node.calls == [*SET_UP, "run", "uninstall", "release node"]
+        assert (found.plane, found.cluster, found.image) == (recorder, recorder, "spark:local")
+        recorder.calls.append("run")
+    assert recorder.calls == [*SET_UP, "run", "uninstall", "release node"]
     assert nodesetup.os.environ["HUTCH_NODE_LOCK_WAIT"] == nodesetup.LOCK_WAIT_S
 
 
 @pytest.mark.parametrize("error", [RuntimeError("job failed"), KeyboardInterrupt()])
 def test_a_failed_or_interrupted_run_keeps_the_pod_logs_and_still_frees_the_node(
-    node: Recorder, tmp_path: Path, error: BaseException
+    recorder: Recorder, tmp_path: Path, error: BaseException
 ) -> None:
     with pytest.raises(type(error)), nodesetup.node("bench-ns", tmp_path):
         raise error
-    assert node.calls == [*SET_UP, "logs pod-logs", "uninstall", "release node"]
+    assert recorder.calls == [*SET_UP, "logs pod-logs", "uninstall", "release node"]
