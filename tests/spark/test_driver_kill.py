@@ -6,7 +6,7 @@ The driver runs in a child process group (driver_child.py). It blocks inside for
 batch 3 after recording it, so batch 3 is in Spark's offsets log but not in its commit log;
 the parent then kills the group. The broker re-queues everything that was unacked, and a second
 run with the same checkpoint finishes the queue. Neither run has a deadline: the test fails when
-one shows no progress for STALL_S, and a run whose test is gone ends (childsession).
+one shows no progress for `childruns.STALL_S`, and a run whose test is gone ends (childsession).
 
 - Default mode: batch 3 replays empty and its messages come back later: nothing is missing and
   at most one batch is duplicated.
@@ -14,18 +14,15 @@ one shows no progress for STALL_S, and a run whose test is gone ends (childsessi
   overwrites per batch id (batch-idempotent) ends with exactly the 1000 messages.
 """
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.spark import childruns
 
 pytestmark = pytest.mark.spark
 
@@ -33,6 +30,8 @@ CHILD = Path(__file__).with_name("driver_child.py")
 TOTAL = 1000
 BATCH = 100
 HANG_AT = 3
+# What grows under the run's work directory while it gets on (childruns.progress).
+DIRS = ("checkpoint", "out")
 
 
 def run_child(
@@ -65,49 +64,6 @@ def batches(out: Path, run: int) -> dict[int, list[list[Any]]]:
     }
 
 
-def log_tail(work: Path, run: int) -> str:
-    return (work / f"run{run}.log").read_text(errors="replace")[-3000:]
-
-
-# No sign of progress for this long: the run is stuck, not slow. Its signs, in order: the log
-# while the JVM starts, the checkpoint's metadata, each batch's offsets, record and commit.
-# Total bounds (180 s to run 1's batch 3, 240 s for run 2) counted the JVM's start and every
-# batch, which a loaded machine stretches (the stream kill test's failed a healthy run at load
-# 20); the spark marker's pytest timeout stays the outer guard.
-STALL_S = 120
-
-
-def progress(work: Path, run: int) -> tuple[int, ...]:
-    """What grows while a run gets on: its log's size and its checkpoint's and records' files."""
-    files = [sum(1 for _ in (work / name).rglob("*")) for name in ("checkpoint", "out")]
-    return ((work / f"run{run}.log").stat().st_size, *files)
-
-
-def wait_progressing(
-    child: subprocess.Popen[bytes], work: Path, run: int, what: str, reached: Callable[[], bool]
-) -> None:
-    """Waits until `reached()` holds, failing when the run exits before or shows no progress
-    for STALL_S."""
-    seen, since = progress(work, run), time.monotonic()
-    while not reached():
-        assert child.poll() is None, f"run {run} exited before {what}:\n{log_tail(work, run)}"
-        now = progress(work, run)
-        if now != seen:
-            seen, since = now, time.monotonic()
-        assert time.monotonic() - since < STALL_S, (
-            f"run {run} never reached {what}: no progress for {STALL_S} s (log size, "
-            f"checkpoint and record files {now}):\n{log_tail(work, run)}"
-        )
-        time.sleep(0.2)
-
-
-def end_group(child: subprocess.Popen[bytes]) -> None:
-    """Kills what is left of a run's process group (its JVM and Python workers)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait(30)
-
-
 # Durable mode does not depend on the broker, so only hutch-broker runs it (each case ~45 s).
 @pytest.mark.parametrize(
     ("broker", "durable"),
@@ -127,9 +83,9 @@ def test_driver_sigkill_loses_nothing(
     )
     hang = tmp_path / "out" / f"hang-{HANG_AT}"
     try:
-        wait_progressing(first, tmp_path, 1, f"batch {HANG_AT}", hang.exists)
+        childruns.wait_progressing(first, tmp_path, 1, f"batch {HANG_AT}", hang.exists, DIRS)
     finally:
-        end_group(first)
+        childruns.end_group(first)
 
     run1 = batches(tmp_path / "out", 1)
     acked = sum(len(run1[b]) for b in range(HANG_AT + (1 if durable else 0)))
@@ -140,10 +96,12 @@ def test_driver_sigkill_loses_nothing(
         amqp, queue, tmp_path, run=2, durable=durable, extra=["--expect", str(TOTAL)]
     )
     try:  # run 2 ends by itself once every id is recorded
-        wait_progressing(second, tmp_path, 2, "its end", lambda: second.poll() is not None)
+        childruns.wait_progressing(
+            second, tmp_path, 2, "its end", lambda: second.poll() is not None, DIRS
+        )
     finally:
-        end_group(second)
-    assert second.returncode == 0, f"run 2 failed:\n{log_tail(tmp_path, 2)}"
+        childruns.end_group(second)
+    assert second.returncode == 0, f"run 2 failed:\n{childruns.log_tail(tmp_path, 2)}"
     run2 = batches(tmp_path / "out", 2)
 
     everything = [row[0] for run in (run1, run2) for rows in run.values() for row in rows]

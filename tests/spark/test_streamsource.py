@@ -21,13 +21,11 @@ tests/sidebyside/test_streams.py.
 import base64
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +35,15 @@ import pytest
 from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
 
+from tests.spark import childruns
+
 # One hutch-broker for the module, each test in a vhost of its own: the source's URI (amqp_url)
 # names it, and what the tests read from the management API is that vhost's.
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
 CHILD = Path(__file__).with_name("stream_child.py")
+# What grows under the kill test's work directory while a run gets on (childruns.progress).
+DIRS = ("checkpoint", "output")
 
 
 class Streams:
@@ -356,48 +358,6 @@ def run_child(streams: Streams, work: Path, run: int, extra: list[str]) -> subpr
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def log_tail(work: Path, run: int) -> str:
-    return (work / f"run{run}.log").read_text(errors="replace")[-3000:]
-
-
-# No sign of progress for this long: the run is stuck, not slow. Its signs, in order: the log
-# while the JVM starts, the checkpoint's metadata, each batch's offsets and commit, the output's
-# files. Total bounds (180 s to run 1's hang, 240 s for run 2) failed healthy runs at load 20;
-# the spark marker's pytest timeout stays the outer guard.
-STALL_S = 120
-
-
-def progress(work: Path, run: int) -> tuple[int, ...]:
-    """What grows while a run gets on: its log's size and its checkpoint's and output's files."""
-    files = [sum(1 for _ in (work / name).rglob("*")) for name in ("checkpoint", "output")]
-    return ((work / f"run{run}.log").stat().st_size, *files)
-
-
-def wait_progressing(
-    child: subprocess.Popen[bytes], work: Path, run: int, what: str, reached: Callable[[], bool]
-) -> None:
-    """Waits until `reached()` holds, failing when the run exits before or shows no progress
-    for STALL_S."""
-    seen, since = progress(work, run), time.monotonic()
-    while not reached():
-        assert child.poll() is None, f"run {run} exited before {what}:\n{log_tail(work, run)}"
-        now = progress(work, run)
-        if now != seen:
-            seen, since = now, time.monotonic()
-        assert time.monotonic() - since < STALL_S, (
-            f"run {run} never reached {what}: no progress for {STALL_S} s (log size, "
-            f"checkpoint and output files {now}):\n{log_tail(work, run)}"
-        )
-        time.sleep(0.2)
-
-
-def end_group(child: subprocess.Popen[bytes]) -> None:
-    """Kills what is left of a run's process group (its JVM and Python workers)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait(30)
-
-
 def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
     return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
 
@@ -425,9 +385,9 @@ def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
     hang = ["--hang-stream", "kill-1", "--hang-offset", "230"]
     first = run_child(streams, tmp_path, 1, hang)
     try:
-        wait_progressing(first, tmp_path, 1, "its hang", (tmp_path / "hang").exists)
+        childruns.wait_progressing(first, tmp_path, 1, "its hang", (tmp_path / "hang").exists, DIRS)
     finally:
-        end_group(first)
+        childruns.end_group(first)
     checkpoint = tmp_path / "checkpoint"
     logged = sorted(int(path.name) for path in (checkpoint / "offsets").glob("[0-9]*"))
     committed = sorted(int(path.name) for path in (checkpoint / "commits").glob("[0-9]*"))
@@ -440,10 +400,12 @@ def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
 
     second = run_child(streams, tmp_path, 2, ["--expect", str(total)])
     try:  # run 2 ends by itself once it has committed everything
-        wait_progressing(second, tmp_path, 2, "its end", lambda: second.poll() is not None)
+        childruns.wait_progressing(
+            second, tmp_path, 2, "its end", lambda: second.poll() is not None, DIRS
+        )
     finally:
-        end_group(second)
-    assert second.returncode == 0, f"run 2 failed:\n{log_tail(tmp_path, 2)}"
+        childruns.end_group(second)
+    assert second.returncode == 0, f"run 2 failed:\n{childruns.log_tail(tmp_path, 2)}"
     assert batch_offsets(checkpoint, killed) == end  # the replay used the logged range
 
     # The killed batch's finished tasks had written their files; the file sink's log lists

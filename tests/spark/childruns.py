@@ -1,0 +1,63 @@
+"""A kill test's child run, waited on by its progress rather than by a total bound.
+
+Why: the driver-kill tests (test_driver_kill.py, test_streamsource.py) start a Spark driver as a
+child, run 1 until it reaches a point and run 2 until its end. Total bounds (180 s to run 1's
+point, 240 s for run 2) counted the JVM's start and every batch, which a loaded machine
+stretches: the stream test's failed a healthy run at load 20. A run that shows no sign of
+progress for ``STALL_S`` is stuck, not slow. Its signs, in order: the log while the JVM starts,
+the checkpoint's metadata, each batch's offsets and commit, the output's files. The spark
+marker's pytest timeout stays the outer guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+STALL_S = 120
+
+
+def log_tail(work: Path, run: int) -> str:
+    """The end of run ``run``'s log (``run<N>.log`` in ``work``)."""
+    return (work / f"run{run}.log").read_text(errors="replace")[-3000:]
+
+
+def progress(work: Path, run: int, dirs: Sequence[str]) -> tuple[int, ...]:
+    """What grows while a run gets on: its log's size and the files under each of ``dirs``."""
+    files = [sum(1 for _ in (work / name).rglob("*")) for name in dirs]
+    return ((work / f"run{run}.log").stat().st_size, *files)
+
+
+def wait_progressing(
+    child: subprocess.Popen[bytes],
+    work: Path,
+    run: int,
+    what: str,
+    reached: Callable[[], bool],
+    dirs: Sequence[str],
+) -> None:
+    """Waits until ``reached()`` holds, failing when the run exits before or shows no progress
+    (its log and the files under ``dirs``) for STALL_S."""
+    seen, since = progress(work, run, dirs), time.monotonic()
+    while not reached():
+        assert child.poll() is None, f"run {run} exited before {what}:\n{log_tail(work, run)}"
+        now = progress(work, run, dirs)
+        if now != seen:
+            seen, since = now, time.monotonic()
+        assert time.monotonic() - since < STALL_S, (
+            f"run {run} never reached {what}: no progress for {STALL_S} s (log size and "
+            f"files under {', '.join(dirs)}: {now}):\n{log_tail(work, run)}"
+        )
+        time.sleep(0.2)
+
+
+def end_group(child: subprocess.Popen[bytes]) -> None:
+    """Kills what is left of a run's process group (its JVM and Python workers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait(30)
