@@ -61,3 +61,13 @@ def end_group(child: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
     child.wait(30)
+
+
+def run_to_end(child: subprocess.Popen[bytes], work: Path, run: int, dirs: Sequence[str]) -> None:
+    """Waits for a run that ends by itself, progressing as ``wait_progressing`` requires, and
+    fails unless it exited 0; what is left of its group is killed either way."""
+    try:
+        wait_progressing(child, work, run, "its end", lambda: child.poll() is not None, dirs)
+    finally:
+        end_group(child)
+    assert child.returncode == 0, f"run {run} failed:\n{log_tail(work, run)}"
