@@ -225,8 +225,13 @@ def _monitoring_view(side: Target) -> dict:
     queue = wait_for(  # 3.10.8 emits a queue's message_stats apart from the overview's
         lambda: side.connection.process_data_events(0.05) or side.api.queue(q),
         # and its message counts: they come in yet another stats event, which may predate the
-        # acks (the counts asserted below are those after them)
-        lambda body: body.get("message_stats", {}).get("ack", 0) >= 2 and body.get("messages") == 0,
+        # acks (the counts asserted below are those after them); its publish count comes from
+        # the channel's queue-exchange stats, in a collection round of their own
+        lambda body: (
+            body.get("message_stats", {}).get("ack", 0) >= 2
+            and body.get("message_stats", {}).get("publish", 0) >= 3
+            and body.get("messages") == 0
+        ),
         timeout=30,
         what="the queue's counters after the traffic",
     )
