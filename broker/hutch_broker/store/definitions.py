@@ -232,7 +232,7 @@ class DefinitionsStore:
             raise errors.StoreError(f"{self.journal_path}: unusable after an I/O error")
         try:
             fd = self._open()
-            _write_all(fd, self._pending)
+            files.write_view(fd, self._pending)
             _fdatasync(fd)
         except OSError:
             # The page cache may hold any part of the batch: only a compaction, which
@@ -417,10 +417,3 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def _write_all(fd: int, data: bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]

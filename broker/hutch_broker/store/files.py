@@ -16,6 +16,20 @@ from pathlib import Path
 TOMBSTONE_SUFFIX = ".deleted"
 
 
+def write_view(fd: int, data: bytes | bytearray | memoryview, at: int | None = None) -> None:
+    """Write all of ``data``: from offset ``at`` (``pwrite``), or at the end of a file opened
+    with ``O_APPEND`` when ``at`` is None; after a short write the rest follows, until none is
+    left. The one such loop: the segment's records, its acks and the definitions journal."""
+    view = memoryview(data)
+    while view:
+        if at is None:
+            written = os.write(fd, view)
+        else:
+            written = os.pwrite(fd, view, at)
+            at += written
+        view = view[written:]
+
+
 def fsync_dir(path: Path) -> None:
     _fsync(path, getattr(os, "O_DIRECTORY", 0))
 

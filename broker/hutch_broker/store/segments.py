@@ -27,7 +27,7 @@ import os
 import secrets
 from pathlib import Path
 
-from hutch_broker.store import records
+from hutch_broker.store import files, records
 
 FLUSH_THRESHOLD = 1024 * 1024
 # Buffers one pwritev takes (Linux's IOV_MAX); a flush of more chunks takes several calls.
@@ -186,7 +186,7 @@ class Segment:
         if self.ack_fd < 0:
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
             self.ack_fd = os.open(self.ack_path, flags, 0o644)
-        _write_all(self.ack_fd, data)
+        files.write_view(self.ack_fd, data)
 
     def read_pending(self, offset: int, length: int) -> bytes | None:
         """The record at ``offset`` if it is still in the userspace buffer."""
@@ -261,17 +261,5 @@ def _pwrite_all(fd: int, chunks: list[bytes], offset: int) -> None:
         size = sum(map(len, group))
         written = os.pwritev(fd, group, offset)
         if written < size:
-            view = memoryview(b"".join(group))[written:]
-            at = offset + written
-            while view:
-                written = os.pwrite(fd, view, at)
-                at += written
-                view = view[written:]
+            files.write_view(fd, memoryview(b"".join(group))[written:], offset + written)
         offset += size
-
-
-def _write_all(fd: int, data: bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]

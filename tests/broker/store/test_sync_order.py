@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hutch_broker.store import MessageStore, QueueStore, errors, records, segments, syncing
+from hutch_broker.store import MessageStore, QueueStore, errors, files, records, segments, syncing
 
 FIELDS: dict[str, Any] = {
     "enqueued_at_ms": 1,
@@ -38,22 +38,22 @@ def test_every_append_is_on_disk_before_any_ack_reaches_the_kernel(tmp_path, mon
     moved = logs["source"].append(routing_key="k", body=b"payload", **FIELDS)
     store.sync()
     calls: list[tuple[str, int]] = []
-    pwrite_all, write_all, fdatasync = segments._pwrite_all, segments._write_all, syncing._fdatasync
+    pwrite_all, write_view, fdatasync = segments._pwrite_all, files.write_view, syncing._fdatasync
 
     def record(fd, data, offset):
         calls.append(("append", fd))
         pwrite_all(fd, data, offset)
 
-    def ack(fd, data):
+    def ack(fd, data, at=None):
         calls.append(("ack", fd))
-        write_all(fd, data)
+        write_view(fd, data, at)
 
     def sync(fd):
         fdatasync(fd)
         calls.append(("synced", fd))
 
     monkeypatch.setattr(segments, "_pwrite_all", record)
-    monkeypatch.setattr(segments, "_write_all", ack)
+    monkeypatch.setattr(files, "write_view", ack)
     monkeypatch.setattr(syncing, "_fdatasync", sync)
     logs["source"].ack(moved)  # dead-lettered: gone from the source ...
     logs["dead"].append(
