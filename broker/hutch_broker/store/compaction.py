@@ -31,7 +31,7 @@ READ_BUDGET_SEGMENTS = 2  # segment files read per pass (plus one, if a single f
 
 def pick(segments: Iterable[Segment], *, segment_size: int) -> list[Segment]:
     """Segments to compact now, sparsest first; empty when the log is within bounds."""
-    active = [segment for segment in segments if not segment.retiring]
+    active = [segment for segment in segments if not segment.retire_gen]
     live = sum(segment.live_bytes for segment in active)
     garbage = sum(_garbage(segment) for segment in active)
     allowance = max(SLACK_SEGMENTS * segment_size, live)

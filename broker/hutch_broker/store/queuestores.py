@@ -195,7 +195,7 @@ class QueueStore:
             if self._write is not None and self._write.live:
                 self._rotate()
             for segment in list(self._segments.values()):
-                if segment is not self._write and not segment.retiring:
+                if segment is not self._write and not segment.retire_gen:
                     self._retire(segment)
             self._moved.clear()
             self._acked_since_open = True
@@ -217,7 +217,7 @@ class QueueStore:
         with self._lock:
             self._check_usable()
             segment = self._segments.get(number)
-            if segment is None or segment.retiring or segment is self._write:
+            if segment is None or segment.retire_gen or segment is self._write:
                 return False
             for offset in list(segment.live):
                 self._ack(records.msg_id_of(number, offset))
@@ -476,7 +476,7 @@ class QueueStore:
         position = self._moved.pop(msg_id, msg_id)
         number, offset = records.split_msg_id(position)
         segment = self._segments.get(number)
-        if segment is None or segment.retire_gen > 0:  # ``retiring``, read inline
+        if segment is None or segment.retire_gen:
             return
         length = segment.ack(offset)
         if length is None:
@@ -580,9 +580,9 @@ class QueueStore:
     def _close_idle_files(self, sync_pass: SyncPass) -> None:
         """Sealed, synced segments are done; ack files stay open while acks keep coming."""
         for segment in sync_pass.flushed:
-            if segment.sealed and not segment.retiring and segment not in self._dirty:
+            if segment.sealed and not segment.retire_gen and segment not in self._dirty:
                 segment.close_write_fd()
-        acked = {segment for segment in sync_pass.acked if not segment.retiring}
+        acked = {segment for segment in sync_pass.acked if not segment.retire_gen}
         for segment in self._ack_files_open - acked - self._dirty:
             segment.close_ack_fd()
         self._ack_files_open = acked | (self._ack_files_open & self._dirty)
@@ -607,7 +607,7 @@ class QueueStore:
 
     def _relocate(self, number: int, data: bytes) -> None:
         segment = self._segments.get(number)
-        if segment is None or segment.retiring or self._closed:
+        if segment is None or segment.retire_gen or self._closed:
             return
         copies: list[tuple[int, bytes]] = []
         for offset, length in sorted(segment.live.items()):

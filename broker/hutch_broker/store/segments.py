@@ -113,7 +113,10 @@ class Segment:
         self.unsynced = False  # bytes handed to the kernel, or buffered, but not fsynced
         self.ack_pending = bytearray()
         self.ack_fd = -1
-        self.retire_gen = 0  # > 0: to unlink at the end of that sync generation
+        # Non-zero: retiring, to unlink at the end of that sync generation. The one way to ask
+        # is ``if segment.retire_gen`` (no ``retiring`` property: the ack path asks once per
+        # acked message, and a property was a Python call each time).
+        self.retire_gen = 0
 
     @classmethod
     def create(cls, directory: Path, number: int, *, identity: bytes) -> Segment:
@@ -133,10 +136,6 @@ class Segment:
     @property
     def ack_path(self) -> Path:
         return self.directory / ack_name(self.number)
-
-    @property
-    def retiring(self) -> bool:
-        return self.retire_gen > 0
 
     def seed(self, offset: int) -> int:
         """The checksum seed of a record at ``offset`` in this segment (see ``records``)."""

@@ -109,6 +109,23 @@ def test_double_and_unknown_acks_change_nothing(open_store, fill):
     assert [message.msg_id for message in recovered] == ids[1:]
 
 
+def test_acks_of_a_purged_segment_before_its_unlink_write_nothing(open_store, fill, files_of):
+    """A purge retires the segments at once; acks for their messages that arrive before the
+    sync unlinks them (a consumer settling what it held) are no-ops, not ack records."""
+    store = open_store()
+    queue = store.open_queue("/", "q")
+    ids = fill(queue, 30)
+    queue.sync()
+    queue.purge()
+    queue.ack_many(ids[:10])
+    queue.ack(ids[-1])
+    queue.sync()
+    assert files_of(queue, "acks.") == []
+    assert len(files_of(queue)) == 1  # only the fresh write segment
+
+    assert reopen(open_store, store).recover() == []
+
+
 def test_acks_survive_restart(open_store, fill):
     store = open_store()
     queue = store.open_queue("/", "q")
