@@ -136,11 +136,14 @@ class QueueStore:
         """Buffer a record (no syscall unless the buffer is full); returns its msg_id.
 
         Runs once per persistent message on the event loop, so the checks that always pass
-        are read inline and call out only to raise.
+        are read inline (the timestamps' bound is written only here) and call out only to
+        raise.
         """
         if not (0 <= enqueued_at_ms <= _MAX_STAMP and 0 <= expire_at_ms <= _MAX_STAMP):
-            _check_stamp(enqueued_at_ms, "enqueued_at_ms")
-            _check_stamp(expire_at_ms, "expire_at_ms")
+            raise ValueError(
+                f"timestamps must be 0 to {_MAX_STAMP} ms (u64): "
+                f"enqueued_at_ms={enqueued_at_ms}, expire_at_ms={expire_at_ms}"
+            )
         names = self._names
         if exchange == names[0] and routing_key == names[1]:
             exchange_bytes, key_bytes = names[2], names[3]
@@ -635,11 +638,6 @@ class QueueStore:
                 os.close(fd)
             self._read_fds.clear()
             self._closed = True
-
-
-def _check_stamp(value: int, name: str) -> None:
-    if not 0 <= value <= _MAX_STAMP:
-        raise ValueError(f"{name} out of range: {value}")
 
 
 def _run_lengths(live: dict[int, int], offset: int, end: int) -> list[int]:

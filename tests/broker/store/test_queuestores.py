@@ -223,9 +223,16 @@ def test_names_and_stamps_are_validated(open_store, fields):
     queue = open_store().open_queue("/", "q")
     with pytest.raises(ValueError, match="routing key"):
         queue.append(**{**fields(1), "routing_key": "é" * 128})
-    with pytest.raises(ValueError, match="expire_at_ms"):
+    with pytest.raises(ValueError, match="expire_at_ms=-1"):
         queue.append(**{**fields(1), "expire_at_ms": -1})
+    with pytest.raises(ValueError, match="enqueued_at_ms=-1"):
+        queue.append(**{**fields(1), "enqueued_at_ms": -1})
+    for name in ("enqueued_at_ms", "expire_at_ms"):
+        with pytest.raises(ValueError, match=f"{name}={1 << 64}"):
+            queue.append(**{**fields(1), name: 1 << 64})
     assert queue.recover() == []
+    top = queue.append(**{**fields(1), "enqueued_at_ms": (1 << 64) - 1, "expire_at_ms": 0})
+    assert queue.read(top).enqueued_at_ms == (1 << 64) - 1, "the bound itself is a stamp"
 
 
 def test_unicode_fields_round_trip(open_store, fields, read_back):
