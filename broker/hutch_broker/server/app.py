@@ -330,7 +330,7 @@ class BrokerServer:
 
     def _end_of_tick(self) -> None:
         self._flush_scheduled = False
-        every = self._sample_after_bytes()
+        every = self.resources.sample_after_bytes  # kept current by the watermark's setter
         if self.context.ingress_bytes >= every or AMQPConnection.received_bytes >= every:
             # A fast publisher can outrun a once-a-second sample: memory is checked again
             # after every 1/32 of the watermark's worth of published bodies, or of bytes
@@ -349,9 +349,6 @@ class BrokerServer:
         if self._definitions_dirty and not self._save_definitions():
             return
         self._flush_connections()
-
-    def _sample_after_bytes(self) -> int:
-        return max(1024 * 1024, self.resources.mem_limit // 32)
 
     def _flush_connections(self) -> None:
         for session in self.context.take_dirty():

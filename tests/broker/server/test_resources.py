@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 from hutch_broker import memory
+from hutch_broker.config import BrokerConfig
 from hutch_broker.server import resources
+from hutch_broker.server.amqp import AMQPConnection
+from hutch_broker.server.app import BrokerServer
 
 LIMIT = 1000  # bytes: the watermark; paging starts above 500
 
@@ -258,3 +261,58 @@ def test_heap_trim_table() -> None:
     trims = [index for index, due in enumerate(decisions) if due]
     assert trims == [2, 4, 6, 9, 12]
     assert trim.lowest == REST - MIB
+
+
+# -- how often the server samples under a fast publisher ------------------------------------
+
+
+def test_a_changed_watermark_changes_the_limit_and_the_sampling_distance(
+    process: FakeProcess,
+) -> None:
+    """``mem_limit`` and ``sample_after_bytes`` are kept, not computed per read: each change of
+    the watermark (MEM-7) or of the total memory must reach both."""
+    monitor_ = monitor([], watermark=64 * MIB)
+    assert (monitor_.mem_limit, monitor_.sample_after_bytes) == (64 * MIB, 2 * MIB)
+
+    monitor_.set_watermark({"absolute": 320 * MIB})
+    assert (monitor_.mem_limit, monitor_.sample_after_bytes) == (320 * MIB, 10 * MIB)
+
+    monitor_.set_watermark({"relative": 0.5})
+    monitor_.total_memory = 1024 * MIB
+    assert (monitor_.mem_limit, monitor_.sample_after_bytes) == (512 * MIB, 16 * MIB)
+
+    monitor_.set_watermark({"absolute": 0})  # disabled: still sampled, every MiB
+    assert (monitor_.mem_limit, monitor_.sample_after_bytes) == (0, MIB)
+    process.live = 10**9
+    monitor_.sample()
+    assert not monitor_.memory_alarm
+
+
+async def test_the_end_of_a_tick_samples_after_the_changed_watermarks_distance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, process: FakeProcess
+) -> None:
+    """The server's tick reads the sampling distance the monitor keeps: after a watermark
+    change, a publisher's bytes are sampled at the new distance, not the one read at start."""
+    config = BrokerConfig(data_dir=tmp_path / "data", watermark_absolute=640 * MIB)
+    server = BrokerServer(config)
+    samples: list[int] = []
+    monkeypatch.setattr(server.resources, "sample", lambda: samples.append(0))
+    monkeypatch.setattr(AMQPConnection, "received_bytes", 0)  # a class-wide count
+    try:
+
+        def tick_after(ingress: int) -> bool:
+            server.context.ingress_bytes = ingress
+            before = len(samples)
+            server._end_of_tick()
+            return len(samples) > before
+
+        assert not tick_after(20 * MIB - 1)
+        assert tick_after(20 * MIB)  # 1/32 of 640 MiB
+        server.resources.set_watermark({"absolute": 64 * MIB})  # as the HTTP API sets it
+        assert not tick_after(2 * MIB - 1)
+        assert tick_after(2 * MIB)
+        assert server.context.ingress_bytes == 0, "counted afresh from each sample"
+    finally:
+        server.store.close()
+        server.paging_store.close()
+        server.definitions.close()
