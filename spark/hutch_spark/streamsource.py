@@ -14,8 +14,10 @@ output holds each message once, with no dedupe (docs/spark.md, "Reading stream q
 The driver's share per micro-batch is one management request (`latestOffset`); the calls Spark
 makes around a query's start (`prepareForTriggerAvailableNow`, `initialOffset` twice, the first
 `latestOffset`) share one, and availableNow's last call, at the ends it snapshotted, needs none.
-A new query's starting offsets are resolved once: Spark asks for them again to plan the first
-batch's start, and `latest` resolved twice on a growing stream moved that start past the end.
+A new query from `latest` (or `startingTimestamp`) leaves its start unresolved and resolves it
+when it plans batch 0, whose end Spark logs before running it: batch 0 reads nothing of that
+stream on every attempt, also after the driver died inside it (streamplan.initial says why
+this, and not a file of our own beside the checkpoint).
 
 Both readers pickle to executors with their settings only.
 """
@@ -68,11 +70,17 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._unused: dict[str, Bounds] | None = None  # read at the start, not yet planned with
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        # Spark asks twice for a new query: to plan the first batch's end (latestOffset's start)
-        # and again to plan its start. Resolved again, `latest` (or a timestamp's offset) would
-        # have moved with the stream, and the first batch would start past its end or skip.
+        # Spark asks for a new query's start to plan batch 0's end, again to plan its start, and
+        # once more when a driver that died inside batch 0 restarts. So latest and a timestamp
+        # stay unresolved here (-1) and become batch 0's end (streamplan.initial); an earliest
+        # start is read once per process, and bounds are read only for it.
         if self._initial is None:
-            self._initial = starting_offsets(self._settings, self._start_bounds(), default="latest")
+            settings = self._settings
+            spec = settings.starting_offsets or "latest"
+            if settings.starting_timestamp_ms is not None:
+                spec = "latest"  # unresolved too: resolved at the timestamp by latestOffset
+            bounds = self._start_bounds() if streamplan.reads_earliest(spec) else {}
+            self._initial = streamplan.initial(spec, settings.streams, bounds)
             log.info("hutch: a new query starts reading streams at %s", self._initial)
         return dict(self._initial)
 
@@ -87,27 +95,34 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         settings = self._settings
-        starts = streamplan.parse_offset(start, settings.streams)
+        starts = streamplan.parse_offset(start, settings.streams, start=True)
         if starts == self._available_now:
             return dict(starts)  # availableNow has read all it is to read: nothing to ask
         bounds = self._unused if self._unused is not None else self._bounds()
         self._unused = None  # each later trigger asks the broker: the streams move
+        unresolved = [stream for stream in starts if starts[stream] == streamplan.UNRESOLVED]
+        resolved = self._resolve_start(unresolved, bounds)
         readable = {
-            stream: self._readable(stream, starts[stream], bounds[stream]) for stream in starts
+            stream: resolved[stream]
+            if stream in resolved
+            else self._readable(stream, starts[stream], bounds[stream])
+            for stream in starts
         }
         tails = {stream: held.next for stream, held in bounds.items()}
         if self._available_now is not None:
             tails = {stream: min(tails[stream], self._available_now[stream]) for stream in tails}
+        for stream in resolved:  # batch 0 ends where such a stream starts: it reads none of it
+            readable[stream] = tails[stream] = min(resolved[stream], tails[stream])
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         ends = streamplan.limit_ends(readable, tails, max_rows)
-        if all(ends[stream] == readable[stream] for stream in ends):
+        if not resolved and all(ends[stream] == readable[stream] for stream in ends):
             return dict(starts)  # nothing new: no batch (and no batch only to skip a loss)
         return dict(ends)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         streams = self._settings.streams
-        starts = streamplan.parse_offset(start, streams)
         ends = streamplan.parse_offset(end, streams)
+        starts = streamplan.batch_starts(streamplan.parse_offset(start, streams, start=True), ends)
         planned = streamplan.plan_slices(starts, ends, self._settings.num_partitions)
         return [StreamSlice(slice_) for slice_ in planned]
 
@@ -120,6 +135,22 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _bounds(self) -> dict[str, Bounds]:
         return streambounds.fetch(self._settings)
+
+    def _resolve_start(
+        self, streams: Sequence[str], bounds: Mapping[str, Bounds]
+    ) -> dict[str, int]:
+        """Where the streams a new query left unresolved start: their end now, or their offset
+        at `startingTimestamp` (one short consumer each)."""
+        if not streams:
+            return {}
+        held = {stream: bounds[stream] for stream in streams}
+        timestamp_ms = self._settings.starting_timestamp_ms
+        if timestamp_ms is None:
+            found = {stream: each.next for stream, each in held.items()}
+        else:
+            found = streamtimes.offsets_at(self._settings, timestamp_ms, held)
+        log.info("hutch: the first batch ends where the query starts reading: %s", found)
+        return found
 
     def _start_bounds(self) -> dict[str, Bounds]:
         """The bounds read once when the query starts, for `prepareForTriggerAvailableNow`,

@@ -2,8 +2,9 @@
 
 Why a consumer, once: the management API gives a stream's offsets but not its publish times,
 while the broker itself finds the first message at or after a timestamp given as
-`x-stream-offset` (docs/streams.md). So when a new query starts (there is no checkpoint yet) or a
-batch read is planned, the driver opens one short consumer per stream with prefetch 1, takes the
+`x-stream-offset` (docs/streams.md). So when a new query plans its first batch (there is no
+checkpoint yet; the offset found becomes that batch's end, streamplan.initial) or a batch read
+is planned, the driver opens one short consumer per stream with prefetch 1, takes the
 offset of the first delivery and closes; every later batch is planned from the management API
 alone. AMQP timestamps are whole seconds, so the moment is rounded down to its second, as
 RabbitMQ does.

@@ -9,10 +9,18 @@ deadline of its own, see childsession). Without it, the run stops once the query
 a batch ending at every stream's `--expect` offset (availableNow would also do; a
 processing-time trigger is what a long-running job uses, so this is what is killed and
 resumed).
+
+With `--sink batches` the output is `foreachBatch` instead, the idempotent write a user of it
+makes: each batch's rows go to `<output>/batch-<id>.json` (written whole, then renamed), so a
+replayed batch replaces its own file and the parent sees exactly what every batch read. With
+`--block-batch N` that function writes `<out>/blocked` and blocks when batch N comes, before
+writing: batch N is in the offsets log, not committed, even when it has no rows (the first
+batch of a query from `latest` has none), which a task's hang cannot reach.
 """
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +49,9 @@ def main() -> None:
     parser.add_argument("--hang-stream", default="")
     parser.add_argument("--hang-offset", type=int, default=-1)
     parser.add_argument("--expect", type=int, default=0)
+    parser.add_argument("--starting", default="earliest")  # "" for the source's default
+    parser.add_argument("--sink", choices=("parquet", "batches"), default="parquet")
+    parser.add_argument("--block-batch", type=int, default=-1)
     args = parser.parse_args()
 
     spark = childsession.local_session()
@@ -55,23 +66,40 @@ def main() -> None:
             time.sleep(600)
         return offset
 
-    rows = (
+    def write_batch(frame: Any, batch: int) -> None:
+        if batch == args.block_batch:
+            (args.out / "blocked").touch()
+            time.sleep(600)
+        rows = [
+            [row.stream, row.offset, bytes(row.body).decode()]
+            for row in frame.select("stream", "offset", "body").collect()
+        ]
+        target = Path(args.output) / f"batch-{batch}.json"
+        temporary = target.with_suffix(".tmp")
+        temporary.write_text(json.dumps(rows))
+        os.replace(temporary, target)
+
+    reader = (
         spark.readStream.format("hutch")
         .option("uri", args.uri)
         .option("managementUri", args.management)
         .option("streams", args.streams)
-        .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", args.max_offsets)
         .option("numPartitions", "2")
-        .load()
     )
+    if args.starting:
+        reader = reader.option("startingOffsets", args.starting)
+    rows = reader.load()
     if args.hang_stream:
         rows = rows.withColumn("offset", F.udf(maybe_hang, LongType())("stream", "offset"))
     frame: Any = rows.select("stream", "offset", "message_id", "body")
+    if args.sink == "batches":
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+        writer = frame.writeStream.foreachBatch(write_batch)
+    else:
+        writer = frame.writeStream.format("parquet").option("path", args.output)
     query = (
-        frame.writeStream.format("parquet")
-        .option("path", args.output)
-        .option("checkpointLocation", str(args.checkpoint))
+        writer.option("checkpointLocation", str(args.checkpoint))
         .trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -81,9 +109,10 @@ def main() -> None:
         end = committed_end(args.checkpoint) if args.expect else None
         return end is not None and all(end.get(stream) == args.expect for stream in streams)
 
-    # A hanging run never is done: it ends when killed, when its query fails or when its
+    # A hanging (or blocking) run never is done: it ends when killed, when its query fails or when its
     # parent is gone (childsession.run_until).
-    childsession.run_until(spark, query, (lambda: False) if args.hang_stream else done)
+    blocking = args.hang_stream or args.block_batch >= 0
+    childsession.run_until(spark, query, (lambda: False) if blocking else done)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ counts connections, and the management client opens one per request.
 """
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,12 @@ import pytest
 from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
 
+from tests.spark import childruns
+
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
+
+CHILD = Path(__file__).with_name("stream_child.py")
+DIRS = ("checkpoint", "output")  # what grows while a child run gets on (childruns.progress)
 
 
 class Stream:
@@ -157,3 +164,79 @@ def test_one_management_request_per_micro_batch_and_a_restart_reads_on(
         assert read == list(range(200, 260))
         assert batches == 3
         assert relay.accepted - before == batches
+
+
+def run_child(
+    stream: Stream, management: str, work: Path, run: int, extra: list[str]
+) -> subprocess.Popen[bytes]:
+    """stream_child.py from `latest` (the source's default) into foreachBatch files."""
+    command = [
+        sys.executable, str(CHILD),
+        "--uri", stream.url, "--management", management,
+        "--streams", stream.name,
+        "--checkpoint", str(work / "checkpoint"), "--output", str(work / "output"),
+        "--out", str(work), "--starting", "", "--sink", "batches", "--max-offsets", "40",
+        *extra,
+    ]  # fmt: skip
+    log = (work / f"run{run}.log").open("wb")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def logged_end(checkpoint: Path, batch: int) -> dict[str, int]:
+    return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
+
+
+def test_a_query_from_latest_killed_inside_batch_0_replays_the_range_it_planned(
+    hutch_broker: Any, stream: Stream, tmp_path: Path
+) -> None:
+    # Spark logs batch 0's end before running it, but not its start: a driver killed inside
+    # batch 0 asks the source for its initial offset again when it restarts. Resolved again,
+    # `latest` had moved on with the stream, and the replayed batch 0 read another range than
+    # the one the first attempt planned (before the fix: the whole stream, [0, end), since its
+    # start came after its end). A run 1 blocked in foreachBatch on batch 0 makes the window
+    # certain: offsets/0 is written, commits/0 is not.
+    stream.publish(100)
+    checkpoint = tmp_path / "checkpoint"
+    stop = threading.Event()
+
+    def publish_until_stopped() -> None:  # the stream grows while run 1 starts
+        publisher = Stream(hutch_broker, stream.name)
+        publisher.count = stream.count  # its bodies go on from `m<offset>`
+        try:
+            while not stop.wait(0.02):  # some hundreds a second, not the broker's all
+                publisher.publish(5)
+        finally:
+            publisher.close()
+            stream.count = publisher.count
+
+    publisher = threading.Thread(target=publish_until_stopped, daemon=True)
+    publisher.start()
+    first = run_child(stream, hutch_broker.http_url, tmp_path, 1, ["--block-batch", "0"])
+    try:
+        childruns.wait_progressing(
+            first, tmp_path, 1, "batch 0", (tmp_path / "blocked").exists, DIRS
+        )
+    finally:
+        childruns.end_group(first)
+        stop.set()
+        publisher.join(30)
+    assert (checkpoint / "offsets" / "0").exists()
+    assert not (checkpoint / "commits" / "0").exists()
+    planned = logged_end(checkpoint, 0)[stream.name]
+    assert planned >= 100, planned  # the stream's end when run 1 first planned
+
+    assert not publisher.is_alive()
+    stream.publish(50)  # more after the kill: latest moves on
+    total = stream.count
+    second = run_child(stream, hutch_broker.http_url, tmp_path, 2, ["--expect", str(total)])
+    childruns.run_to_end(second, tmp_path, 2, DIRS)
+
+    assert logged_end(checkpoint, 0) == {stream.name: planned}  # Spark replayed the logged end
+    batches = {
+        int(path.stem.split("-")[1]): json.loads(path.read_text())
+        for path in (tmp_path / "output").glob("batch-*.json")
+    }
+    assert batches[0] == [], f"the replayed batch 0 read {len(batches[0])} rows, planned none"
+    read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
+    assert read == list(range(planned, total)), "a gap, a repeat or an older message"
+    assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)

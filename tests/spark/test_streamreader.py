@@ -4,14 +4,18 @@ streambounds.fetch). The same runs in Spark against a real broker in test_stream
 
 Spark's calls for a new availableNow query, in order: prepareForTriggerAvailableNow,
 initialOffset, latestOffset, initialOffset again (to plan the first batch's start), then
-latestOffset per batch and once more to find nothing left.
+latestOffset per batch and once more to find nothing left. A driver restarted with batch 0 in
+the offsets log and not in the commit log makes a new reader and calls initialOffset, then
+partitions(initial offset, batch 0's logged end).
 """
 
+from typing import Any
+
 import pytest
-from hutch_spark import streambounds, streamoptions
+from hutch_spark import streambounds, streamoptions, streamtimes
 from hutch_spark.errors import HutchDataLossError
 from hutch_spark.streamplan import Bounds
-from hutch_spark.streamsource import HutchStreamsReader
+from hutch_spark.streamsource import HutchStreamsReader, StreamSlice
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 
@@ -44,17 +48,94 @@ def reader(**options: str) -> HutchStreamsReader:
     return HutchStreamsReader(streamoptions.parse_stream_options({"streams": "a,b", **options}))
 
 
-def test_latest_is_resolved_once_though_spark_asks_twice(broker: FakeBroker) -> None:
+def ranges(source: HutchStreamsReader, start: Any, end: Any) -> list[tuple[str, int, int]]:
+    """The `[start, end)` of each slice Spark would run for the batch `(start, end)`."""
+    planned: list[tuple[str, int, int]] = []
+    for part in source.partitions(start, end):
+        assert isinstance(part, StreamSlice)
+        planned.append((part.slice.stream, part.slice.start, part.slice.end))
+    return planned
+
+
+def test_latest_becomes_batch_0s_end_so_its_replay_reads_the_same(broker: FakeBroker) -> None:
+    source = reader(maxOffsetsPerTrigger="5")
+    initial = source.initialOffset()
+    assert initial == {"a": -1, "b": -1}  # unresolved
+    assert broker.requests == 0
+    broker.publish("a", 7)  # the stream grows while the query starts
+    end0 = source.latestOffset(initial, ReadMaxRows(5))
+    assert end0 == {"a": 107, "b": 40}  # resolved now; no limit applies to reading nothing
+    assert source.initialOffset() == initial
+    assert ranges(source, source.initialOffset(), end0) == []  # batch 0 reads nothing
+    broker.publish("a", 30)
+    end1 = source.latestOffset(end0, ReadMaxRows(5))
+    assert ranges(source, end0, end1) == [("a", 107, 112)]
+    assert broker.requests == 2
+
+    # The driver died inside batch 0 (logged, not committed); the stream grew; a new driver
+    # asks for the initial offset again and plans batch 0 from it and the logged end.
+    broker.publish("a", 50)
+    restarted = reader(maxOffsetsPerTrigger="5")
+    assert ranges(restarted, restarted.initialOffset(), end0) == []
+    assert broker.requests == 2  # nothing to ask: the logged end says it all
+
+
+def test_a_query_with_no_new_messages_still_logs_where_it_starts(broker: FakeBroker) -> None:
     source = reader()
-    first = source.initialOffset()
-    assert first == {"a": 100, "b": 40}
-    assert source.latestOffset(first, ReadAllAvailable()) == first  # the same read: no batch
-    broker.publish("a", 7)  # the stream grows; Spark asks again on its next trigger
-    assert source.initialOffset() == first
-    end = source.latestOffset(first, ReadAllAvailable())
-    assert end == {"a": 107, "b": 40}
-    assert source.initialOffset() == first  # the first batch is [100, 107), not [107, 107)
-    assert broker.requests == 2  # the query's start, then the second trigger
+    initial = source.initialOffset()
+    end0 = source.latestOffset(initial, ReadAllAvailable())
+    assert end0 == {"a": 100, "b": 40}  # never the unresolved offset itself, even with nothing new
+    assert source.latestOffset(end0, ReadAllAvailable()) == end0  # then: no batch
+
+
+def test_explicit_offsets_and_latest_in_one_query(broker: FakeBroker) -> None:
+    # {"a": 90, "b": -1}: a is read from 90 in batch 0, b from its end when batch 0 is planned.
+    source = reader(startingOffsets='{"a": 90, "b": -1}')
+    initial = source.initialOffset()
+    assert initial == {"a": 90, "b": -1}
+    broker.publish("b", 4)
+    end0 = source.latestOffset(initial, ReadMaxRows(3))
+    assert end0 == {"a": 93, "b": 44}  # the limit is a's alone: b has nothing in batch 0
+    assert ranges(source, initial, end0) == [("a", 90, 93)]
+    restarted = reader(startingOffsets='{"a": 90, "b": -1}')
+    assert ranges(restarted, restarted.initialOffset(), end0) == [("a", 90, 93)]
+
+
+def test_earliest_is_resolved_at_the_start_and_the_same_on_a_replay(broker: FakeBroker) -> None:
+    source = reader(startingOffsets="earliest")
+    initial = source.initialOffset()
+    assert initial == {"a": 0, "b": 5}
+    end0 = source.latestOffset(initial, ReadMaxRows(10))
+    assert ranges(source, initial, end0) == [("a", 0, 8), ("b", 5, 7)]
+    broker.publish("a", 9)
+    restarted = reader(startingOffsets="earliest")
+    assert ranges(restarted, restarted.initialOffset(), end0) == [("a", 0, 8), ("b", 5, 7)]
+
+
+def test_a_timestamp_is_resolved_when_batch_0_is_planned(
+    broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[dict[str, Bounds]] = []
+
+    def offsets_at(_settings: Any, moment: int, bounds: dict[str, Bounds]) -> dict[str, int]:
+        assert moment == 1_700_000_000_000
+        asked.append(dict(bounds))
+        return {stream: held.next - 10 for stream, held in bounds.items()}
+
+    monkeypatch.setattr(streamtimes, "offsets_at", offsets_at)
+    source = reader(startingTimestamp="1700000000000")
+    initial = source.initialOffset()
+    assert initial == {"a": -1, "b": -1}
+    assert asked == []  # no consumer when Spark merely asks where the query starts
+    end0 = source.latestOffset(initial, ReadAllAvailable())
+    assert end0 == {"a": 90, "b": 30}
+    assert ranges(source, initial, end0) == []
+    assert len(asked) == 1
+    end1 = source.latestOffset(end0, ReadAllAvailable())
+    assert ranges(source, end0, end1) == [("a", 90, 100), ("b", 30, 40)]
+    restarted = reader(startingTimestamp="1700000000000")
+    assert ranges(restarted, restarted.initialOffset(), end0) == []
+    assert len(asked) == 1  # the replay resolves nothing again
 
 
 def test_the_query_start_reads_the_bounds_once_and_each_batch_once(broker: FakeBroker) -> None:
