@@ -20,6 +20,7 @@ class Message:
         "_headers",
         "body",
         "exchange",
+        "expires",
         "foreign_deaths",
         "persistent",
         "raw_properties",
@@ -35,7 +36,10 @@ class Message:
         *,
         persistent: bool | None = None,
         foreign_deaths: bool = False,
+        expires: bool | None = None,
     ) -> None:
+        """``expires``: whether ``raw_properties`` carry an expiration (a per-message TTL), if
+        the caller has read it already (a publish reads it once, to check it)."""
         self.exchange = exchange
         self.routing_key = routing_key
         self.raw_properties = raw_properties
@@ -46,6 +50,13 @@ class Message:
                 properties.delivery_mode(raw_properties) == 2
             )
         self.persistent = persistent
+        # Read once, by the publish that made the message or here, for every queue it reaches
+        # (each queue's publish asks whether it can expire). Here ``has_expiration`` inline, as
+        # the delivery mode above: a Message is also made per stream delivery and per message
+        # recovered, and a call there was one more per message.
+        if expires is None:
+            expires = bool(raw_properties[:1] and raw_properties[0] & properties.EXPIRATION_FLAG)
+        self.expires = expires
         # True when a client published the x-death headers, which the first death then
         # replaces instead of extending (4.x; docs/contracts/broker.md#differences).
         self.foreign_deaths = foreign_deaths
@@ -59,8 +70,7 @@ class Message:
         return self._headers
 
     def expiration(self) -> str | None:
-        raw = self.raw_properties
-        return properties.expiration(raw) if properties.has_expiration(raw) else None
+        return properties.expiration(self.raw_properties) if self.expires else None
 
     def with_properties(self, raw_properties: bytes) -> Message:
         """The same message with another content header (message-id stamping, BCC removal)."""
@@ -82,6 +92,7 @@ class Message:
             body,
             persistent=self.persistent,
             foreign_deaths=self.foreign_deaths,
+            expires=self.expires,
         )
 
 

@@ -22,7 +22,6 @@ from hutch_broker.model import consumers as consumers_mod
 from hutch_broker.model import paging, quorum, ready
 from hutch_broker.model import settings as settings_mod
 from hutch_broker.model.messages import Entry, Message
-from hutch_broker.protocol import properties
 
 if TYPE_CHECKING:
     from hutch_broker.model.storage import QueueLog
@@ -166,7 +165,7 @@ class Queue:
         if self.quorum:
             message = quorum.inbound(message)
         limits = self.settings
-        if limits.message_ttl is None and not properties.has_expiration(message.raw_properties):
+        if limits.message_ttl is None and not message.expires:
             expire_at = 0  # _expiry_for's common case
         else:
             expire_at = self._expiry_for(message, now_ms)
@@ -221,7 +220,7 @@ class Queue:
 
     def _expiry_for(self, message: Message, now_ms: int) -> int:
         ttl = self.settings.message_ttl
-        if ttl is None and not properties.has_expiration(message.raw_properties):
+        if ttl is None and not message.expires:
             return 0  # no queue TTL and no expiration property: the common case
         self.may_expire = True
         per_message = message.expiration()

@@ -148,9 +148,13 @@ def priority(raw: bytes) -> int:
         return 0
 
 
+# The expiration's presence flag (0x0100 of the 16-bit property flags), in the first byte.
+EXPIRATION_FLAG = 0x01
+
+
 def has_expiration(raw: bytes) -> bool:
-    """Cheap pre-check for the hot path: flag 0x0100 sits in the first byte."""
-    return bool(raw[:1] and raw[0] & 0x01)
+    """Cheap pre-check for the hot path: is the expiration flag set (the first byte only)."""
+    return bool(raw[:1] and raw[0] & EXPIRATION_FLAG)
 
 
 def expiration(raw: bytes) -> str | None:
