@@ -36,10 +36,13 @@ level() {
 level fast tests -m fast -q --durations=5 "$@"
 # The broker level in two passes (docs/testing.md#how-the-broker-level-runs): most of it on two
 # pytest-xdist workers, a module per worker at a time (--dist loadfile: a module's shared brokers
-# stay its own), since most of its time is waiting on sockets and processes; then, alone, the
-# timing-sensitive modules hutch_testing.serial lists (marker serial), which would measure the
-# other worker as well. Together the two passes select exactly what -m broker selects.
-level broker tests -m "broker and not serial" -n 2 --dist loadfile --durations=30 "$@"
+# stay its own), since most of its time is waiting on sockets and processes; the long modules
+# (Spark, slow) are handed out first (hutch_testing.modorder; --no-loadscope-reorder keeps that
+# order), so neither worker runs one alone at the end. Then, alone, the timing-sensitive modules
+# hutch_testing.serial lists (marker serial), which would measure the other worker as well.
+# Together the two passes select exactly what -m broker selects.
+level broker tests -m "broker and not serial" -n 2 --dist loadfile --no-loadscope-reorder \
+  --durations=30 "$@"
 level broker/serial tests -m "broker and serial" --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
   level node+e2e tests e2e -m "node or e2e" --durations=40 "$@"

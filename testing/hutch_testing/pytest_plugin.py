@@ -13,7 +13,8 @@ A missing or broken reference node skips its tests on a developer machine but ER
 It also gives every collected test its level (``hutch_testing.levels``: fast, broker, node, e2e)
 as a marker, so ``-m fast`` selects the fast level, and guards the fast level: a fast test that
 starts a process or opens a socket fails, saying what it did and where it belongs. Fast tests get
-a per-test timeout of 15 s (``FAST_TEST_TIMEOUT``) unless they set their own.
+a per-test timeout of 15 s (``FAST_TEST_TIMEOUT``) unless they set their own. It registers
+``hutch_testing.modorder``: on a pytest-xdist worker, the long modules come first.
 
 Register with `pytest_plugins = ["hutch_testing.pytest_plugin"]` in tests/conftest.py.
 """
@@ -28,7 +29,7 @@ from typing import Protocol, Unpack
 import pytest
 from hutch_demo import ports, processes
 
-from hutch_testing import brokers, levels, serial
+from hutch_testing import brokers, levels, modorder, serial
 from hutch_testing import rabbitmq as reference
 
 
@@ -111,6 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _LEVEL_MARKERS:
         config.addinivalue_line("markers", line)
     config.addinivalue_line("markers", serial.MARKER_HELP)
+    if not config.pluginmanager.has_plugin(modorder.NAME):  # -p no:hutch_testing.modorder blocks it
+        config.pluginmanager.register(modorder, modorder.NAME)
     port_shard = worker_port_shard(os.environ)
     if port_shard is not None:
         os.environ[ports.SHARD_ENV] = port_shard

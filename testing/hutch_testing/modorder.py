@@ -1,0 +1,69 @@
+"""The broker level's parallel pass hands out its long modules first.
+
+Why: scripts/test.sh runs most of the broker level on two pytest-xdist workers, a whole module at
+a time (``--dist loadfile``). xdist's own order is by number of tests, most first, which put
+Spark's modules (a few tests, up to a minute or two each) at the end of the pass, where one
+worker ran them alone after the other had run out of work. Here a worker's collection is
+reordered so that the modules that run Spark (a test marked ``spark``) or say they are long (a
+test marked ``slow``) come first; the others follow by number of tests, most first, as xdist
+would have handed them out. The rule reads only markers, so there is no table of durations to
+keep up to date, and a new module gets its place from its markers like any other.
+
+xdist must then keep the collected order: the pass runs with ``--no-loadscope-reorder``. Only a
+worker of a ``loadfile`` or ``loadscope`` run is reordered (every worker collects the same
+tests and orders them alike, which xdist checks); a run in one process keeps its order.
+Pass ``-p no:hutch_testing.modorder`` to leave the order to xdist, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import pytest
+
+NAME = "hutch_testing.modorder"
+LONG_MARKERS = frozenset({"spark", "slow"})
+DISTRIBUTIONS = frozenset({"loadfile", "loadscope"})
+T = TypeVar("T")
+
+
+def long_first(
+    items: Sequence[T], module: Callable[[T], str], long: Callable[[T], bool]
+) -> list[T]:
+    """``items`` with whole modules moved: the long ones first, then the others by number of
+    tests, most first; ties and the tests inside a module keep their order (pure).
+
+    ``module`` names an item's module, ``long`` says whether the item alone makes its module
+    long. The result is a permutation of ``items``: nothing is added, dropped or repeated.
+    """
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(module(item), []).append(item)
+    is_long = {name: any(long(item) for item in tests) for name, tests in groups.items()}
+    order = sorted(groups, key=lambda name: (not is_long[name], -len(groups[name])))
+    return [item for name in order for item in groups[name]]
+
+
+def is_long(item: pytest.Item) -> bool:
+    """A test that makes its module long: it is marked ``spark`` or ``slow``."""
+    return any(mark.name in LONG_MARKERS for mark in item.iter_markers())
+
+
+def module_of(item: pytest.Item) -> str:
+    """The module part of the node id: what ``--dist loadfile`` hands out as one unit."""
+    return item.nodeid.split("::", 1)[0]
+
+
+def applies(config: pytest.Config) -> bool:
+    """True on a pytest-xdist worker of a run that hands out whole modules."""
+    worker = getattr(config, "workerinput", None) is not None
+    return worker and getattr(config.option, "dist", None) in DISTRIBUTIONS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reorders a worker's collection, after every other plugin has marked and sorted it."""
+    if not applies(config):
+        return
+    items[:] = long_first(items, module_of, is_long)
