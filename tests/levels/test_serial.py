@@ -3,7 +3,9 @@ list stays true to the tree.
 
 Why: scripts/test.sh runs the broker level as ``broker and not serial`` on two workers, then
 ``broker and serial`` alone, so the rule that marks a test ``serial`` decides both what runs
-beside another worker and that nothing falls between the two passes.
+beside another worker and that nothing falls between the two passes. The list is held to the
+code: a module that judges by a measurement (``hutch_testing.measures``) and is not listed fails
+here by name, before it can fail by chance beside another worker.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hutch_testing import pytest_plugin, serial
+from hutch_testing import measures, pytest_plugin, serial
 
 ENTRIES = ("tests/noisy/", "tests/broker/store/test_crash.py")
 
@@ -66,3 +68,54 @@ def test_collection_marks_the_listed_modules_tests_serial_and_no_other():
     pytest_plugin._mark_serial([listed, folder, other, outside])  # type: ignore[list-item]
     assert (listed.markers, folder.markers) == (["serial"], ["serial"])
     assert (other.markers, outside.markers) == ([], [])
+
+
+# -- the list against the code: hutch_testing.measures --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def marked() -> dict[str, set[str]]:
+    """The tree's modules with a marker of a measurement (a second to scan: once a module)."""
+    return measures.scan(serial.REPO)
+
+
+def test_every_module_with_a_marker_of_a_measurement_is_listed_or_says_why_not(marked):
+    unlisted = serial.unlisted(marked)
+    assert unlisted == {}, (
+        "these modules judge by a measurement (hutch_testing.measures) but would run in the "
+        "broker level's parallel pass, beside another worker: list them in SERIAL, or in "
+        f"NOT_SERIAL with the reason no neighbour can move their verdict: {unlisted}"
+    )
+
+
+def test_every_listed_module_has_a_marker_or_says_what_it_measures(marked):
+    unmarked = serial.unmarked(serial.modules(serial.REPO), marked)
+    assert unmarked == [], (
+        "these modules run in the serial pass but show no marker of a measurement: say in "
+        f"UNSEEN what they measure, or move them to the parallel pass: {unmarked}"
+    )
+
+
+def test_the_exceptions_name_modules_of_the_tree_and_do_not_contradict_the_list():
+    listed = set(serial.modules(serial.REPO))
+    assert set(serial.UNSEEN) <= listed
+    assert not set(serial.NOT_SERIAL) & listed
+    assert all((serial.REPO / relpath).is_file() for relpath in serial.NOT_SERIAL)
+    assert all(serial.UNSEEN.values()) and all(serial.NOT_SERIAL.values())  # each says why
+
+
+@pytest.mark.parametrize("entry", [entry for entry in serial.SERIAL if entry not in serial.UNSEEN])
+def test_an_entry_taken_out_of_the_list_is_named_by_the_check(entry, marked):
+    fewer = [other for other in serial.SERIAL if other != entry]
+    taken = serial.modules(serial.REPO, (entry,))
+    assert taken and set(serial.unlisted(marked, fewer)) == set(taken)
+
+
+def test_the_check_names_an_unlisted_module_and_a_listed_one_without_a_marker():
+    marked = {"tests/a/test_canary.py": {"canary"}, "tests/b/test_cpu.py": {"cpu"}}
+    entries = ("tests/b/", "tests/c/test_plain.py", "tests/c/test_crash.py")
+    assert serial.unlisted(marked, entries, exempt={}) == {"tests/a/test_canary.py": ["canary"]}
+    assert serial.unlisted(marked, entries, exempt={"tests/a/test_canary.py": "why"}) == {}
+    listed = ["tests/b/test_cpu.py", "tests/c/test_plain.py", "tests/c/test_crash.py"]
+    unseen = {"tests/c/test_crash.py": "kill -9 at points of progress"}
+    assert serial.unmarked(listed, marked, unseen) == ["tests/c/test_plain.py"]
