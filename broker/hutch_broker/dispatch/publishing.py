@@ -28,7 +28,7 @@ from hutch_broker.dispatch.turns import FLOOR
 from hutch_broker.model import budgets, publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Message
-from hutch_broker.protocol import errors, events, properties
+from hutch_broker.protocol import errors, events
 
 NO_ROUTE = 312
 
@@ -50,10 +50,14 @@ def publish(
     session.check_permission("write", "exchange", event.exchange)
     if exchange.kind == "topic":  # topic permissions apply to nothing else
         session.check_topic("write", exchange, event.routing_key)
-    expires = properties.has_expiration(event.raw_properties)  # read once: the Message keeps it
-    if expires:
-        publishes.check_expiration(event.raw_properties)
-    event.raw_properties = replyto.stamp_reply_to(channel, event.raw_properties)
+    raw = event.raw_properties
+    message = Message(event.exchange, event.routing_key, raw, event.body)
+    if message.expires:  # read once, by the Message, for every queue it reaches too
+        publishes.check_expiration(raw)
+    stamped = replyto.stamp_reply_to(channel, raw)
+    if stamped is not raw:  # a direct reply-to request: its reply address filled in
+        event.raw_properties = stamped
+        message = message.with_properties(stamped)
     session.publishes += 1
     context = session.context
     context.stats.publishes += 1
@@ -69,9 +73,6 @@ def publish(
         meter = context.turns.meter
         if meter.left < FLOOR:  # noqa: PLR1730 - max() is one more call per message
             meter.left = FLOOR
-        message = Message(
-            event.exchange, event.routing_key, event.raw_properties, event.body, expires=expires
-        )
         outcome = publishes.publish_within(
             vhost,
             exchange,

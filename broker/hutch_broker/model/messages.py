@@ -36,10 +36,7 @@ class Message:
         *,
         persistent: bool | None = None,
         foreign_deaths: bool = False,
-        expires: bool | None = None,
     ) -> None:
-        """``expires``: whether ``raw_properties`` carry an expiration (a per-message TTL), if
-        the caller has read it already (a publish reads it once, to check it)."""
         self.exchange = exchange
         self.routing_key = routing_key
         self.raw_properties = raw_properties
@@ -50,13 +47,11 @@ class Message:
                 properties.delivery_mode(raw_properties) == 2
             )
         self.persistent = persistent
-        # Read once, by the publish that made the message or here, for every queue it reaches
-        # (each queue's publish asks whether it can expire). Here ``has_expiration`` inline, as
-        # the delivery mode above: a Message is also made per stream delivery and per message
-        # recovered, and a call there was one more per message.
-        if expires is None:
-            expires = bool(raw_properties[:1] and raw_properties[0] & properties.EXPIRATION_FLAG)
-        self.expires = expires
+        # Whether it carries an expiration (a per-message TTL), read once here for the
+        # publish's TTL-2 check and every queue it reaches (each queue's publish asks), inline
+        # as the delivery mode above: a call was one more per publish, stream delivery and
+        # recovered message. The flag alone; ``expiration()`` parses the value.
+        self.expires = bool(raw_properties[:1] and raw_properties[0] & properties.EXPIRATION_FLAG)
         # True when a client published the x-death headers, which the first death then
         # replaces instead of extending (4.x; docs/contracts/broker.md#differences).
         self.foreign_deaths = foreign_deaths
@@ -92,7 +87,6 @@ class Message:
             body,
             persistent=self.persistent,
             foreign_deaths=self.foreign_deaths,
-            expires=self.expires,
         )
 
 

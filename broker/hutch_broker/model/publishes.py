@@ -240,8 +240,7 @@ def check_expiration(raw_properties: bytes) -> None:
 
     Parsed as Erlang's ``string:to_integer``, as RabbitMQ does: an optional sign, digits,
     and the leftover checked before the range ("-1x" is a leftover, "+5" and "-0" are fine).
-    An AMQP publish calls it only when ``properties.has_expiration`` says there is one, and
-    hands what it read on to its ``Message``: one read per publish.
+    An AMQP publish calls it only when its ``Message.expires``, the flag read once, is set.
     """
     value = properties.expiration(raw_properties)
     if value is None:

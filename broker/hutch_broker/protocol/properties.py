@@ -148,13 +148,9 @@ def priority(raw: bytes) -> int:
         return 0
 
 
-# The expiration's presence flag (0x0100 of the 16-bit property flags), in the first byte.
+# The expiration's presence flag (0x0100 of the 16-bit property flags), in the first byte:
+# ``Message.expires`` reads it, once per message, before any ``expiration()`` parse.
 EXPIRATION_FLAG = 0x01
-
-
-def has_expiration(raw: bytes) -> bool:
-    """Cheap pre-check for the hot path: is the expiration flag set (the first byte only)."""
-    return bool(raw[:1] and raw[0] & EXPIRATION_FLAG)
 
 
 def expiration(raw: bytes) -> str | None:

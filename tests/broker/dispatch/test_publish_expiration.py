@@ -1,11 +1,13 @@
-"""A publish's per-message expiration, read once: checked, then carried by its ``Message``.
+"""A publish's per-message expiration flag, read once by its ``Message``: checked, then seen
+by every queue it reaches.
 
-Why: ``properties.has_expiration`` ran twice per AMQP publish (the TTL-2 check, then each
-queue's publish) before the message kept what the publish read (``Message.expires``), two
-Python calls per message (test_publish_calls.py). These pin that every queue the message
-reaches still sees its expiration, through a direct reply-to rewrite of the content header and
-through message-id stamping (a new ``Message``), in a transaction too, and that a malformed one
-is still refused before anything is enqueued.
+Why: ``properties.has_expiration`` ran twice per AMQP publish, in the TTL-2 check and again in
+each queue's publish, three Python calls per message with the check's own; the ``Message``
+now reads the flag inline when it is made (``Message.expires``) and the check runs only when
+it is set (test_publish_calls.py). These pin that every queue the message reaches still sees
+its expiration, through a direct reply-to rewrite of the content header and through
+message-id stamping (each a new ``Message``), in a transaction too, that a malformed one is
+still refused before anything is enqueued, and that the flag says what the parse finds.
 """
 
 from __future__ import annotations
@@ -104,11 +106,11 @@ def test_a_malformed_expiration_is_refused_and_nothing_is_enqueued() -> None:
         properties.encode_properties(content_type="t", priority=3, correlation_id="c"),
     ],
 )
-def test_a_message_made_elsewhere_reads_the_expiration_as_has_expiration_does(raw: bytes) -> None:
-    """Stream deliveries, recovery and dead-lettering make their ``Message`` without the
-    publish's reading: it reads the flag itself, and a new content header is read anew."""
+def test_the_flag_says_whether_the_content_header_has_an_expiration(raw: bytes) -> None:
+    """``expires`` is the flag alone, ``expiration()`` the parse: they agree for any content
+    header (an empty expiration included), and a new content header is read anew."""
     message = Message("x", "k", raw, b"body")
-    assert message.expires == properties.has_expiration(raw)
+    assert message.expires == (properties.expiration(raw) is not None)
     assert message.expiration() == properties.expiration(raw)
     stripped = message.with_properties(properties.encode_properties(content_type="t"))
     assert not stripped.expires and stripped.expiration() is None
