@@ -8,13 +8,17 @@ the broker N times, not once per call Spark makes (`prepareForTriggerAvailableNo
 offsets are resolved once, though Spark asks for them twice (once to plan the first batch's end,
 again to plan its start), so a stream that grows in between does not move the first batch's
 start. Requests are counted on the wire: the source's `managementUri` points at a relay that
-counts connections, and the management client opens one per request.
+counts connections, and the management client opens one per request. An idle query with the
+default trigger asks at most every `streamsource.IDLE_S`, not at each of Spark's 10 ms polls;
+and a query from `latest` whose driver is killed inside batch 0 replays the range batch 0 first
+planned.
 """
 
 import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from urllib.parse import urlsplit
 import pika
 import pytest
 from hutch_demo.management import quote
+from hutch_spark import streamsource
 from hutch_testing.relay import CountingRelay
 
 from tests.spark import childruns
@@ -240,3 +245,34 @@ def test_a_query_from_latest_killed_inside_batch_0_replays_the_range_it_planned(
     read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
     assert read == list(range(planned, total)), "a gap, a repeat or an older message"
     assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)
+
+
+def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(
+    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path, waiter: Any
+) -> None:
+    # The default trigger calls latestOffset about every 10 ms; on an idle stream each call was
+    # a management request (67 a second, measured). Now a call that finds nothing new is
+    # answered from that look for IDLE_S, and a message published later still arrives.
+    read: list[int] = []
+
+    def collect(frame: Any, _batch: int) -> None:
+        read.extend(row.offset for row in frame.select("offset").collect())
+
+    with CountingRelay("127.0.0.1", urlsplit(hutch_broker.http_url).port) as relay:
+        running = (
+            query(spark, stream, f"http://127.0.0.1:{relay.port}")
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )  # no trigger: Spark's default, as soon as the last batch is done
+        try:
+            waiter("batch 0", (tmp_path / "checkpoint" / "commits" / "0").exists, 120)
+            before, started = relay.accepted, time.monotonic()
+            time.sleep(3)  # the window measured: the query idles, polling all along
+            asked, elapsed = relay.accepted - before, time.monotonic() - started
+            stream.publish(5)
+            waiter("the 5 messages", lambda: len(read) >= 5, 60, running)
+        finally:
+            running.stop()
+    assert 1 <= asked <= elapsed / streamsource.IDLE_S + 2, f"{asked} requests in {elapsed:.1f} s"
+    assert read == [0, 1, 2, 3, 4]

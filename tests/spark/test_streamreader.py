@@ -12,7 +12,7 @@ partitions(initial offset, batch 0's logged end).
 from typing import Any
 
 import pytest
-from hutch_spark import streambounds, streamoptions, streamtimes
+from hutch_spark import streambounds, streamoptions, streamsource, streamtimes
 from hutch_spark.errors import HutchDataLossError
 from hutch_spark.streamplan import Bounds
 from hutch_spark.streamsource import HutchStreamsReader, StreamSlice
@@ -167,4 +167,61 @@ def test_available_now_past_its_ends_still_asks_and_finds_the_loss(broker: FakeB
     source.prepareForTriggerAvailableNow()
     with pytest.raises(HutchDataLossError, match="deleted and declared again"):
         source.latestOffset({"a": 150, "b": 40}, ReadAllAvailable())
+    assert broker.requests == 1
+
+
+class Clock:
+    """streamsource's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(streamsource, "monotonic", fake)
+    return fake
+
+
+def test_an_idle_query_asks_at_most_every_idle_interval(broker: FakeBroker, clock: Clock) -> None:
+    source = reader()
+    end0 = source.latestOffset(source.initialOffset(), ReadAllAvailable())
+    assert broker.requests == 1
+    assert source.latestOffset(end0, ReadAllAvailable()) == end0  # nothing new: asked
+    assert broker.requests == 2
+    looked = clock.now
+    broker.publish("a", 3)
+    for _ in range(9):  # the default trigger's 10 ms polls within IDLE_S: answered, not asked
+        clock.now += streamsource.IDLE_S / 10
+        assert source.latestOffset(end0, ReadAllAvailable()) == end0
+    assert broker.requests == 2
+    clock.now = looked + streamsource.IDLE_S  # IDLE_S after the last look
+    end1 = source.latestOffset(end0, ReadAllAvailable())
+    assert end1 == {"a": 103, "b": 40}
+    assert broker.requests == 3
+    broker.publish("a", 2)  # the call found something: the next one asks at once
+    assert source.latestOffset(end1, ReadAllAvailable()) == {"a": 105, "b": 40}
+    assert broker.requests == 4
+
+
+def test_the_idle_answer_is_for_the_start_it_was_found_at(broker: FakeBroker, clock: Clock) -> None:
+    # A start Spark has not asked about (another offset) is asked about, idle or not.
+    source = reader()
+    assert source.latestOffset({"a": 100, "b": 40}, ReadAllAvailable()) == {"a": 100, "b": 40}
+    assert source.latestOffset({"a": 90, "b": 40}, ReadAllAvailable()) == {"a": 100, "b": 40}
+    assert broker.requests == 2
+
+
+def test_available_now_is_never_answered_from_an_idle_look(
+    broker: FakeBroker, clock: Clock
+) -> None:
+    source = reader(startingOffsets="earliest", maxOffsetsPerTrigger="200")
+    source.prepareForTriggerAvailableNow()
+    end = source.latestOffset(source.initialOffset(), ReadMaxRows(200))
+    assert end == {"a": 100, "b": 40}
+    assert source.latestOffset(end, ReadAllAvailable()) == end  # its ends: no request
     assert broker.requests == 1
