@@ -1,14 +1,17 @@
 """One segment file and its ack file, as a queue log sees them in memory.
 
-Appends land in a userspace buffer (``pending``) and reach the kernel with one ``pwritev`` per
-sync (or when the buffer grows past ``FLUSH_THRESHOLD``): a per-append syscall would cost more
-than encoding the record. Losing that buffer to ``kill -9`` only loses records nobody was told
+Appends land in a userspace buffer (``pending``) and reach the kernel with one write per sync
+(or when the buffer grows past ``FLUSH_THRESHOLD``): a per-append syscall would cost more than
+encoding the record. Losing that buffer to ``kill -9`` only loses records nobody was told
 about, because the broker confirms a persistent message only after ``sync()`` returned.
 
 The buffer keeps each append's chunks (a record's head and its body, immutable ``bytes``) by
 reference, not copied into one ``bytearray``: a bytearray grows by an eighth at a time and was
 emptied after every flush, and at the few hundred KiB a group commit buffers under confirms
 (scenario 2 of the bench) its regrowth cost about 0.5 µs a 1 KiB record, ten times the copy.
+A flush of small chunks joins them into one buffer of exactly its size (one copy, no regrowth)
+for one ``pwrite``, which costs less than ``pwritev`` taking each chunk; large chunks go to
+``pwritev`` by reference (``JOIN_CHUNKS_UP_TO``).
 
 Acks are buffered the same way and appended to the ack file with ``O_APPEND``. The live records
 are kept as offset -> length: a double ack or a stale id becomes a no-op instead of a premature
@@ -30,6 +33,10 @@ from pathlib import Path
 from hutch_broker.store import files, records
 
 FLUSH_THRESHOLD = 1024 * 1024
+# A flush whose chunks average at most this many bytes is joined into one buffer and written
+# with one pwrite: copying small chunks once costs less than pwritev taking each on its own,
+# larger ones cost more to copy (measured: docs/bench/profile.md, "Scenario 2's repeats").
+JOIN_CHUNKS_UP_TO = 1024
 # Buffers one pwritev takes (Linux's IOV_MAX); a flush of more chunks takes several calls.
 IOV_MAX = 1024
 SEGMENT_PREFIX = "msgs."
@@ -161,7 +168,8 @@ class Segment:
         """Hand the buffered bytes to the kernel (no fsync)."""
         if not self.pending:
             return
-        _pwrite_all(self.fd, list(itertools.chain.from_iterable(self.pending)), self.flushed)
+        chunks = list(itertools.chain.from_iterable(self.pending))
+        _pwrite_all(self.fd, chunks, self.flushed, self.size - self.flushed)
         self.flushed = self.size
         self.pending.clear()
         self.pending_at.clear()
@@ -252,9 +260,14 @@ class Segment:
             os.unlink(tombstone)
 
 
-def _pwrite_all(fd: int, chunks: list[bytes], offset: int) -> None:
-    """Write ``chunks`` back to back from ``offset``, IOV_MAX at a time; a short write's rest
-    goes out joined (the kernel writes a regular file whole unless the disk is full)."""
+def _pwrite_all(fd: int, chunks: list[bytes], offset: int, size: int) -> None:
+    """Write ``chunks`` (``size`` bytes in all) back to back from ``offset``: joined into one
+    buffer when they are small (``JOIN_CHUNKS_UP_TO``), else with ``pwritev``, IOV_MAX at a
+    time; a short ``pwritev``'s rest goes out joined (the kernel writes a regular file whole
+    unless the disk is full)."""
+    if size <= JOIN_CHUNKS_UP_TO * len(chunks):
+        files.write_view(fd, b"".join(chunks), offset)
+        return
     for first in range(0, len(chunks), IOV_MAX):
         group = chunks[first : first + IOV_MAX]
         size = sum(map(len, group))

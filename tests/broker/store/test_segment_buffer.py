@@ -3,9 +3,10 @@
 Why: the buffer was one ``bytearray`` every record was copied into, emptied after each flush;
 at the few hundred KiB a group commit buffers under confirms its regrowth cost ten times the
 copy (docs/bench/profile.md). These pin that an append copies no body, and that what reaches
-the file is still every byte in order: over more chunks than one ``pwritev`` takes, through
-short writes (of the records and of the ack file, which share ``files.write_view``), and read
-back while still buffered.
+the file is still every byte in order: joined into one write when the chunks are small, by
+reference with ``pwritev`` when they are large and over more chunks than one ``pwritev``
+takes, through short writes (of the records and of the ack file, which share
+``files.write_view``), and read back while still buffered.
 """
 
 from __future__ import annotations
@@ -14,14 +15,34 @@ import os
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from hutch_broker.store import files, records, segments
 
 IDENTITY = records.queue_identity("/", "q")
 
 
-def chunk_pairs(count: int) -> list[tuple[bytes, bytes]]:
+def chunk_pairs(count: int, size: int = 1024) -> list[tuple[bytes, bytes]]:
     """(head, body) pairs, each byte sequence distinct so a misplaced one shows."""
-    return [(b"h%05d" % n, os.urandom(1024)) for n in range(count)]
+    return [(b"h%05d" % n, os.urandom(size)) for n in range(count)]
+
+
+class Calls:
+    """Counts the calls of ``os.pwritev`` and ``os.pwrite`` while passing them on."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.pwritev = self.pwrite = 0
+        pwritev, pwrite = os.pwritev, os.pwrite
+
+        def counted_pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
+            self.pwritev += 1
+            return pwritev(fd, buffers, offset)
+
+        def counted_pwrite(fd: int, data: memoryview, offset: int) -> int:
+            self.pwrite += 1
+            return pwrite(fd, data, offset)
+
+        monkeypatch.setattr(segments.os, "pwritev", counted_pwritev)
+        monkeypatch.setattr(files.os, "pwrite", counted_pwrite)
 
 
 def file_bytes(segment: segments.Segment) -> bytes:
@@ -47,33 +68,66 @@ def test_appends_copy_no_body_into_the_buffer(tmp_path: Path) -> None:
     segment.close_files()
 
 
-def test_a_flush_of_more_chunks_than_one_pwritev_takes_writes_them_all_in_order(
-    tmp_path: Path,
-) -> None:
+def test_a_flush_of_small_chunks_is_one_joined_write(tmp_path: Path, monkeypatch) -> None:
+    """1 KiB bodies (scenario 2's): a copy into one buffer and one ``pwrite`` per flush, which
+    costs less than ``pwritev`` taking 2,000 chunks one by one; every byte in order."""
     segment = segments.Segment.create(tmp_path, 1, identity=IDENTITY)
     start = segment.size
-    pairs = chunk_pairs(1500)  # 3,000 chunks; past the threshold, so one flush on the way
+    pairs = chunk_pairs(1000)
+    calls = Calls(monkeypatch)
     for head, body in pairs:
         segment.write(head, body)
-    assert 0 < segment.flushed - start < segment.size - start, "flushed once, some still buffered"
     segment.flush()
+    assert (calls.pwritev, calls.pwrite) == (0, 1)
     assert segment.flushed == segment.size == os.path.getsize(segment.path)
     assert file_bytes(segment)[start:] == b"".join(h + b for h, b in pairs)
     segment.close_files()
 
 
-def test_a_short_write_is_finished(tmp_path: Path, monkeypatch) -> None:
-    """The kernel may write less than asked (a full disk, a signal): ``pwritev`` stops
-    mid-chunk, and each ``pwrite`` that finishes the rest writes at most 5 bytes."""
+def test_a_flush_of_large_chunks_goes_by_reference(tmp_path: Path, monkeypatch) -> None:
+    """64 KiB bodies are not copied to be written: one ``pwritev`` per flush (the threshold's
+    own flush on the way, then the rest), every byte in order."""
     segment = segments.Segment.create(tmp_path, 1, identity=IDENTITY)
     start = segment.size
-    pairs = chunk_pairs(10)
+    pairs = chunk_pairs(20, size=64 * 1024)  # past the threshold: one flush on the way
+    calls = Calls(monkeypatch)
+    for head, body in pairs:
+        segment.write(head, body)
+    assert 0 < segment.flushed - start < segment.size - start, "flushed once, some still buffered"
+    segment.flush()
+    assert (calls.pwritev, calls.pwrite) == (2, 0)
+    assert file_bytes(segment)[start:] == b"".join(h + b for h, b in pairs)
+    segment.close_files()
+
+
+def test_more_chunks_than_one_pwritev_takes_are_written_all_in_order(tmp_path: Path) -> None:
+    """A segment's own flushes never hand over that many large chunks (the threshold flushes
+    first), so the writer is called directly: 3,000 chunks of 2 KiB, three ``pwritev``."""
+    chunks = [os.urandom(2048) for _ in range(3000)]
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        segments._pwrite_all(fd, chunks, 10, sum(map(len, chunks)))
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == bytes(10) + b"".join(chunks)
+
+
+@pytest.mark.parametrize("size", [1024, 8192])
+def test_a_short_write_is_finished(tmp_path: Path, monkeypatch, size: int) -> None:
+    """The kernel may write less than asked (a full disk, a signal). Small chunks go out in
+    one ``pwrite``, large ones with ``pwritev`` (stopping mid-chunk here): each ``pwrite`` that
+    finishes the rest writes at most 5 bytes."""
+    segment = segments.Segment.create(tmp_path, 1, identity=IDENTITY)
+    start = segment.size
+    pairs = chunk_pairs(10, size)
     for head, body in pairs:
         segment.write(head, body)
     pwritev, pwrite = os.pwritev, os.pwrite
     tails: list[int] = []
+    vectored: list[int] = []
 
     def short(fd: int, buffers: list[bytes], offset: int) -> int:
+        vectored.append(offset)
         return pwritev(fd, buffers[:3], offset) - 7  # a partial write, mid-chunk
 
     def short_tail(fd: int, data: memoryview, offset: int) -> int:
@@ -86,6 +140,7 @@ def test_a_short_write_is_finished(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.undo()
     assert file_bytes(segment)[start:] == b"".join(h + b for h, b in pairs)
     assert segment.flushed == segment.size == os.path.getsize(segment.path)
+    assert len(vectored) == (0 if size == 1024 else 1), "the path taken"
     assert len(tails) > 100, "the rest went out in many short writes"
     assert tails == sorted(set(tails)), "each one after the last"
     segment.close_files()
