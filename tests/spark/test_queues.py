@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.spark.querywaits import wait_count, wait_ended, wait_every
+
 # hutch-broker: one per module, each test in a vhost of its own (amqp.url names it); RabbitMQ:
 # the session's node, unique queue names.
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
@@ -59,8 +61,9 @@ def test_two_queues_in_one_query_lose_nothing_across_a_failed_batch(
     checkpoint = tmp_path / "checkpoint"
     first: list[tuple[int, list[tuple[str, int, str]]]] = []
     query = start(stream(spark, amqp, [small, large]), recorder(first, fail_at=2), checkpoint)
+    wait_ended("the failed batch 2", query, lambda: len(first), "batches collected")
     with pytest.raises(Exception, match="sink failed on batch 2"):
-        query.awaitTermination(120)
+        query.awaitTermination()
     committed = [row for batch_id, rows in first if batch_id < 2 for row in rows]
     waiter("our consumers gone", lambda: amqp.consumers(small) + amqp.consumers(large) == 0, 15)
     for queue in (small, large):  # committed batches were acked, per queue; nothing else
@@ -69,13 +72,10 @@ def test_two_queues_in_one_query_lose_nothing_across_a_failed_batch(
     second: list[tuple[int, list[tuple[str, int, str]]]] = []
     query = start(stream(spark, amqp, [small, large]), recorder(second), checkpoint)
     try:
-        waiter(
+        wait_every(
             "every message of both queues",
-            lambda: (
-                {(q, m) for q, ids in expected.items() for m in ids}
-                <= {(r[0], r[2]) for r in committed + [r for _, rows in second for r in rows]}
-            ),
-            90,
+            {(q, m) for q, ids in expected.items() for m in ids},
+            lambda: ((r[0], r[2]) for r in committed + [r for _, rows in second for r in rows]),
             query,
         )
         waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
@@ -109,8 +109,9 @@ def test_durable_batches_of_two_queues_replay_identically(
     durable = {"durableBatches": "true", "batchLogDir": str(log_dir)}
     first: list[tuple[int, list[tuple[str, int, str]]]] = []
     query = start(stream(spark, amqp, [one, two], **durable), recorder(first, 1), checkpoint)
+    wait_ended("the failed batch 1", query, lambda: len(first), "batches collected")
     with pytest.raises(Exception, match="sink failed on batch 1"):
-        query.awaitTermination(120)
+        query.awaitTermination()
     failed = sorted(row for batch_id, rows in first if batch_id == 1 for row in rows)
     assert failed
     assert sorted(p.name for p in log_dir.iterdir()) == sorted([one, two])  # a log per queue
@@ -118,7 +119,14 @@ def test_durable_batches_of_two_queues_replay_identically(
     second: list[tuple[int, list[tuple[str, int, str]]]] = []
     query = start(stream(spark, amqp, [one, two], **durable), recorder(second), checkpoint)
     try:
-        waiter("the replayed batch", lambda: any(b == 1 for b, _ in second), 60, query)
+        # Batch 0 was committed: the replay of batch 1 is the second run's first batch.
+        wait_count(
+            "the replayed batch",
+            lambda: sum(b == 1 for b, _ in second),
+            1,
+            query,
+            "batch 1 replays collected",
+        )
         waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
     finally:
         query.stop()
@@ -138,7 +146,13 @@ def test_a_checkpoint_of_other_queues_is_refused(
     seen: list[tuple[int, list[tuple[str, int, str]]]] = []
     query = start(stream(spark, amqp, [one, two]), recorder(seen), checkpoint)
     try:
-        waiter("the first batch", lambda: sum(len(rows) for _, rows in seen) >= 5, 60, query)
+        wait_count(
+            "the first batch",
+            lambda: sum(len(rows) for _, rows in seen),
+            5,
+            query,
+            "rows collected",
+        )
     finally:
         query.stop()
     query = start(stream(spark, amqp, [one, other]), recorder([]), checkpoint)

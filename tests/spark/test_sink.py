@@ -11,6 +11,8 @@ from typing import Any
 import pika
 import pytest
 
+from tests.spark.querywaits import wait_count
+
 # hutch-broker: one per module, each test in a vhost of its own (amqp.url names it); RabbitMQ:
 # the session's node, unique queue names.
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
@@ -69,7 +71,7 @@ def test_bad_sink_columns_fail_before_any_task(spark: Any) -> None:
 
 
 def test_stream_sink_ids_are_query_batch_partition_row(
-    spark: Any, amqp: Any, tmp_path: Path, waiter: Any
+    spark: Any, amqp: Any, tmp_path: Path
 ) -> None:
     source, target = amqp.queue("in"), amqp.queue("out")
     amqp.publish(source, 300)
@@ -92,7 +94,7 @@ def test_stream_sink_ids_are_query_batch_partition_row(
         .start()
     )
     try:
-        waiter("300 republished", lambda: amqp.ready(target) >= 300, 60, query)
+        wait_count("300 republished", lambda: amqp.ready(target), 300, query, "ready in target")
     finally:
         query.stop()
     messages = amqp.drain(target)

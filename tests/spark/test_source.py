@@ -8,12 +8,13 @@ fail fast with a clear message. "Nothing left unacked" is checked after our cons
 """
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.spark.querywaits import wait_count, wait_ended, wait_every
 
 # hutch-broker: one per module, each test in a vhost of its own (amqp.url names it); RabbitMQ:
 # the session's node, unique queue names.
@@ -59,26 +60,6 @@ def restart_once_after(broker: Any, at: int, restarts: list[int]) -> Callable[[i
     return restart
 
 
-# No new row for this long while messages remain: the query is stalled, not slow. A stall never
-# ends, so the bound only sets how long a broken source takes to fail; a total bound failed a
-# healthy run at load 20, where each trigger is slow.
-STALL_S = 60
-
-
-def wait_progressing(what: str, rows: Callable[[], int], target: int, query: Any) -> None:
-    """Waits until `rows()` reaches `target`, failing when it has not grown for STALL_S (or
-    when the query failed)."""
-    seen, since = rows(), time.monotonic()
-    while (now := rows()) < target:
-        if query.exception() is not None:
-            pytest.fail(f"{what}: the query failed: {query.exception()}")
-        if now != seen:
-            seen, since = now, time.monotonic()
-        elif time.monotonic() - since > STALL_S:
-            pytest.fail(f"{what}: stalled at {now} of {target}, no new row for {STALL_S} s")
-        time.sleep(0.2)
-
-
 def start(frame: Any, sink: Any, checkpoint: Path, **trigger: Any) -> Any:
     writer = frame.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
     return writer.trigger(**(trigger or {"processingTime": "200 milliseconds"})).start()
@@ -96,7 +77,9 @@ def test_stream_delivers_all_messages_when_prefetch_equals_batch(
     frame = hutch_stream(spark, amqp, queue, maxMessagesPerBatch=BATCH, prefetch=BATCH)
     query = start(frame, collect_into(batches), tmp_path / "checkpoint")
     try:
-        wait_progressing("300 rows", lambda: sum(len(rows) for _, rows in batches), 300, query)
+        wait_count(
+            "300 rows", lambda: sum(len(rows) for _, rows in batches), 300, query, "rows collected"
+        )
         # An idle moment between triggers; on a loaded 2-core CI machine 10 s was too short.
         waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
     finally:
@@ -120,8 +103,9 @@ def test_failing_sink_loses_nothing_and_duplicates_at_most_one_batch(
         collect_into(first, fail_at=2),
         checkpoint,
     )
+    wait_ended("the failed batch 2", query, lambda: len(first), "batches collected")
     with pytest.raises(Exception, match="sink failed on batch 2"):
-        query.awaitTermination(120)
+        query.awaitTermination()
     committed = sum(len(rows) for batch_id, rows in first if batch_id < 2)
     waiter("our consumer gone", lambda: amqp.consumers(queue) == 0, 15)
     assert amqp.ready(queue) == 500 - committed  # nothing stays unacked after the failure
@@ -133,10 +117,10 @@ def test_failing_sink_loses_nothing_and_duplicates_at_most_one_batch(
         checkpoint,
     )
     try:
-        waiter(
+        wait_every(
             "every message",
-            lambda: set(ids) <= {m for _, rows in first + second for m in rows},
-            60,
+            set(ids),
+            lambda: (m for _, rows in first + second for m in rows),
             query,
         )
     finally:
@@ -155,7 +139,8 @@ def test_available_now_drains_the_queue_and_stops(
     batches: list[tuple[int, list[str]]] = []
     frame = hutch_stream(spark, amqp, queue, maxMessagesPerBatch=BATCH)
     query = start(frame, collect_into(batches), tmp_path / "checkpoint", availableNow=True)
-    assert query.awaitTermination(90)
+    wait_ended("the drained queue's end", query, lambda: len(batches), "batches collected")
+    query.awaitTermination()
     assert query.exception() is None
     assert sorted(m for _, rows in batches for m in rows) == sorted(ids)
     waiter("our consumer gone", lambda: amqp.consumers(queue) == 0, 15)
@@ -236,8 +221,8 @@ def test_broker_restart_mid_stream_reconnects_and_loses_nothing(
         hutch_stream(spark, amqp, queue, maxMessagesPerBatch=BATCH), write, tmp_path / "ck"
     )
     try:
-        waiter(
-            "every message", lambda: set(ids) <= {m for _, rows in batches for m in rows}, 90, query
+        wait_every(
+            "every message", set(ids), lambda: (m for _, rows in batches for m in rows), query
         )
     finally:
         query.stop()
@@ -263,7 +248,8 @@ def test_available_now_drains_the_whole_queue_across_a_broker_restart(
     write = collect_into(batches, then=restart_once_after(broker, 1, restarts))
     frame = hutch_stream(spark, amqp, queue, maxMessagesPerBatch=50)
     query = start(frame, write, tmp_path / "ck", availableNow=True)
-    assert query.awaitTermination(120)
+    wait_ended("the drained queue's end", query, lambda: len(batches), "batches collected")
+    query.awaitTermination()
     assert query.exception() is None
     assert restarts == [1]
     seen = [m for _, rows in batches for m in rows]

@@ -1,0 +1,53 @@
+"""An in-process streaming query waited on by its progress (hutch_testing.progress).
+
+Why: the source, sink and several-queues tests waited for a count with a total bound ("300
+republished within 60 s", "every message within 60 s"), which counts every trigger of a query
+that a loaded machine slows down. What they guard against is a query that stopped getting on,
+so these waits fail only when their count has not grown for ``STALL_S`` (or at once when the
+query failed). The kill tests' child runs have their own waits (childruns.py), on a child's log
+and files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+from hutch_testing.progress import Watch, wait_until
+
+STALL_S = 60.0
+
+
+def _failed(query: Any, what: str) -> Callable[[], None]:
+    def check() -> None:
+        if query.exception() is not None:
+            pytest.fail(f"{what}: the query failed: {query.exception()}")
+
+    return check
+
+
+def wait_count(what: str, count: Callable[[], int], target: int, query: Any, sign: str) -> None:
+    """Waits until ``count()`` reaches ``target``; fails when it has not changed for STALL_S
+    (``sign`` names it in the message, with its last value) or when the query failed."""
+    watch = Watch(what, sign, count, STALL_S)
+    wait_until(lambda: count() >= target, watch, also=_failed(query, what))
+
+
+def wait_every(
+    what: str, expected: set[Any], collected: Callable[[], Iterable[Any]], query: Any
+) -> None:
+    """Waits until every item of ``expected`` is among ``collected()``; fails when the number
+    of them there has not changed for STALL_S or when the query failed."""
+
+    def found() -> int:
+        return len(expected & set(collected()))
+
+    wait_count(what, found, len(expected), query, f"of {len(expected)} expected, collected")
+
+
+def wait_ended(what: str, query: Any, count: Callable[[], int], sign: str) -> None:
+    """Waits until ``query`` is no longer active (it failed or finished); fails when
+    ``count()`` has not changed for STALL_S before. ``query.awaitTermination()`` then returns
+    or raises its failure at once."""
+    wait_until(lambda: not query.isActive, Watch(what, sign, count, STALL_S))
