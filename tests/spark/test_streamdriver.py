@@ -30,7 +30,7 @@ from hutch_demo.management import quote
 from hutch_spark import streamsource
 from hutch_testing.relay import CountingRelay
 
-from tests.spark import childruns
+from tests.spark import childruns, rowwaits
 
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
@@ -80,7 +80,7 @@ def query(spark: Any, stream: Stream, management: str, **options: str) -> Any:
 
 
 def test_a_new_query_from_latest_starts_where_it_first_resolved_latest(
-    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path, waiter: Any
+    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path
 ) -> None:
     # A publisher in another connection keeps the stream growing while the query starts: Spark
     # asks the source for its initial offset to plan the first batch's end, and again to plan
@@ -111,7 +111,7 @@ def test_a_new_query_from_latest_starts_where_it_first_resolved_latest(
         .start()
     )
     try:
-        waiter("three batches", lambda: len(batches) >= 3, 120, running)
+        rowwaits.wait_rows("three batches", lambda: len(batches), 3, running, unit="batches")
     finally:
         running.stop()
         stop.set()
@@ -271,7 +271,7 @@ def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(
             time.sleep(3)  # the window measured: the query idles, polling all along
             asked, elapsed = relay.accepted - before, time.monotonic() - started
             stream.publish(5)
-            waiter("the 5 messages", lambda: len(read) >= 5, 60, running)
+            rowwaits.wait_rows("the 5 messages", lambda: len(read), 5, running)
         finally:
             running.stop()
     assert 1 <= asked <= elapsed / streamsource.IDLE_S + 2, f"{asked} requests in {elapsed:.1f} s"

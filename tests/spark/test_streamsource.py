@@ -35,7 +35,7 @@ import pytest
 from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
 
-from tests.spark import childruns
+from tests.spark import childruns, rowwaits
 
 # One hutch-broker for the module, each test in a vhost of its own: the source's URI (amqp_url)
 # names it, and what the tests read from the management API is that vhost's.
@@ -184,7 +184,7 @@ def test_a_streaming_query_follows_the_tail_with_no_consumer_in_the_driver(
         .start()
     )
     try:
-        waiter("30 rows", lambda: sum(map(len, batches)) >= 30, 60, query)
+        rowwaits.wait_rows("30 rows", lambda: sum(map(len, batches)), 30, query)
         assert batches[:3] == [list(range(n, n + 10)) for n in (0, 10, 20)]
         waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
         # Between batches the driver holds nothing: it plans from the management API only.
@@ -194,7 +194,7 @@ def test_a_streaming_query_follows_the_tail_with_no_consumer_in_the_driver(
         assert all(name.startswith("hutch-spark stream reader (pid ") for name in kept), kept
         assert streams.item(name)["consumers"] == 0
         streams.publish(name, 5)
-        waiter("5 more rows", lambda: sum(map(len, batches)) >= 35, 60, query)
+        rowwaits.wait_rows("5 more rows", lambda: sum(map(len, batches)), 35, query)
     finally:
         query.stop()
     assert [offset for batch in batches for offset in batch] == list(range(35))
