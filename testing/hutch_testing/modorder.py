@@ -10,9 +10,11 @@ would have handed them out. The rule reads only markers, so there is no table of
 keep up to date, and a new module gets its place from its markers like any other.
 
 xdist must then keep the collected order: the pass runs with ``--no-loadscope-reorder``. Only a
-worker of a ``loadfile`` or ``loadscope`` run is reordered (every worker collects the same
-tests and orders them alike, which xdist checks); a run in one process keeps its order.
-Pass ``-p no:hutch_testing.modorder`` to leave the order to xdist, as before.
+worker's collection is reordered (every worker collects the same tests and orders them alike,
+which xdist checks); a run in one process, such as the serial pass, keeps its order. A worker
+cannot tell how its tests are handed out (xdist sets its ``dist`` option to "no"), and under
+``--dist load`` long modules first is no worse. Pass ``-p no:hutch_testing.modorder`` to leave
+the order to xdist, as before.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import pytest
 
 NAME = "hutch_testing.modorder"
 LONG_MARKERS = frozenset({"spark", "slow"})
-DISTRIBUTIONS = frozenset({"loadfile", "loadscope"})
 T = TypeVar("T")
 
 
@@ -56,9 +57,8 @@ def module_of(item: pytest.Item) -> str:
 
 
 def applies(config: pytest.Config) -> bool:
-    """True on a pytest-xdist worker of a run that hands out whole modules."""
-    worker = getattr(config, "workerinput", None) is not None
-    return worker and getattr(config.option, "dist", None) in DISTRIBUTIONS
+    """True on a pytest-xdist worker (the controller collects nothing)."""
+    return getattr(config, "workerinput", None) is not None
 
 
 @pytest.hookimpl(trylast=True)

@@ -85,27 +85,25 @@ def test_the_order_is_a_permutation_with_every_module_together_and_in_its_own_or
         assert inside == [item.nodeid for item in items if item.nodeid.startswith(module + "::")]
 
 
-def _config(*, worker: bool, dist: str) -> SimpleNamespace:
-    config = SimpleNamespace(option=SimpleNamespace(dist=dist))
+def _config(*, worker: bool) -> SimpleNamespace:
+    """A config as a pytest-xdist worker sees it: its ``dist`` option is always "no" there."""
+    config = SimpleNamespace(option=SimpleNamespace(dist="no"))
     if worker:
-        config.workerinput = {"workerid": "gw0"}
+        config.workerinput = {"workerid": "gw0", "workercount": 2}
     return config
 
 
 @pytest.mark.parametrize(
-    ("worker", "dist", "reordered"),
+    ("worker", "reordered"),
     [
-        (True, "loadfile", True),
-        (True, "loadscope", True),
-        (True, "load", False),  # single tests handed out: module order means nothing there
-        (False, "loadfile", False),  # the controller, or a run without workers
-        (False, "no", False),  # the serial pass, the fast and node levels: collection order
+        (True, True),
+        (False, False),  # one process: the serial pass, the fast and node levels
     ],
 )
-def test_only_a_worker_that_gets_whole_modules_is_reordered(worker, dist, reordered):
+def test_only_a_workers_collection_is_reordered(worker, reordered):
     items = _collection()
     before = [item.nodeid for item in items]
-    modorder.pytest_collection_modifyitems(_config(worker=worker, dist=dist), items)  # type: ignore[arg-type]
+    modorder.pytest_collection_modifyitems(_config(worker=worker), items)  # type: ignore[arg-type]
     after = [item.nodeid for item in items]
     assert (after != before) is reordered
     assert after == (_ordered(_collection()) if reordered else before)
