@@ -8,16 +8,17 @@ on every read, replaying a batch after a failure reads the same rows, and Spark'
 sinks need no dedupe (docs/spark.md, "Reading stream queues").
 
 The rules are Spark's Kafka source's where the concept is the same:
-- `startingOffsets` earliest/latest/JSON are resolved once, when the query first starts (for
-  latest and `startingTimestamp`, when its first batch is planned: see `initial`);
+- `startingOffsets` earliest/latest/JSON and `startingTimestamp` apply to a new query's first
+  batch; latest, earliest and a timestamp are resolved when that batch is planned, as its end
+  (see `initial` for why);
 - `maxOffsetsPerTrigger` is shared among the streams in proportion to what each has waiting;
 - `failOnDataLoss`: an offset the query still needs but retention already removed fails the
   query, naming the stream and the lost range; `false` skips to the first offset held, with a
   warning.
 
 The checkpointed offset is `{"stream": next offset to read, ...}`, one entry per stream. A new
-query's start (`initial`) may hold `UNRESOLVED` (-1, Kafka's marker for latest) for a stream:
-see `initial` for why.
+query's start (`initial`) may hold Kafka's markers, -1 (latest) and -2 (earliest), for a stream
+not resolved yet: see `initial` for why.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from hutch_spark.errors import HutchDataLossError, HutchOffsetError
 from hutch_spark.streamoptions import EARLIEST, LATEST, OffsetSpec
 
-UNRESOLVED = LATEST  # a start not resolved yet: where the query's first batch ends
+UNRESOLVED = (LATEST, EARLIEST)  # a new query's start not resolved yet: batch 0's end
 
 
 @dataclass(frozen=True)
@@ -63,47 +64,48 @@ def resolve(spec: OffsetSpec, bounds: Mapping[str, Bounds]) -> dict[str, int]:
     return result
 
 
-def initial(
-    spec: OffsetSpec, streams: Sequence[str], bounds: Mapping[str, Bounds]
-) -> dict[str, int]:
-    """A new query's start: an offset per stream, or `UNRESOLVED` where it starts at latest.
+def initial(spec: OffsetSpec, streams: Sequence[str]) -> dict[str, int]:
+    """A new query's start: an offset per stream, or its marker (-1 latest, -2 earliest) where
+    it is resolved only when batch 0 is planned.
 
-    Why latest is left unresolved: Spark writes a batch's end to the offsets log before it runs
-    the batch, but not the first batch's start. A driver that dies inside batch 0 asks for the
-    initial offset again when it restarts, and `latest` resolved then has moved on with the
-    stream, so the replayed batch would read another range than the one first planned (Kafka's
-    source keeps its resolved start in a file under the checkpoint, a path a Python source is
-    not given). Left unresolved, it is resolved when batch 0 is planned and becomes batch 0's
-    end, which Spark does log: batch 0 reads nothing of that stream (`batch_starts`), on every
-    attempt, and batch 1 starts at the logged end. A `startingTimestamp` start is unresolved
-    for the same reason. `bounds` is read for `earliest` (-2) only; an explicit offset, and
-    `earliest` unless retention acts in between, are the same on every attempt.
+    Why a marker: Spark writes a batch's end to the offsets log before it runs the batch, but
+    not the first batch's start. A driver that dies inside batch 0 asks for the initial offset
+    again when it restarts, and a start resolved then is not the one first planned: `latest`
+    has moved on with the stream, and `earliest` has moved on with retention, so the replayed
+    batch would read another range, and a head that retention removed in between would be
+    skipped without the data-loss error `failOnDataLoss` promises (Kafka's source keeps its
+    resolved start in a file under the checkpoint, a path a Python source is not given). Left
+    unresolved, the start is resolved when batch 0 is planned and becomes batch 0's end, which
+    Spark does log: batch 0 reads nothing of that stream (`batch_starts`), on every attempt,
+    and batch 1 starts at the logged end, where a removed head is found like any other loss
+    (`readable_start`). A `startingTimestamp` start is unresolved for the same reason; an
+    explicit offset is the same on every attempt.
     """
     result: dict[str, int] = {}
     for stream in streams:
         value = spec if isinstance(spec, str) else spec[stream]
         if value in ("latest", LATEST):
-            result[stream] = UNRESOLVED
+            result[stream] = LATEST
         elif value in ("earliest", EARLIEST):
-            result[stream] = bounds[stream].first
+            result[stream] = EARLIEST
         else:
             assert isinstance(value, int)  # noqa: S101 - parsed by streamoptions
             result[stream] = value
     return result
 
 
-def reads_earliest(spec: OffsetSpec) -> bool:
-    """Whether `initial` needs the streams' bounds for `spec`."""
-    if isinstance(spec, str):
-        return spec == "earliest"
-    return EARLIEST in spec.values()
+def resolve_start(marker: int, held: Bounds) -> int:
+    """Where an unresolved start (`initial`) begins now: the first offset held for earliest,
+    the next offset for latest."""
+    return held.first if marker == EARLIEST else held.next
 
 
 def batch_starts(starts: Mapping[str, int], ends: Mapping[str, int]) -> dict[str, int]:
-    """A batch's start per stream: an `UNRESOLVED` start (batch 0 of a stream read from latest
-    or a timestamp) is the batch's end, so that batch reads nothing of it on any attempt."""
+    """A batch's start per stream: an unresolved start (batch 0 of a stream read from latest,
+    earliest or a timestamp) is the batch's end, so that batch reads nothing of it on any
+    attempt."""
     return {
-        stream: ends[stream] if start == UNRESOLVED else start for stream, start in starts.items()
+        stream: ends[stream] if start in UNRESOLVED else start for stream, start in starts.items()
     }
 
 
@@ -111,18 +113,20 @@ def parse_offset(
     offset: Mapping[str, object], streams: tuple[str, ...], *, start: bool = False
 ) -> dict[str, int]:
     """A checkpointed offset of this source; one of other streams is an error, not a reset.
-    A `start` may also be a new query's `initial`, with `UNRESOLVED` streams."""
+    A `start` may also be a new query's `initial`, with unresolved streams (-1 or -2)."""
     if set(offset) != set(streams):
         raise HutchOffsetError(
             f"hutch: the checkpoint holds offsets of streams {sorted(offset)!r}, but this "
             f"source reads streams {sorted(streams)!r}; use a new checkpointLocation"
         )
-    low = UNRESOLVED if start else 0
+    low = EARLIEST if start else 0
     result: dict[str, int] = {}
     for stream in streams:
         value = offset[stream]
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            allowed = "an offset >= 0 or -1 (not resolved yet)" if start else "an offset >= 0"
+            allowed = (
+                "an offset >= 0, or -1 or -2 (not resolved yet)" if start else "an offset >= 0"
+            )
             raise HutchOffsetError(
                 f"hutch: malformed offset {dict(offset)!r}: stream {stream!r} must have {allowed}"
             )

@@ -14,10 +14,11 @@ output holds each message once, with no dedupe (docs/spark.md, "Reading stream q
 The driver's share per micro-batch is one management request (`latestOffset`); the calls Spark
 makes around a query's start (`prepareForTriggerAvailableNow`, `initialOffset` twice, the first
 `latestOffset`) share one, and availableNow's last call, at the ends it snapshotted, needs none.
-A new query from `latest` (or `startingTimestamp`) leaves its start unresolved and resolves it
-when it plans batch 0, whose end Spark logs before running it: batch 0 reads nothing of that
-stream on every attempt, also after the driver died inside it (streamplan.initial says why
-this, and not a file of our own beside the checkpoint).
+A new query from `latest`, `earliest` (or `startingTimestamp`) leaves its start unresolved and
+resolves it when it plans batch 0, whose end Spark logs before running it: batch 0 reads nothing
+of that stream on every attempt, also after the driver died inside it, and batch 1 plans from
+the logged end, so a head that retention removed in between is data loss as for any later
+batch (streamplan.initial says why this, and not a file of our own beside the checkpoint).
 
 While a query finds nothing new, it asks again at most every `IDLE_S`: Spark's default trigger
 calls `latestOffset` about every 10 ms, 67 requests a second on an idle stream (measured); the
@@ -81,16 +82,15 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         # Spark asks for a new query's start to plan batch 0's end, again to plan its start, and
-        # once more when a driver that died inside batch 0 restarts. So latest and a timestamp
-        # stay unresolved here (-1) and become batch 0's end (streamplan.initial); an earliest
-        # start is read once per process, and bounds are read only for it.
+        # once more when a driver that died inside batch 0 restarts. So latest, earliest and a
+        # timestamp stay unresolved here (-1, -2) and become batch 0's end (streamplan.initial):
+        # the answer is the same on every call, and needs no request.
         if self._initial is None:
             settings = self._settings
             spec = settings.starting_offsets or "latest"
             if settings.starting_timestamp_ms is not None:
                 spec = "latest"  # unresolved too: resolved at the timestamp by latestOffset
-            bounds = self._start_bounds() if streamplan.reads_earliest(spec) else {}
-            self._initial = streamplan.initial(spec, settings.streams, bounds)
+            self._initial = streamplan.initial(spec, settings.streams)
             log.info("hutch: a new query starts reading streams at %s", self._initial)
         return dict(self._initial)
 
@@ -114,7 +114,9 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._quiet = None
         bounds = self._unused if self._unused is not None else self._bounds()
         self._unused = None  # each later trigger asks the broker: the streams move
-        unresolved = [stream for stream in starts if starts[stream] == streamplan.UNRESOLVED]
+        unresolved = {
+            stream: start for stream, start in starts.items() if start in streamplan.UNRESOLVED
+        }
         resolved = self._resolve_start(unresolved, bounds)
         readable = {
             stream: resolved[stream]
@@ -153,25 +155,29 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return streambounds.fetch(self._settings)
 
     def _resolve_start(
-        self, streams: Sequence[str], bounds: Mapping[str, Bounds]
+        self, markers: Mapping[str, int], bounds: Mapping[str, Bounds]
     ) -> dict[str, int]:
-        """Where the streams a new query left unresolved start: their end now, or their offset
-        at `startingTimestamp` (one short consumer each)."""
-        if not streams:
+        """Where the streams a new query left unresolved start: their first offset held for
+        earliest, their end now for latest, or their offset at `startingTimestamp` (one short
+        consumer each)."""
+        if not markers:
             return {}
-        held = {stream: bounds[stream] for stream in streams}
         timestamp_ms = self._settings.starting_timestamp_ms
         if timestamp_ms is None:
-            found = {stream: each.next for stream, each in held.items()}
+            found = {
+                stream: streamplan.resolve_start(marker, bounds[stream])
+                for stream, marker in markers.items()
+            }
         else:
+            held = {stream: bounds[stream] for stream in markers}
             found = streamtimes.offsets_at(self._settings, timestamp_ms, held)
         log.info("hutch: the first batch ends where the query starts reading: %s", found)
         return found
 
     def _start_bounds(self) -> dict[str, Bounds]:
-        """The bounds read once when the query starts, for `prepareForTriggerAvailableNow`,
-        `initialOffset` and the first `latestOffset` (Spark calls them one after the other):
-        one management request, not three."""
+        """The bounds read once when an availableNow query starts, for
+        `prepareForTriggerAvailableNow` and the first `latestOffset` (Spark calls them one
+        after the other): one management request, not two."""
         if self._unused is None:
             self._unused = self._bounds()
         return self._unused

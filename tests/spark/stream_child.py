@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--starting", default="earliest")  # "" for the source's default
     parser.add_argument("--sink", choices=("parquet", "batches"), default="parquet")
     parser.add_argument("--block-batch", type=int, default=-1)
+    parser.add_argument("--fail-on-data-loss", default="")  # "" for the source's default
     args = parser.parse_args()
 
     spark = childsession.local_session()
@@ -89,6 +90,8 @@ def main() -> None:
     )
     if args.starting:
         reader = reader.option("startingOffsets", args.starting)
+    if args.fail_on_data_loss:
+        reader = reader.option("failOnDataLoss", args.fail_on_data_loss)
     rows = reader.load()
     if args.hang_stream:
         rows = rows.withColumn("offset", F.udf(maybe_hang, LongType())("stream", "offset"))

@@ -10,15 +10,18 @@ again to plan its start), so a stream that grows in between does not move the fi
 start. Requests are counted on the wire: the source's `managementUri` points at a relay that
 counts connections, and the management client opens one per request. An idle query with the
 default trigger asks at most every `streamsource.IDLE_S`, not at each of Spark's 10 ms polls;
-and a query from `latest` whose driver is killed inside batch 0 replays the range batch 0 first
-planned.
+a query from `latest` whose driver is killed inside batch 0 replays the range batch 0 first
+planned; and one from `earliest` killed there, whose stream's head retention then drops, fails
+on its restart with failOnDataLoss=true and reads on from the first offset held with false.
 """
 
+import base64
 import json
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +44,8 @@ DIRS = ("checkpoint", "output")  # what grows while a child run gets on (childru
 class Stream:
     """One stream queue in the test's vhost; message n is at offset n."""
 
-    def __init__(self, broker: Any, name: str) -> None:
+    def __init__(self, broker: Any, name: str, **arguments: int) -> None:
+        self.broker = broker
         self.url = broker.amqp_url
         self.vhost = quote(getattr(broker, "vhost", "/"))
         self.name = name
@@ -49,12 +53,23 @@ class Stream:
         self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
         self.channel = self.connection.channel()
         self.channel.confirm_delivery()
-        self.channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        arguments = {"x-queue-type": "stream", **arguments}
+        self.channel.queue_declare(name, durable=True, arguments=arguments)
 
     def publish(self, count: int) -> None:
         for _ in range(count):
             self.channel.basic_publish("", self.name, f"m{self.count}".encode())
             self.count += 1
+
+    def held(self) -> tuple[int, int]:
+        """The stream's `[first_offset, next_offset)` in the management API's queue object."""
+        url = f"{self.broker.http_url}/api/queues/{self.vhost}/{quote(self.name)}"
+        request = urllib.request.Request(url)  # noqa: S310 - loopback
+        token = base64.b64encode(":".join(self.broker.credentials).encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - loopback
+            item = json.load(reply)
+        return item["first_offset"], item["next_offset"]
 
     def close(self) -> None:
         self.connection.close()
@@ -151,8 +166,9 @@ def test_one_management_request_per_micro_batch_and_a_restart_reads_on(
 ) -> None:
     # availableNow makes Spark call prepareForTriggerAvailableNow, initialOffset (twice),
     # latestOffset per batch and once more to find nothing left: one request each was 14 for
-    # 10 batches. The query's start reads the bounds once, and the last call knows from the
-    # availableNow end that nothing is left.
+    # 10 batches. The query's start reads the bounds once (and batch 0, which reads nothing of
+    # an earliest start, plans from that look), and the last call knows from the availableNow
+    # end that nothing is left: one request per batch, batch 0 included.
     stream.publish(200)
     checkpoint = tmp_path / "checkpoint"
     with CountingRelay("127.0.0.1", urlsplit(hutch_broker.http_url).port) as relay:
@@ -160,7 +176,8 @@ def test_one_management_request_per_micro_batch_and_a_restart_reads_on(
         read, batches = run_available_now(spark, stream, management, checkpoint)
         assert read == list(range(200))
         assert batches == 10
-        assert relay.accepted == batches, f"{relay.accepted} requests for {batches} batches"
+        asked = relay.accepted
+        assert asked == batches + 1, f"{asked} requests for batch 0 and {batches} batches"
 
         # Restarted on its checkpoint (no initialOffset then): it reads on from offset 200.
         stream.publish(60)
@@ -244,6 +261,80 @@ def test_a_query_from_latest_killed_inside_batch_0_replays_the_range_it_planned(
     assert batches[0] == [], f"the replayed batch 0 read {len(batches[0])} rows, planned none"
     read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
     assert read == list(range(planned, total)), "a gap, a repeat or an older message"
+    assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)
+
+
+def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
+    hutch_broker: Any, tmp_path: Path
+) -> None:
+    # A query from earliest killed inside batch 0; then retention drops the stream's head (small
+    # segments, a byte limit). The restarted driver asked for the initial offset again, and
+    # earliest resolved again was the new first offset: the replayed batch 0 skipped the
+    # removed head with no data-loss error, failOnDataLoss=true or not. Now batch 0 reads
+    # nothing of an earliest stream and logs its first offset as its end: run 2
+    # (failOnDataLoss=true) fails naming the stream, the start and the first offset kept, and
+    # run 3 (false) reads on from the first offset kept.
+    stream = Stream(
+        hutch_broker,
+        "headless",
+        **{"x-max-length-bytes": 100_000, "x-stream-max-segment-size-bytes": 10_000},
+    )
+    try:
+        stream.publish(500)
+        assert stream.held() == (0, 500)  # all kept while the query starts
+        checkpoint = tmp_path / "checkpoint"
+        earliest = ["--starting", "earliest", "--max-offsets", "1000"]
+        first = run_child(
+            stream, hutch_broker.http_url, tmp_path, 1, [*earliest, "--block-batch", "0"]
+        )
+        try:
+            childruns.wait_progressing(
+                first, tmp_path, 1, "batch 0", (tmp_path / "blocked").exists, DIRS
+            )
+        finally:
+            childruns.end_group(first)
+        assert not (checkpoint / "commits" / "0").exists()
+        planned = logged_end(checkpoint, 0)[stream.name]
+
+        while stream.held()[0] == 0:  # until retention drops the oldest segment
+            stream.publish(20)
+        kept, total = stream.held()
+        assert 0 < kept < 500, (kept, total)  # inside what run 1's batch 0 could read
+        second = run_child(
+            stream, hutch_broker.http_url, tmp_path, 2,
+            [*earliest, "--fail-on-data-loss", "true", "--expect", str(total)],
+        )  # fmt: skip
+        try:
+            childruns.wait_progressing(
+                second, tmp_path, 2, "its end", lambda: second.poll() is not None, DIRS
+            )
+        finally:
+            childruns.end_group(second)
+        log = childruns.log_tail(tmp_path, 2)
+        assert second.returncode == 1, f"run 2 read on past the lost head:\n{log}"
+        assert (
+            f"retention removed offsets [{planned}, {kept}) of stream 'headless' before this "
+            f"query read them (it needs them from offset {planned}; the stream now holds "
+            f"[{kept}, {total}))"
+        ) in log, log
+
+        third = run_child(
+            stream, hutch_broker.http_url, tmp_path, 3,
+            [*earliest, "--fail-on-data-loss", "false", "--expect", str(total)],
+        )  # fmt: skip
+        childruns.run_to_end(third, tmp_path, 3, DIRS)
+    finally:
+        stream.close()
+    assert planned == 0  # batch 0 ended where the stream began: it read nothing
+    warning = f"'headless': offsets from 0 are no longer held (it holds [{kept}, {total}))"
+    assert warning in (tmp_path / "run3.log").read_text(errors="replace")
+    batches = {
+        int(path.stem.split("-")[1]): json.loads(path.read_text())
+        for path in (tmp_path / "output").glob("batch-*.json")
+    }
+    assert batches[0] == []
+    read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
+    assert read == list(range(kept, total)), "a gap, a repeat or a message no longer held"
     assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)
 
 

@@ -31,31 +31,31 @@ def test_a_checkpoint_of_other_streams_is_an_error() -> None:
         streamplan.parse_offset({"a": True, "b": 0}, ("a", "b"))
 
 
-def test_a_new_query_leaves_latest_unresolved_and_resolves_earliest() -> None:
+def test_a_new_query_leaves_latest_and_earliest_unresolved() -> None:
     streams = ("a", "b")
-    assert streamplan.initial("latest", streams, {}) == {"a": -1, "b": -1}
-    assert streamplan.initial("earliest", streams, HELD) == {"a": 10, "b": 0}
-    assert streamplan.initial({"a": 12, "b": -1}, streams, {}) == {"a": 12, "b": -1}
-    assert streamplan.initial({"a": -2, "b": 3}, streams, HELD) == {"a": 10, "b": 3}
-    assert streamplan.reads_earliest("earliest")
-    assert streamplan.reads_earliest({"a": 12, "b": -2})
-    assert not streamplan.reads_earliest("latest")
-    assert not streamplan.reads_earliest({"a": 12, "b": -1})
+    assert streamplan.initial("latest", streams) == {"a": -1, "b": -1}
+    assert streamplan.initial("earliest", streams) == {"a": -2, "b": -2}
+    assert streamplan.initial({"a": 12, "b": -1}, streams) == {"a": 12, "b": -1}
+    assert streamplan.initial({"a": -2, "b": 3}, streams) == {"a": -2, "b": 3}
+    held = Bounds(first=10, next=50)
+    assert streamplan.resolve_start(-2, held) == 10
+    assert streamplan.resolve_start(-1, held) == 50
 
 
 def test_an_unresolved_start_is_its_batchs_end() -> None:
-    # Batch 0 of a stream read from latest reads nothing, whatever its logged end.
+    # Batch 0 of a stream read from latest or earliest reads nothing, whatever its logged end.
     assert streamplan.batch_starts({"a": -1, "b": 3}, {"a": 70, "b": 9}) == {"a": 70, "b": 3}
+    assert streamplan.batch_starts({"a": -2, "b": -1}, {"a": 70, "b": 9}) == {"a": 70, "b": 9}
     assert streamplan.batch_starts({"a": 5, "b": 3}, {"a": 70, "b": 9}) == {"a": 5, "b": 3}
 
 
 def test_a_start_may_be_unresolved_a_logged_end_may_not() -> None:
-    start = {"a": -1, "b": 0}
-    assert streamplan.parse_offset(start, ("a", "b"), start=True) == start
-    with pytest.raises(HutchOffsetError, match=r"must have an offset >= 0$"):
-        streamplan.parse_offset(start, ("a", "b"))
-    for bad in (-2, True, "7", None, 1.5):
-        with pytest.raises(HutchOffsetError, match=r"or -1 \(not resolved yet\)$"):
+    for start in ({"a": -1, "b": 0}, {"a": -2, "b": 0}):
+        assert streamplan.parse_offset(start, ("a", "b"), start=True) == start
+        with pytest.raises(HutchOffsetError, match=r"must have an offset >= 0$"):
+            streamplan.parse_offset(start, ("a", "b"))
+    for bad in (-3, True, "7", None, 1.5):
+        with pytest.raises(HutchOffsetError, match=r"or -1 or -2 \(not resolved yet\)$"):
             streamplan.parse_offset({"a": bad, "b": 0}, ("a", "b"), start=True)
 
 

@@ -9,6 +9,7 @@ the offsets log and not in the commit log makes a new reader and calls initialOf
 partitions(initial offset, batch 0's logged end).
 """
 
+import logging
 from typing import Any
 
 import pytest
@@ -101,15 +102,51 @@ def test_explicit_offsets_and_latest_in_one_query(broker: FakeBroker) -> None:
     assert ranges(restarted, restarted.initialOffset(), end0) == [("a", 90, 93)]
 
 
-def test_earliest_is_resolved_at_the_start_and_the_same_on_a_replay(broker: FakeBroker) -> None:
+def test_earliest_becomes_batch_0s_end_so_its_replay_reads_the_same(broker: FakeBroker) -> None:
     source = reader(startingOffsets="earliest")
     initial = source.initialOffset()
-    assert initial == {"a": 0, "b": 5}
+    assert initial == {"a": -2, "b": -2}  # unresolved, no request
+    assert broker.requests == 0
     end0 = source.latestOffset(initial, ReadMaxRows(10))
-    assert ranges(source, initial, end0) == [("a", 0, 8), ("b", 5, 7)]
+    assert end0 == {"a": 0, "b": 5}  # the first offsets held now
+    assert ranges(source, initial, end0) == []
+    end1 = source.latestOffset(end0, ReadMaxRows(10))
+    assert ranges(source, end0, end1) == [("a", 0, 8), ("b", 5, 7)]
     broker.publish("a", 9)
     restarted = reader(startingOffsets="earliest")
-    assert ranges(restarted, restarted.initialOffset(), end0) == [("a", 0, 8), ("b", 5, 7)]
+    assert ranges(restarted, restarted.initialOffset(), end0) == []
+    assert ranges(restarted, end0, end1) == [("a", 0, 8), ("b", 5, 7)]
+
+
+def test_a_head_removed_before_batch_0s_replay_is_data_loss(
+    broker: FakeBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A driver from earliest dies inside batch 0 (logged, not committed); retention then
+    # removes the stream's head. The restarted driver asks for the initial offset again:
+    # resolved again, earliest was the new first offset and the replay skipped the removed
+    # head without an error. What batch 0 planned is its logged end, so the next batch's
+    # start is found to be lost, as for any later batch.
+    first = reader(startingOffsets="earliest")
+    end0 = first.latestOffset(first.initialOffset(), ReadAllAvailable())
+    broker.held["a"] = Bounds(30, 100)  # retention dropped [0, 30)
+
+    def restart_and_plan(**options: str) -> list[tuple[str, int, int]]:
+        restarted = reader(startingOffsets="earliest", **options)
+        planned = ranges(restarted, restarted.initialOffset(), end0)  # batch 0's replay
+        end1 = restarted.latestOffset(end0, ReadAllAvailable())
+        return planned + ranges(restarted, end0, end1)
+
+    with pytest.raises(HutchDataLossError) as caught:
+        restart_and_plan()
+    assert str(caught.value).startswith(
+        "hutch: retention removed offsets [0, 30) of stream 'a' before this query read them "
+        "(it needs them from offset 0; the stream now holds [30, 100))"
+    )
+    # failOnDataLoss=false: a warning, and batch 1 reads on; its slice of a still starts at
+    # the logged 0, and the executor skips what is gone (streamreads.SliceCursor).
+    with caplog.at_level(logging.WARNING, logger="hutch_spark.streamsource"):
+        assert restart_and_plan(failOnDataLoss="false") == [("a", 0, 100), ("b", 5, 40)]
+    assert "stream 'a': offsets from 0 are no longer held (it holds [30, 100))" in caplog.text
 
 
 def test_a_timestamp_is_resolved_when_batch_0_is_planned(
@@ -142,9 +179,10 @@ def test_the_query_start_reads_the_bounds_once_and_each_batch_once(broker: FakeB
     source = reader(startingOffsets="earliest", maxOffsetsPerTrigger="30")
     source.prepareForTriggerAvailableNow()
     start = source.initialOffset()
-    assert start == {"a": 0, "b": 5}
+    assert start == {"a": -2, "b": -2}
     end = source.latestOffset(start, ReadMaxRows(30))
-    assert broker.requests == 1  # prepare, initialOffset and the first plan share one read
+    assert end == {"a": 0, "b": 5}
+    assert broker.requests == 1  # prepare and the first plan share one read
     assert source.initialOffset() == start
     source.latestOffset(end, ReadMaxRows(30))
     assert broker.requests == 2  # a later trigger asks: the streams move
@@ -153,11 +191,13 @@ def test_the_query_start_reads_the_bounds_once_and_each_batch_once(broker: FakeB
 def test_available_now_asks_nothing_once_it_reached_its_ends(broker: FakeBroker) -> None:
     source = reader(startingOffsets="earliest")
     source.prepareForTriggerAvailableNow()
-    end = source.latestOffset(source.initialOffset(), ReadAllAvailable())
+    end0 = source.latestOffset(source.initialOffset(), ReadAllAvailable())
+    assert end0 == {"a": 0, "b": 5}  # batch 0, from the snapshot's look: nothing to read
+    end = source.latestOffset(end0, ReadAllAvailable())
     assert end == {"a": 100, "b": 40}
     broker.publish("a", 3)  # published after the availableNow snapshot: not for this query
     assert source.latestOffset(end, ReadAllAvailable()) == end
-    assert broker.requests == 1
+    assert broker.requests == 2
 
 
 def test_available_now_past_its_ends_still_asks_and_finds_the_loss(broker: FakeBroker) -> None:
@@ -221,7 +261,8 @@ def test_available_now_is_never_answered_from_an_idle_look(
 ) -> None:
     source = reader(startingOffsets="earliest", maxOffsetsPerTrigger="200")
     source.prepareForTriggerAvailableNow()
-    end = source.latestOffset(source.initialOffset(), ReadMaxRows(200))
+    end0 = source.latestOffset(source.initialOffset(), ReadMaxRows(200))
+    end = source.latestOffset(end0, ReadMaxRows(200))
     assert end == {"a": 100, "b": 40}
     assert source.latestOffset(end, ReadAllAvailable()) == end  # its ends: no request
-    assert broker.requests == 1
+    assert broker.requests == 2
