@@ -2,9 +2,10 @@
 
 Why: a wait such as "30 rows within 60 s" counts the first batch's task launch, the Python
 workers' start and every batch, which a loaded machine stretches, so it fails healthy runs that
-are slow; what it means to catch is a query that stopped reading. Here a wait fails only when
-the row count has not moved for ``STALL_S`` (or the query failed or stopped), naming what it
-waited for and the last count. The spark marker's pytest timeout stays the outer guard.
+are slow; what it means to catch is a query that stopped reading. Here a wait for a count
+(``wait_rows``) or for an availableNow query's end (``wait_ended``, instead of
+``awaitTermination(120)``) fails only when the row count has not moved for ``STALL_S``, naming
+what it waited for and the last count. The spark marker's pytest timeout stays the outer guard.
 (childruns.wait_progressing is the same idea for a child run, by its log and files.)
 """
 
@@ -49,5 +50,32 @@ def wait_rows(
         elif clock() - since >= stall_s:
             raise StalledError(
                 f"{what}: no progress for {stall_s:.0f} s, stalled at {seen} of {wanted} {unit}"
+            )
+    return seen
+
+
+def wait_ended(
+    what: str,
+    count: Callable[[], int],
+    query: Any,
+    *,
+    stall_s: float = STALL_S,
+    unit: str = "rows",
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Waits until ``query`` is no longer active (an availableNow query that read what it was
+    to read, or one that failed: the caller's ``awaitTermination()`` then raises its error);
+    fails when ``count()`` shows no progress for ``stall_s`` while it runs. Returns the count."""
+    seen, since = count(), clock()
+    while query.isActive:
+        sleep(0.2)
+        now = count()
+        if now != seen:
+            seen, since = now, clock()
+        elif clock() - since >= stall_s:
+            raise StalledError(
+                f"{what}: no progress for {stall_s:.0f} s, stalled at {seen} {unit}, "
+                "the query still running"
             )
     return seen

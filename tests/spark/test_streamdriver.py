@@ -155,7 +155,7 @@ def run_available_now(spark: Any, stream: Stream, management: str, checkpoint: P
         .trigger(availableNow=True)
         .start()
     )
-    assert done.awaitTermination(120)
+    rowwaits.wait_ended("an availableNow query", lambda: len(read), done)
     assert done.exception() is None
     batches = sum(1 for progress in done.recentProgress if progress["numInputRows"])
     return sorted(read), batches

@@ -1,5 +1,6 @@
-"""rowwaits.wait_rows, in memory with a clock the test moves: it waits as long as rows keep
-coming, and fails when they stop for its window, naming what stalled and the last count."""
+"""rowwaits.wait_rows and wait_ended, in memory with a clock the test moves: they wait as long
+as rows keep coming, and fail when they stop for their window, naming what stalled and the last
+count."""
 
 from typing import Any
 
@@ -62,3 +63,37 @@ def test_a_failed_or_stopped_query_fails_at_once() -> None:
     query.isActive = False
     with pytest.raises(rowwaits.StalledError, match="stopped at 0 of 30 rows"):
         wait(Rows(per_poll=0, stop_at=0, step_s=1), 30, query)
+
+
+class Ending(Rows):
+    """A query that ends once its source has produced `stop_at` rows, or never (`ends`)."""
+
+    def __init__(self, query: FakeQuery, stop_at: int, step_s: float, *, ends: bool) -> None:
+        super().__init__(per_poll=1, stop_at=stop_at, step_s=step_s)
+        self.query, self.ends = query, ends
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if self.ends and self.rows == self.stop_at:
+            self.query.isActive = False
+
+
+def wait_end(rows: Ending) -> int:
+    return rowwaits.wait_ended(
+        "availableNow", lambda: rows.rows, rows.query, stall_s=60, clock=rows.clock,
+        sleep=rows.sleep,
+    )  # fmt: skip
+
+
+def test_wait_ended_waits_for_a_slow_query_to_end() -> None:
+    rows = Ending(FakeQuery(), stop_at=30, step_s=50, ends=True)
+    assert wait_end(rows) == 30
+
+
+def test_wait_ended_fails_when_a_running_query_stops_producing() -> None:
+    rows = Ending(FakeQuery(), stop_at=12, step_s=1, ends=False)
+    with pytest.raises(
+        rowwaits.StalledError,
+        match=r"^availableNow: no progress for 60 s, stalled at 12 rows, the query still running$",
+    ):
+        wait_end(rows)

@@ -231,7 +231,7 @@ def test_available_now_micro_batches_reuse_the_workers_reader_connections(
             .trigger(availableNow=True)
             .start()
         )
-        assert query.awaitTermination(120)
+        rowwaits.wait_ended("an availableNow query of 200 rows", lambda: len(read), query)
         assert query.exception() is None
         connects = relay.accepted
     assert sorted(read) == list(range(200))  # each once: the replay guarantee is untouched
@@ -269,7 +269,7 @@ def test_a_broker_restart_between_micro_batches_costs_a_reconnect_not_the_query(
         .trigger(availableNow=True)
         .start()
     )  # fmt: skip
-    assert query.awaitTermination(180)
+    rowwaits.wait_ended("an availableNow query across a restart", lambda: len(read), query)
     assert query.exception() is None
     assert len(restarts) == 1
     assert sorted(read) == list(range(120))
@@ -451,7 +451,8 @@ def test_retention_past_the_checkpoint_fails_or_skips_with_fail_on_data_loss(
             .trigger(availableNow=True)
             .start()
         )
-        query.awaitTermination(120)
+        rowwaits.wait_ended("an availableNow query", lambda: len(seen), query)
+        query.awaitTermination()  # at once: it ended (raises what failed it)
         return query
 
     run()
