@@ -11,6 +11,7 @@ and files.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,3 +52,9 @@ def wait_ended(what: str, query: Any, count: Callable[[], int], sign: str) -> No
     ``count()`` has not changed for STALL_S before. ``query.awaitTermination()`` then returns
     or raises its failure at once."""
     wait_until(lambda: not query.isActive, Watch(what, sign, count, STALL_S))
+
+
+def checkpoint_steps(checkpoint: Path) -> int:
+    """A query's steps as its checkpoint records them: one file in ``offsets`` as each batch
+    starts, one in ``commits`` as it ends (the sign for a query whose sink collects nothing)."""
+    return sum(len(list((checkpoint / name).glob("[0-9]*"))) for name in ("offsets", "commits"))

@@ -17,6 +17,8 @@ import pika
 import pyarrow.parquet as pq
 import pytest
 
+from tests.spark.querywaits import checkpoint_steps, wait_ended
+
 pytestmark = pytest.mark.spark
 
 JOB = Path(__file__).resolve().parents[2] / "examples" / "spark-type-counts.py"
@@ -64,7 +66,13 @@ def test_the_example_job_counts_every_message_by_type(
         ]
     )
     query = job.start(spark, args)
-    assert query.awaitTermination(180), "the availableNow drain did not end"
+    wait_ended(
+        "the availableNow drain's end",
+        query,
+        lambda: checkpoint_steps(tmp_path / "checkpoint"),
+        "batches started and committed",
+    )
+    query.awaitTermination()  # ended: returns, or raises its failure
     assert query.exception() is None
 
     totals, batches = read_counts(tmp_path / "out")

@@ -7,6 +7,8 @@ from typing import Any
 import pika
 import pytest
 
+from tests.spark.querywaits import checkpoint_steps, wait_ended
+
 pytestmark = pytest.mark.spark
 
 
@@ -57,7 +59,13 @@ def test_job_counts_each_window_once_and_drops_duplicates(
         ]
     )
     query = windowed_counts.start(spark, args)
-    assert query.awaitTermination(120)
+    wait_ended(
+        "the availableNow run's end",
+        query,
+        lambda: checkpoint_steps(tmp_path / "checkpoint"),
+        "batches started and committed",
+    )
+    query.awaitTermination()  # ended: returns, or raises its failure
     assert query.exception() is None
 
     rows = spark.read.parquet(str(tmp_path / "counts")).collect()

@@ -23,6 +23,8 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_demo import management
 
+from tests.spark.querywaits import checkpoint_steps, wait_ended
+
 pytestmark = pytest.mark.spark
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark-user.yaml"
@@ -82,20 +84,16 @@ def events(amqp: Any) -> Any:
     amqp.channel.queue_delete(queue)
 
 
-def drain(spark: Any, uri: str, queue: str, checkpoint: Path) -> Any:
-    """windowed_counts' source options (availableNow) as the given user; the finished query."""
+def start_drain(spark: Any, uri: str, queue: str, checkpoint: Path) -> Any:
+    """windowed_counts' source options (availableNow) as the given user; the started query."""
     stream = (
         spark.readStream.format("hutch").option("uri", uri).option("queue", queue)
         .option("maxMessagesPerBatch", "10").load()
     )  # fmt: skip
-    query = (
+    return (
         stream.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True).start()
     )  # fmt: skip
-    with contextlib.suppress(Exception):  # a failure is read from query.exception()
-        query.awaitTermination(120)
-    assert not query.isActive, "the query neither finished nor failed in 120 s"
-    return query
 
 
 def test_the_example_permission_is_enough_to_drain_the_queue(
@@ -104,7 +102,10 @@ def test_the_example_permission_is_enough_to_drain_the_queue(
     spec = example_permission()
     assert (spec["configure"], spec["write"]) == ("", "")  # the source declares nothing
     job_user.grant(configure=spec["configure"], write=spec["write"], read=spec["read"])
-    query = drain(spark, job_user.uri, events, tmp_path / "checkpoint")
+    query = start_drain(spark, job_user.uri, events, tmp_path / "checkpoint")
+    checkpoint = tmp_path / "checkpoint"
+    steps = "batches started and committed"
+    wait_ended("the drain's end", query, lambda: checkpoint_steps(checkpoint), steps)
     assert query.exception() is None
     # Acked, not only delivered (RabbitMQ's management figures lag by up to 5 s).
     waiter(
@@ -120,7 +121,11 @@ def test_without_the_read_the_job_fails_with_the_brokers_reason(
 ) -> None:
     spec = example_permission()
     job_user.grant(configure=spec["configure"], write=spec["write"], read="")
-    query = drain(spark, job_user.uri, events, tmp_path / "checkpoint")
+    query = start_drain(spark, job_user.uri, events, tmp_path / "checkpoint")
+    # A total bound: the query must fail at its start, so there is no progress to watch.
+    with contextlib.suppress(Exception):  # the failure is read from query.exception()
+        query.awaitTermination(120)
+    assert not query.isActive, "the query neither finished nor failed in 120 s"
     error = str(query.exception())
     assert "403 ACCESS_REFUSED" in error, error
     assert f"access to queue '{events}' in vhost '/' refused for user '{job_user.name}'" in error

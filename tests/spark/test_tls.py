@@ -18,6 +18,8 @@ from hutch_spark.errors import HutchOptionError
 from hutch_testing.relay import CountingRelay
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
 
+from tests.spark.querywaits import wait_ended
+
 pytestmark = pytest.mark.spark
 
 
@@ -77,7 +79,8 @@ def test_sink_then_stream_over_amqps_with_the_ca_file(spark: Any, tls: TLSBroker
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True).start()
     )  # fmt: skip
-    assert query.awaitTermination(90)
+    wait_ended("the availableNow drain's end", query, lambda: len(bodies), "rows collected")
+    query.awaitTermination()  # ended: returns, or raises its failure
     assert query.exception() is None
     assert sorted(bodies) == sorted(f"m-{i}" for i in range(300))
 
@@ -115,6 +118,7 @@ def test_a_ca_that_did_not_sign_the_broker_fails_the_stream_at_once_saying_so(
             stream.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
             .trigger(availableNow=True).start()
         )  # fmt: skip
+        # A total bound: the query must fail at its start, so there is no progress to watch.
         with contextlib.suppress(Exception):  # the failure is read from query.exception()
             query.awaitTermination(150)
         assert not query.isActive, "the query neither finished nor failed in 150 s"
