@@ -9,6 +9,7 @@ tests/levels/test_modorder.py passed all the same.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,9 +39,11 @@ def _tree(root: Path) -> None:
 
 
 def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A child pytest in ``root``; not a worker itself when this test runs on one."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
     return subprocess.run(
-        command, check=False, cwd=root, capture_output=True, text=True, timeout=120
+        command, check=False, cwd=root, env=env, capture_output=True, text=True, timeout=120
     )
 
 
