@@ -5,8 +5,8 @@ child, run 1 until it reaches a point and run 2 until its end. Total bounds (180
 point, 240 s for run 2) counted the JVM's start and every batch, which a loaded machine
 stretches: the stream test's failed a healthy run at load 20. A run that shows no sign of
 progress for ``STALL_S`` is stuck, not slow. Its signs, in order: the log while the JVM starts,
-the checkpoint's metadata, each batch's offsets and commit, the output's files. The spark
-marker's pytest timeout stays the outer guard.
+the checkpoint's metadata, each batch's offsets and commit, the output's files (a
+``hutch_testing.progress.Watch``). The spark marker's pytest timeout stays the outer guard.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-STALL_S = 120
+import pytest
+from hutch_testing.progress import Watch, wait_until
+
+STALL_S = 120.0
 
 
 def log_tail(work: Path, run: int) -> str:
@@ -42,18 +44,22 @@ def wait_progressing(
     dirs: Sequence[str],
 ) -> None:
     """Waits until ``reached()`` holds, failing when the run exits before or shows no progress
-    (its log and the files under ``dirs``) for STALL_S."""
-    seen, since = progress(work, run, dirs), time.monotonic()
-    while not reached():
-        assert child.poll() is None, f"run {run} exited before {what}:\n{log_tail(work, run)}"
-        now = progress(work, run, dirs)
-        if now != seen:
-            seen, since = now, time.monotonic()
-        assert time.monotonic() - since < STALL_S, (
-            f"run {run} never reached {what}: no progress for {STALL_S} s (log size and "
-            f"files under {', '.join(dirs)}: {now}):\n{log_tail(work, run)}"
-        )
-        time.sleep(0.2)
+    (its log and the files under ``dirs``) for STALL_S; a stall's message ends with the log."""
+
+    def alive() -> None:
+        if child.poll() is not None:
+            pytest.fail(f"run {run} exited before {what}:\n{log_tail(work, run)}")
+
+    watch = Watch(
+        f"run {run}, waiting for {what}",
+        f"log size and files under {', '.join(dirs)}",
+        lambda: progress(work, run, dirs),
+        STALL_S,
+    )
+    try:
+        wait_until(reached, watch, also=alive)
+    except AssertionError as stalled:  # the watch's: the log tells where the run stopped
+        raise AssertionError(f"{stalled}:\n{log_tail(work, run)}") from None
 
 
 def end_group(child: subprocess.Popen[bytes]) -> None:
