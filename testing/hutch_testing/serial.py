@@ -94,6 +94,9 @@ NOT_SERIAL: dict[str, str] = {
     ),
     "tests/ui/test_browser.py": "a page that polls every second shows a new depth within 10 s",
     "tests/spark/test_streamwire.py": "a cancelled read ends within 30 s, not at its 60 s timeout",
+    "tests/spark/test_streamdriver.py": (
+        "the clock is an allowance: at most one request per idle interval of the time measured"
+    ),
     "tests/levels/test_measures.py": "pure: the markers' own tests, whose sources are strings",
     "tests/operator/test_hutch_topology.py": _NODE_LEVEL,
     "tests/broker/amqp/test_paging.py": (
