@@ -4,12 +4,15 @@ Why: the source, sink and several-queues tests waited for a count with a total b
 republished within 60 s", "every message within 60 s"), which counts every trigger of a query
 that a loaded machine slows down. What they guard against is a query that stopped getting on,
 so these waits fail only when their count has not grown for ``STALL_S`` (or at once when the
-query failed). The kill tests' child runs have their own waits (childruns.py), on a child's log
-and files.
+query failed). The stream source tests use them too, for rows or batches of a query that must
+keep running (``active``) and for an availableNow query's end instead of
+``awaitTermination(120)``. The kill tests' child runs have their own waits (childruns.py), on a
+child's log and files.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -20,19 +23,36 @@ from hutch_testing.progress import Watch, wait_until
 STALL_S = 60.0
 
 
-def _failed(query: Any, what: str) -> Callable[[], None]:
+def _failed(query: Any, what: str, *, active: bool = False) -> Callable[[], None]:
     def check() -> None:
         if query.exception() is not None:
             pytest.fail(f"{what}: the query failed: {query.exception()}")
+        if active and not query.isActive:
+            pytest.fail(f"{what}: the query stopped before it")
 
     return check
 
 
-def wait_count(what: str, count: Callable[[], int], target: int, query: Any, sign: str) -> None:
-    """Waits until ``count()`` reaches ``target``; fails when it has not changed for STALL_S
-    (``sign`` names it in the message, with its last value) or when the query failed."""
-    watch = Watch(what, sign, count, STALL_S)
-    wait_until(lambda: count() >= target, watch, also=_failed(query, what))
+def wait_count(
+    what: str,
+    count: Callable[[], int],
+    target: int,
+    query: Any,
+    sign: str,
+    *,
+    active: bool = False,
+    stall_s: float = STALL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Waits until ``count()`` reaches ``target``; fails when it has not changed for
+    ``stall_s`` (``sign`` names it in the message, with its last value) or when the query
+    failed, and with ``active`` when the query stopped (one that must keep running: its count
+    cannot grow any more)."""
+    watch = Watch(what, sign, count, stall_s, clock)
+    wait_until(
+        lambda: count() >= target, watch, also=_failed(query, what, active=active), sleep=sleep
+    )
 
 
 def wait_every(
@@ -47,11 +67,21 @@ def wait_every(
     wait_count(what, found, len(expected), query, f"of {len(expected)} expected, collected")
 
 
-def wait_ended(what: str, query: Any, count: Callable[[], int], sign: str) -> None:
+def wait_ended(
+    what: str,
+    query: Any,
+    count: Callable[[], int],
+    sign: str,
+    *,
+    stall_s: float = STALL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Waits until ``query`` is no longer active (it failed or finished); fails when
-    ``count()`` has not changed for STALL_S before. ``query.awaitTermination()`` then returns
-    or raises its failure at once."""
-    wait_until(lambda: not query.isActive, Watch(what, sign, count, STALL_S))
+    ``count()`` has not changed for ``stall_s`` before. ``query.awaitTermination()`` then
+    returns or raises its failure at once."""
+    watch = Watch(what, sign, count, stall_s, clock)
+    wait_until(lambda: not query.isActive, watch, sleep=sleep)
 
 
 def checkpoint_steps(checkpoint: Path) -> int:

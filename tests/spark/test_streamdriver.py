@@ -33,7 +33,7 @@ from hutch_demo.management import quote
 from hutch_spark import streamsource
 from hutch_testing.relay import CountingRelay
 
-from tests.spark import childruns, rowwaits
+from tests.spark import childruns, querywaits
 
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
@@ -126,7 +126,9 @@ def test_a_new_query_from_latest_starts_where_it_first_resolved_latest(
         .start()
     )
     try:
-        rowwaits.wait_rows("three batches", lambda: len(batches), 3, running, unit="batches")
+        querywaits.wait_count(
+            "three batches", lambda: len(batches), 3, running, "batches collected", active=True
+        )
     finally:
         running.stop()
         stop.set()
@@ -155,7 +157,7 @@ def run_available_now(spark: Any, stream: Stream, management: str, checkpoint: P
         .trigger(availableNow=True)
         .start()
     )
-    rowwaits.wait_ended("an availableNow query", lambda: len(read), done)
+    querywaits.wait_ended("an availableNow query", done, lambda: len(read), "rows collected")
     assert done.exception() is None
     batches = sum(1 for progress in done.recentProgress if progress["numInputRows"])
     return sorted(read), batches
@@ -362,7 +364,9 @@ def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(
             time.sleep(3)  # the window measured: the query idles, polling all along
             asked, elapsed = relay.accepted - before, time.monotonic() - started
             stream.publish(5)
-            rowwaits.wait_rows("the 5 messages", lambda: len(read), 5, running)
+            querywaits.wait_count(
+                "the 5 messages", lambda: len(read), 5, running, "rows collected", active=True
+            )
         finally:
             running.stop()
     assert 1 <= asked <= elapsed / streamsource.IDLE_S + 2, f"{asked} requests in {elapsed:.1f} s"

@@ -35,7 +35,7 @@ import pytest
 from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
 
-from tests.spark import childruns, rowwaits
+from tests.spark import childruns, querywaits
 
 # One hutch-broker for the module, each test in a vhost of its own: the source's URI (amqp_url)
 # names it, and what the tests read from the management API is that vhost's.
@@ -184,7 +184,9 @@ def test_a_streaming_query_follows_the_tail_with_no_consumer_in_the_driver(
         .start()
     )
     try:
-        rowwaits.wait_rows("30 rows", lambda: sum(map(len, batches)), 30, query)
+        querywaits.wait_count(
+            "30 rows", lambda: sum(map(len, batches)), 30, query, "rows collected", active=True
+        )
         # Batch 0 reads nothing: it logs where earliest starts (streamplan.initial).
         assert batches[:4] == [[]] + [list(range(n, n + 10)) for n in (0, 10, 20)]
         waiter("an idle trigger", lambda: query.status["isTriggerActive"] is False, 30)
@@ -195,7 +197,9 @@ def test_a_streaming_query_follows_the_tail_with_no_consumer_in_the_driver(
         assert all(name.startswith("hutch-spark stream reader (pid ") for name in kept), kept
         assert streams.item(name)["consumers"] == 0
         streams.publish(name, 5)
-        rowwaits.wait_rows("5 more rows", lambda: sum(map(len, batches)), 35, query)
+        querywaits.wait_count(
+            "5 more rows", lambda: sum(map(len, batches)), 35, query, "rows collected", active=True
+        )
     finally:
         query.stop()
     assert [offset for batch in batches for offset in batch] == list(range(35))
@@ -231,7 +235,9 @@ def test_available_now_micro_batches_reuse_the_workers_reader_connections(
             .trigger(availableNow=True)
             .start()
         )
-        rowwaits.wait_ended("an availableNow query of 200 rows", lambda: len(read), query)
+        querywaits.wait_ended(
+            "an availableNow query of 200 rows", query, lambda: len(read), "rows collected"
+        )
         assert query.exception() is None
         connects = relay.accepted
     assert sorted(read) == list(range(200))  # each once: the replay guarantee is untouched
@@ -269,7 +275,9 @@ def test_a_broker_restart_between_micro_batches_costs_a_reconnect_not_the_query(
         .trigger(availableNow=True)
         .start()
     )  # fmt: skip
-    rowwaits.wait_ended("an availableNow query across a restart", lambda: len(read), query)
+    querywaits.wait_ended(
+        "an availableNow query across a restart", query, lambda: len(read), "rows collected"
+    )
     assert query.exception() is None
     assert len(restarts) == 1
     assert sorted(read) == list(range(120))
@@ -451,7 +459,7 @@ def test_retention_past_the_checkpoint_fails_or_skips_with_fail_on_data_loss(
             .trigger(availableNow=True)
             .start()
         )
-        rowwaits.wait_ended("an availableNow query", lambda: len(seen), query)
+        querywaits.wait_ended("an availableNow query", query, lambda: len(seen), "rows collected")
         query.awaitTermination()  # at once: it ended (raises what failed it)
         return query
 

@@ -1,12 +1,13 @@
-"""rowwaits.wait_rows and wait_ended, in memory with a clock the test moves: they wait as long
-as rows keep coming, and fail when they stop for their window, naming what stalled and the last
-count."""
+"""querywaits.wait_count and wait_ended, in memory with a clock the test moves: they wait as
+long as the count keeps moving, however slowly, and fail when it stops for their window, naming
+what stalled and the last value; a failed query, or a stopped one that had to keep running,
+fails at once."""
 
 from typing import Any
 
 import pytest
 
-from tests.spark import rowwaits
+from tests.spark import querywaits
 
 
 class FakeQuery:
@@ -34,35 +35,40 @@ class Rows:
         self.rows = min(self.rows + self.per_poll, self.stop_at)
 
 
-def wait(rows: Rows, wanted: int, query: FakeQuery) -> int:
-    return rowwaits.wait_rows(
-        "30 rows", lambda: rows.rows, wanted, query, stall_s=60, clock=rows.clock,
-        sleep=rows.sleep,
+def wait(rows: Rows, wanted: int, query: FakeQuery, *, active: bool = True) -> None:
+    querywaits.wait_count(
+        "30 rows", lambda: rows.rows, wanted, query, "rows collected", active=active,
+        stall_s=60, clock=rows.clock, sleep=rows.sleep,
     )  # fmt: skip
 
 
 def test_a_slow_source_that_keeps_producing_is_waited_for() -> None:
     rows = Rows(per_poll=1, stop_at=30, step_s=50)  # a row every 50 s: 25 min in all
-    assert wait(rows, 30, FakeQuery()) == 30
+    wait(rows, 30, FakeQuery())
+    assert rows.rows == 30 and rows.now >= 29 * 50
 
 
 def test_a_source_that_stops_producing_fails_after_the_window() -> None:
     rows = Rows(per_poll=1, stop_at=12, step_s=1)
-    with pytest.raises(rowwaits.StalledError, match=r"^30 rows: no progress for 60 s, stalled "
-                       r"at 12 of 30 rows$"):  # fmt: skip
+    with pytest.raises(AssertionError, match=r"^30 rows: stalled, no progress for 60 s "
+                       r"\(rows collected: last seen 12\)$"):  # fmt: skip
         wait(rows, 30, FakeQuery())
     assert 12 + 60 <= rows.now <= 12 + 61
 
 
-def test_a_failed_or_stopped_query_fails_at_once() -> None:
+def test_a_failed_query_fails_at_once_and_a_stopped_one_when_it_had_to_run() -> None:
     query = FakeQuery()
     query.failure = RuntimeError("boom")
-    with pytest.raises(rowwaits.StalledError, match="failed at 0 of 30 rows: boom"):
+    with pytest.raises(pytest.fail.Exception, match="30 rows: the query failed: boom"):
         wait(Rows(per_poll=0, stop_at=0, step_s=1), 30, query)
     query = FakeQuery()
     query.isActive = False
-    with pytest.raises(rowwaits.StalledError, match="stopped at 0 of 30 rows"):
+    with pytest.raises(pytest.fail.Exception, match="30 rows: the query stopped before it"):
         wait(Rows(per_poll=0, stop_at=0, step_s=1), 30, query)
+    # not held to keep running (a sink's count that lags the query's end): the window decides
+    rows = Rows(per_poll=0, stop_at=0, step_s=1)
+    with pytest.raises(AssertionError, match="stalled, no progress for 60 s"):
+        wait(rows, 30, query, active=False)
 
 
 class Ending(Rows):
@@ -78,22 +84,21 @@ class Ending(Rows):
             self.query.isActive = False
 
 
-def wait_end(rows: Ending) -> int:
-    return rowwaits.wait_ended(
-        "availableNow", lambda: rows.rows, rows.query, stall_s=60, clock=rows.clock,
-        sleep=rows.sleep,
+def wait_end(rows: Ending) -> None:
+    querywaits.wait_ended(
+        "availableNow", rows.query, lambda: rows.rows, "rows collected", stall_s=60,
+        clock=rows.clock, sleep=rows.sleep,
     )  # fmt: skip
 
 
 def test_wait_ended_waits_for_a_slow_query_to_end() -> None:
     rows = Ending(FakeQuery(), stop_at=30, step_s=50, ends=True)
-    assert wait_end(rows) == 30
+    wait_end(rows)
+    assert rows.rows == 30 and not rows.query.isActive
 
 
 def test_wait_ended_fails_when_a_running_query_stops_producing() -> None:
     rows = Ending(FakeQuery(), stop_at=12, step_s=1, ends=False)
-    with pytest.raises(
-        rowwaits.StalledError,
-        match=r"^availableNow: no progress for 60 s, stalled at 12 rows, the query still running$",
-    ):
+    with pytest.raises(AssertionError, match=r"^availableNow: stalled, no progress for 60 s "
+                       r"\(rows collected: last seen 12\)$"):  # fmt: skip
         wait_end(rows)
