@@ -5,9 +5,18 @@ holding no consumer, buffer or acks, so that every message travels from the brok
 the executor that reads it. hutch-broker's queue object carries `first_offset` and
 `next_offset` for a stream (docs/streams.md); one request per batch is the whole cost:
 `GET /api/queues/{vhost}/{name}` for one stream, and for several (a super stream's partitions)
-one listing of the vhost's queues cut to the four columns planning reads, so a trigger costs one
-round trip however many streams it reads. RabbitMQ 3.10.8's queue object has no offsets, so this
-source needs hutch-broker, and says so.
+one listing of the vhost's queues cut to the four columns planning reads and filtered to exactly
+those streams (`listing_query`), so a trigger costs one round trip however many streams it reads,
+and the answer holds their rows only, however many other queues share the vhost. RabbitMQ
+3.10.8's queue object has no offsets, so this source needs hutch-broker, and says so.
+
+The filter is the listing's own, RabbitMQ's: `name` with `use_regex=true`, which applies only to
+a paged listing (`page`, `page_size`). Its regex is matched case-insensitively (RabbitMQ
+compiles it `caseless`, hutch-broker prefixes `(?i)`), so the names are escaped and held to
+their case inside `(?-i:...)`, anchored at both ends. A page holds at most 500 rows on both
+brokers, and a request line is cut at 8 KiB (aiohttp, cowboy), so the names go in groups of at
+most 500 whose filter stays within `NAME_BUDGET` characters: one request for any query of
+ordinary names, one more per group beyond.
 
 Credentials, as for AMQP (connections.py), come from the process that connects: the
 `managementUri`'s user, else the AMQP URI's, else `HUTCH_AMQP_USERNAME`/`HUTCH_AMQP_PASSWORD`,
@@ -20,11 +29,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pika
@@ -39,6 +49,8 @@ TIMEOUT_S = 30.0
 
 
 LISTED_COLUMNS = "name,type,first_offset,next_offset"
+MAX_PAGE_SIZE = 500  # the largest page RabbitMQ 3.10.8 and hutch-broker serve
+NAME_BUDGET = 4000  # characters of one request's encoded name filter: its line stays under 8 KiB
 
 
 def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict[str, Bounds]:
@@ -48,8 +60,9 @@ def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict
         return {stream: fetch_one(settings, stream, env) for stream in settings.streams}
     vhost = pika.URLParameters(settings.uri).virtual_host
     what = f"the queues of vhost {vhost!r}"
-    listed = _queues(settings, f"?columns={LISTED_COLUMNS}", what, list, f"list of {what}", env)
-    by_name = {item.get("name"): item for item in listed if isinstance(item, dict)}
+    by_name: dict[object, Mapping[str, Any]] = {}
+    for rows in _listed_rows(settings, what, env):
+        by_name.update((item.get("name"), item) for item in rows if isinstance(item, dict))
     bounds: dict[str, Bounds] = {}
     for stream in settings.streams:
         item = by_name.get(stream)
@@ -60,6 +73,61 @@ def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict
             )
         bounds[stream] = bounds_of(item, stream, vhost, settings.management_uri)
     return bounds
+
+
+def _listed_rows(
+    settings: StreamOptions, what: str, env: Mapping[str, str] | None
+) -> Iterator[list[Any]]:
+    """The rows of each group's listing, page after page while the answer counts more pages
+    (more rows than names only for a name the filter lets through beside another: `$`)."""
+    answer = f"list of {what}"
+    for group in name_groups(settings.streams):
+        page, pages = 1, 1
+        while page <= pages:
+            found = _queues(settings, listing_query(group, page), what, dict, answer, env)
+            rows, count = found.get("items"), found.get("page_count")
+            if not isinstance(rows, list) or not isinstance(count, int):
+                raise HutchConnectionError(
+                    f"hutch: the management API at {redact_uri(settings.management_uri)} "
+                    f"answered no {answer}"
+                )
+            yield rows
+            page, pages = page + 1, count
+
+
+def name_filter(names: Sequence[str]) -> str:
+    """A regex the listing's `name` filter matches exactly these names with, and no other
+    (`$` also lets through a name with one newline more, as in PCRE and Python alike)."""
+    return "^(?-i:" + "|".join(re.escape(name) for name in names) + ")$"
+
+
+def listing_query(names: Sequence[str], page: int = 1) -> str:
+    """The query string of one group's listing: its columns, its filter, one page for all."""
+    query = {
+        "columns": LISTED_COLUMNS,
+        "name": name_filter(names),
+        "use_regex": "true",
+        "page": str(page),
+        "page_size": str(len(names)),
+    }
+    return "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+
+
+def name_groups(names: Sequence[str]) -> list[tuple[str, ...]]:
+    """The names in order, in groups of at most `MAX_PAGE_SIZE` whose encoded filter stays
+    within `NAME_BUDGET` characters (a name longer than that alone makes a group)."""
+    groups: list[list[str]] = []
+    size = 0
+    for name in names:
+        cost = len(urllib.parse.quote(re.escape(name) + "|", safe=""))
+        group = groups[-1] if groups else []
+        if not group or len(group) == MAX_PAGE_SIZE or size + cost > NAME_BUDGET:
+            group = []
+            groups.append(group)
+            size = len(urllib.parse.quote(name_filter([]), safe=""))
+        group.append(name)
+        size += cost
+    return [tuple(group) for group in groups]
 
 
 def fetch_one(settings: StreamOptions, stream: str, env: Mapping[str, str] | None = None) -> Bounds:

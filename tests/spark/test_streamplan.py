@@ -227,7 +227,7 @@ def test_credit_counts_from_the_first_delivery() -> None:
     ("streams", "path", "expected"),
     [
         ("s", "/api/queues/v%2F1/s", "queue object for stream 's'"),
-        ("a,b", f"/api/queues/v%2F1?columns={streambounds.LISTED_COLUMNS}", "list of the queues"),
+        ("a,b", f"/api/queues/v%2F1{streambounds.listing_query(['a', 'b'])}", "list of the queues"),
     ],
 )
 def test_an_answer_of_the_wrong_shape_is_a_clear_error_for_one_stream_or_several(
