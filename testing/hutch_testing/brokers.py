@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Unpack
+from typing import ClassVar, Self, Unpack
 
 from hutch_demo import processes
 
@@ -41,6 +42,10 @@ class HutchBroker(processes.BrokerProcess):
     """A hutch-broker on 127.0.0.1 with free ports and its own data directory."""
 
     kind = "hutch"
+    #: Every launch of a hutch-broker process in this interpreter, TLS brokers too: "start" for a
+    #: broker's first, "restart" for a later one. A plain count, so it costs nothing;
+    #: ``hutch_testing.brokerstarts`` reads it around each test to count starts per module.
+    launches: ClassVar[Counter[str]] = Counter()
 
     def __init__(
         self,
@@ -55,6 +60,13 @@ class HutchBroker(processes.BrokerProcess):
         self.data_dir = data_dir or self.work_dir / "data"
         self.extra_args = list(extra_args or [])
         self.python = python
+        self._launched = False
+
+    def start(self) -> Self:
+        if not self.running:
+            HutchBroker.launches["restart" if self._launched else "start"] += 1
+            self._launched = True
+        return super().start()
 
     def _command(self) -> list[str]:
         return [
