@@ -18,7 +18,8 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from hutch_testing import clients
+from hutch_testing import browser, clients
+from hutch_testing.progress import Watch, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -149,6 +150,50 @@ def test_a_policy_made_with_the_form_is_the_policy_the_api_and_hutchctl_return(
     assert api.call("GET", "/api/policies/%2F/ui-bad")[0] == 404
 
 
+# The page's refreshes, counted: each answer to its GET of a queue (the path in arguments[0]),
+# the queue's total in order, read off a copy of the response the page itself renders.
+COUNT_DEPTH_READS = """
+const path = arguments[0];
+window.depthReads = [];
+const original = window.fetch;
+window.fetch = async (...args) => {
+  const response = await original(...args);
+  if (new URL(String(args[0]), document.baseURI).pathname.endsWith(path) && response.ok) {
+    try {
+      window.depthReads.push((await response.clone().json()).messages);
+    } catch (error) {
+      window.depthReads.push(String(error));  // shown in the failure, never a depth
+    }
+  }
+  return response;
+};
+"""
+# The page refreshes every second: this long without an answer to it is a stalled page.
+PAGE_STALL_S = 30.0
+
+
+def _depth_reads(chromium) -> list[object]:
+    return list(chromium.execute("return window.depthReads"))
+
+
+def _shows(chromium, css: str, text: str) -> bool:
+    try:
+        return chromium.find(css).text == text
+    except browser.WebDriverError as error:  # redrawn between the find and the read
+        if error.error in ("no such element", "stale element reference"):
+            return False
+        raise
+
+
+def _wait_for_the_broker(api, path: str, total: int) -> None:
+    """Until the management API counts ``total`` messages (published without confirms)."""
+    wait_until(
+        lambda: api.get(path)["messages"] == total,
+        Watch(f"{total} messages in the broker", "the API's count", lambda: api.get(path)["messages"],
+              stall_s=PAGE_STALL_S),
+    )  # fmt: skip
+
+
 def test_the_queue_page_follows_the_depth_while_messages_are_published(
     chromium, base_url, api, ui_broker, logged_in, shoot
 ):
@@ -160,14 +205,26 @@ def test_the_queue_page_follows_the_depth_while_messages_are_published(
         chromium.get(base_url + "#/queues/%2F/ui.depth")
         chromium.wait_text("#messages-total", lambda text: text == "0")
         chromium.execute("window.notReloaded = true;")
+        chromium.execute(COUNT_DEPTH_READS, "/api/queues/%2F/ui.depth")
         seen = []
         for total in (5, 25, 60):
             for _ in range(total - (seen[-1] if seen else 0)):
                 channel.basic_publish("", "ui.depth", b"payload")
-            started = time.monotonic()
-            chromium.wait_text("#messages-total", lambda text, t=total: text == str(t), timeout=15)
+            _wait_for_the_broker(api, "/api/queues/%2F/ui.depth", total)
+            asked = _depth_reads(chromium)  # the page's answers before the broker had them
+            shown = f"the page's depth of {total}"
+            wait_until(
+                lambda t=total: _shows(chromium, "#messages-total", str(t)),
+                Watch(shown, "the page's reads of the queue", lambda: len(_depth_reads(chromium)),
+                      stall_s=PAGE_STALL_S),
+            )  # fmt: skip
             seen.append(total)
-            assert time.monotonic() - started < 10  # refreshed every second, not by a reload
+            # refreshed by its own loop, not by a reload: the first answer after the broker had
+            # them may have been asked before, the next one was asked after and carried them
+            after = _depth_reads(chromium)[len(asked) :]
+            assert total in after[:2], (
+                f"{shown}: the page's reads after the broker had them were {after}"
+            )
         assert chromium.execute("return window.notReloaded") is True
         assert chromium.find("#messages-ready").text == "60"
         assert api.get("/api/queues/%2F/ui.depth")["messages"] == 60
