@@ -18,50 +18,69 @@ brokers, and a request line is cut at 8 KiB (aiohttp, cowboy), so the names go i
 most 500 whose filter stays within `NAME_BUDGET` characters: one request for any query of
 ordinary names, one more per group beyond.
 
-Credentials, as for AMQP (connections.py), come from the process that connects: the
-`managementUri`'s user, else the AMQP URI's, else `HUTCH_AMQP_USERNAME`/`HUTCH_AMQP_PASSWORD`,
-else guest/guest (pika's default). The user needs a management tag (`monitoring` or
-`management` with access to the vhost) to read the queue object.
+The requests go over a `streamhttp.Session`: a reader keeps one for its life, so a query's
+plans share one connection; a call without one (a batch read's plan, a super stream's
+partitions) opens one for its request. Credentials, as for AMQP (connections.py), come from the
+process that connects: the `managementUri`'s user, else the AMQP URI's, else
+`HUTCH_AMQP_USERNAME`/`HUTCH_AMQP_PASSWORD`, else guest/guest (pika's default). The user needs a
+management tag (`monitoring` or `management` with access to the vhost) to read the queue object.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import os
+import contextlib
 import re
-import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pika
 
-from hutch_spark import connections
 from hutch_spark.errors import HutchConnectionError
 from hutch_spark.options import redact_uri
+from hutch_spark.streamhttp import Session
 from hutch_spark.streamoptions import StreamOptions
 from hutch_spark.streamplan import Bounds
-
-TIMEOUT_S = 30.0
-
 
 LISTED_COLUMNS = "name,type,first_offset,next_offset"
 MAX_PAGE_SIZE = 500  # the largest page RabbitMQ 3.10.8 and hutch-broker serve
 NAME_BUDGET = 4000  # characters of one request's encoded name filter: its line stays under 8 KiB
 
 
-def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict[str, Bounds]:
-    """Every stream's bounds, in option order, in one request; a clear error for a missing or
-    wrong queue."""
-    if len(settings.streams) == 1:
-        return {stream: fetch_one(settings, stream, env) for stream in settings.streams}
+def fetch(
+    settings: StreamOptions,
+    env: Mapping[str, str] | None = None,
+    session: Session | None = None,
+) -> dict[str, Bounds]:
+    """Every stream's bounds, in option order, in one request (on `session`'s connection, else
+    on one of its own); a clear error for a missing or wrong queue."""
+    with _using(session, settings, env) as management:
+        if len(settings.streams) == 1:
+            stream = settings.streams[0]
+            return {stream: fetch_one(settings, stream, management)}
+        return _fetch_listed(settings, management)
+
+
+@contextlib.contextmanager
+def _using(
+    session: Session | None, settings: StreamOptions, env: Mapping[str, str] | None
+) -> Iterator[Session]:
+    """`session`, or one for this call only, closed after it."""
+    if session is not None:
+        yield session
+        return
+    once = Session(settings, env)
+    try:
+        yield once
+    finally:
+        once.close()
+
+
+def _fetch_listed(settings: StreamOptions, session: Session) -> dict[str, Bounds]:
     vhost = pika.URLParameters(settings.uri).virtual_host
     what = f"the queues of vhost {vhost!r}"
     by_name: dict[object, Mapping[str, Any]] = {}
-    for rows in _listed_rows(settings, what, env):
+    for rows in _listed_rows(settings, what, session):
         by_name.update((item.get("name"), item) for item in rows if isinstance(item, dict))
     bounds: dict[str, Bounds] = {}
     for stream in settings.streams:
@@ -75,16 +94,14 @@ def fetch(settings: StreamOptions, env: Mapping[str, str] | None = None) -> dict
     return bounds
 
 
-def _listed_rows(
-    settings: StreamOptions, what: str, env: Mapping[str, str] | None
-) -> Iterator[list[Any]]:
+def _listed_rows(settings: StreamOptions, what: str, session: Session) -> Iterator[list[Any]]:
     """The rows of each group's listing, page after page while the answer counts more pages
     (more rows than names only for a name the filter lets through beside another: `$`)."""
     answer = f"list of {what}"
     for group in name_groups(settings.streams):
         page, pages = 1, 1
         while page <= pages:
-            found = _queues(settings, listing_query(group, page), what, dict, answer, env)
+            found = _queues(session, settings, listing_query(group, page), what, dict, answer)
             rows, count = found.get("items"), found.get("page_count")
             if not isinstance(rows, list) or not isinstance(count, int):
                 raise HutchConnectionError(
@@ -130,11 +147,11 @@ def name_groups(names: Sequence[str]) -> list[tuple[str, ...]]:
     return [tuple(group) for group in groups]
 
 
-def fetch_one(settings: StreamOptions, stream: str, env: Mapping[str, str] | None = None) -> Bounds:
+def fetch_one(settings: StreamOptions, stream: str, session: Session) -> Bounds:
     vhost = pika.URLParameters(settings.uri).virtual_host
     tail = f"/{urllib.parse.quote(stream, safe='')}"
     what = f"stream {stream!r}"
-    item = _queues(settings, tail, what, dict, f"queue object for {what}", env)
+    item = _queues(session, settings, tail, what, dict, f"queue object for {what}")
     return bounds_of(item, stream, vhost, settings.management_uri)
 
 
@@ -145,12 +162,12 @@ def partitions(settings: StreamOptions, env: Mapping[str, str] | None = None) ->
     name = settings.super_stream
     assert name is not None  # noqa: S101 - only called for a superStream
     vhost = pika.URLParameters(settings.uri).virtual_host
-    url = (
-        f"{_without_user(settings.management_uri)}/api/exchanges/"
-        f"{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
+    path = (
+        f"/api/exchanges/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
         "/bindings/source"
     )
-    bindings = _get(url, settings, f"super stream (exchange) {name!r}", vhost, env)
+    with _using(None, settings, env) as session:
+        bindings = session.get(path, f"super stream (exchange) {name!r}", vhost)
     if not isinstance(bindings, list):
         bindings = []
     ranked: dict[str, tuple[int, int, str]] = {}
@@ -188,86 +205,17 @@ def bounds_of(item: Mapping[str, Any], stream: str, vhost: str, where: str) -> B
 
 
 def _queues(
-    settings: StreamOptions,
-    tail: str,
-    what: str,
-    kind: type,
-    answer: str,
-    env: Mapping[str, str] | None,
+    session: Session, settings: StreamOptions, tail: str, what: str, kind: type, answer: str
 ) -> Any:
     """`GET /api/queues/{vhost}{tail}`, the one resource both fetches read; an answer that is
     not a `kind` (a proxy's page, another API) fails here, naming the `answer` expected, rather
     than as a KeyError further on."""
     vhost = pika.URLParameters(settings.uri).virtual_host
-    url = (
-        f"{_without_user(settings.management_uri)}/api/queues/"
-        f"{urllib.parse.quote(vhost, safe='')}{tail}"
-    )
-    found = _get(url, settings, what, vhost, env)
+    path = f"/api/queues/{urllib.parse.quote(vhost, safe='')}{tail}"
+    found = session.get(path, what, vhost)
     if not isinstance(found, kind):
         raise HutchConnectionError(
             f"hutch: the management API at {redact_uri(settings.management_uri)} answered no "
             f"{answer}"
         )
     return found
-
-
-def _get(
-    url: str, settings: StreamOptions, what: str, vhost: str, env: Mapping[str, str] | None
-) -> Any:
-    request = urllib.request.Request(url)  # noqa: S310 - http(s) only (streamoptions)
-    user, password = credentials(settings, env)
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    request.add_header("Authorization", f"Basic {token}")
-    context = None
-    if url.startswith("https:"):
-        context = ssl.create_default_context(cafile=settings.ca_file)
-    where = redact_uri(settings.management_uri)
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as reply:  # noqa: S310
-            item = json.load(reply)
-    except urllib.error.HTTPError as error:
-        if error.code == 404:
-            raise HutchConnectionError(
-                f"hutch: {what} does not exist in vhost {vhost!r} (management API at {where})"
-            ) from error
-        if error.code in (401, 403):
-            raise HutchConnectionError(
-                f"hutch: the management API at {where} refused user {user!r} ({error.code}): "
-                "reading stream bounds needs a user with a management tag (monitoring, or "
-                f"management with access to vhost {vhost!r})"
-            ) from error
-        raise HutchConnectionError(
-            f"hutch: the management API at {where} answered {error.code} {error.reason} for {what}"
-        ) from error
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        reason = getattr(error, "reason", error)
-        raise HutchConnectionError(
-            f"hutch: cannot read {what} from the management API at {where}: {reason} (set "
-            "option 'managementUri' to the broker's management URL)"
-        ) from error
-    return item
-
-
-def _without_user(uri: str) -> str:
-    parts = urllib.parse.urlsplit(uri)
-    netloc = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=netloc).geturl().rstrip("/")
-
-
-def credentials(settings: StreamOptions, env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """The management user: managementUri's, the AMQP URI's, the environment's, or guest."""
-    environment = os.environ if env is None else env
-    for uri in (settings.management_uri, settings.uri):
-        parts = urllib.parse.urlsplit(uri)
-        if parts.username is not None:
-            return (
-                urllib.parse.unquote(parts.username),
-                urllib.parse.unquote(parts.password or ""),
-            )
-    if connections.USERNAME_ENV in environment:
-        return (
-            environment[connections.USERNAME_ENV],
-            environment.get(connections.PASSWORD_ENV, ""),
-        )
-    return ("guest", "guest")

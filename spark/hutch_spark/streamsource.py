@@ -11,9 +11,10 @@ and `commit()` has nothing to do. A batch replayed after a failure reads the sam
 the same messages: with an exactly-once sink (the file sink, an idempotent `foreachBatch`) the
 output holds each message once, with no dedupe (docs/spark.md, "Reading stream queues").
 
-The driver's share per micro-batch is one management request (`latestOffset`); the calls Spark
-makes around a query's start (`prepareForTriggerAvailableNow`, `initialOffset` twice, the first
-`latestOffset`) share one, and availableNow's last call, at the ends it snapshotted, needs none.
+The driver's share per micro-batch is one management request (`latestOffset`), on the one
+connection the reader keeps (streamhttp.py); the calls Spark makes around a query's start
+(`prepareForTriggerAvailableNow`, `initialOffset` twice, the first `latestOffset`) share one,
+and availableNow's last call, at the ends it snapshotted, needs none.
 A new query from `latest`, `earliest` (or `startingTimestamp`) leaves its start unresolved and
 resolves it when it plans batch 0, whose end Spark logs before running it: batch 0 reads nothing
 of that stream on every attempt, also after the driver died inside it, and batch 1 plans from
@@ -44,7 +45,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from hutch_spark import streambounds, streamoptions, streamplan, streamreads, streamtimes
+from hutch_spark import (
+    streambounds,
+    streamhttp,
+    streamoptions,
+    streamplan,
+    streamreads,
+    streamtimes,
+)
 from hutch_spark.errors import HutchOptionError
 from hutch_spark.streamoptions import StreamOptions
 from hutch_spark.streamplan import Bounds, Slice
@@ -79,6 +87,7 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[str, int] | None = None  # a new query's start, resolved once
         self._unused: dict[str, Bounds] | None = None  # read at the start, not yet planned with
         self._quiet: tuple[dict[str, int], float] | None = None  # nothing new from here, then
+        self._management: streamhttp.Session | None = None  # the kept connection, once asked
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         # Spark asks for a new query's start to plan batch 0's end, again to plan its start, and
@@ -151,8 +160,14 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: a stream keeps its messages, and nothing was consumed."""
 
+    def stop(self) -> None:
+        if self._management is not None:
+            self._management.close()
+
     def _bounds(self) -> dict[str, Bounds]:
-        return streambounds.fetch(self._settings)
+        if self._management is None:
+            self._management = streamhttp.Session(self._settings)
+        return streambounds.fetch(self._settings, session=self._management)
 
     def _resolve_start(
         self, markers: Mapping[str, int], bounds: Mapping[str, Bounds]

@@ -1,17 +1,26 @@
-"""A TCP relay that counts the connections made through it.
+"""A TCP relay that counts the connections made through it, and the HTTP requests.
 
 Why: the streaming source connects from a Python worker that Spark starts, out of the test's
 reach, and whether it retried a connect is only visible on the wire. Pointing the source's URI
 at this relay (which passes every byte on to the real broker, TLS included) lets a test count
 the attempts: one for a failure that is final, several for one that is retried.
+
+The management client keeps its HTTP connection for many requests, so a count of connections is
+no count of requests: `requests` counts the request lines of plain HTTP sent through the relay
+(under TLS it sees none). `drop()` closes the connections relayed so far, as a server closes an
+idle kept connection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
+
+REQUEST_LINE = re.compile(rb"[A-Z]+ \S+ HTTP/1\.[01]\r\n")
 
 
 class CountingRelay:
@@ -23,6 +32,7 @@ class CountingRelay:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._accepted = 0
+        self._requests = 0
         self._sockets: list[socket.socket] = []
         self._closed = False
         self._thread = threading.Thread(target=self._accept, name="relay-accept", daemon=True)
@@ -32,6 +42,18 @@ class CountingRelay:
         """How many connections the relay has accepted so far."""
         with self._lock:
             return self._accepted
+
+    @property
+    def requests(self) -> int:
+        """How many HTTP request lines clients have sent through the relay so far."""
+        with self._lock:
+            return self._requests
+
+    def drop(self) -> None:
+        """Closes every connection relayed so far, both ends; new ones are relayed as before."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        _close(sockets)
 
     def __enter__(self) -> CountingRelay:
         self._thread.start()
@@ -49,10 +71,7 @@ class CountingRelay:
         with self._lock:
             self._closed = True
             sockets, self._sockets = self._sockets, []
-        for sock in [self._listener, *sockets]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        _close([self._listener, *sockets])
         self._thread.join(5)
 
     def _accept(self) -> None:
@@ -74,14 +93,42 @@ class CountingRelay:
                     return
                 self._accepted += 1
                 self._sockets += [client, upstream]
-            for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+            for source, target, count in ((client, upstream, True), (upstream, client, False)):
+                pump = self._pump if count else _pump
+                threading.Thread(target=pump, args=(source, target), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        """`_pump`, counting the request lines on the way (one cut across two reads too)."""
+        tail = b""
+
+        def count(chunk: bytes) -> None:
+            nonlocal tail
+            seen = tail + chunk
+            found = sum(1 for line in REQUEST_LINE.finditer(seen) if line.end() > len(tail))
+            tail = seen[-16384:]  # longer than any request line a server takes
+            with self._lock:
+                self._requests += found
+
+        _pump(source, target, count)
 
 
-def _pump(source: socket.socket, target: socket.socket) -> None:
+def _close(sockets: list[socket.socket]) -> None:
+    for sock in sockets:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
+def _pump(
+    source: socket.socket,
+    target: socket.socket,
+    seen: Callable[[bytes], None] | None = None,
+) -> None:
     """Copies `source` to `target` until either side ends, then ends both."""
     try:
         while chunk := source.recv(65536):
+            if seen is not None:
+                seen(chunk)
             target.sendall(chunk)
     except OSError:
         pass

@@ -8,8 +8,9 @@ the broker N times, not once per call Spark makes (`prepareForTriggerAvailableNo
 offsets are resolved once, though Spark asks for them twice (once to plan the first batch's end,
 again to plan its start), so a stream that grows in between does not move the first batch's
 start. Requests are counted on the wire: the source's `managementUri` points at a relay that
-counts connections, and the management client opens one per request. An idle query with the
-default trigger asks at most every `streamsource.IDLE_S`, not at each of Spark's 10 ms polls;
+counts the HTTP requests (the reader keeps one connection for them all, so its connections are
+no count of requests). An idle query with the default trigger asks at most every
+`streamsource.IDLE_S`, not at each of Spark's 10 ms polls, on the connection it kept;
 a query from `latest` whose driver is killed inside batch 0 replays the range batch 0 first
 planned; and one from `earliest` killed there, whose stream's head retention then drops, fails
 on its restart with failOnDataLoss=true and reads on from the first offset held with false.
@@ -178,16 +179,16 @@ def test_one_management_request_per_micro_batch_and_a_restart_reads_on(
         read, batches = run_available_now(spark, stream, management, checkpoint)
         assert read == list(range(200))
         assert batches == 10
-        asked = relay.accepted
+        asked = relay.requests
         assert asked == batches + 1, f"{asked} requests for batch 0 and {batches} batches"
 
         # Restarted on its checkpoint (no initialOffset then): it reads on from offset 200.
         stream.publish(60)
-        before = relay.accepted
+        before = relay.requests
         read, batches = run_available_now(spark, stream, management, checkpoint)
         assert read == list(range(200, 260))
         assert batches == 3
-        assert relay.accepted - before == batches
+        assert relay.requests - before == batches
 
 
 def run_child(
@@ -360,9 +361,10 @@ def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(
         )  # no trigger: Spark's default, as soon as the last batch is done
         try:
             waiter("batch 0", (tmp_path / "checkpoint" / "commits" / "0").exists, 120)
-            before, started = relay.accepted, time.monotonic()
+            before, connected, started = relay.requests, relay.accepted, time.monotonic()
             time.sleep(3)  # the window measured: the query idles, polling all along
-            asked, elapsed = relay.accepted - before, time.monotonic() - started
+            asked, elapsed = relay.requests - before, time.monotonic() - started
+            connections = relay.accepted - connected
             stream.publish(5)
             querywaits.wait_count(
                 "the 5 messages", lambda: len(read), 5, running, "rows collected", active=True
@@ -370,4 +372,5 @@ def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(
         finally:
             running.stop()
     assert 1 <= asked <= elapsed / streamsource.IDLE_S + 2, f"{asked} requests in {elapsed:.1f} s"
+    assert connections == 0, f"{connections} connections for {asked} requests: none kept"
     assert read == [0, 1, 2, 3, 4]

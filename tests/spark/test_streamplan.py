@@ -5,7 +5,7 @@ streambounds.bounds_of). The same rules run against a real broker in test_stream
 import logging
 
 import pytest
-from hutch_spark import streambounds, streamoptions, streamplan
+from hutch_spark import streambounds, streamhttp, streamoptions, streamplan
 from hutch_spark.errors import HutchConnectionError, HutchDataLossError, HutchOffsetError
 from hutch_spark.streamplan import Bounds, Slice
 from hutch_spark.streamreads import Credit, SliceCursor
@@ -183,11 +183,11 @@ def test_bounds_of_a_classic_queue_or_a_broker_without_offsets() -> None:
 
 def test_management_credentials_never_come_from_options_alone() -> None:
     plain = streamoptions.parse_stream_options({"streams": "s"})
-    assert streambounds.credentials(plain, env={}) == ("guest", "guest")
+    assert streamhttp.credentials(plain, env={}) == ("guest", "guest")
     env = {"HUTCH_AMQP_USERNAME": "job", "HUTCH_AMQP_PASSWORD": "pw"}
-    assert streambounds.credentials(plain, env=env) == ("job", "pw")
+    assert streamhttp.credentials(plain, env=env) == ("job", "pw")
     in_uri = streamoptions.parse_stream_options({"streams": "s", "uri": "amqp://u:p%40@h/"})
-    assert streambounds.credentials(in_uri, env=env) == ("u", "p@")
+    assert streamhttp.credentials(in_uri, env=env) == ("u", "p@")
 
 
 def broker_allowance(credit: Credit, first: int, end: int) -> int:
@@ -235,14 +235,14 @@ def test_an_answer_of_the_wrong_shape_is_a_clear_error_for_one_stream_or_several
 ) -> None:
     asked: list[str] = []
 
-    def answer(url: str, *_: object) -> object:
-        asked.append(url)
+    def answer(_: object, path: str, *__: object) -> object:
+        asked.append(path)
         return "<html>a proxy's page</html>"
 
-    monkeypatch.setattr(streambounds, "_get", answer)
+    monkeypatch.setattr(streamhttp.Session, "get", answer)
     settings = streamoptions.parse_stream_options(
         {"streams": streams, "uri": "amqp://u:p@h/v%2F1", "managementUri": "http://u:p@h:15672/"}
     )
     with pytest.raises(HutchConnectionError, match=f"answered no {expected}"):
         streambounds.fetch(settings, env={})
-    assert asked == [f"http://h:15672{path}"]
+    assert asked == [path]

@@ -29,7 +29,7 @@ class FakeBroker:
         }
         self.requests = 0
 
-    def fetch(self, settings: streamoptions.StreamOptions) -> dict[str, Bounds]:
+    def fetch(self, settings: streamoptions.StreamOptions, **_: object) -> dict[str, Bounds]:
         self.requests += 1
         return {stream: self.held[stream] for stream in settings.streams}
 
