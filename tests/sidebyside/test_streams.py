@@ -3,18 +3,21 @@
 Every answer asserted here was first observed on the reference node (its ``stream_queue``
 feature flag is on: a fresh 3.10.8 node enables every flag it supports): the declare rules and
 their texts, the arguments refused and checked, the consume rules (prefetch required, no
-auto-ack, ``x-stream-offset`` values), the ``x-stream-offset`` header on every delivery (a long),
-credit returned by acks, what basic.get, queue.purge, basic.nack and basic.reject answer, and
-the management item. Restarts and ``kill -9`` are tested on hutch-broker alone
+auto-ack, ``x-stream-offset`` values), the ``x-stream-offset`` header on every delivery (a long,
+in place of a publisher's own), credit returned by acks, what basic.get, queue.purge,
+basic.nack and basic.reject answer, and the management item. Restarts and ``kill -9`` are tested on hutch-broker alone
 (tests/broker/test_streams_durable.py): the reference node is shared by the whole session.
 """
 
 import datetime
+import struct
 
 import pika
 import pytest
 from hutch_demo.waiting import wait_for
+from hutch_testing import rawamqp
 from hutch_testing.steps import closed_by_broker
+from pamqp import commands, frame
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -541,3 +544,81 @@ def test_st_4_management_get_and_purge_of_a_stream(target):
             "reason": f"queue.purge not supported by stream queues queue '{queue}' in vhost '/'",
         },
     )
+
+
+def _long(value):
+    return b"l" + struct.pack(">q", value)
+
+
+def _headers(*entries):
+    """Raw properties: the headers flag, then a table of (name, tagged value) in this order."""
+    body = b"".join(bytes([len(name)]) + name.encode() + value for name, value in entries)
+    return b"\x20\x00" + struct.pack(">I", len(body)) + body
+
+
+def _raw_deliveries(target, queue, count):
+    """The raw properties of the first ``count`` deliveries from the stream's first offset,
+    read off the socket: what a table with two entries of one name would look like."""
+    sock = rawamqp.open_connection(target.broker)
+    sock.settimeout(60)  # a bound on each read, not a wait: a loaded machine may be slow to send
+    try:
+        sock.sendall(frame.marshal(commands.Basic.Qos(prefetch_count=100), 1))
+        assert isinstance(rawamqp.read_frame(sock), commands.Basic.QosOk)
+        arguments = {"x-stream-offset": "first"}
+        consume = commands.Basic.Consume(queue=queue, consumer_tag="c", arguments=arguments)
+        sock.sendall(frame.marshal(consume, 1))
+        assert isinstance(rawamqp.read_frame(sock), commands.Basic.ConsumeOk)
+        got = []
+        for _ in range(count):
+            frames = []
+            for _ in range(3):  # deliver, content header, body
+                head = rawamqp.read_exact(sock, 7)
+                payload = rawamqp.read_exact(sock, struct.unpack(">I", head[3:7])[0] + 1)[:-1]
+                frames.append((head[0], payload))
+            assert [kind for kind, _ in frames] == [1, 2, 3]
+            got.append(frames[1][1][12:])  # after class, weight and body size
+    finally:
+        sock.close()
+    return got
+
+
+def test_st_2_a_publishers_own_offset_header_gives_way_to_the_brokers(target):
+    """A message published with its own ``x-stream-offset`` (999 as pika sends an int, a
+    string, a long, or twice in one table) is delivered with the broker's offset, a long, in
+    the publisher's header's place: one header, not two, and never the publisher's value. Of a
+    publisher's two, the first is replaced and the second kept, as 3.10.8 does."""
+    queue = target.name("own-offset")
+    assert _declare(target, queue, durable=True, arguments=STREAM) == "ok"
+    channel = target.channel()
+    published = [
+        {"x-stream-offset": 999},
+        {"h": "v", "x-stream-offset": 999},
+        {"x-stream-offset": "999"},
+        {"x-stream-offset": 2**40},
+    ]
+    for headers in published:
+        channel.basic_publish("", queue, b"m", pika.BasicProperties(headers=headers))
+    sock = rawamqp.open_connection(target.broker)
+    sock.settimeout(60)
+    try:
+        sock.sendall(frame.marshal(commands.Confirm.Select(), 1))
+        assert isinstance(rawamqp.read_frame(sock), commands.Confirm.SelectOk)
+        twice = _headers(
+            ("x-stream-offset", b"I" + struct.pack(">i", 999)), ("x-stream-offset", _long(7))
+        )
+        sock.sendall(rawamqp.publish_frames(queue, twice, b"m"))
+        assert isinstance(rawamqp.read_frame(sock), commands.Basic.Ack)
+    finally:
+        sock.close()
+
+    assert _raw_deliveries(target, queue, 5) == [
+        _headers(("x-stream-offset", _long(0))),
+        _headers(("h", b"S" + struct.pack(">I", 1) + b"v"), ("x-stream-offset", _long(1))),
+        _headers(("x-stream-offset", _long(2))),
+        _headers(("x-stream-offset", _long(3))),
+        _headers(("x-stream-offset", _long(4)), ("x-stream-offset", _long(7))),
+    ]
+    _, got, _ = _consume(target, queue, expect=5, arguments={"x-stream-offset": "first"})
+    offsets = [headers["x-stream-offset"] for _, _, headers, _ in got]
+    assert offsets == [0, 1, 2, 3, 7]  # pika keeps the last of two: the publisher's second
+    assert all(type(offset).__name__ == "long" for offset in offsets)
