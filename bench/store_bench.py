@@ -9,18 +9,25 @@ Figures, all for ``--body``-byte records in one queue log with 8 MiB segments:
   ``MessageStore.sync()`` back to back (each message counts once its sync returned);
 - recovery time of ``--messages`` messages (reopen + ``recover()``).
 Run it on the disk that will hold ``--data-dir``: fsync latency is most of the answer.
+
+    PYTHONPATH=broker python bench/store_bench.py --ack-scan [--messages 100000] [--rounds 7]
+
+reads an ack file's worth of ``--messages`` ack records with ``records.scan_acks`` alone (the
+part of recovery that grows with every ack a log ever took): CPU µs per record, the median and
+range of ``--rounds`` rounds, no disk involved.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from hutch_broker.store import MessageStore, QueueStore
+from hutch_broker.store import MessageStore, QueueStore, records
 
 
 def append_some(queue: QueueStore, count: int, body: bytes) -> None:
@@ -97,12 +104,33 @@ def recovery_time(root: Path, count: int, body: bytes) -> tuple[float, int]:
     return elapsed, len(recovered)
 
 
+def ack_scan_cost(count: int, rounds: int) -> list[float]:
+    """CPU µs per ack record of ``scan_acks`` over ``count`` valid records, once per round."""
+    data = b"".join(records.encode_ack(index * 1100 + 42) for index in range(count))
+    costs = []
+    for _ in range(rounds):
+        started = time.process_time()
+        found = records.scan_acks(data)
+        costs.append((time.process_time() - started) / count * 1e6)
+        assert len(found.offsets) == count
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--body", type=int, default=1024)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: /tmp)")
+    parser.add_argument("--ack-scan", action="store_true", help="only the ack scan's cost")
+    parser.add_argument("--rounds", type=int, default=7, help="--ack-scan rounds (7)")
     args = parser.parse_args()
+    if args.ack_scan:
+        costs = ack_scan_cost(args.messages, args.rounds)
+        print(
+            f"ack scan: {statistics.median(costs):.3f} us CPU per record "
+            f"({min(costs):.3f}-{max(costs):.3f}, {args.rounds} rounds of {args.messages:,})"
+        )
+        return
     body = bytes(range(256)) * (args.body // 256) + bytes(args.body % 256)
     root = Path(tempfile.mkdtemp(prefix="hutch-store-bench-", dir=args.dir))
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 import zlib
 
@@ -191,3 +192,50 @@ def test_an_ack_record_with_any_bit_flipped_is_skipped(kind):
         flipped[bit // 8] ^= 1 << (bit % 8)
         data = kind(bytes(flipped) + good)
         assert records.scan_acks(data) == records.AckScan(offsets=[77], bad=[0], valid_end=16), bit
+
+
+def _scan_acks_by_slices(data: bytes) -> records.AckScan:
+    """The rule ``scan_acks`` keeps, record by record: valid when exactly ``encode_ack``'s bytes."""
+    offsets, bad, valid_end = [], [], 0
+    for pos in range(0, len(data) - records.ACK_RECORD_SIZE + 1, records.ACK_RECORD_SIZE):
+        offset = int.from_bytes(data[pos : pos + 4], "little")
+        if data[pos : pos + records.ACK_RECORD_SIZE] == records.encode_ack(offset):
+            offsets.append(offset)
+            bad.extend(range(valid_end, pos, records.ACK_RECORD_SIZE))
+            valid_end = pos + records.ACK_RECORD_SIZE
+    return records.AckScan(offsets=offsets, bad=bad, valid_end=valid_end)
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_the_whole_buffer_ack_scan_agrees_with_encode_ack_record_by_record(kind):
+    """``scan_acks`` unpacks a whole buffer at once: over good records (offsets 0 and 2**32-1
+    among them), records with their check or offset changed, zeros, random bytes and torn
+    tails of every length, it finds what comparing each record with ``encode_ack`` finds."""
+    rng = random.Random(32)
+    pieces = [records.encode_ack(0), records.encode_ack(0xFFFF_FFFF)]
+    for _ in range(400):
+        offset = rng.randrange(1 << 32)
+        good = records.encode_ack(offset)
+        choice = rng.randrange(5)
+        if choice == 0:
+            pieces.append(good[:4] + (int.from_bytes(good[4:], "little") ^ 1).to_bytes(4, "little"))
+        elif choice == 1:
+            pieces.append(((offset + 1) % (1 << 32)).to_bytes(4, "little") + good[4:])
+        elif choice == 2:
+            pieces.append(rng.randbytes(8) if rng.random() < 0.5 else bytes(8))
+        else:
+            pieces.append(good)
+    data = b"".join(pieces)
+    for tail in range(records.ACK_RECORD_SIZE):
+        torn = data + records.encode_ack(4242)[:tail]
+        expected = _scan_acks_by_slices(torn)
+        assert expected.bad and expected.valid_end <= len(data)  # the mix holds every case
+        assert records.scan_acks(kind(torn)) == expected, tail
+
+
+def test_an_ack_scan_of_a_view_into_a_larger_buffer_reads_only_the_view():
+    """A view that starts and ends inside a buffer: its own records, its own tail."""
+    data = bytes(3) + records.encode_ack(8) + records.encode_ack(16) + records.encode_ack(24)
+    view = memoryview(data)[3 : 3 + 8 + 8 + 5]
+    assert records.scan_acks(view) == records.AckScan(offsets=[8, 16], bad=[], valid_end=16)
+    assert records.scan_acks(b"") == records.AckScan(offsets=[], bad=[], valid_end=0)
