@@ -51,7 +51,6 @@ class Session:
 
     def __init__(self, settings: StreamOptions, env: Mapping[str, str] | None = None) -> None:
         self._settings = settings
-        self._env = env
         self._connection: http.client.HTTPConnection | None = None
         parts = urllib.parse.urlsplit(settings.management_uri)
         self._secure = parts.scheme == "https"
@@ -62,7 +61,12 @@ class Session:
         self._headers = {"Authorization": f"Basic {token}", "Accept": "application/json"}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_connection": None}
+        # Settings only: not the socket, nor a password the environment gave (unpickled, the
+        # session reads the environment it is in, as a new one does).
+        return {"settings": self._settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"])  # type: ignore[misc]
 
     def close(self) -> None:
         connection, self._connection = self._connection, None

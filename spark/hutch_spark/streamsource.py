@@ -161,6 +161,7 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: a stream keeps its messages, and nothing was consumed."""
 
     def stop(self) -> None:
+        """Spark stops the query: the kept management connection is closed."""
         if self._management is not None:
             self._management.close()
 

@@ -9,11 +9,13 @@ queue that differs from one in case, by a character a regex would read otherwise
 prefix or a suffix. The same listing runs on real brokers in test_streambounds_broker.py.
 """
 
+import http.client
+import pickle
 import urllib.parse
 
 import pytest
 from hutch_broker.admin import listing
-from hutch_spark import streambounds
+from hutch_spark import streambounds, streamhttp, streamoptions
 
 NAMES = [
     "orders-0",
@@ -95,3 +97,21 @@ def test_many_names_go_in_groups_within_a_page_and_a_request_line() -> None:
     assert len(streambounds.name_groups([f"q{n}" for n in range(501)])) == 2  # the page's 500
     longest = "+" * 255  # a queue name's most bytes; escaped and encoded, 1,530 characters
     assert [len(group) for group in streambounds.name_groups([longest] * 5)] == [2, 2, 1]
+
+
+def test_a_session_pickles_with_its_settings_only() -> None:
+    """A reader's kept connection never travels with it: not the socket, and not a password
+    the environment gave (the settings carry what their URIs hold, as before)."""
+    settings = streamoptions.parse_stream_options({"streams": "a,b", "managementUri": "http://h:1"})
+    env = {"HUTCH_AMQP_USERNAME": "job", "HUTCH_AMQP_PASSWORD": "secret-pw"}
+    session = streamhttp.Session(settings, env)
+    assert session.user == "job"
+    session._connection = http.client.HTTPConnection("h", 1)  # never connected
+    pickled = pickle.dumps(session)
+    token = session._headers["Authorization"].split()[1].encode()
+    assert b"secret-pw" not in pickled and token not in pickled
+    restored = pickle.loads(pickled)  # noqa: S301 - made here
+    assert restored._connection is None
+    assert (
+        restored._headers["Authorization"] == streamhttp.Session(settings)._headers["Authorization"]
+    )  # as a session made where it is unpickled
