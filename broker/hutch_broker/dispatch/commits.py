@@ -38,7 +38,9 @@ class GroupCommit:
         self._request_flush = request_flush
         self._writing = 1
         self._durable = 0
-        self._wanted = False
+        # A write asked for a sync: the end of a tick starts one only then (read there inline,
+        # an attribute and not a call, as every tick asks).
+        self.wanted = False
         self._running: int | None = None
         self._waiters: set[Waiter] = set()
         self._told = 0  # the durable generation the waiters were last told
@@ -49,7 +51,7 @@ class GroupCommit:
 
     def wrote(self) -> int:
         """A store write was just buffered: the generation whose sync makes it durable."""
-        self._wanted = True
+        self.wanted = True
         return self._writing
 
     def is_durable(self, generation: int) -> bool:
@@ -104,9 +106,9 @@ class GroupCommit:
         ``periodic`` starts one even with no confirm waiting (acks and dead-lettered
         records are synced lazily by a timer).
         """
-        if self._broken or self._running is not None or not (self._wanted or periodic):
+        if self._broken or self._running is not None or not (self.wanted or periodic):
             return None
-        self._wanted = False
+        self.wanted = False
         generation = self._writing
         self._writing = generation + 1
         self._running = generation

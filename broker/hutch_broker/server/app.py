@@ -342,7 +342,8 @@ class BrokerServer:
         if self._definitions_dirty and not self._save_definitions():
             return
         self.context.turns.end_of_turn()  # a slice of each publish still being routed
-        self._maybe_start_sync()
+        if self.context.commits.wanted:  # set by the writes a confirm or a commit waits for
+            self._maybe_start_sync()
         self.context.commits.release()
         self.context.release_throttled()
         # A released publisher's buffered frames may have declared something.
@@ -495,9 +496,16 @@ class BrokerServer:
             await asyncio.sleep(1.0)
             self.resources.sample()
             self._tick_connections(time.monotonic())
-            # Acks and dead-lettered records need no confirm; sync them lazily.
-            self._maybe_start_sync(periodic=True)
+            self._sync_lazily()
             self.broker.pager.sync()
+
+    def _sync_lazily(self) -> None:
+        """Acks and dead-lettered records need no confirm: the timer syncs them once a second,
+        and only when a log holds a write no sync covered yet. An idle broker used to start an
+        empty sync in a worker thread every second, and a tick to hear that it finished."""
+        if self._store_closing or self.context.commits.running or not self.store.dirty:
+            return
+        self._maybe_start_sync(periodic=True)
 
     async def _tls_reload_timer(self) -> None:
         """Renewed certificate files serve new connections (server/tlsreload.py), read in a

@@ -185,6 +185,13 @@ class MessageStore:
             self._check_open()
             return [names for names, _ in layout.existing(self._root)]
 
+    @property
+    def dirty(self) -> bool:
+        """Whether a log holds writes no sync has made durable yet: the broker's once-a-second
+        lazy sync (acks, dead-lettered records) starts only then. False once closed."""
+        with self._lock:
+            return any(store.dirty for store in self._queues.values())
+
     def sync(self) -> None:
         """Group commit: make every dirty log durable in one pass; safe from a worker thread.
 

@@ -32,6 +32,19 @@ def test_nothing_wanted_starts_no_sync_but_the_timer_may():
     assert commits.start(periodic=True) == 1
 
 
+def test_a_write_sets_wanted_and_the_sync_it_starts_clears_it():
+    """``wanted`` is what the end of a tick reads before it asks for a sync at all."""
+    commits = GroupCommit()
+    assert not commits.wanted
+    commits.wrote()
+    assert commits.wanted
+    commits.finished(commits.start())
+    assert not commits.wanted
+    commits.wrote()
+    commits.finished(commits.start(periodic=True))  # the timer's sync covers it too
+    assert not commits.wanted
+
+
 def test_a_write_is_durable_only_after_the_sync_that_started_after_it():
     commits = GroupCommit()
     first = commits.wrote()
