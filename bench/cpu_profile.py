@@ -204,6 +204,7 @@ def profile_scenario(
             pid = broker.pid
             if pid is None:
                 raise run.BenchError("hutch-broker has no process id")
+            run.create_vhosts(broker, scenario)  # scenario 5's, before the CPU window
             cpu_before = run.cpu_seconds(broker)
             sampler = subprocess.Popen(
                 [py_spy, "record", "--gil", "--format", "raw", "--rate", str(rate),

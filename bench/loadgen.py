@@ -11,7 +11,10 @@ It runs N producers and M consumers (one connection each, like PerfTest), with o
 confirms (a window of outstanding publishes), persistent or transient messages, for a duration or a
 message count, and prints one JSON object: messages published, confirmed, consumed and the rates.
 Every loop is bounded by a deadline. It also declares and deletes the scenario's topology, for
-itself and for PerfTest (`--setup-only`, `--teardown-only`).
+itself and for PerfTest (`--setup-only`, `--teardown-only`). In a pairs scenario (4, 5) producer
+i publishes only to queue i, each connection counts on its own and the JSON gives each pair's
+figures; a queue split into another vhost is declared, fed and consumed through connections to
+that vhost.
 
     python bench/loadgen.py --url amqp://guest:guest@127.0.0.1:5672/%2F --scenario 1 --duration 10
 """
@@ -87,6 +90,10 @@ class ConnectParams:
             password=urllib.parse.unquote(parts.password or "guest"),
             vhost=vhost,
         )
+
+    def in_vhost(self, vhost: str | None) -> ConnectParams:
+        """The same broker and user in ``vhost`` (None: this one's)."""
+        return self if vhost is None else dataclasses.replace(self, vhost=vhost)
 
 
 class Channel:
@@ -307,25 +314,38 @@ async def _reply(channel: Channel, reply: type) -> Any:
 
 
 async def declare_topology(params: ConnectParams, scenario: scenarios.Scenario) -> None:
-    """Declare (and purge) the scenario's queues, exchange and bindings."""
+    """Declare (and purge) the scenario's queues, exchange and bindings, each queue in its
+    vhost (which must exist: bench/run.py creates a scenario's vhosts)."""
+    for vhost, queues in scenario.queues_by_vhost().items():
+        connection = await connect(params.in_vhost(vhost), "loadgen-setup")
+        try:
+            channel = await connection.open_channel()
+            for queue in queues:
+                await channel.call(
+                    commands.Queue.Declare(queue=queue, durable=scenario.persistent),
+                    commands.Queue.DeclareOk,
+                )
+                await channel.call(commands.Queue.Purge(queue=queue), commands.Queue.PurgeOk)
+        finally:
+            await connection.close()
+    if scenario.exchange:
+        await _declare_exchange(params, scenario)
+
+
+async def _declare_exchange(params: ConnectParams, scenario: scenarios.Scenario) -> None:
+    """The exchange and its bindings, in the URL's vhost (a scenario with an exchange has no
+    vhosts of its own)."""
     connection = await connect(params, "loadgen-setup")
     try:
         channel = await connection.open_channel()
-        for queue in scenario.queues:
-            await channel.call(
-                commands.Queue.Declare(queue=queue, durable=scenario.persistent),
-                commands.Queue.DeclareOk,
-            )
-            await channel.call(commands.Queue.Purge(queue=queue), commands.Queue.PurgeOk)
-        if scenario.exchange:
-            await channel.call(
-                commands.Exchange.Declare(
-                    exchange=scenario.exchange,
-                    exchange_type=scenario.exchange_type,
-                    durable=scenario.persistent,
-                ),
-                commands.Exchange.DeclareOk,
-            )
+        await channel.call(
+            commands.Exchange.Declare(
+                exchange=scenario.exchange,
+                exchange_type=scenario.exchange_type,
+                durable=scenario.persistent,
+            ),
+            commands.Exchange.DeclareOk,
+        )
         for queue, key in scenario.bindings:
             await channel.call(
                 commands.Queue.Bind(queue=queue, exchange=scenario.exchange, routing_key=key),
@@ -336,17 +356,19 @@ async def declare_topology(params: ConnectParams, scenario: scenarios.Scenario) 
 
 
 async def delete_topology(params: ConnectParams, scenario: scenarios.Scenario) -> None:
-    connection = await connect(params, "loadgen-teardown")
-    try:
-        channel = await connection.open_channel()
-        for queue in scenario.queues:
-            await channel.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
-        if scenario.exchange:
-            await channel.call(
-                commands.Exchange.Delete(exchange=scenario.exchange), commands.Exchange.DeleteOk
-            )
-    finally:
-        await connection.close()
+    for vhost, queues in scenario.queues_by_vhost().items():
+        connection = await connect(params.in_vhost(vhost), "loadgen-teardown")
+        try:
+            channel = await connection.open_channel()
+            for queue in queues:
+                await channel.call(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
+            if scenario.exchange and vhost is None:
+                await channel.call(
+                    commands.Exchange.Delete(exchange=scenario.exchange),
+                    commands.Exchange.DeleteOk,
+                )
+        finally:
+            await connection.close()
 
 
 # -- producers ---------------------------------------------------------------------------------
@@ -368,12 +390,15 @@ def publish_frames(
     )
 
 
-def publish_batches(channel: int, scenario: scenarios.Scenario) -> list[bytes]:
-    """Pre-joined batches of PUBLISH_BATCH messages, cycling through the routing keys."""
+def publish_batches(
+    channel: int, scenario: scenarios.Scenario, routing_keys: tuple[str, ...] | None = None
+) -> list[bytes]:
+    """Pre-joined batches of PUBLISH_BATCH messages, cycling through the routing keys (the
+    scenario's, or one producer's own)."""
     body = bytes(scenario.body_size)
     messages = [
         publish_frames(channel, scenario.exchange, key, body, scenario.persistent)
-        for key in scenario.routing_keys
+        for key in routing_keys or scenario.routing_keys
     ]
     total = math.lcm(len(messages), PUBLISH_BATCH)
     return [
@@ -431,6 +456,7 @@ async def produce(
     *,
     deadline: float,
     limit: int | None,
+    routing_keys: tuple[str, ...] | None = None,
 ) -> None:
     """Publish as fast as the broker takes it until the deadline or `limit` messages."""
     channel = await connection.open_channel()
@@ -439,7 +465,7 @@ async def produce(
         window = ConfirmWindow(scenario.confirm_window, counters)
         channel.on_confirm = window.on_confirm
         await channel.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
-    batches = publish_batches(channel.number, scenario)
+    batches = publish_batches(channel.number, scenario, routing_keys)
     sent = 0
     while time.monotonic() < deadline and (limit is None or sent < limit):
         if window is not None and not await window.wait_for_room(deadline):
@@ -498,16 +524,37 @@ class RunOptions:
     drain_timeout: float = 30.0  # count mode: stop consuming when idle this long after producing
 
 
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """One connection's part in a run: a consumer of ``queue`` or a producer of ``routing_keys``,
+    in ``vhost`` (None: the URL's)."""
+
+    vhost: str | None
+    queue: str | None = None
+    routing_keys: tuple[str, ...] = ()
+
+
+def roles(scenario: scenarios.Scenario) -> tuple[list[Role], list[Role]]:
+    """The consumers' roles (consumers_per_queue on each queue) and the producers'."""
+    consumers = [
+        Role(scenario.vhost_of(index), queue=queue)
+        for index, queue in enumerate(scenario.queues)
+        for _ in range(scenario.consumers_per_queue)
+    ]
+    producers = [Role(vhost, routing_keys=keys) for vhost, keys in scenario.producer_routing_keys()]
+    return consumers, producers
+
+
 async def run(
     params: ConnectParams, scenario: scenarios.Scenario, options: RunOptions
 ) -> dict[str, Any]:
     """Consumers first, then producers; all stop at the deadline. Returns the counts and rates."""
-    counters = Counters()
+    consumer_roles, producer_roles = roles(scenario)
     connections = []
     try:
-        for index in range(scenario.consumers + scenario.producers):
-            connections.append(await connect(params, f"loadgen-{index}"))
-        return await _timed(connections, scenario, options, counters)
+        for index, role in enumerate(consumer_roles + producer_roles):
+            connections.append(await connect(params.in_vhost(role.vhost), f"loadgen-{index}"))
+        return await _timed(connections, scenario, options)
     finally:
         await asyncio.gather(
             *(connection.close() for connection in connections), return_exceptions=True
@@ -515,18 +562,19 @@ async def run(
 
 
 async def _timed(
-    connections: list[Connection],
-    scenario: scenarios.Scenario,
-    options: RunOptions,
-    counters: Counters,
+    connections: list[Connection], scenario: scenarios.Scenario, options: RunOptions
 ) -> dict[str, Any]:
-    consumer_connections = connections[: scenario.consumers]
-    queues = [queue for queue in scenario.queues for _ in range(scenario.consumers_per_queue)]
+    """Each connection counts on its own (one `Counters` each), summed in the report: a pair's
+    own figures show whether every pair delivered."""
+    consumer_roles, producer_roles = roles(scenario)
+    consumer_connections = connections[: len(consumer_roles)]
+    consumed = [Counters() for _ in consumer_roles]
+    produced = [Counters() for _ in producer_roles]
     await asyncio.gather(
         *(
-            start_consumer(connection, scenario, queue, counters, tag=f"loadgen-{index}")
-            for index, (connection, queue) in enumerate(
-                zip(consumer_connections, queues, strict=True)
+            start_consumer(connection, scenario, role.queue or "", counters, tag=f"loadgen-{index}")
+            for index, (connection, role, counters) in enumerate(
+                zip(consumer_connections, consumer_roles, consumed, strict=True)
             )
         )
     )
@@ -534,19 +582,63 @@ async def _timed(
     limit = None if options.count is None else math.ceil(options.count / scenario.producers)
     await asyncio.gather(
         *(
-            produce(connection, scenario, counters, deadline=began + options.duration, limit=limit)
-            for connection in connections[scenario.consumers :]
+            produce(
+                connection,
+                scenario,
+                counters,
+                deadline=began + options.duration,
+                limit=limit,
+                routing_keys=role.routing_keys,
+            )
+            for connection, role, counters in zip(
+                connections[len(consumer_roles) :], producer_roles, produced, strict=True
+            )
         )
     )
     published_in = time.monotonic() - began
     consumed_until = time.monotonic()
     if options.count is not None:
         consumed_until = await _drain(
-            counters, consumer_connections, time.monotonic() + options.drain_timeout
+            lambda: sum(counters.consumed for counters in consumed),
+            consumer_connections,
+            time.monotonic() + options.drain_timeout,
         )
     _raise_connection_errors(consumer_connections)
     elapsed = consumed_until - began
-    return _report(scenario, counters, published_in=published_in, elapsed=elapsed)
+    total = _sum(consumed + produced)
+    result = _report(scenario, total, published_in=published_in, elapsed=elapsed)
+    if scenario.pairs:
+        result["pairs"] = _pairs(scenario, consumed, produced, elapsed)
+    return result
+
+
+def _sum(counters: list[Counters]) -> Counters:
+    total = Counters()
+    for one in counters:
+        total.published += one.published
+        total.confirmed += one.confirmed
+        total.nacked += one.nacked
+        total.consumed += one.consumed
+    return total
+
+
+def _pairs(
+    scenario: scenarios.Scenario,
+    consumed: list[Counters],
+    produced: list[Counters],
+    elapsed: float,
+) -> list[dict[str, Any]]:
+    """Pair i: queue i, its consumer and producer i (the one publishing to it)."""
+    return [
+        {
+            "vhost": scenario.vhost_of(index),
+            "queue": queue,
+            "published": produced[index].published,
+            "consumed": consumed[index].consumed,
+            "consume_rate": round(consumed[index].consumed / elapsed, 1) if elapsed else 0.0,
+        }
+        for index, queue in enumerate(scenario.queues)
+    ]
 
 
 def _raise_connection_errors(connections: list[Connection]) -> None:
@@ -555,17 +647,19 @@ def _raise_connection_errors(connections: list[Connection]) -> None:
             raise connection.error
 
 
-async def _drain(counters: Counters, connections: list[Connection], hard_stop: float) -> float:
+async def _drain(
+    consumed: Callable[[], int], connections: list[Connection], hard_stop: float
+) -> float:
     """Count mode: wait until consumers have been idle for a second (bounded by hard_stop).
 
     Returns when the last delivery arrived (to 50 ms), the end of the consuming time.
     """
-    last, last_at = counters.consumed, time.monotonic()
+    last, last_at = consumed(), time.monotonic()
     while time.monotonic() < hard_stop and time.monotonic() - last_at < 1.0:
         await asyncio.sleep(0.05)
         _raise_connection_errors(connections)
-        if counters.consumed != last:
-            last, last_at = counters.consumed, time.monotonic()
+        if consumed() != last:
+            last, last_at = consumed(), time.monotonic()
     return last_at
 
 
@@ -616,6 +710,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def scenario_from_args(args: argparse.Namespace) -> scenarios.Scenario:
+    """The scenario with the command line's overrides; ValueError if they break its shape
+    (a pairs scenario keeps one producer per queue)."""
     base = scenarios.SCENARIOS[args.scenario]
     overrides = {
         field: getattr(args, field)
@@ -634,9 +730,8 @@ def scenario_from_args(args: argparse.Namespace) -> scenarios.Scenario:
     return dataclasses.replace(base, **overrides)
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+async def main_async(args: argparse.Namespace, scenario: scenarios.Scenario) -> dict[str, Any]:
     params = ConnectParams.from_url(args.url)
-    scenario = scenario_from_args(args)
     if args.teardown_only:
         await delete_topology(params, scenario)
         return {"scenario": scenario.number, "teardown": True}
@@ -667,9 +762,14 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s loadgen %(levelname)s %(message)s",
     )
     args = parse_args(argv)
+    try:
+        scenario = scenario_from_args(args)
+    except ValueError as error:
+        print(json.dumps({"scenario": args.scenario, "error": str(error)}))
+        return 2
     _event_loop_policy()
     try:
-        result = asyncio.run(main_async(args))
+        result = asyncio.run(main_async(args, scenario))
     except (AmqpError, OSError) as error:
         print(json.dumps({"scenario": args.scenario, "error": str(error)}))
         return 1

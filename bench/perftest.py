@@ -9,6 +9,12 @@ own), and read its closing "sending/receiving rate avg" lines.
 One limit: PerfTest publishes a single routing key (`-k`), so in the topic scenario it does not
 cycle through 1,000 keys as loadgen does; it uses `Scenario.perftest_routing_key`, which reaches 3
 of the 10 queues (3 of the 1,000 bindings), and the consumers of the other 7 queues stay idle.
+
+The pairs scenarios (4 and 5) use PerfTest's own queue pattern: with as many producers and
+consumers as queues, it gives each queue one producer (publishing to it by name on the default
+exchange) and one consumer, so one JVM drives the 4 independent pairs as loadgen's one process
+does. A PerfTest instance has one URI, hence one vhost: with the pairs split over vhosts, one
+instance runs per vhost, side by side, and their rates and CPU are added up.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import os
 import re
 import shutil
 import subprocess
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +53,7 @@ class PerfTestResult:
     output_tail: str
     cpu_seconds: float | None = None  # the JVM's user + system time over its whole run
     wall_seconds: float | None = None
+    instances: list[dict[str, float]] | None = None  # each instance's rates, when several ran
 
 
 def ensure_installed() -> Path:
@@ -66,8 +75,41 @@ def version(lib: Path) -> str | None:
     return jars[-1].stem.removeprefix("perf-test-") if jars else None
 
 
-def command(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> list[str]:
-    """PerfTest arguments equivalent to `scenario` (see bench/scenarios.py)."""
+def commands(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> list[list[str]]:
+    """The PerfTest instances to run side by side for `scenario`: one, or one per vhost."""
+    if not scenario.vhosts:
+        return [command(lib, url, scenario, duration)]
+    return [
+        command(lib, in_vhost(url, vhost), scenario, duration, queues=indices)
+        for vhost, indices in _indices_by_vhost(scenario).items()
+    ]
+
+
+def _indices_by_vhost(scenario: scenarios.Scenario) -> dict[str, list[int]]:
+    placed: dict[str, list[int]] = {}
+    for index in range(len(scenario.queues)):
+        placed.setdefault(scenario.vhost_of(index) or "/", []).append(index)
+    return placed
+
+
+def in_vhost(url: str, vhost: str) -> str:
+    """``url`` with its path naming ``vhost`` (percent-encoded, "/" too)."""
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(path="/" + urllib.parse.quote(vhost, safe="")).geturl()
+
+
+def command(
+    lib: Path,
+    url: str,
+    scenario: scenarios.Scenario,
+    duration: int,
+    *,
+    queues: list[int] | None = None,
+) -> list[str]:
+    """PerfTest arguments equivalent to `scenario` (see bench/scenarios.py); ``queues``, a
+    pairs scenario's queue indices this instance drives (default: all)."""
+    indices = list(range(len(scenario.queues))) if queues is None else queues
+    producers = len(indices) if scenario.pairs else scenario.producers
     args = [
         "java",
         *JVM_OPTIONS,
@@ -77,7 +119,7 @@ def command(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) ->
         "--uri",
         url,
         "--producers",
-        str(scenario.producers),
+        str(producers),
         "--size",
         str(scenario.body_size),
         "--qos",
@@ -92,9 +134,8 @@ def command(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) ->
         scenario.exchange,
         "--type",
         scenario.exchange_type,
-        "--routing-key",
-        scenario.perftest_routing_key or scenario.routing_keys[0],
-        *_queue_args(scenario),
+        *_routing_args(scenario),
+        *_queue_args(scenario, indices),
     ]
     if scenario.confirms:
         args += ["--confirm", str(scenario.confirm_window)]
@@ -103,28 +144,60 @@ def command(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) ->
     return args
 
 
-def _queue_args(scenario: scenarios.Scenario) -> list[str]:
+def _routing_args(scenario: scenarios.Scenario) -> list[str]:
+    if scenario.pairs:
+        return []  # each producer publishes to its queue, by name
+    return ["--routing-key", scenario.perftest_routing_key or scenario.routing_keys[0]]
+
+
+def _queue_args(scenario: scenarios.Scenario, indices: list[int]) -> list[str]:
+    consumers = scenario.consumers_per_queue * len(indices)
     if len(scenario.queues) == 1:
-        return ["--queue", scenario.queues[0], "--consumers", str(scenario.consumers)]
+        return ["--queue", scenario.queues[0], "--consumers", str(consumers)]
     # Consumers spread round-robin over the pattern's queues: consumers_per_queue on each.
     pattern = scenario.queues[0].rstrip("0123456789") + "%d"
+    if [scenario.queues[index] for index in indices] != [pattern % index for index in indices]:
+        raise PerfTestError(f"scenario {scenario.number}: queues not named by {pattern!r}")
     return [
         "--queue-pattern",
         pattern,
         "--queue-pattern-from",
-        "0",
+        str(indices[0]),
         "--queue-pattern-to",
-        str(len(scenario.queues) - 1),
+        str(indices[-1]),
         "--consumers",
-        str(scenario.consumers),
+        str(consumers),
     ]
 
 
 def run(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> PerfTestResult:
     """Run PerfTest for `duration` seconds (bounded by a timeout) and parse its summary; the
-    JVM's CPU seconds come from /proc as it exits (bench/proccpu.py)."""
+    JVM's CPU seconds come from /proc as it exits (bench/proccpu.py). Several instances (one
+    per vhost) run at once: their rates and CPU add up, the wall time is the longest, the
+    latency is each percentile's worst."""
+    runs = commands(lib, url, scenario, duration)
+    with ThreadPoolExecutor(len(runs)) as pool:
+        results = list(pool.map(lambda args: _run_one(args, duration), runs))
+    if len(results) == 1:
+        return results[0]
+    cpu = [result.cpu_seconds for result in results]
+    return PerfTestResult(
+        publish_rate=sum(result.publish_rate for result in results),
+        consume_rate=sum(result.consume_rate for result in results),
+        latency=_worst([result.latency for result in results]),
+        output_tail="\n--\n".join(result.output_tail for result in results),
+        cpu_seconds=None if None in cpu else sum(c for c in cpu if c is not None),
+        wall_seconds=max((result.wall_seconds or 0.0) for result in results),
+        instances=[
+            {"publish_rate": result.publish_rate, "consume_rate": result.consume_rate}
+            for result in results
+        ],
+    )
+
+
+def _run_one(args: list[str], duration: int) -> PerfTestResult:
     try:
-        completed = proccpu.run(command(lib, url, scenario, duration), timeout=duration + 60)
+        completed = proccpu.run(args, timeout=duration + 60)
     except proccpu.RunTimeoutError as error:
         raise PerfTestError(f"PerfTest did not finish within {duration + 60}s") from error
     output = completed.stdout + completed.stderr
@@ -141,6 +214,16 @@ def run(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> Per
         cpu_seconds=completed.cpu_seconds,
         wall_seconds=completed.wall_seconds,
     )
+
+
+def _worst(latencies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each percentile's highest over the instances, if every one gave them in one unit."""
+    if not latencies or not all(latencies) or len({item.get("unit") for item in latencies}) > 1:
+        return {}
+    return {
+        key: (max(item[key] for item in latencies) if key != "unit" else latencies[0][key])
+        for key in latencies[0]
+    }
 
 
 def _latency(output: str) -> dict[str, Any]:

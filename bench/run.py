@@ -17,6 +17,9 @@ to start or dies mid-run is reported in the table and the JSON, and the run goes
                         [--baseline DIR [--baseline-label 1b98ff0]] [--hutch-config FILE]
     python bench/run.py --report bench/results/<stamp>.json
 
+Scenarios 4 and 5 (4 independent pairs, in one vhost or two) are not in the default run; the
+vhosts scenario 5 needs are created here, through each broker's management API.
+
 ``--report`` runs nothing: it prints the broker table of docs/bench/report.md (rates, ratios,
 CPU per message, the cores broker and load generator used, PerfTest's latency) from a results
 file, so the report's figures are regenerated from the JSON rather than copied by hand.
@@ -51,11 +54,11 @@ import scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 try:
-    from hutch_demo import processes
+    from hutch_demo import management, processes
     from hutch_testing import brokers, rabbitmq
 except ImportError:  # a plain checkout: the testing package is not installed
     sys.path.insert(0, str(REPO / "testing"))
-    from hutch_demo import processes
+    from hutch_demo import management, processes
     from hutch_testing import brokers, rabbitmq
 
 log = logging.getLogger("bench")
@@ -198,8 +201,29 @@ LOADGEN_FIELDS = (
 
 
 def run_loadgen(url: str, scenario: scenarios.Scenario, duration: int) -> dict[str, Any]:
+    """loadgen's counts and rates; a pairs scenario's, each pair's too (``pairs``)."""
     result = loadgen(url, scenario, "--duration", str(duration), timeout=duration + SETUP_TIMEOUT)
-    return {key: result[key] for key in LOADGEN_FIELDS}
+    return {key: result[key] for key in (*LOADGEN_FIELDS, "pairs") if key in result}
+
+
+def create_vhosts(broker: processes.Addressed, scenario: scenarios.Scenario) -> None:
+    """The scenario's vhosts, with the bench's user allowed everything in them, through the
+    management API both brokers share (an existing vhost is kept as it is)."""
+    api = management.Management(broker)
+    user = broker.credentials[0]
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    for vhost in scenario.vhosts:
+        steps = [
+            (f"/vhosts/{management.quote(vhost)}", {}),
+            (f"/permissions/{management.quote(vhost)}/{management.quote(user)}", everything),
+        ]
+        for path, body in steps:
+            try:
+                answer = api.put(path, body)
+            except OSError as error:
+                raise BenchError(f"PUT {path}: {error}") from error
+            if answer.status not in (201, 204):
+                raise BenchError(f"PUT {path}: {answer.status} {answer.body!r}")
 
 
 def run_perftest(
@@ -211,7 +235,7 @@ def run_perftest(
     (``consumed_from`` says so); the broker's CPU per message divides by that.
     """
     result = perftest.run(lib, url, scenario, duration)
-    return {
+    figures: dict[str, Any] = {
         "publish_rate": result.publish_rate,
         "consume_rate": result.consume_rate,
         "consumed": round(result.consume_rate * duration),
@@ -220,6 +244,9 @@ def run_perftest(
         "load_cpu_seconds": result.cpu_seconds,
         "load_wall_seconds": result.wall_seconds,
     }
+    if result.instances:
+        figures["perftest_instances"] = result.instances
+    return figures
 
 
 def setup_for_perftest(url: str, scenario: scenarios.Scenario) -> None:
@@ -262,6 +289,7 @@ def one_run(
     try:
         if tool == "perftest" and not isinstance(perftest_lib, Path):
             raise BenchError(f"PerfTest unavailable: {perftest_lib}")
+        create_vhosts(broker, scenario)  # outside the broker's CPU window, as the setup
         if tool == "perftest":
             setup_for_perftest(broker.amqp_url, scenario)  # outside the broker's CPU window
             perftest_ready = True

@@ -3,7 +3,8 @@
 Why: the benchmark compares brokers, so PerfTest and our own asyncio load generator must put the
 same load on RabbitMQ 3.10.8 and on hutch-broker: same queues, bindings, body size, confirm window,
 prefetch and ack batching. Each tool translates a `Scenario` into its own terms (bench/perftest.py,
-bench/loadgen.py); the topology (queues, exchange, bindings) is declared by loadgen for both.
+bench/loadgen.py); the topology (queues, exchange, bindings) is declared by loadgen for both, and
+the vhosts a scenario splits its pairs over are created by bench/run.py on each broker.
 """
 
 from __future__ import annotations
@@ -41,10 +42,51 @@ class Scenario:
     ack_every: int = ACK_EVERY
     # PerfTest publishes one fixed routing key; the one it uses here (see perftest.py).
     perftest_routing_key: str | None = None
+    # Independent pairs: producer i publishes only routing_keys[i], queue i's name on the default
+    # exchange, and queue i has one consumer of its own; no queue or connection is shared.
+    pairs: bool = False
+    # The pairs split over these vhosts in equal consecutive runs (bench/run.py creates them on
+    # both brokers before the run); empty: everything in the URL's vhost.
+    vhosts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.pairs and not (
+            self.producers == len(self.queues) == len(self.routing_keys)
+            and self.consumers_per_queue == 1
+            and not self.exchange
+        ):
+            raise ValueError(
+                f"scenario {self.number}: pairs need one producer, one routing key and one "
+                "consumer per queue, on the default exchange"
+            )
+        if self.vhosts and (not self.pairs or len(self.queues) % len(self.vhosts)):
+            raise ValueError(
+                f"scenario {self.number}: vhosts split pairs evenly: {len(self.queues)} queues "
+                f"over {len(self.vhosts)} vhosts"
+            )
 
     @property
     def consumers(self) -> int:
         return self.consumers_per_queue * len(self.queues)
+
+    def vhost_of(self, queue_index: int) -> str | None:
+        """The vhost of queue (and pair) ``queue_index``; None: the URL's."""
+        if not self.vhosts:
+            return None
+        return self.vhosts[queue_index * len(self.vhosts) // len(self.queues)]
+
+    def queues_by_vhost(self) -> dict[str | None, list[str]]:
+        """The queues in each vhost (None: the URL's), in order."""
+        placed: dict[str | None, list[str]] = {}
+        for index, queue in enumerate(self.queues):
+            placed.setdefault(self.vhost_of(index), []).append(queue)
+        return placed
+
+    def producer_routing_keys(self) -> list[tuple[str | None, tuple[str, ...]]]:
+        """Each producer's vhost (None: the URL's) and the routing keys it cycles through."""
+        if self.pairs:
+            return [(self.vhost_of(index), (key,)) for index, key in enumerate(self.routing_keys)]
+        return [(None, self.routing_keys)] * self.producers
 
 
 def topic_bindings() -> tuple[tuple[str, str], ...]:
@@ -65,6 +107,14 @@ def topic_bindings() -> tuple[tuple[str, str], ...]:
 
 def topic_queue(index: int) -> str:
     return f"bench.s3.q{index}"
+
+
+PAIRS = 4
+PAIR_VHOSTS = ("bench-v0", "bench-v1")
+
+
+def pair_queues(number: int) -> tuple[str, ...]:
+    return tuple(f"bench.s{number}.q{index}" for index in range(PAIRS))
 
 
 def topic_routing_keys() -> tuple[str, ...]:
@@ -95,6 +145,24 @@ SCENARIOS: dict[int, Scenario] = {
         exchange_type="topic",
         bindings=topic_bindings(),
         perftest_routing_key="bench.42.3",  # -> queues 5, 7 and 9
+    ),
+    # Issue #32's yardstick for a broker on more than one core: four flows that share nothing.
+    4: Scenario(
+        number=4,
+        title="4 independent producer -> queue -> consumer pairs; as 1 otherwise",
+        queues=pair_queues(4),
+        routing_keys=pair_queues(4),
+        producers=PAIRS,
+        pairs=True,
+    ),
+    5: Scenario(  # "4v"
+        number=5,
+        title="as 4, the pairs split over 2 vhosts (2 each)",
+        queues=pair_queues(5),
+        routing_keys=pair_queues(5),
+        producers=PAIRS,
+        pairs=True,
+        vhosts=PAIR_VHOSTS,
     ),
 }
 
