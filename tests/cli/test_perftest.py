@@ -1,14 +1,19 @@
 """The perf-test load generator: its options and figures (pure), and runs against a real
 hutch-broker through the installed module, as the Job runs it (``python -m hutch_cli.perftest``).
+
+The runs share the module's broker (``shared_broker``), each in a vhost of its own that its URI
+names: the generator reaches no queue of another test, and a URI's vhost it ignored would land
+on "/", where the shared broker gives guest no permissions.
 """
 
-import json
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 from hutch_cli import perffigures
+from hutch_demo.management import quote
+
+pytestmark = pytest.mark.shared_broker
 
 
 def test_options_follow_perftests_short_flags() -> None:
@@ -78,7 +83,7 @@ def summary(stdout: str) -> dict[str, int]:
     return found
 
 
-def test_a_run_with_confirms_receives_everything_it_sent(hutch_broker) -> None:
+def test_a_run_with_confirms_receives_everything_it_sent(hutch_broker, vhost, api) -> None:
     done = generator("--uri", hutch_broker.amqp_url, "-x", "2", "-y", "2", "-z", "2", "-c", "50",
                      "-s", "1000", "-f", "persistent")  # fmt: skip
     assert (done.returncode, done.stderr) == (0, "")
@@ -87,10 +92,9 @@ def test_a_run_with_confirms_receives_everything_it_sent(hutch_broker) -> None:
     assert counts["confirmed"] == counts["sent"] == counts["received"], done.stdout
     assert "time 1." in done.stdout  # a line a second while it runs
     # Its own queue is gone afterwards.
-    url = f"{hutch_broker.http_url}/api/queues"
-    request = urllib.request.Request(url, headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})  # noqa: S310 - loopback
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - loopback
-        assert [q["name"] for q in json.load(answer)] == []
+    queues = api.get(f"/queues/{quote(vhost)}")
+    assert queues.status == 200, queues
+    assert [q["name"] for q in queues.body] == []
 
 
 def test_a_message_count_and_large_bodies_split_over_frames(hutch_broker) -> None:
