@@ -521,7 +521,10 @@ async def start_consumer(
 class RunOptions:
     duration: float
     count: int | None = None
-    drain_timeout: float = 30.0  # count mode: stop consuming when idle this long after producing
+    # Count mode: stop consuming once no delivery came for drain_idle seconds (or every message
+    # did), at the latest drain_timeout seconds after publishing ends.
+    drain_timeout: float = 30.0
+    drain_idle: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -598,10 +601,14 @@ async def _timed(
     published_in = time.monotonic() - began
     consumed_until = time.monotonic()
     if options.count is not None:
+        # Every message reaches one queue: the drain is over once all of them came.
+        one_each = scenarios.fan_out(scenario) == 1.0
         consumed_until = await _drain(
             lambda: sum(counters.consumed for counters in consumed),
             consumer_connections,
             time.monotonic() + options.drain_timeout,
+            idle=options.drain_idle,
+            expected=sum(counters.published for counters in produced) if one_each else None,
         )
     _raise_connection_errors(consumer_connections)
     elapsed = consumed_until - began
@@ -648,14 +655,22 @@ def _raise_connection_errors(connections: list[Connection]) -> None:
 
 
 async def _drain(
-    consumed: Callable[[], int], connections: list[Connection], hard_stop: float
+    consumed: Callable[[], int],
+    connections: list[Connection],
+    hard_stop: float,
+    *,
+    idle: float = 1.0,
+    expected: int | None = None,
 ) -> float:
-    """Count mode: wait until consumers have been idle for a second (bounded by hard_stop).
+    """Count mode: wait until the consumers got ``expected`` messages (when known) or have been
+    idle for ``idle`` seconds, bounded by hard_stop.
 
     Returns when the last delivery arrived (to 50 ms), the end of the consuming time.
     """
     last, last_at = consumed(), time.monotonic()
-    while time.monotonic() < hard_stop and time.monotonic() - last_at < 1.0:
+    while time.monotonic() < hard_stop and time.monotonic() - last_at < idle:
+        if expected is not None and last >= expected:
+            break
         await asyncio.sleep(0.05)
         _raise_connection_errors(connections)
         if consumed() != last:
@@ -694,6 +709,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds of publishing (default 10; with --count, a cap: 600)",
     )
     parser.add_argument("--count", type=int, help="publish this many messages, then drain")
+    parser.add_argument(
+        "--drain-idle",
+        type=float,
+        default=1.0,
+        help="with --count: stop draining after this many idle seconds (default 1; it ends "
+        "earlier once every message came, when each reaches one queue)",
+    )
     parser.add_argument("--producers", type=int)
     parser.add_argument("--consumers-per-queue", type=int)
     parser.add_argument("--confirms", action=argparse.BooleanOptionalAction, default=None)
@@ -740,7 +762,12 @@ async def main_async(args: argparse.Namespace, scenario: scenarios.Scenario) -> 
         return {"scenario": scenario.number, "setup": True}
     try:
         duration = args.duration or (COUNT_MODE_CAP if args.count else DEFAULT_DURATION)
-        options = RunOptions(duration=duration, count=args.count)
+        options = RunOptions(
+            duration=duration,
+            count=args.count,
+            drain_idle=args.drain_idle,
+            drain_timeout=max(RunOptions.drain_timeout, args.drain_idle),
+        )
         return await run(params, scenario, options)
     finally:
         if not args.keep_topology:

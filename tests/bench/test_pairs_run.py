@@ -50,8 +50,16 @@ def test_each_pair_receives_exactly_what_its_producer_sent_to_its_own_queue(
     broker = hutch_broker_factory()
     scenario = scenarios.SCENARIOS[number]
     run.create_vhosts(broker, scenario)
+    # The drain ends once every message came; a broker starved by its neighbours gets 60 s.
     result = run.loadgen(
-        broker.amqp_url, scenario, "--count", str(COUNT), "--keep-topology", timeout=120
+        broker.amqp_url,
+        scenario,
+        "--count",
+        str(COUNT),
+        "--drain-idle",
+        "60",
+        "--keep-topology",
+        timeout=240,
     )
     pairs = result["pairs"]
     assert [pair["published"] for pair in pairs] == [COUNT // 4] * 4

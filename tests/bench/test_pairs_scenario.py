@@ -9,8 +9,10 @@ to loadgen's connections and to PerfTest's arguments; test_pairs_run.py runs it 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,21 @@ def test_loadgen_refuses_an_override_that_breaks_the_pairs(capsys) -> None:
 def test_the_default_run_leaves_the_pairs_out_and_takes_them_when_asked() -> None:
     assert run.parse_args([]).scenarios == [1, 2, 3]
     assert run.parse_args(["--scenarios", "4,5"]).scenarios == [4, 5]
+
+
+def test_a_count_drain_ends_once_every_message_came_not_after_the_idle_wait(monkeypatch) -> None:
+    """With each message reaching one queue, the drain stops at the expected count: a drain that
+    waited for the idle window (60 s here) would take its turns of sleep past the third."""
+    turns: list[float] = []  # 4 more messages come with every turn of sleep, 10 in all
+
+    async def sleep(seconds: float) -> None:
+        assert len(turns) < 3, "still draining after every message came"
+        turns.append(seconds)
+
+    monkeypatch.setattr(loadgen.asyncio, "sleep", sleep)
+    far = time.monotonic() + 3600
+    asyncio.run(loadgen._drain(lambda: min(10, 4 * len(turns)), [], far, idle=60, expected=10))
+    assert len(turns) == 3
 
 
 def _option(command: list[str], name: str) -> str:
