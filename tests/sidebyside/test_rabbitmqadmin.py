@@ -1,9 +1,11 @@
 """The real rabbitmqadmin (served by RabbitMQ 3.10.8) against both brokers, side by side.
 
-One scenario runs on the reference and on a fresh hutch-broker: declare, publish and get through
-rabbitmqadmin, a pika consumer, then ``list queues/consumers/exchanges`` and ``show overview``.
-The outputs must have the same shape (columns, flattened keys) and the same values wherever the
-value is not a port, a node name or a version.
+One scenario runs on the reference and on the module's hutch-broker: declare, publish and get
+through rabbitmqadmin, a pika consumer, then ``list queues/consumers/exchanges`` and ``show
+overview``. The outputs must have the same shape (columns, flattened keys) and the same values
+wherever the value is not a port, a node name or a version. Both sides are shared, as in every
+side-by-side module (the test's objects under its name prefix, its own vhost); the monitoring
+check holds hutch-broker's broker-wide totals to its one queue's, so it has a fresh broker.
 """
 
 from collections.abc import Iterator
@@ -23,16 +25,27 @@ ERLANG_INTERNALS = {
 }
 
 
-@pytest.fixture
-def sides(rabbitmq, hutch_broker, request) -> Iterator[dict[str, Target]]:
+def _both(rabbitmq, hutch, request) -> Iterator[dict[str, Target]]:
     both = {
         RABBITMQ: Target(RABBITMQ, rabbitmq, request.node.name),
-        HUTCH: Target(HUTCH, hutch_broker, request.node.name),
+        HUTCH: Target(HUTCH, hutch, request.node.name),
     }
     yield both
     for side in both.values():
         side.cleanup()
         side.api.delete(f"/vhosts/{quote(side.name('vh'))}")
+
+
+@pytest.fixture
+def sides(rabbitmq, module_hutch, request) -> Iterator[dict[str, Target]]:
+    """The session's reference node and the module's hutch-broker."""
+    yield from _both(rabbitmq, module_hutch, request)
+
+
+@pytest.fixture
+def fresh_sides(rabbitmq, hutch_broker, request) -> Iterator[dict[str, Target]]:
+    """The session's reference node and a fresh hutch-broker: its totals are the test's."""
+    yield from _both(rabbitmq, hutch_broker, request)
 
 
 @pytest.fixture
@@ -242,9 +255,9 @@ def _monitoring_view(side: Target) -> dict:
     }
 
 
-def test_monitoring_fields_of_overview_nodes_and_queues(sides):
+def test_monitoring_fields_of_overview_nodes_and_queues(fresh_sides):
     """Every key a scraper may read on 3.10.8 (flattened, as exporters walk them) is there."""
-    reference, hutch = (_monitoring_view(sides[kind]) for kind in (RABBITMQ, HUTCH))
+    reference, hutch = (_monitoring_view(fresh_sides[kind]) for kind in (RABBITMQ, HUTCH))
 
     def missing(kind: str, skip: tuple[str, ...] = ()) -> set[str]:
         theirs = _flat_keys(reference[kind] if kind != "nodes" else reference[kind][0])
