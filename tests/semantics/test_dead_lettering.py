@@ -3,6 +3,7 @@
 import datetime
 
 import pytest
+from hutch_demo.management import quote
 from hutch_demo.waiting import wait_for
 from hutch_testing.clients import connect
 from hutch_testing.steps import closed_by_broker, get, publish, publish_all, ready
@@ -131,54 +132,64 @@ def test_dlx_2_with_a_dlrk_cc_is_kept_but_not_used_for_routing(channel):
     assert get(channel, "by-cc") is None
 
 
-def _limited_user(api, write):
+@pytest.fixture
+def limited(api, vhost):
+    """A user of the test's own, named after its vhost (users are broker-wide, and the module
+    shares its broker), deleted after the test; the test creates it and checks the 201."""
+    name = f"limited-{vhost}"
+    yield name
+    api.delete(f"/users/{quote(name)}")
+
+
+def _limited_user(api, vhost, user, write):
     permissions = {"configure": "^q$", "write": write, "read": "^q$"}
-    assert api.put("/permissions/%2F/limited", permissions).status in (201, 204)
+    assert api.put(f"/permissions/{quote(vhost)}/{quote(user)}", permissions).status in (201, 204)
 
 
-@pytest.mark.own_broker  # it adds a user, which is broker-wide
-def test_cn_6_declaring_a_queue_with_a_dlx_needs_read_on_it_and_write_on_the_dlx(hutch_broker, api):
-    assert api.put("/users/limited", {"password": "pw", "tags": ""}).status == 201
-    _limited_user(api, write="^q$")
-    limited = connect(hutch_broker, user="limited", password="pw")
+def test_cn_6_declaring_a_queue_with_a_dlx_needs_read_on_it_and_write_on_the_dlx(
+    hutch_broker, api, vhost, limited
+):
+    assert api.put(f"/users/{quote(limited)}", {"password": "pw", "tags": ""}).status == 201
+    _limited_user(api, vhost, limited, write="^q$")
+    user = connect(hutch_broker, user=limited, password="pw", vhost=vhost)
 
     refused = closed_by_broker(
-        lambda: limited.channel().queue_declare("q", arguments={"x-dead-letter-exchange": "dlx"})
+        lambda: user.channel().queue_declare("q", arguments={"x-dead-letter-exchange": "dlx"})
     )
     bad_type = closed_by_broker(
-        lambda: limited.channel().queue_declare("q", arguments={"x-dead-letter-exchange": 5})
+        lambda: user.channel().queue_declare("q", arguments={"x-dead-letter-exchange": 5})
     )
-    declared = limited.channel().queue_declare("q")  # no DLX: configure is enough
+    declared = user.channel().queue_declare("q")  # no DLX: configure is enough
 
     assert refused == (
         403,
-        "ACCESS_REFUSED - access to exchange 'dlx' in vhost '/' refused for user 'limited'",
+        f"ACCESS_REFUSED - access to exchange 'dlx' in vhost '{vhost}' refused for user "
+        f"'{limited}'",
     )
     assert bad_type == (
         406,
         "PRECONDITION_FAILED - invalid type 'signedint' for arg 'x-dead-letter-exchange' "
-        "in queue 'q' in vhost '/'",
+        f"in queue 'q' in vhost '{vhost}'",
     )
     assert declared.method.queue == "q"
 
 
-@pytest.mark.own_broker  # it adds a user, which is broker-wide
-def test_dlx_2_permissions_are_not_checked_when_dead_lettering(hutch_broker, api):
-    assert api.put("/users/limited", {"password": "pw", "tags": ""}).status == 201
-    _limited_user(api, write="^(q|dlx|amq\\.default)$")
-    admin = connect(hutch_broker).channel()
+def test_dlx_2_permissions_are_not_checked_when_dead_lettering(hutch_broker, api, vhost, limited):
+    assert api.put(f"/users/{quote(limited)}", {"password": "pw", "tags": ""}).status == 201
+    _limited_user(api, vhost, limited, write="^(q|dlx|amq\\.default)$")
+    admin = connect(hutch_broker, vhost=vhost).channel()
     admin.exchange_declare("dlx", "fanout")
     admin.queue_declare("dlq")
     admin.queue_bind("dlq", "dlx")
-    limited = connect(hutch_broker, user="limited", password="pw").channel()
-    limited.queue_declare("q", arguments={"x-dead-letter-exchange": "dlx"})
-    publish(limited, "q", "m")
-    _limited_user(api, write="^(q|amq\\.default)$")  # no write on the DLX any more
+    user = connect(hutch_broker, user=limited, password="pw", vhost=vhost).channel()
+    user.queue_declare("q", arguments={"x-dead-letter-exchange": "dlx"})
+    publish(user, "q", "m")
+    _limited_user(api, vhost, limited, write="^(q|amq\\.default)$")  # no write on the DLX any more
 
-    method, _props, _body = get(limited, "q", auto_ack=False)
-    limited.basic_reject(method.delivery_tag, requeue=False)
+    method, _props, _body = get(user, "q", auto_ack=False)
+    user.basic_reject(method.delivery_tag, requeue=False)
 
-    assert limited.queue_declare("q", passive=True).method.message_count == 0
+    assert user.queue_declare("q", passive=True).method.message_count == 0
     assert get(admin, "dlq")[2] == b"m"
 
 
