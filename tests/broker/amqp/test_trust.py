@@ -36,23 +36,37 @@ def test_item_12_deleting_an_auto_delete_exchange_with_a_binding(channel, hutch_
     assert "Traceback" not in hutch_broker.log_tail()
 
 
-@pytest.mark.own_broker  # it adds a user, which is broker-wide
-def test_item_12_queue_delete_checks_permission_before_existence(hutch_broker):
+@pytest.fixture
+def app_user(api, vhost):
+    """A user of the test's own, named after its vhost (users are broker-wide, and the module
+    shares its broker), deleted after the test; the test creates it and checks the 201."""
+    name = f"app-{vhost}"
+    yield name
+    api.delete(f"/users/{management.quote(name)}")
+
+
+def test_item_12_queue_delete_checks_permission_before_existence(
+    hutch_broker, vhost, api, app_user
+):
     """A refusal must be the same whether or not the queue exists (no existence oracle)."""
-    mgmt = management.Management(hutch_broker)
-    assert mgmt.put("/users/app", {"password": "secret", "tags": ""}).status == 201
+    user = management.quote(app_user)
+    assert api.put(f"/users/{user}", {"password": "secret", "tags": ""}).status == 201
     permissions = {"configure": "^app\\.", "write": ".*", "read": ".*"}
-    assert mgmt.put("/permissions/%2F/app", permissions).status == 201
-    admin = connect(hutch_broker).channel()
+    assert api.put(f"/permissions/{management.quote(vhost)}/{user}", permissions).status == 201
+    admin = connect(hutch_broker, vhost=vhost).channel()
     admin.queue_declare("secret.q")
-    conn = connect(hutch_broker, user="app", password="secret")
+    conn = connect(hutch_broker, user=app_user, password="secret", vhost=vhost)
     texts = []
     for name in ("secret.q", "missing.q"):
         with pytest.raises(ChannelClosedByBroker) as info:
             conn.channel().queue_delete(name)
         texts.append((info.value.reply_code, info.value.reply_text))
     assert texts == [
-        (403, f"ACCESS_REFUSED - access to queue '{name}' in vhost '/' refused for user 'app'")
+        (
+            403,
+            f"ACCESS_REFUSED - access to queue '{name}' in vhost '{vhost}' refused for user "
+            f"'{app_user}'",
+        )
         for name in ("secret.q", "missing.q")
     ]
     assert admin.queue_declare("secret.q", passive=True).method.queue == "secret.q"
