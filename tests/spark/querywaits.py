@@ -6,8 +6,10 @@ that a loaded machine slows down. What they guard against is a query that stoppe
 so these waits fail only when their count has not grown for ``STALL_S`` (or at once when the
 query failed). The stream source tests use them too, for rows or batches of a query that must
 keep running (``active``) and for an availableNow query's end instead of
-``awaitTermination(120)``. The kill tests' child runs have their own waits (childruns.py), on a
-child's log and files.
+``awaitTermination(120)``. A state that is no count (a trigger gone idle, a batch's commit) is
+waited for by ``wait_state`` on another sign of progress: the query's status and last progress
+(``wait_idle``), the checkpoint's files. The kill tests' child runs have their own waits
+(childruns.py), on a child's log and files.
 """
 
 from __future__ import annotations
@@ -49,10 +51,61 @@ def wait_count(
     ``stall_s`` (``sign`` names it in the message, with its last value) or when the query
     failed, and with ``active`` when the query stopped (one that must keep running: its count
     cannot grow any more)."""
-    watch = Watch(what, sign, count, stall_s, clock)
-    wait_until(
-        lambda: count() >= target, watch, also=_failed(query, what, active=active), sleep=sleep
-    )
+    wait_state(
+        what, lambda: count() >= target, query, sign, count, active=active, stall_s=stall_s,
+        clock=clock, sleep=sleep,
+    )  # fmt: skip
+
+
+def wait_state(
+    what: str,
+    reached: Callable[[], object],
+    query: Any,
+    sign: str,
+    sample: Callable[[], object],
+    *,
+    active: bool = False,
+    stall_s: float = STALL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Waits until ``reached()`` for a state that is no count (a trigger gone idle, a batch's
+    commit file); fails when ``sample()``, the sign named ``sign``, has not changed for
+    ``stall_s``, or as ``wait_count`` when the query failed or (``active``) stopped."""
+    watch = Watch(what, sign, sample, stall_s, clock)
+    wait_until(reached, watch, also=_failed(query, what, active=active), sleep=sleep)
+
+
+_STATUS_SIGN = "the query's status and last progress"
+
+
+def _status_sign(query: Any) -> tuple[object, ...]:
+    """What a running query shows of its steps: its status (the step of the trigger it is in,
+    "Getting offsets from ...", "Waiting for next trigger") and its last progress report's
+    batch and time. A trigger stuck in one step changes none of them."""
+    status = query.status
+    progress = query.lastProgress or {}
+    return (
+        status["message"], status["isTriggerActive"], status["isDataAvailable"],
+        progress.get("batchId"), progress.get("timestamp"),
+    )  # fmt: skip
+
+
+def wait_idle(
+    what: str,
+    query: Any,
+    *,
+    stall_s: float = STALL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Waits until a running query is between triggers (``isTriggerActive`` false); fails when
+    its status and last progress have not changed for ``stall_s`` (a trigger that never
+    ends), or at once when it failed or stopped."""
+    wait_state(
+        what, lambda: query.status["isTriggerActive"] is False, query, _STATUS_SIGN,
+        lambda: _status_sign(query), active=True, stall_s=stall_s, clock=clock, sleep=sleep,
+    )  # fmt: skip
 
 
 def wait_every(

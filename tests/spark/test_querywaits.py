@@ -1,7 +1,7 @@
-"""querywaits.wait_count and wait_ended, in memory with a clock the test moves: they wait as
-long as the count keeps moving, however slowly, and fail when it stops for their window, naming
-what stalled and the last value; a failed query, or a stopped one that had to keep running,
-fails at once."""
+"""querywaits' waits (wait_count, wait_ended, wait_idle), in memory with a clock the test
+moves: they wait as long as their sign keeps moving, however slowly, and fail when it stops for
+their window, naming what stalled and the last value; a failed query, or a stopped one that had
+to keep running, fails at once."""
 
 from typing import Any
 
@@ -13,7 +13,9 @@ from tests.spark import querywaits
 class FakeQuery:
     def __init__(self) -> None:
         self.failure: Exception | None = None
-        self.isActive = True  # PySpark's name
+        self.isActive = True  # PySpark's names
+        self.status: dict[str, Any] = {}
+        self.lastProgress: dict[str, Any] | None = None
 
     def exception(self) -> Any:
         return self.failure
@@ -102,3 +104,57 @@ def test_wait_ended_fails_when_a_running_query_stops_producing() -> None:
     with pytest.raises(AssertionError, match=r"^availableNow: stalled, no progress for 60 s "
                        r"\(rows collected: last seen 12\)$"):  # fmt: skip
         wait_end(rows)
+
+
+class Trigger:
+    """A query's status as it goes through a trigger's steps, one step a poll, then idles (or
+    never, when it is stuck at step `stuck`); the clock moves `step_s` a poll."""
+
+    STEPS = ("Getting offsets from HutchStream", "Processing new data", "Committing")
+
+    def __init__(self, query: FakeQuery, steps: int, step_s: float, stuck: int | None = None):
+        self.query, self.steps, self.step_s, self.stuck = query, steps, step_s, stuck
+        self.step, self.now = 0, 0.0  # no batch reported yet: lastProgress stays None
+        self.show()
+
+    def show(self) -> None:
+        active = self.step < self.steps
+        message = self.STEPS[self.step % 3] if active else "Waiting for next trigger"
+        self.query.status = {
+            "message": message, "isTriggerActive": active, "isDataAvailable": active,
+        }  # fmt: skip
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, _seconds: float) -> None:
+        self.now += self.step_s
+        if self.step != self.stuck:
+            self.step += 1
+        self.show()
+
+
+def wait_idle(trigger: Trigger) -> None:
+    querywaits.wait_idle(
+        "an idle trigger", trigger.query, stall_s=60, clock=trigger.clock, sleep=trigger.sleep
+    )
+
+
+def test_wait_idle_waits_while_the_trigger_goes_through_its_steps() -> None:
+    trigger = Trigger(FakeQuery(), steps=40, step_s=50)  # a step every 50 s: over half an hour
+    wait_idle(trigger)
+    assert trigger.query.status["isTriggerActive"] is False and trigger.now == 40 * 50
+
+
+def test_wait_idle_fails_on_a_trigger_stuck_in_a_step_and_at_once_on_a_stopped_query() -> None:
+    trigger = Trigger(FakeQuery(), steps=40, step_s=1, stuck=4)
+    with pytest.raises(AssertionError, match=r"^an idle trigger: stalled, no progress for 60 s "
+                       r"\(the query's status and last progress: last seen "
+                       r"\('Processing new data', True, True, None, None\)\)$"):  # fmt: skip
+        wait_idle(trigger)
+    assert 4 + 60 <= trigger.now <= 4 + 61
+    stopped = Trigger(FakeQuery(), steps=40, step_s=1)
+    stopped.query.isActive = False
+    with pytest.raises(pytest.fail.Exception, match="an idle trigger: the query stopped before"):
+        wait_idle(stopped)
+    assert stopped.now == 0

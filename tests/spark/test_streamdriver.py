@@ -342,7 +342,7 @@ def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
 
 
 def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(
-    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path, waiter: Any
+    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path
 ) -> None:
     # The default trigger calls latestOffset about every 10 ms; on an idle stream each call was
     # a management request (67 a second, measured). Now a call that finds nothing new is
@@ -360,7 +360,15 @@ def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(
             .start()
         )  # no trigger: Spark's default, as soon as the last batch is done
         try:
-            waiter("batch 0", (tmp_path / "checkpoint" / "commits" / "0").exists, 120)
+            # Batch 0's commit: each step of the query's start writes a file in its checkpoint
+            # (metadata, the source's initial offsets, batch 0's offsets, its commit). Not the
+            # requests made or the query's status: an idle query changes both all the time.
+            checkpoint = tmp_path / "checkpoint"
+            querywaits.wait_state(
+                "batch 0", (checkpoint / "commits" / "0").exists, running,
+                "files in the checkpoint", lambda: sum(1 for _ in checkpoint.rglob("*")),
+                active=True,
+            )  # fmt: skip
             before, connected, started = relay.requests, relay.accepted, time.monotonic()
             time.sleep(3)  # the window measured: the query idles, polling all along
             asked, elapsed = relay.requests - before, time.monotonic() - started
