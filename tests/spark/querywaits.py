@@ -6,7 +6,8 @@ that a loaded machine slows down. What they guard against is a query that stoppe
 so these waits fail only when their count has not grown for ``STALL_S`` (or at once when the
 query failed). The stream source tests use them too, for rows or batches of a query that must
 keep running (``active``) and for an availableNow query's end instead of
-``awaitTermination(120)``. A state that is no count (a trigger gone idle, a batch's commit) is
+``awaitTermination(120)``; ``drain`` is that end for a run that must succeed, checked as every
+such test checked it. A state that is no count (a trigger gone idle, a batch's commit) is
 waited for by ``wait_state`` on another sign of progress: the query's status and last progress
 (``wait_idle``), the checkpoint's files. The kill tests' child runs have their own waits
 (childruns.py), on a child's log and files.
@@ -141,3 +142,27 @@ def checkpoint_steps(checkpoint: Path) -> int:
     """A query's steps as its checkpoint records them: one file in ``offsets`` as each batch
     starts, one in ``commits`` as it ends (the sign for a query whose sink collects nothing)."""
     return sum(len(list((checkpoint / name).glob("[0-9]*"))) for name in ("offsets", "commits"))
+
+
+STEPS = "batches started and committed"
+
+
+def drain(
+    what: str,
+    query: Any,
+    checkpoint: Path,
+    *,
+    stall_s: float = STALL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """The end of an availableNow run that must succeed: waits for it as ``wait_ended`` with
+    its checkpoint's steps as the sign, then ``awaitTermination()`` (at once now: it returns,
+    or raises the query's failure) and fails when the query ended with an exception."""
+    wait_ended(
+        what, query, lambda: checkpoint_steps(checkpoint), STEPS, stall_s=stall_s, clock=clock,
+        sleep=sleep,
+    )  # fmt: skip
+    query.awaitTermination()
+    if query.exception() is not None:
+        pytest.fail(f"{what}: the query failed: {query.exception()}")

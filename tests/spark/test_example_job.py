@@ -6,30 +6,19 @@ costs minutes; this checks the job's own logic in seconds: the availableNow drai
 itself, every micro-batch writes its counts under ``batch=<id>``, and the sums are exact.
 """
 
-import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pika
 import pyarrow.parquet as pq
 import pytest
 
-from tests.spark.querywaits import checkpoint_steps, wait_ended
+from tests.spark.examples import load_example
+from tests.spark.querywaits import drain
 
 pytestmark = pytest.mark.spark
-
-JOB = Path(__file__).resolve().parents[2] / "examples" / "spark-type-counts.py"
-
-
-def load_job() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("spark_type_counts", JOB)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def read_counts(output: Path) -> tuple[Counter[str | None], list[str]]:
@@ -57,7 +46,7 @@ def test_the_example_job_counts_every_message_by_type(
             channel.basic_publish("", "events", body, pika.BasicProperties(delivery_mode=2))
     channel.basic_publish("", "events", b"not json")  # counted under a null type
 
-    job = load_job()
+    job = load_example("spark-type-counts.py")
     args = job.parse_args(
         [
             *("--queue", "events", "--uri", hutch_broker.amqp_url),
@@ -66,14 +55,7 @@ def test_the_example_job_counts_every_message_by_type(
         ]
     )
     query = job.start(spark, args)
-    wait_ended(
-        "the availableNow drain's end",
-        query,
-        lambda: checkpoint_steps(tmp_path / "checkpoint"),
-        "batches started and committed",
-    )
-    query.awaitTermination()  # ended: returns, or raises its failure
-    assert query.exception() is None
+    drain("the availableNow drain's end", query, tmp_path / "checkpoint")
 
     totals, batches = read_counts(tmp_path / "out")
     assert totals == Counter({**wanted, None: 1})

@@ -9,21 +9,12 @@ that records the builder calls (no JVM), so dropping either branch fails in no t
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-JOB = Path(__file__).resolve().parents[2] / "examples" / "spark-stream-copy.py"
+from tests.spark.examples import load_example
+
+JOB = "spark-stream-copy.py"
 ARGS = ["--streams", "s0,s1", "--checkpoint", "/data/ck", "--output", "/data/out"]
-
-
-def load_job() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("stream_copy", JOB)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Conf(dict[str, str]):
@@ -61,14 +52,14 @@ class Session:
 
 
 def test_processing_time_runs_until_stopped_a_batch_at_most_that_often() -> None:
-    job, spark = load_job(), Session()
+    job, spark = load_example(JOB), Session()
     job.start(spark, job.parse_args([*ARGS, "--processing-time", "2 seconds"]))
     assert spark.triggers() == [{"processingTime": "2 seconds"}]
     assert spark.calls[-1][0] == "start"
 
 
 def test_without_it_the_job_reads_what_the_streams_held_and_stops() -> None:
-    job, spark = load_job(), Session()
+    job, spark = load_example(JOB), Session()
     job.start(spark, job.parse_args(ARGS))
     assert spark.triggers() == [{"availableNow": True}]
     options = dict(args for name, args, _ in spark.calls if name == "option")

@@ -1,8 +1,9 @@
-"""querywaits' waits (wait_count, wait_ended, wait_idle), in memory with a clock the test
+"""querywaits' waits (wait_count, wait_ended, wait_idle, drain), in memory with a clock the test
 moves: they wait as long as their sign keeps moving, however slowly, and fail when it stops for
 their window, naming what stalled and the last value; a failed query, or a stopped one that had
 to keep running, fails at once."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +159,60 @@ def test_wait_idle_fails_on_a_trigger_stuck_in_a_step_and_at_once_on_a_stopped_q
     with pytest.raises(pytest.fail.Exception, match="an idle trigger: the query stopped before"):
         wait_idle(stopped)
     assert stopped.now == 0
+
+
+class Run(FakeQuery):
+    """An availableNow run writing its checkpoint: a file a poll (offsets, then commits) until
+    `batches` are committed, then it ends (with `failure`, if any); or it stops writing after
+    `stalls_at` files. The clock moves `step_s` a poll."""
+
+    def __init__(self, checkpoint: Path, batches: int, step_s: float, *,
+                 failure: Exception | None = None, stalls_at: int | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.checkpoint, self.batches, self.step_s = checkpoint, batches, step_s
+        self.ending_failure, self.stalls_at = failure, stalls_at
+        self.written, self.now, self.awaited = 0, 0.0, 0
+        for name in ("offsets", "commits"):
+            (checkpoint / name).mkdir(parents=True)
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, _seconds: float) -> None:
+        self.now += self.step_s
+        if self.written == self.stalls_at or not self.isActive:
+            return
+        batch, kind = divmod(self.written, 2)
+        (self.checkpoint / ("commits" if kind else "offsets") / str(batch)).write_text("")
+        self.written += 1
+        if self.written == 2 * self.batches:
+            self.isActive, self.failure = False, self.ending_failure
+
+    def awaitTermination(self) -> None:  # noqa: N802 - PySpark's name
+        """Counted; PySpark's raises a failed query's exception, this one returns it to the
+        check after it."""
+        assert not self.isActive, "awaited before the run ended: it would block"
+        self.awaited += 1
+
+
+def drain(run: Run) -> None:
+    querywaits.drain("the drain", run, run.checkpoint, stall_s=60, clock=run.clock, sleep=run.sleep)
+
+
+def test_drain_waits_for_a_slow_run_to_end_and_awaits_it(tmp_path: Path) -> None:
+    run = Run(tmp_path / "checkpoint", batches=12, step_s=50)  # a step every 50 s: 20 min
+    drain(run)
+    assert (run.written, run.awaited) == (24, 1)
+    assert querywaits.checkpoint_steps(run.checkpoint) == 24
+
+
+def test_drain_fails_on_a_run_that_stopped_committing_or_ended_failed(tmp_path: Path) -> None:
+    run = Run(tmp_path / "stalled", batches=12, step_s=1, stalls_at=7)
+    with pytest.raises(AssertionError, match=r"^the drain: stalled, no progress for 60 s "
+                       r"\(batches started and committed: last seen 7\)$"):  # fmt: skip
+        drain(run)
+    assert run.awaited == 0
+    failed = Run(tmp_path / "failed", batches=3, step_s=1, failure=RuntimeError("boom"))
+    with pytest.raises(pytest.fail.Exception, match=r"^the drain: the query failed: boom$"):
+        drain(failed)
+    assert failed.awaited == 1
