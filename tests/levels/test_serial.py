@@ -10,9 +10,14 @@ here by name, before it can fail by chance beside another worker.
 
 from __future__ import annotations
 
+import itertools
+import re
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 from hutch_testing import measures, pytest_plugin, serial
 
 ENTRIES = ("tests/noisy/", "tests/broker/store/test_crash.py")
@@ -120,3 +125,78 @@ def test_the_check_names_an_unlisted_module_and_a_listed_one_without_a_marker():
     listed = ["tests/b/test_cpu.py", "tests/c/test_plain.py", "tests/c/test_crash.py"]
     unseen = {"tests/c/test_crash.py": "kill -9 at points of progress"}
     assert serial.unmarked(listed, marked, unseen) == ["tests/c/test_plain.py"]
+
+
+# -- the two passes of scripts/test.sh against -m broker ------------------------------------
+
+SCRIPT = serial.REPO / "scripts" / "test.sh"
+# What may differ between the two passes: how they run, not what they select.
+_RUN_ONLY = {"-n": 1, "--dist": 1, "--no-loadscope-reorder": 0}
+
+
+def _level_commands(script: str) -> dict[str, list[str]]:
+    """Each ``level NAME ARGS...`` line of the script (continuations joined): NAME -> ARGS."""
+    joined = script.replace("\\\n", " ")
+    commands = {}
+    for line in joined.splitlines():
+        if line.startswith("level "):
+            words = shlex.split(line, comments=True)
+            commands[words[1]] = words[2:]
+    return commands
+
+
+def _marked(marks: tuple[str, ...]) -> Callable[..., bool]:
+    """``-m``'s matcher for a test with these markers."""
+    return lambda name, /, **_: name in marks
+
+
+def _selection(args: list[str]) -> tuple[str, list[str]]:
+    """A pass's ``-m`` expression, and its other arguments less those that only say how it runs
+    (workers, distribution, reports): paths, ``-k``, ``--deselect``, "$@" all stay."""
+    expression, rest, words = None, [], iter(args)
+    for word in words:
+        if word == "-m":
+            assert expression is None, f"two -m in {args}"
+            expression = next(words)
+        elif word in _RUN_ONLY:
+            for _ in range(_RUN_ONLY[word]):
+                next(words)
+        elif not word.startswith("--durations"):
+            rest.append(word)
+    assert expression is not None, f"no -m in {args}"
+    return expression, rest
+
+
+def test_the_broker_level_s_two_passes_select_exactly_its_tests_once():
+    """scripts/test.sh's two broker passes, as the script spells them, against ``-m broker``:
+    their expressions, evaluated as pytest evaluates ``-m``, take every test that has the
+    marker ``broker`` in exactly one pass, whatever else it is marked, and nothing else; and
+    the passes select from the same paths with the same other arguments."""
+    commands = _level_commands(SCRIPT.read_text())
+    parallel, alone = _selection(commands["broker"]), _selection(commands["broker/serial"])
+    assert parallel[1] == alone[1], (
+        f"the two broker passes select from different arguments: {parallel[1]}, {alone[1]}"
+    )
+    assert "$@" in parallel[1] and "tests" in parallel[1], parallel
+    expressions = [Expression.compile(expression) for expression, _ in (parallel, alone)]
+    names = {"broker", serial.MARKER, "fast", "node", "e2e", "slow", "spark", "rabbitmq"}
+    names |= set(re.findall(r"[A-Za-z_]\w*", parallel[0] + " " + alone[0])) - {"and", "or", "not"}
+    for size in range(len(names) + 1):
+        for marks in itertools.combinations(sorted(names), size):
+            chosen = [expression.evaluate(_marked(marks)) for expression in expressions]
+            assert chosen.count(True) == ("broker" in marks), (
+                f"a test marked {' '.join(marks) or '(nothing)'} runs in {chosen.count(True)} of "
+                f"the broker passes -m {parallel[0]!r} and -m {alone[0]!r}"
+            )
+
+
+def test_the_serial_marker_is_set_before_m_deselects():
+    """``-m`` deselects in pytest's own collection hook: the plugin's hook, which sets
+    ``serial`` and the level markers, must run before it (tryfirst): after it, ``-m`` would not
+    see them, and the serial tests would run in the parallel pass, beside a worker, and not in
+    the serial pass."""
+    hook = pytest_plugin.pytest_collection_modifyitems
+    assert hook.pytest_impl["tryfirst"] is True, (  # type: ignore[attr-defined]
+        "hutch_testing.pytest_plugin's pytest_collection_modifyitems is not tryfirst: -m would "
+        "deselect before it marks the tests serial and with their level"
+    )
