@@ -84,16 +84,11 @@ UNSEEN: dict[str, str] = {
 _NODE_LEVEL = "the node level: one pytest process, never beside a worker"
 
 # Modules with a marker of a measurement that run in the parallel pass or at another level, and
-# why they may: no neighbour moves their verdict, or (the bounds below) the bound is several times
-# what it times and only tells the mechanism under test from a much slower fallback. Those bounds
-# are wall-clock limits in correctness tests all the same: each should become a check of which
-# mechanism acted (docs/testing.md#how-the-broker-level-runs).
+# why they may: no neighbour moves their verdict (a slower machine only loosens an allowance).
+# An entry whose module no longer has a marker is stale and named by the check (``unneeded``):
+# the upper time bounds that were here (a heartbeat's drop, a page's refresh, a cancelled read)
+# became checks of which mechanism acted (docs/testing.md#how-the-broker-level-runs).
 NOT_SERIAL: dict[str, str] = {
-    "tests/broker/amqp/test_connections.py": (
-        "a 1 s heartbeat's drop within 6 s (two silent intervals), not the test's 8 s read deadline"
-    ),
-    "tests/ui/test_browser.py": "a page that polls every second shows a new depth within 10 s",
-    "tests/spark/test_streamwire.py": "a cancelled read ends within 30 s, not at its 60 s timeout",
     "tests/spark/test_streamdriver.py": (
         "the clock is an allowance: at most one request per idle interval of the time measured"
     ),
@@ -150,6 +145,13 @@ def unlisted(
         for relpath, marks in marked.items()
         if not is_serial(relpath, entries) and relpath not in exempt
     }
+
+
+def unneeded(
+    marked: Mapping[str, Iterable[str]], exempt: Mapping[str, str] = NOT_SERIAL
+) -> list[str]:
+    """The exemptions whose module has no marker any more: nothing left to exempt."""
+    return [relpath for relpath in exempt if relpath not in marked]
 
 
 def unmarked(

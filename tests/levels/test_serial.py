@@ -101,6 +101,16 @@ def test_every_listed_module_has_a_marker_or_says_what_it_measures(marked):
     )
 
 
+def test_every_exemption_has_a_marker_left_to_exempt(marked):
+    unneeded = serial.unneeded(marked)
+    assert unneeded == [], (
+        "these modules are in NOT_SERIAL but show no marker of a measurement any more: take "
+        f"them out, so the list says only what still runs beside a worker by exemption: {unneeded}"
+    )
+    assert serial.unneeded({"tests/a/test_x.py": {"clock"}}, {"tests/a/test_x.py": "why"}) == []
+    assert serial.unneeded({}, {"tests/a/test_x.py": "why"}) == ["tests/a/test_x.py"]
+
+
 def test_the_exceptions_name_modules_of_the_tree_and_do_not_contradict_the_list():
     listed = set(serial.modules(serial.REPO))
     assert set(serial.UNSEEN) <= listed
