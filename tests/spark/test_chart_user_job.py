@@ -2,7 +2,7 @@
 driver and the executors through the pod templates, ``job.arguments`` replaces windowed_counts'
 arguments, and the defaults render exactly as before.
 
-The mount is the one tests/localkube/test_spark_user_job_node.py runs on the node with
+The mount is the one tests/localkube/test_spark_node.py runs on the node with
 spark-submit (the same volume in Spark's pod templates, which the Spark Operator hands to
 spark-submit as files); here it is checked by rendering, beside TLS's CA volume.
 """

@@ -1,8 +1,8 @@
 """examples/spark-type-counts.py, the job docs/spark.md's "Run your own job" ships as a
 ConfigMap, run in Spark's local mode against a real hutch-broker.
 
-Why here too: the node test (tests/localkube/test_spark_user_job_node.py) runs it as Pods, which
-costs minutes; this checks the job's own logic in seconds: the availableNow drain ends by
+Why here too: the node test (tests/localkube/test_spark_node.py) runs it as Pods, which costs
+minutes; this checks the job's own logic in seconds: the availableNow drain ends by
 itself, every micro-batch writes its counts under ``batch=<id>``, and the sums are exact.
 """
 
