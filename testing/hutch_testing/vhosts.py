@@ -8,8 +8,9 @@ runs its tests on one broker, each in a vhost of its own that is deleted after t
 To keep such a test from passing by looking at the wrong place, the shared broker refuses the
 default vhost "/": guest has no permissions there, and ``VhostManagement`` refuses a path under
 it, so a connection or a management call left on "/" fails instead of returning an empty answer.
-A test that restarts or stops the broker, changes broker-wide settings (users, limits), or counts
-objects or connections broker-wide is marked ``own_broker`` and gets a fresh broker.
+A test that restarts or stops the broker, changes broker-wide settings (limits, a user other tests
+could see), or counts objects or connections broker-wide is marked ``own_broker`` and gets a fresh
+broker; a user named after the test's vhost and deleted after it is the test's own, as its vhost is.
 
 The fixtures built on these pieces are ``hutch_testing.broker_plugin``'s.
 """
