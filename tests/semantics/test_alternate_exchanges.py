@@ -1,6 +1,7 @@
 """Alternate exchanges (AE-1..AE-4)."""
 
 import pytest
+from hutch_demo.management import quote
 from hutch_testing.clients import connect
 from hutch_testing.steps import ACK, RETURNED, closed_by_broker, get, publish
 from hutch_testing.wire import FrameRecorder
@@ -65,23 +66,33 @@ def test_ae_1_alternate_exchange_must_be_a_string(connection, vhost):
     )
 
 
-@pytest.mark.own_broker  # it adds a user, which is broker-wide
-def test_cn_6_declaring_an_exchange_with_an_ae_needs_write_on_the_ae(hutch_broker, api):
-    assert api.put("/users/limited", {"password": "pw", "tags": ""}).status == 201
+@pytest.fixture
+def limited(api, vhost):
+    """A user of the test's own, named after its vhost (users are broker-wide, and the module
+    shares its broker), deleted after the test; the test creates it and checks the 201."""
+    name = f"limited-{vhost}"
+    yield name
+    api.delete(f"/users/{quote(name)}")
+
+
+def test_cn_6_declaring_an_exchange_with_an_ae_needs_write_on_the_ae(
+    hutch_broker, api, vhost, limited
+):
+    assert api.put(f"/users/{quote(limited)}", {"password": "pw", "tags": ""}).status == 201
     permissions = {"configure": "^x", "write": "^x", "read": "^x"}
-    assert api.put("/permissions/%2F/limited", permissions).status == 201
-    limited = connect(hutch_broker, user="limited", password="pw")
+    assert api.put(f"/permissions/{quote(vhost)}/{quote(limited)}", permissions).status == 201
+    user = connect(hutch_broker, user=limited, password="pw", vhost=vhost)
 
     refused = closed_by_broker(
-        lambda: limited.channel().exchange_declare(
+        lambda: user.channel().exchange_declare(
             "x1", "direct", arguments={"alternate-exchange": "ae"}
         )
     )
-    limited.channel().exchange_declare("x2", "direct", arguments={"alternate-exchange": "x-ae"})
+    user.channel().exchange_declare("x2", "direct", arguments={"alternate-exchange": "x-ae"})
 
     assert refused == (
         403,
-        "ACCESS_REFUSED - access to exchange 'ae' in vhost '/' refused for user 'limited'",
+        f"ACCESS_REFUSED - access to exchange 'ae' in vhost '{vhost}' refused for user '{limited}'",
     )
 
 
