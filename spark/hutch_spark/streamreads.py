@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 
 import pika.exceptions
@@ -123,6 +124,35 @@ class Credit:
         return 0
 
 
+class ReadDeadline:
+    """`readTimeoutMs` as a deadline: how long a read may go without a delivery of its slice.
+
+    Why not the socket's timeout: a broker sends heartbeats (every 15 s at the 30 s this reader
+    negotiates), and every frame that arrives ends a blocking read, so a per-read timeout longer
+    than half the heartbeat never fires: a slice whose messages never come (a broker that stops
+    delivering, a range it no longer serves and does not cancel) would wait for ever instead of
+    failing the task so that Spark retries it. The clock starts when the read begins and
+    restarts only when the count of deliveries grows; heartbeats and other frames do not move
+    it. Pure: the caller passes the clock, and uses `wait_s` as the next read's socket timeout.
+    """
+
+    def __init__(self, timeout_s: float, now: float) -> None:
+        self.timeout_s = timeout_s
+        self._deliveries = 0
+        self._at = now + timeout_s
+
+    def wait_s(self, deliveries: int, now: float) -> float:
+        """How long the next read may block, given the deliveries seen so far; raises
+        TimeoutError once `timeout_s` has passed without a new one."""
+        if deliveries != self._deliveries:
+            self._deliveries = deliveries
+            self._at = now + self.timeout_s
+        left = self._at - now
+        if left <= 0:
+            raise TimeoutError(f"no delivery for {self.timeout_s:g} s")
+        return left
+
+
 def read_slice(settings: StreamOptions, slice_: Slice) -> Iterator[pa.RecordBatch]:
     """The rows of `slice_`, in offset order, in batches of about CHUNK_ROWS."""
     cursor = SliceCursor(slice_, fail_on_data_loss=settings.fail_on_data_loss)
@@ -151,7 +181,7 @@ def read_slice(settings: StreamOptions, slice_: Slice) -> Iterator[pa.RecordBatc
         ) from error
     except TimeoutError as error:
         raise HutchConnectionError(
-            f"hutch: no message of stream {stream!r} arrived for {timeout_s:.0f} s "
+            f"hutch: no message of stream {stream!r} arrived for {timeout_s:g} s "
             f"while reading [{slice_.start}, {slice_.end}), expecting offset "
             f"{cursor.expected} (readTimeoutMs)"
         ) from error
@@ -179,6 +209,7 @@ def _consume(
 ) -> Iterator[pa.RecordBatch]:
     slice_ = cursor.slice
     credit = Credit(settings.prefetch, slice_.end - slice_.start)
+    deadline = ReadDeadline(settings.read_timeout_ms / 1000, time.monotonic())
     connection.consume(parser, slice_.stream, credit.prefetch, slice_.start)
     first_tag = 0
     # consume-ok can arrive in one read with the first deliveries (the whole credit, when the
@@ -194,6 +225,6 @@ def _consume(
         if parser.rows >= CHUNK_ROWS:
             yield parser.take()
         if not cursor.done:
-            connection.read(parser)
+            connection.read(parser, deadline.wait_s(parser.deliveries, time.monotonic()))
     if parser.rows:
         yield parser.take()

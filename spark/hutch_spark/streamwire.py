@@ -188,11 +188,14 @@ class StreamConnection:
         """Ack every delivery through `tag`: on a stream, credit for as many more."""
         self._send(method(CHANNEL, 60, 80, struct.pack(">QB", tag, 1)))
 
-    def read(self, parser: SliceParser) -> None:
-        """One large read into `parser`; raises on a close from the broker, EOF or a timeout."""
+    def read(self, parser: SliceParser, wait_s: float | None = None) -> None:
+        """One large read into `parser`, blocking at most `wait_s` (what is left of the
+        caller's deadline, streamreads.ReadDeadline) and never longer than the connection's
+        timeout; raises on a close from the broker, EOF or a timeout."""
         sock = self._socket()
         if self.heartbeat_s and time.monotonic() - self._last_send > self.heartbeat_s / 2:
             self._send(frame(HEARTBEAT, 0, b""))
+        sock.settimeout(self.timeout_s if wait_s is None else min(wait_s, self.timeout_s))
         chunk = sock.recv(RECV_BYTES)
         if not chunk:
             raise ConnectionResetError("the broker closed the connection")
@@ -233,15 +236,22 @@ class StreamConnection:
         self._last_send = time.monotonic()
 
     def _wait(self, parser: SliceParser, class_id: int, method_id: int) -> Method:
-        """Read until the method (class_id, method_id) arrives; a close is BrokerClosedError."""
+        """Read until the method (class_id, method_id) arrives; a close is BrokerClosedError.
+        `timeout_s` bounds the whole wait, not each read: heartbeats do not extend it."""
         sock = self._socket()
-        sock.settimeout(self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
         while True:
             for index, found in enumerate(parser.methods):
                 if (found.class_id, found.method_id) == (class_id, method_id):
                     del parser.methods[: index + 1]
                     return found
             self._check_closes(parser)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"method {class_id}.{method_id} did not arrive in {self.timeout_s:g} s"
+                )
+            sock.settimeout(left)
             chunk = sock.recv(RECV_BYTES)
             if not chunk:
                 raise ConnectionResetError(

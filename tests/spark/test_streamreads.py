@@ -11,6 +11,7 @@ reader as "cancelling the reader ..."). The credit rule keeps the broker inside 
 
 import json
 import logging
+import threading
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -161,6 +162,55 @@ def test_a_read_that_fails_keeps_no_connection(
         read(hutch_broker, Slice(name, 5, 15), readTimeoutMs="1000")  # 10-14 never come
     assert streamwire.idle_count() == 0
     assert readers(api, vhost) == []
+
+
+# How long a read whose messages never come may wait before the test calls it a hang: not a
+# measure (readTimeoutMs ends it in 3 s) but the guard that turns a read the broker's heartbeats
+# keep alive for ever into a failure that says so.
+HANG_GUARD_S = 60.0
+
+
+@pytest.mark.own_broker  # a broker-wide setting: a 2 s heartbeat
+@pytest.mark.timeout(120)  # past the guard, so a hang fails with its own message
+def test_heartbeats_do_not_extend_the_read_timeout(
+    hutch_broker_factory: Any, tmp_path: Any
+) -> None:
+    """readTimeoutMs is the time a read may go without a message of its slice. The slice ends
+    past the stream's last offset, so the reader waits at the tail on a healthy connection: the
+    broker (heartbeat 2 s) sends a heartbeat every second, well within the 3 s timeout. Those
+    frames must not restart it, or a slice whose messages never come waits for ever."""
+    config = tmp_path / "hutch.conf"
+    config.write_text("heartbeat = 2\n")
+    broker = hutch_broker_factory(extra_args=["--config", str(config)])
+    publisher = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    try:
+        channel = publisher.channel()
+        channel.confirm_delivery()
+        name = stream(channel, "tail", 10)
+    finally:
+        publisher.close()
+    ended: list[BaseException] = []
+
+    def reading() -> None:
+        try:
+            read(broker, Slice(name, 5, 15), readTimeoutMs="3000")  # 10-14 never come
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            ended.append(error)
+
+    reader = threading.Thread(target=reading, daemon=True)
+    reader.start()
+    reader.join(HANG_GUARD_S)
+    assert not reader.is_alive(), (
+        f"the read of a slice whose messages never come had not ended {HANG_GUARD_S:.0f} s "
+        "later: the broker's heartbeats keep extending readTimeoutMs"
+    )
+    assert len(ended) == 1, f"the read of a slice past the stream's end ended with {ended}"
+    with pytest.raises(
+        HutchConnectionError,
+        match=r"no message of stream 'tail' arrived for 3 s while reading \[5, 15\), "
+        r"expecting offset 10 \(readTimeoutMs\)",
+    ):
+        raise ended[0]
 
 
 @pytest.mark.own_broker  # it restarts the broker
