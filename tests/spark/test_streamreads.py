@@ -177,8 +177,9 @@ def test_heartbeats_do_not_extend_the_read_timeout(
 ) -> None:
     """readTimeoutMs is the time a read may go without a message of its slice. The slice ends
     past the stream's last offset, so the reader waits at the tail on a healthy connection: the
-    broker (heartbeat 2 s) sends a heartbeat every second, well within the 3 s timeout. Those
-    frames must not restart it, or a slice whose messages never come waits for ever."""
+    broker (heartbeat 2 s) sends a heartbeat every second, six of them within the 6 s timeout
+    (6 s and not less: the first five messages must arrive inside it, on a busy machine too).
+    Those frames must not restart it, or a slice whose messages never come waits for ever."""
     config = tmp_path / "hutch.conf"
     config.write_text("heartbeat = 2\n")
     broker = hutch_broker_factory(extra_args=["--config", str(config)])
@@ -193,7 +194,7 @@ def test_heartbeats_do_not_extend_the_read_timeout(
 
     def reading() -> None:
         try:
-            read(broker, Slice(name, 5, 15), readTimeoutMs="3000")  # 10-14 never come
+            read(broker, Slice(name, 5, 15), readTimeoutMs="6000")  # 10-14 never come
         except BaseException as error:  # noqa: BLE001 - handed to the test's thread
             ended.append(error)
 
@@ -207,7 +208,7 @@ def test_heartbeats_do_not_extend_the_read_timeout(
     assert len(ended) == 1, f"the read of a slice past the stream's end ended with {ended}"
     with pytest.raises(
         HutchConnectionError,
-        match=r"no message of stream 'tail' arrived for 3 s while reading \[5, 15\), "
+        match=r"no message of stream 'tail' arrived for 6 s while reading \[5, 15\), "
         r"expecting offset 10 \(readTimeoutMs\)",
     ):
         raise ended[0]
