@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from hutch_demo.management import Management
+from hutch_demo.management import Management, quote
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from hutch_testing import clients, levels, vhosts
@@ -66,6 +66,15 @@ def hutch_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
 def vhost(hutch_broker: Broker) -> str:
     """The vhost the test's objects live in: "/" on a fresh broker, its own on a shared one."""
     return hutch_broker.vhost if isinstance(hutch_broker, vhosts.VhostBroker) else "/"
+
+
+@pytest.fixture
+def vhost_user(api: Management, vhost: str) -> Iterator[str]:
+    """A user name of the test's own, named after its vhost (users are broker-wide, and a module
+    may share its broker), deleted after the test; the test creates it and checks the 201."""
+    name = f"user-{vhost}"
+    yield name
+    api.delete(f"/users/{quote(name)}")
 
 
 @pytest.fixture

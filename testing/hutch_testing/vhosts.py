@@ -10,7 +10,8 @@ default vhost "/": guest has no permissions there, and ``VhostManagement`` refus
 it, so a connection or a management call left on "/" fails instead of returning an empty answer.
 A test that restarts or stops the broker, changes broker-wide settings (limits, a user other tests
 could see), or counts objects or connections broker-wide is marked ``own_broker`` and gets a fresh
-broker; a user named after the test's vhost and deleted after it is the test's own, as its vhost is.
+broker; a user named after the test's vhost and deleted after it (the `vhost_user` fixture) is
+the test's own, as its vhost is.
 
 The fixtures built on these pieces are ``hutch_testing.broker_plugin``'s.
 """

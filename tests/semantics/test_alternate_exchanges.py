@@ -66,22 +66,13 @@ def test_ae_1_alternate_exchange_must_be_a_string(connection, vhost):
     )
 
 
-@pytest.fixture
-def limited(api, vhost):
-    """A user of the test's own, named after its vhost (users are broker-wide, and the module
-    shares its broker), deleted after the test; the test creates it and checks the 201."""
-    name = f"limited-{vhost}"
-    yield name
-    api.delete(f"/users/{quote(name)}")
-
-
 def test_cn_6_declaring_an_exchange_with_an_ae_needs_write_on_the_ae(
-    hutch_broker, api, vhost, limited
+    hutch_broker, api, vhost, vhost_user
 ):
-    assert api.put(f"/users/{quote(limited)}", {"password": "pw", "tags": ""}).status == 201
+    assert api.put(f"/users/{quote(vhost_user)}", {"password": "pw", "tags": ""}).status == 201
     permissions = {"configure": "^x", "write": "^x", "read": "^x"}
-    assert api.put(f"/permissions/{quote(vhost)}/{quote(limited)}", permissions).status == 201
-    user = connect(hutch_broker, user=limited, password="pw", vhost=vhost)
+    assert api.put(f"/permissions/{quote(vhost)}/{quote(vhost_user)}", permissions).status == 201
+    user = connect(hutch_broker, user=vhost_user, password="pw", vhost=vhost)
 
     refused = closed_by_broker(
         lambda: user.channel().exchange_declare(
@@ -92,7 +83,7 @@ def test_cn_6_declaring_an_exchange_with_an_ae_needs_write_on_the_ae(
 
     assert refused == (
         403,
-        f"ACCESS_REFUSED - access to exchange 'ae' in vhost '{vhost}' refused for user '{limited}'",
+        f"ACCESS_REFUSED - access to exchange 'ae' in vhost '{vhost}' refused for user '{vhost_user}'",
     )
 
 

@@ -132,26 +132,17 @@ def test_dlx_2_with_a_dlrk_cc_is_kept_but_not_used_for_routing(channel):
     assert get(channel, "by-cc") is None
 
 
-@pytest.fixture
-def limited(api, vhost):
-    """A user of the test's own, named after its vhost (users are broker-wide, and the module
-    shares its broker), deleted after the test; the test creates it and checks the 201."""
-    name = f"limited-{vhost}"
-    yield name
-    api.delete(f"/users/{quote(name)}")
-
-
 def _limited_user(api, vhost, user, write):
     permissions = {"configure": "^q$", "write": write, "read": "^q$"}
     assert api.put(f"/permissions/{quote(vhost)}/{quote(user)}", permissions).status in (201, 204)
 
 
 def test_cn_6_declaring_a_queue_with_a_dlx_needs_read_on_it_and_write_on_the_dlx(
-    hutch_broker, api, vhost, limited
+    hutch_broker, api, vhost, vhost_user
 ):
-    assert api.put(f"/users/{quote(limited)}", {"password": "pw", "tags": ""}).status == 201
-    _limited_user(api, vhost, limited, write="^q$")
-    user = connect(hutch_broker, user=limited, password="pw", vhost=vhost)
+    assert api.put(f"/users/{quote(vhost_user)}", {"password": "pw", "tags": ""}).status == 201
+    _limited_user(api, vhost, vhost_user, write="^q$")
+    user = connect(hutch_broker, user=vhost_user, password="pw", vhost=vhost)
 
     refused = closed_by_broker(
         lambda: user.channel().queue_declare("q", arguments={"x-dead-letter-exchange": "dlx"})
@@ -164,7 +155,7 @@ def test_cn_6_declaring_a_queue_with_a_dlx_needs_read_on_it_and_write_on_the_dlx
     assert refused == (
         403,
         f"ACCESS_REFUSED - access to exchange 'dlx' in vhost '{vhost}' refused for user "
-        f"'{limited}'",
+        f"'{vhost_user}'",
     )
     assert bad_type == (
         406,
@@ -174,17 +165,21 @@ def test_cn_6_declaring_a_queue_with_a_dlx_needs_read_on_it_and_write_on_the_dlx
     assert declared.method.queue == "q"
 
 
-def test_dlx_2_permissions_are_not_checked_when_dead_lettering(hutch_broker, api, vhost, limited):
-    assert api.put(f"/users/{quote(limited)}", {"password": "pw", "tags": ""}).status == 201
-    _limited_user(api, vhost, limited, write="^(q|dlx|amq\\.default)$")
+def test_dlx_2_permissions_are_not_checked_when_dead_lettering(
+    hutch_broker, api, vhost, vhost_user
+):
+    assert api.put(f"/users/{quote(vhost_user)}", {"password": "pw", "tags": ""}).status == 201
+    _limited_user(api, vhost, vhost_user, write="^(q|dlx|amq\\.default)$")
     admin = connect(hutch_broker, vhost=vhost).channel()
     admin.exchange_declare("dlx", "fanout")
     admin.queue_declare("dlq")
     admin.queue_bind("dlq", "dlx")
-    user = connect(hutch_broker, user=limited, password="pw", vhost=vhost).channel()
+    user = connect(hutch_broker, user=vhost_user, password="pw", vhost=vhost).channel()
     user.queue_declare("q", arguments={"x-dead-letter-exchange": "dlx"})
     publish(user, "q", "m")
-    _limited_user(api, vhost, limited, write="^(q|amq\\.default)$")  # no write on the DLX any more
+    _limited_user(
+        api, vhost, vhost_user, write="^(q|amq\\.default)$"
+    )  # no write on the DLX any more
 
     method, _props, _body = get(user, "q", auto_ack=False)
     user.basic_reject(method.delivery_tag, requeue=False)

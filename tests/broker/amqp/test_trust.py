@@ -36,26 +36,17 @@ def test_item_12_deleting_an_auto_delete_exchange_with_a_binding(channel, hutch_
     assert "Traceback" not in hutch_broker.log_tail()
 
 
-@pytest.fixture
-def app_user(api, vhost):
-    """A user of the test's own, named after its vhost (users are broker-wide, and the module
-    shares its broker), deleted after the test; the test creates it and checks the 201."""
-    name = f"app-{vhost}"
-    yield name
-    api.delete(f"/users/{management.quote(name)}")
-
-
 def test_item_12_queue_delete_checks_permission_before_existence(
-    hutch_broker, vhost, api, app_user
+    hutch_broker, vhost, api, vhost_user
 ):
     """A refusal must be the same whether or not the queue exists (no existence oracle)."""
-    user = management.quote(app_user)
+    user = management.quote(vhost_user)
     assert api.put(f"/users/{user}", {"password": "secret", "tags": ""}).status == 201
     permissions = {"configure": "^app\\.", "write": ".*", "read": ".*"}
     assert api.put(f"/permissions/{management.quote(vhost)}/{user}", permissions).status == 201
     admin = connect(hutch_broker, vhost=vhost).channel()
     admin.queue_declare("secret.q")
-    conn = connect(hutch_broker, user=app_user, password="secret", vhost=vhost)
+    conn = connect(hutch_broker, user=vhost_user, password="secret", vhost=vhost)
     texts = []
     for name in ("secret.q", "missing.q"):
         with pytest.raises(ChannelClosedByBroker) as info:
@@ -65,7 +56,7 @@ def test_item_12_queue_delete_checks_permission_before_existence(
         (
             403,
             f"ACCESS_REFUSED - access to queue '{name}' in vhost '{vhost}' refused for user "
-            f"'{app_user}'",
+            f"'{vhost_user}'",
         )
         for name in ("secret.q", "missing.q")
     ]
