@@ -16,9 +16,10 @@ run: bootstrap
 broker: bootstrap
 	@bash scripts/run.sh
 
-## The whole test suite, exactly as CI runs it.
-test: bootstrap rabbitmq k8s-bins check
-	@bash scripts/test.sh
+## The whole test suite, exactly as CI runs it (ARGS=... go to every level's pytest). The node
+## level's Go builds (k8s-bins) run in the background meanwhile, from scripts/test.sh.
+test: bootstrap rabbitmq check
+	@bash scripts/test.sh $(ARGS)
 
 check: bootstrap
 	$(VENV)/bin/ruff check .

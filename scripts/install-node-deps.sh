@@ -5,8 +5,8 @@
 # containerd 2.x), the CNI bridge/host-local/loopback/portmap plugins, debootstrap for the
 # images' base rootfs, iptables for the rule that keeps pod traffic off the uplink, and nftables
 # (the `nft` tool) for kube-proxy's nftables mode.
-# CI starts on a fresh machine, so `make k8s-bins` calls this; a second run is a no-op
-# (dpkg already has every package). Without root it only checks: the node tier needs root to run
+# CI starts on a fresh machine, so `make k8s-bins` and scripts/test.sh call this; a second run is
+# a no-op (dpkg already has every package). Without root it only checks: the node tier needs root to run
 # at all, so for a developer's `make test` missing packages are a warning (the node tests skip,
 # naming this script), and an error only under HUTCH_K8S_REQUIRED=1 (CI), as in the plane itself. Only Debian's own apt is used: nothing from image registries.
 # Nothing is started or enabled: the plane (hutch_localkube) starts containerd itself, as one

@@ -8,17 +8,34 @@
 # Each test's level is derived by hutch_testing.levels (docs/testing.md#test-levels); together the
 # levels are every test of tests/ and e2e/. Dependencies that cannot start fail the run loudly
 # under CI (HUTCH_*_REQUIRED); nothing skips silently. Each level's time is printed at the end.
+# The node level's Go builds (the Kubernetes binaries, helm, the Spark Operator) run in the
+# background at nice 19 from the start, while the fast and the broker parallel levels run
+# (scripts/background-build.sh); the run waits for them before broker/serial and stops, with the
+# build's log tail and exit code, if they failed. Their time and the wait are in the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+source scripts/background-build.sh
 bash scripts/install-ui-deps.sh  # Chromium and its driver for the Web UI's tests (tests/ui)
+bash scripts/install-node-deps.sh  # the node tier's Debian packages: quick once installed
 
 TIMES=()
 summary() {
   echo "==> level times"
   for line in "${TIMES[@]}"; do echo "    $line"; done
 }
-trap summary EXIT
+# At the end, however it ends: no build process is left behind (a failed level, Ctrl-C), and a
+# build that failed before the wait (the broker level's chart tests wait for its helm) is
+# reported with its log's tail, its exit code the run's.
+finish() {
+  local status=$?
+  bg_build_stop || status=$?
+  summary
+  exit "$status"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+bg_build_start
 
 # One level: pytest's exit code 5 (no test selected, e.g. a -k that only matches other levels)
 # is not a failure.
@@ -43,6 +60,7 @@ level fast tests -m fast -q --durations=5 "$@"
 # Together the two passes select exactly what -m broker selects.
 level broker tests -m "broker and not serial" -n 2 --dist loadfile --no-loadscope-reorder \
   --durations=30 "$@"
+bg_build_wait  # nothing may compete with the serial pass; the node level needs the binaries
 level broker/serial tests -m "broker and serial" --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
   level node+e2e tests e2e -m "node or e2e" --durations=40 "$@"

@@ -5,8 +5,9 @@ the ``pytest11`` entry point of hutch-testing (testing/pyproject.toml), register
 name, so naming it here as well loads it once: this line serves a venv installed before the entry
 point existed. ``hutch_testing.pytest_plugin`` (brokers on loopback, the test levels),
 ``hutch_testing.broker_plugin`` (a test's hutch-broker: fresh, or a vhost on its module's shared
-one) and ``hutch_testing.brokerstarts`` (``--broker-starts``: hutch-broker starts per module) are
-needed by tests/ only.
+one), ``hutch_testing.brokerstarts`` (``--broker-starts``: hutch-broker starts per module) and
+``hutch_testing.backgroundbuild`` (a test that runs helm waits for scripts/test.sh's background
+build before its timeout starts) are needed by tests/ only.
 """
 
 pytest_plugins = [
@@ -14,4 +15,5 @@ pytest_plugins = [
     "hutch_testing.pytest_plugin",
     "hutch_testing.broker_plugin",
     "hutch_testing.brokerstarts",
+    "hutch_testing.backgroundbuild",
 ]

@@ -13,7 +13,7 @@
 # Usage: bash localkube/gobuild/build-spark-operator.sh -> prints the cache dir (stdout's last
 # line), which holds bin/spark-operator, chart/ (charts/spark-operator-chart), timings.txt.
 # A second run finds `.complete` and returns at once. The Spark node tests call it lazily;
-# `make k8s-bins` calls it too, so CI pays once, up front.
+# `make k8s-bins` calls it too, and scripts/test.sh in the background, so CI pays once.
 set -euo pipefail
 
 SPARK_OPERATOR_VERSION=v2.3.0

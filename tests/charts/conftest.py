@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from hutch_localkube import binaries
-from hutch_testing import levels
+from hutch_testing import backgroundbuild, levels
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-operator"
@@ -21,7 +21,7 @@ KUBE_VERSION = "1.36.4"  # a go-installed helm defaults to v1.20 capabilities
 @levels.broker_level  # its users run helm
 def helm() -> Path:
     try:
-        path = binaries.find_bin_dir() / "helm"
+        path = backgroundbuild.bin_dir() / "helm"
     except binaries.BinariesMissingError as exc:
         if binaries.k8s_required():
             pytest.fail(f"helm is required here: {exc}")

@@ -20,6 +20,9 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_localkube import binaries
+from hutch_testing import backgroundbuild
+
+pytestmark = pytest.mark.helm  # waits for a background build's helm (hutch_testing.backgroundbuild)
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "hutch-spark"
@@ -30,7 +33,7 @@ KUBE_VERSION = "1.36.4"
 
 def helm() -> str:
     try:
-        return str(binaries.find_bin_dir() / "helm")
+        return str(backgroundbuild.bin_dir() / "helm")
     except binaries.BinariesMissingError as error:
         if binaries.k8s_required():
             pytest.fail(f"helm is required here: {error}")

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 from hutch_localkube import binaries
+from hutch_testing import backgroundbuild
 
-pytestmark = pytest.mark.broker  # runs helm template (hutch_testing.levels)
-
-pytestmark = pytest.mark.broker  # level broker: runs helm template
+# Level broker: runs helm template (hutch_testing.levels), which a background build may still be
+# building (hutch_testing.backgroundbuild).
+pytestmark = [pytest.mark.broker, pytest.mark.helm]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "hutch-spark"
 BASE = (
@@ -37,7 +38,7 @@ JOB_MOUNT = {"name": "hutch-user-job", "mountPath": "/opt/hutch/user", "readOnly
 
 def spec(*sets: str) -> Any:
     try:
-        helm = binaries.find_bin_dir() / "helm"
+        helm = backgroundbuild.bin_dir() / "helm"
     except binaries.BinariesMissingError as error:
         if binaries.k8s_required():
             pytest.fail(f"helm is required here: {error}")
