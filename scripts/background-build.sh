@@ -64,7 +64,7 @@ bg_build_run() {
 bg_build_alive() {
     local stat fields
     for stat in /proc/[0-9]*/stat; do
-        read -r fields <"$stat" 2>/dev/null || continue
+        read -r fields 2>/dev/null <"$stat" || continue     # it may have ended meanwhile
         read -r -a fields <<<"${fields##*) }"    # state ppid pgrp ... (after the command name)
         if [[ ${fields[0]} != Z && ${fields[2]} == "$BG_BUILD_PGID" ]]; then
             return 0
@@ -85,7 +85,7 @@ bg_build_start() {
         </dev/null >"$BG_BUILD_DIR/runner.out" 2>&1 &
     local tries=0
     until [[ -f $BG_BUILD_DIR/pid ]]; do     # written by the build's first command
-        if ((++tries > 100)); then
+        if ((++tries > 300)); then
             echo "==> the background build did not start; $BG_BUILD_DIR/runner.out:" >&2
             cat "$BG_BUILD_DIR/runner.out" >&2
             exit 1
@@ -106,13 +106,15 @@ bg_build_progress() {
 
 # bg_build_ended: the build's "<exit code> <seconds>" once it ended (status 1 while it runs).
 bg_build_ended() {
+    local running=0
+    bg_build_alive && running=1     # first: a build that ends meanwhile has written its rc
     if [[ -f $BG_BUILD_DIR/rc ]]; then
         cat "$BG_BUILD_DIR/rc"
-    elif ! bg_build_alive; then
+    elif ((running)); then
+        return 1
+    else
         echo "==> the background build ended without a status (killed?)" >&2
         echo "1 $((SECONDS - BG_BUILD_STARTED))"
-    else
-        return 1
     fi
 }
 
