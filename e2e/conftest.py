@@ -7,14 +7,15 @@ release and two Brokers serve the whole run (``hutch`` from the examples, ``hutc
 the watermark test), so the suite pays the start-up once.
 
 Where: the local plane's ``node`` tier by default (hutch_localkube: a real kubelet and
-containerd; docs/real-node.md). scripts/test.sh runs e2e in the node level's pytest session:
-the plane plugin orders the e2e tests after the node-tier tests (marker ``k8s_node``), so they
-run on the node plane those started, and they do not run once a node-level test has failed
-(the levels fail fast). ``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any
-cluster instead (kind, with the images loaded by ``kind load docker-image``). Either way the
-brokers are reached through ``kubectl port-forward`` on loopback. Under
-``HUTCH_K8S_REQUIRED=1`` (CI) a node that cannot start, or Spark that cannot run, fails the run;
-locally those tests skip with the reason.
+containerd; docs/real-node.md). scripts/test.sh runs e2e in the pytest session of the node
+level's real-node tests (node+e2e; the control-plane-only tests run beside it, in a process of
+their own: docs/testing.md#how-the-node-level-runs): the plane plugin orders the e2e tests
+after the node-tier tests (marker ``k8s_node``), so they run on the node plane those started,
+and they do not run once a test of that session has failed (the levels fail fast).
+``--kubeconfig PATH`` or ``HUTCH_E2E_KUBECONFIG`` targets any cluster instead (kind, with the
+images loaded by ``kind load docker-image``). Either way the brokers are reached through
+``kubectl port-forward`` on loopback. Under ``HUTCH_K8S_REQUIRED=1`` (CI) a node that cannot
+start, or Spark that cannot run, fails the run; locally those tests skip with the reason.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """After a failed node-level test of the same session, e2e does not run (skipped, which
+    """After a failed node-level test of the same session (not of the control-plane tests'
+    process beside it, which fails the level by itself), e2e does not run (skipped, which
     fails the run under HUTCH_K8S_REQUIRED). Spark tests need Java and pyspark: skip locally,
     fail under CI or HUTCH_K8S_REQUIRED."""
     if not _is_e2e(item):

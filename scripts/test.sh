@@ -2,9 +2,14 @@
 # The test suite, level by level, cheapest first, stopping at the first level that fails:
 # fast (pure, in memory: a failure shows in seconds), broker (processes and sockets on loopback,
 # side by side with RabbitMQ 3.10.8), node (the Kubernetes planes and the real node), then e2e.
-# The node level and e2e are one pytest session, so e2e runs on the node plane the node-tier tests
-# started (no second plane start, no second collection); e2e runs last in it and not at all
-# once a node-level test failed (e2e/conftest.py), and its own time is printed (E2E: ...).
+# The node level runs as two pytest processes at once (docs/testing.md#how-the-node-level-runs):
+# in the background, the tests that need a control plane and never the real node (the apiserver
+# and workloads tiers, marker control_plane_only), printed as node/control; in the foreground,
+# the rest of the level and e2e in one session, printed as node+e2e, so e2e runs on the node
+# plane the node-tier tests started (no second plane start, no second collection); e2e runs last
+# in it and not at all once a test of that session failed (e2e/conftest.py), and its own time is
+# printed (E2E: ...). The background one's output is printed as one block when the foreground
+# one has ended, passed or failed; the run fails if either failed.
 # Each test's level is derived by hutch_testing.levels (docs/testing.md#test-levels); together the
 # levels are every test of tests/ and e2e/. Dependencies that cannot start fail the run loudly
 # under CI (HUTCH_*_REQUIRED); nothing skips silently. Each level's time is printed at the end.
@@ -38,16 +43,65 @@ trap 'exit 130' INT TERM
 bg_build_start
 
 # One level: pytest's exit code 5 (no test selected, e.g. a -k that only matches other levels)
-# is not a failure.
+# is not a failure. A level started beside it (level_beside) ends with it: it is waited for once
+# this one's pytest has ended, passed or failed, and the run stops if either failed.
 level() {
   local name=$1 started=$SECONDS status=0
   shift
   echo "==> level $name: pytest $*"
   "$PY" -m pytest "$@" || status=$?
   TIMES+=("$(printf '%-13s %5d s  (exit %d)' "$name" $((SECONDS - started)) "$status")")
-  if [[ $status -ne 0 && $status -ne 5 ]]; then
-    exit "$status"
-  fi
+  beside_join "$name"
+  for code in "$status" "$BESIDE_STATUS"; do
+    if [[ $code -ne 0 && $code -ne 5 ]]; then
+      exit "$code"
+    fi
+  done
+}
+
+# level_beside NAME ARGS...: a level in the background, beside the next `level`: pytest ARGS with
+# its output in a file of its own temp dir, printed as one block by beside_join. The two pytests
+# keep to halves of the ports they pick for brokers (HUTCH_PORT_SHARD 1/2 and 0/2, as the broker
+# level's two workers do). Ctrl-C reaches both: a shell without job control starts `&` jobs with
+# SIGINT ignored, so env --default-signal gives the background pytest its KeyboardInterrupt
+# back, and each stops its own planes (the terminal signals the whole process group, so nothing
+# sends a second SIGINT, which would break into that teardown); the trap waits for the
+# background one, prints it, then exits.
+BESIDE_NAME="" BESIDE_PID="" BESIDE_LOG="" BESIDE_STARTED=0 BESIDE_EPOCH=0 BESIDE_STATUS=0
+level_beside() {
+  BESIDE_NAME=$1 BESIDE_STATUS=0
+  shift
+  BESIDE_LOG="$(mktemp -d "${TMPDIR:-/tmp}/hutch-level-XXXXXX")/${BESIDE_NAME//\//-}.log"
+  echo "==> level $BESIDE_NAME, in the background (output in $BESIDE_LOG, printed when the next" \
+    "level ends): pytest $*"
+  BESIDE_STARTED=$SECONDS
+  printf -v BESIDE_EPOCH '%(%s)T' -1
+  HUTCH_PORT_SHARD=1/2 env --default-signal=INT "$PY" -m pytest "$@" \
+    </dev/null >"$BESIDE_LOG" 2>&1 &
+  BESIDE_PID=$!
+  export HUTCH_PORT_SHARD=0/2
+  trap 'beside_join; exit 130' INT TERM
+}
+
+# beside_join [NAME]: waits for the level_beside one (if any), prints its output as one block,
+# records its time (to its output's last write: pytest's summary line) and that of both at once
+# (NAME: the level it ran beside); its exit code in BESIDE_STATUS.
+beside_join() {
+  [[ -n $BESIDE_PID ]] || return 0
+  local status=0 seconds
+  wait "$BESIDE_PID" || status=$?
+  BESIDE_PID="" BESIDE_STATUS=$status
+  unset HUTCH_PORT_SHARD
+  seconds=$(($(stat -c %Y "$BESIDE_LOG") - BESIDE_EPOCH))
+  echo "==> level $BESIDE_NAME, which ran in the background: exit $status after $seconds s;" \
+    "its output:"
+  cat "$BESIDE_LOG"
+  echo "==> end of level $BESIDE_NAME's output"
+  TIMES+=("$(printf '%-13s %5d s  (exit %d, in the background)' "$BESIDE_NAME" "$seconds" \
+    "$status")")
+  TIMES+=("$(printf '%-13s %5d s  (%s and %s at once)' "both" $((SECONDS - BESIDE_STARTED)) \
+    "${1:-the level above}" "$BESIDE_NAME")")
+  rm -rf "$(dirname "$BESIDE_LOG")"
 }
 
 level fast tests -m fast -q --durations=5 "$@"
@@ -63,7 +117,13 @@ level broker tests -m "broker and not serial" -n 2 --dist loadfile --no-loadscop
 bg_build_wait  # nothing may compete with the serial pass; the node level needs the binaries
 level broker/serial tests -m "broker and serial" --durations=30 "$@"
 if compgen -G "e2e/test_*.py" > /dev/null; then
-  level node+e2e tests e2e -m "node or e2e" --durations=40 "$@"
+  # The node level as two pytest processes at once, each with its own planes (run dirs, ports):
+  # in the background the apiserver and workloads tiers (marker control_plane_only: no real
+  # node), in the foreground the rest and e2e, on the node plane (the node's lock is this one's
+  # alone). Together the two select exactly what -m "node or e2e" selects.
+  level_beside node/control tests e2e -m "node and control_plane_only and not e2e" \
+    --durations=30 "$@"
+  level node+e2e tests e2e -m "(node and not control_plane_only) or e2e" --durations=40 "$@"
 else
   level node tests -m node --durations=30 "$@"
 fi

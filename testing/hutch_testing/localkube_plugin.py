@@ -4,10 +4,13 @@ Why: tests ask for a plane by fixture (``apiserver``, ``workloads``, ``node``, `
 ``make_pvs``, ``make_local_pvs``, ``spark_image``, ``spark_operator``) and this plugin does the
 rest: marks them ``k8s``, runs the tiers in order so two planes never outlive their need, skips
 with the build hint when the binaries are missing (fails under ``HUTCH_K8S_REQUIRED=1``), and
-reports start times. The plane itself is hutch_localkube (localkube/); this is the test suites'
-face of it, so it lives with the test tooling. Registered for every pytest run of the venv by
-the ``pytest11`` entry point in testing/pyproject.toml; tests/conftest.py and e2e/conftest.py
-also name it in ``pytest_plugins`` (the same name, so pytest registers it once) for venvs
+reports start times. It also marks the tests that need a control plane and never the real node
+(``control_plane_only``: the apiserver and workloads tiers), so scripts/test.sh can run them in a
+pytest process of their own beside the real node's tests. The plane itself is hutch_localkube
+(localkube/); this is the test suites' face of it, so it lives with the test tooling.
+Registered for every pytest run of the venv by the ``pytest11`` entry point in
+testing/pyproject.toml; tests/conftest.py and e2e/conftest.py also name it in
+``pytest_plugins`` (the same name, so pytest registers it once) for venvs
 installed before it.
 
 PYTEST_DONT_REWRITE: pytest may import this module before it knows to rewrite it; nothing here
@@ -27,6 +30,12 @@ from hutch_localkube import binaries, images, planes
 
 K8S_TEST_TIMEOUT = 180  # seconds; the first k8s test of a run also pays for the plane's start
 NODE_TEST_TIMEOUT = 600  # a cold node start also debootstraps and builds images (~2 min)
+# The tiers whose tests need no real node (no containerd, kubelet, bridge nor the node's lock):
+# marked CONTROL_PLANE_ONLY. A node-level test of no tier (its own plane, as the kept `make run`
+# starts one, or a containerd of its own) is not: what it needs is not known, so it stays with
+# the real node's tests.
+CONTROL_PLANE_TIERS = frozenset({"apiserver", "workloads"})
+CONTROL_PLANE_ONLY = "control_plane_only"
 
 
 @dataclass
@@ -81,28 +90,37 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "k8s_node: asks for the node tier at run time (request.getfixturevalue)"
     )
+    config.addinivalue_line(
+        "markers",
+        f"{CONTROL_PLANE_ONLY}: set by the plane plugin on the apiserver and workloads tiers' "
+        "tests: a control plane, never the real node (docs/testing.md#how-the-node-level-runs)",
+    )
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Marks plane users k8s and widens their timeout, as each is collected: ``-m "not k8s"``
+    """Marks plane users k8s (and those of the apiserver and workloads tiers
+    ``control_plane_only``) and widens their timeout, as each is collected: ``-m "not k8s"``
     deselects in pytest's own collection_modifyitems, which runs before the trylast one below
     (marking there let every plane test through ``make unit``)."""
-    if _item_tier(item):
+    tier = _item_tier(item)
+    if tier:
         item.add_marker(pytest.mark.k8s)
+    if tier in CONTROL_PLANE_TIERS:
+        item.add_marker(CONTROL_PLANE_ONLY)
     if (
         item.get_closest_marker("k8s")
         and not item.get_closest_marker("timeout")
         and item.config.pluginmanager.hasplugin("timeout")
     ):
-        slow = _item_tier(item) == "node"
+        slow = tier == "node"
         item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT if slow else K8S_TEST_TIMEOUT))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Runs workloads-tier tests after apiserver ones, node-tier tests after them and e2e tests
-    last: in one session with the node level (scripts/test.sh), e2e runs on the node plane the
-    node-tier tests started, which stops after the last e2e test."""
+    last: in one session with the node tier's tests (scripts/test.sh's node+e2e), e2e runs on
+    the node plane they started, which stops after the last e2e test."""
     # Stable sort by tier: each plane is stopped before the next tier's starts.
     order = {None: 0, "apiserver": 0, "workloads": 1, "node": 2}
     items.sort(key=lambda it: (it.get_closest_marker("e2e") is not None, order[_item_tier(it)]))

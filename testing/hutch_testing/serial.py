@@ -81,7 +81,12 @@ UNSEEN: dict[str, str] = {
     ),
 }
 
-_NODE_LEVEL = "the node level: one pytest process, never beside a worker"
+_NODE_LEVEL = (
+    "the node level, after the broker level: beside it at most the level's other pytest process "
+    "(the control-plane tests beside the real node's, scripts/test.sh), and its bounds are a "
+    "mechanism's, with room: a finalizer in 20 s, a REFUSED reply in 0.5 s, a reconnect in 47 s, "
+    "a roll in 90 s, restarts in a third of the startup probe's budget"
+)
 
 # Modules with a marker of a measurement that run in the parallel pass or at another level, and
 # why they may: no neighbour moves their verdict (a slower machine only loosens an allowance).
