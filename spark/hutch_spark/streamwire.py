@@ -10,7 +10,11 @@ for the rest of the source.
 I/O only: parsing is streamframes.SliceParser's, and what to read and when to ack is
 streamreads'. Reads are large (`RECV_BYTES`) so that one system call brings hundreds of
 messages. While data flows, every ack also tells the broker the client is alive; when the
-reader has sent nothing for half the heartbeat interval it sends a heartbeat frame.
+reader has sent nothing for half the heartbeat interval it sends a heartbeat frame. The socket's
+timeout is a system call to set, so a read sets it only when it must (`_bound`): lowered when
+what is left of the read's deadline drops under it, so that a read never blocks past the
+deadline, and raised again only after it ended a read early; while deliveries flow, the deadline
+starts again at every read and the timeout stays as it is.
 
 Connections are kept between tasks (`connect`, `release`): PySpark reuses its Python workers
 (`spark.python.worker.reuse`), and an availableNow query reads in `maxOffsetsPerTrigger`
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import socket
 import struct
@@ -95,6 +100,7 @@ class StreamConnection:
         self.timeout_s = timeout_s
         self.heartbeat_s = 0
         self.sock: socket.socket | None = None
+        self._sock_timeout = math.inf  # as last set by `_set_timeout` (not yet: unknown)
         self.consumer_tag = ""
         self._last_send = time.monotonic()
         self.idle_since = 0.0  # when it was last released into this worker's pool
@@ -195,8 +201,7 @@ class StreamConnection:
         sock = self._socket()
         if self.heartbeat_s and time.monotonic() - self._last_send > self.heartbeat_s / 2:
             self._send(frame(HEARTBEAT, 0, b""))
-        sock.settimeout(self.timeout_s if wait_s is None else min(wait_s, self.timeout_s))
-        chunk = sock.recv(RECV_BYTES)
+        chunk = self._bound(sock, self.timeout_s if wait_s is None else min(wait_s, self.timeout_s))
         if not chunk:
             raise ConnectionResetError("the broker closed the connection")
         parser.feed(chunk, time.time_ns() // 1000)
@@ -211,7 +216,7 @@ class StreamConnection:
             self._send(
                 method(0, 10, 50, struct.pack(">H", 200), short_string("done"), b"\x00\x00\x00\x00")
             )
-            self.sock.settimeout(min(self.timeout_s, 5))
+            self._set_timeout(min(self.timeout_s, 5))
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 chunk = self.sock.recv(RECV_BYTES)
@@ -235,6 +240,29 @@ class StreamConnection:
         self._socket().sendall(payload)
         self._last_send = time.monotonic()
 
+    def _set_timeout(self, timeout_s: float) -> None:
+        self._socket().settimeout(timeout_s)
+        self._sock_timeout = timeout_s
+
+    def _bound(self, sock: socket.socket, limit_s: float) -> bytes:
+        """One `recv` that blocks at most `limit_s` and raises TimeoutError only once all of
+        it has passed. The socket's timeout is lowered to `limit_s` only when it is longer (a
+        read must not block past its deadline); one shorter than `limit_s`, set for an earlier
+        read's nearer deadline, may end the recv early, and then it goes on for what is left."""
+        if limit_s <= self._sock_timeout:
+            if limit_s < self._sock_timeout:
+                self._set_timeout(limit_s)
+            return sock.recv(RECV_BYTES)
+        started = time.monotonic()
+        while True:
+            try:
+                return sock.recv(RECV_BYTES)
+            except TimeoutError:
+                left = limit_s - (time.monotonic() - started)
+                if left <= 0:
+                    raise
+                self._set_timeout(left)
+
     def _wait(self, parser: SliceParser, class_id: int, method_id: int) -> Method:
         """Read until the method (class_id, method_id) arrives; a close is BrokerClosedError.
         `timeout_s` bounds the whole wait, not each read: heartbeats do not extend it."""
@@ -251,7 +279,7 @@ class StreamConnection:
                 raise TimeoutError(
                     f"method {class_id}.{method_id} did not arrive in {self.timeout_s:g} s"
                 )
-            sock.settimeout(left)
+            self._set_timeout(left)
             chunk = sock.recv(RECV_BYTES)
             if not chunk:
                 raise ConnectionResetError(
