@@ -11,7 +11,6 @@ reader as "cancelling the reader ..."). The credit rule keeps the broker inside 
 
 import json
 import logging
-import threading
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,8 @@ from hutch_spark import streambounds, streamoptions, streamreads, streamwire
 from hutch_spark.errors import HutchConnectionError, HutchDataLossError
 from hutch_spark.streamplan import Bounds, Slice
 from hutch_testing.relay import CountingRelay
+
+from tests.spark.background import Background
 
 LOGGER = "hutch_spark.streamreads"
 # One hutch-broker for the module, each test in a vhost of its own: its amqp_url names it, so the
@@ -190,28 +191,19 @@ def test_heartbeats_do_not_extend_the_read_timeout(
         name = stream(channel, "tail", 10)
     finally:
         publisher.close()
-    ended: list[BaseException] = []
-
-    def reading() -> None:
-        try:
-            read(broker, Slice(name, 5, 15), readTimeoutMs="6000")  # 10-14 never come
-        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
-            ended.append(error)
-
-    reader = threading.Thread(target=reading, daemon=True)
-    reader.start()
-    reader.join(HANG_GUARD_S)
-    assert not reader.is_alive(), (
-        f"the read of a slice whose messages never come had not ended {HANG_GUARD_S:.0f} s "
-        "later: the broker's heartbeats keep extending readTimeoutMs"
+    # offsets 10-14 never come
+    reader = Background(lambda: read(broker, Slice(name, 5, 15), readTimeoutMs="6000"))
+    ended = reader.error(
+        HANG_GUARD_S,
+        "the read of a slice whose messages never come",
+        "the broker's heartbeats keep extending readTimeoutMs",
     )
-    assert len(ended) == 1, f"the read of a slice past the stream's end ended with {ended}"
     with pytest.raises(
         HutchConnectionError,
         match=r"no message of stream 'tail' arrived for 6 s while reading \[5, 15\), "
         r"expecting offset 10 \(readTimeoutMs\)",
     ):
-        raise ended[0]
+        raise ended
 
 
 @pytest.mark.own_broker  # it restarts the broker

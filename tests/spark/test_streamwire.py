@@ -10,7 +10,6 @@ broker's certificate is checked against.
 from __future__ import annotations
 
 import datetime
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,8 @@ from hutch_spark import streamoptions, streamreads
 from hutch_spark.errors import HutchConnectionError
 from hutch_spark.streamplan import Slice
 from hutch_testing.tlsbrokers import TLSHutchBroker, client_context
+
+from tests.spark.background import Background
 
 # One hutch-broker for the module, each test in a vhost of its own (its amqp_url names it).
 pytestmark = [pytest.mark.broker, pytest.mark.shared_broker]
@@ -126,34 +127,26 @@ def test_a_stream_deleted_under_the_reader_ends_the_read_at_once(hutch_broker: A
     does to the clock. The stream is deleted once the reader consumes from it: deleted earlier,
     it would be missing when the reader asks for it, not deleted under it."""
     publish(hutch_broker.amqp_url, "going", 10)
-    ended: list[BaseException] = []
-
-    def reading() -> None:
-        try:
-            read(hutch_broker.amqp_url, Slice("going", 0, 20), readTimeoutMs="60000")
-        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
-            ended.append(error)
-
-    reader = threading.Thread(target=reading, daemon=True)
-    reader.start()
+    reader = Background(
+        lambda: read(hutch_broker.amqp_url, Slice("going", 0, 20), readTimeoutMs="60000")
+    )
     connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
     try:
         channel = connection.channel()
         while channel.queue_declare("going", passive=True).method.consumer_count == 0:
             # the reader's connect and consume have timeouts of their own: it ends or consumes
-            assert reader.is_alive(), f"the read ended before it consumed: {ended}"
+            assert reader.is_alive(), f"the read ended before it consumed: {reader.errors}"
             time.sleep(0.05)
         channel.queue_delete("going")
     finally:
         connection.close()
-    reader.join(MISSED_CANCEL_S)
-    assert not reader.is_alive(), (
-        f"the read of a stream deleted under it had not ended {MISSED_CANCEL_S:.0f} s after "
-        "the delete: it missed the broker's cancel"
+    ended = reader.error(
+        MISSED_CANCEL_S,
+        "the read of a stream deleted under it",
+        "it missed the broker's cancel",
     )
-    assert len(ended) == 1, f"the read of a stream deleted under it ended with {ended}"
     with pytest.raises(HutchConnectionError, match="cancelled the consumer"):
-        raise ended[0]
+        raise ended
 
 
 @pytest.fixture
