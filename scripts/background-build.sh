@@ -166,7 +166,7 @@ bg_build_stop() {
     [[ -n ${BG_BUILD_PGID:-} && -z ${BG_BUILD_DONE:-} ]] || return 0
     local ended
     if ended=$(bg_build_ended); then
-        bg_build_report $ended || return
+        bg_build_report $ended || return $?    # (a bare return, in a trap, returns the trap's $?)
         rm -rf "$BG_BUILD_DIR"
         return 0
     fi
