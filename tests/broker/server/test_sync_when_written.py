@@ -18,13 +18,8 @@ from typing import Any
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.store import segments
 
-FIELDS: dict[str, Any] = {
-    "enqueued_at_ms": 1,
-    "expire_at_ms": 0,
-    "exchange": "",
-    "routing_key": "k",
-    "raw_properties": b"",
-}
+from tests.broker.store.appends import FIELDS
+
 WAIT_S = 30.0  # a bound for a loaded machine; each wait returns as soon as its condition holds
 
 

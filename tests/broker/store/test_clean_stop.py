@@ -17,19 +17,12 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pika
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.store import MessageStore, syncing
 
-FIELDS: dict[str, Any] = {
-    "enqueued_at_ms": 1,
-    "expire_at_ms": 0,
-    "exchange": "",
-    "routing_key": "k",
-    "raw_properties": b"",
-}
+from tests.broker.store.appends import FIELDS
 
 
 class HeldSync:
