@@ -15,6 +15,11 @@ consumers as queues, it gives each queue one producer (publishing to it by name 
 exchange) and one consumer, so one JVM drives the 4 independent pairs as loadgen's one process
 does. A PerfTest instance has one URI, hence one vhost: with the pairs split over vhosts, one
 instance runs per vhost, side by side, and their rates and CPU are added up.
+
+A latency cell (bench/run.py ``--latency-rates``) runs the same command with ``--rate``:
+PerfTest's limit is per producer, so the offered rate (all producers together, the same on both
+brokers) is split evenly over the scenario's producers. Its consumer latency is then the time a
+message takes at that load, not the queueing time of a broker driven as fast as it goes.
 """
 
 from __future__ import annotations
@@ -75,14 +80,50 @@ def version(lib: Path) -> str | None:
     return jars[-1].stem.removeprefix("perf-test-") if jars else None
 
 
-def commands(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> list[list[str]]:
-    """The PerfTest instances to run side by side for `scenario`: one, or one per vhost."""
+def commands(
+    lib: Path,
+    url: str,
+    scenario: scenarios.Scenario,
+    duration: int,
+    offered_rate: int | None = None,
+) -> list[list[str]]:
+    """The PerfTest instances to run side by side for `scenario`: one, or one per vhost;
+    ``offered_rate``, msg/s published by all producers together (None: as fast as they go)."""
+    rate = None if offered_rate is None else producer_rate(scenario, offered_rate)
     if not scenario.vhosts:
-        return [command(lib, url, scenario, duration)]
+        return [command(lib, url, scenario, duration, rate=rate)]
     return [
-        command(lib, in_vhost(url, vhost), scenario, duration, queues=indices)
+        command(lib, in_vhost(url, vhost), scenario, duration, queues=indices, rate=rate)
         for vhost, indices in _indices_by_vhost(scenario).items()
     ]
+
+
+def producer_rate(scenario: scenarios.Scenario, offered_rate: int) -> int:
+    """Each producer's share of ``offered_rate`` (PerfTest's ``--rate`` is per producer).
+
+    A rate that does not split evenly is refused rather than rounded: the two brokers would
+    still get the same load, but not the one the table names.
+    """
+    if offered_rate <= 0:
+        raise PerfTestError(f"offered rate {offered_rate}: must be above 0 msg/s")
+    share, left = divmod(offered_rate, scenario.producers)
+    if left:
+        raise PerfTestError(
+            f"offered rate {offered_rate} msg/s does not split evenly over scenario "
+            f"{scenario.number}'s {scenario.producers} producers"
+        )
+    return share
+
+
+def fan_out(scenario: scenarios.Scenario) -> int:
+    """How many queues one of PerfTest's messages reaches: the consumed rate to expect is the
+    published rate times this (3 in scenario 3, whose one routing key reaches 3 queues)."""
+    if scenario.pairs or not scenario.bindings:
+        return 1
+    key = scenario.perftest_routing_key or scenario.routing_keys[0]
+    return len(
+        {queue for queue, pattern in scenario.bindings if scenarios.topic_matches(pattern, key)}
+    )
 
 
 def _indices_by_vhost(scenario: scenarios.Scenario) -> dict[str, list[int]]:
@@ -105,9 +146,11 @@ def command(
     duration: int,
     *,
     queues: list[int] | None = None,
+    rate: int | None = None,
 ) -> list[str]:
     """PerfTest arguments equivalent to `scenario` (see bench/scenarios.py); ``queues``, a
-    pairs scenario's queue indices this instance drives (default: all)."""
+    pairs scenario's queue indices this instance drives (default: all); ``rate``, each
+    producer's msg/s (``--rate``; default: no limit)."""
     indices = list(range(len(scenario.queues))) if queues is None else queues
     producers = len(indices) if scenario.pairs else scenario.producers
     args = [
@@ -141,6 +184,8 @@ def command(
         args += ["--confirm", str(scenario.confirm_window)]
     if scenario.persistent:
         args += ["--flag", "persistent"]
+    if rate is not None:
+        args += ["--rate", str(rate)]
     return args
 
 
@@ -170,12 +215,18 @@ def _queue_args(scenario: scenarios.Scenario, indices: list[int]) -> list[str]:
     ]
 
 
-def run(lib: Path, url: str, scenario: scenarios.Scenario, duration: int) -> PerfTestResult:
+def run(
+    lib: Path,
+    url: str,
+    scenario: scenarios.Scenario,
+    duration: int,
+    offered_rate: int | None = None,
+) -> PerfTestResult:
     """Run PerfTest for `duration` seconds (bounded by a timeout) and parse its summary; the
     JVM's CPU seconds come from /proc as it exits (bench/proccpu.py). Several instances (one
     per vhost) run at once: their rates and CPU add up, the wall time is the longest, the
-    latency is each percentile's worst."""
-    runs = commands(lib, url, scenario, duration)
+    latency is each percentile's worst. ``offered_rate`` caps the producers (see `commands`)."""
+    runs = commands(lib, url, scenario, duration, offered_rate)
     with ThreadPoolExecutor(len(runs)) as pool:
         results = list(pool.map(lambda args: _run_one(args, duration), runs))
     if len(results) == 1:

@@ -4,11 +4,18 @@ Why: a run is read twice, by a person right away (one row per scenario and tool,
 Hutch side by side: medians over the rounds with their range, the per-round ratio and peak
 memory) and later by whoever tracks progress across
 commits (every figure, error and version in a timestamped JSON file, git-ignored).
+
+Two kinds of cell: a throughput cell, keyed by (scenario, tool), where the load generator
+publishes as fast as it can; and a latency cell (``offered_rate`` in its runs, bench/run.py
+``--latency-rates``), keyed by (scenario, offered rate), where PerfTest publishes the same rate
+to both brokers. They never share a row: a latency cell's receiving rate is the rate it was
+offered, and a throughput cell's latency is a queueing time at each broker's own rate.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +50,24 @@ def table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
             row.append(_ratio(hutch, base, "cpu_us_per_message"))  # below 1: cheaper now
         row += [_rss(by_broker.get(name, [])) for name in brokers]
         rows.append(row)
-    return _format(rows) + _footnotes(runs)
+    return _format(rows) + _footnotes([run for run in runs if not is_fixed_rate(run)])
 
 
 def group(runs: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, list[dict[str, Any]]]]:
-    """Runs by (scenario, tool), then by broker, in round order."""
+    """The throughput cells' runs by (scenario, tool), then by broker, in round order; the
+    latency cells' runs are `group_fixed_rate`'s."""
     grouped: dict[tuple[int, str], dict[str, list[dict[str, Any]]]] = {}
     for run in sorted(runs, key=lambda r: r.get("round", 0)):
+        if is_fixed_rate(run):
+            continue
         grouped.setdefault((run["scenario"], run["tool"]), {}).setdefault(run["broker"], [])
         grouped[(run["scenario"], run["tool"])][run["broker"]].append(run)
     return grouped
+
+
+def is_fixed_rate(run: dict[str, Any]) -> bool:
+    """A latency cell's run: PerfTest held to ``offered_rate`` msg/s."""
+    return run.get("offered_rate") is not None
 
 
 def paired_ratio(
@@ -60,11 +75,20 @@ def paired_ratio(
 ) -> rounds.Spread | None:
     """Hutch/RabbitMQ (or any two brokers' runs) per round, over the rounds where both
     measured; None if none did."""
-    theirs = {run.get("round", 0): run for run in rabbitmq if _ok(run) and run.get(field)}
+    return paired_by_round(hutch, rabbitmq, lambda run: run.get(field) if _ok(run) else None)
+
+
+def paired_by_round(
+    hutch: list[dict[str, Any]],
+    rabbitmq: list[dict[str, Any]],
+    value: Callable[[dict[str, Any]], float | None],
+) -> rounds.Spread | None:
+    """`paired_ratio` of any figure a run gives (``value``: None or 0 when it gives none)."""
+    theirs = {run.get("round", 0): figure for run in rabbitmq if (figure := value(run))}
     pairs = [
-        (run[field], theirs[run.get("round", 0)][field])
+        (mine, theirs[run.get("round", 0)])
         for run in hutch
-        if _ok(run) and run.get(field) and run.get("round", 0) in theirs
+        if (mine := value(run)) and run.get("round", 0) in theirs
     ]
     if not pairs:
         return None
@@ -183,6 +207,17 @@ def markdown(document: dict[str, Any]) -> str:
     brokers = [name for name in MARKDOWN_BROKERS if any(run["broker"] == name for run in runs)]
     if not brokers:
         raise ValueError(f"the document holds runs of neither of {MARKDOWN_BROKERS}")
+    sections = []
+    if group(runs):
+        sections.append(_throughput_markdown(document, brokers))
+    if any(is_fixed_rate(run) for run in runs):
+        sections.append(fixed_rate_markdown(runs, brokers))
+    return "\n\n".join(sections)
+
+
+def _throughput_markdown(document: dict[str, Any], brokers: list[str]) -> str:
+    """`markdown`'s table of the throughput cells."""
+    runs = document.get("runs") or []
     both = len(brokers) == 2
     cpus = (document.get("machine") or {}).get("cpus")
     titles = [BROKER_TITLES[name] for name in brokers]
@@ -278,6 +313,239 @@ def _latency_cell(runs: list[dict[str, Any]]) -> str:
 
 def _ms(value: float) -> str:
     return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+# -- latency at a fixed rate (bench/run.py --latency-rates) --------------------------------------
+
+HOLD = 0.95  # a run held its offered rate if it carried at least this share of it
+POINTS = ("p50", "p95", "p99")
+_PERFTEST_POINTS = {"p50": "median", "p95": "p95", "p99": "p99"}
+_PER_MS = {"µs": 1000, "us": 1000, "ms": 1}  # PerfTest's units: µs, ms with --use-millis
+_FIXED_RATE_FIELDS = (
+    "publish_rate",
+    "consume_rate",
+    "cpu_us_per_message",
+    "broker_cores",
+    "load_cores",
+)
+
+
+def group_fixed_rate(
+    runs: list[dict[str, Any]],
+) -> dict[tuple[int, int], dict[str, list[dict[str, Any]]]]:
+    """The latency cells' runs by (scenario, offered rate), then by broker, in round order."""
+    grouped: dict[tuple[int, int], dict[str, list[dict[str, Any]]]] = {}
+    for run in sorted(runs, key=lambda r: r.get("round", 0)):
+        if is_fixed_rate(run):
+            key = (run["scenario"], run["offered_rate"])
+            grouped.setdefault(key, {}).setdefault(run["broker"], []).append(run)
+    return grouped
+
+
+def hold_fields(run: dict[str, Any]) -> dict[str, Any]:
+    """How much of its offered rate a latency cell's run carried.
+
+    ``held_fraction`` is the lower of published / offered and received / expected (the offered
+    rate times the queues each message reaches, ``expected_consume_rate``): a broker that cannot
+    keep up shows in one of the two, its publisher slowed down (flow control, a full socket) or
+    its consumers behind. ``held``: that fraction is HOLD or more. Empty for a failed run or one
+    that is not a latency cell's.
+    """
+    offered = run.get("offered_rate")
+    expected = run.get("expected_consume_rate") or offered
+    published, received = run.get("publish_rate"), run.get("consume_rate")
+    if not _ok(run) or not offered or published is None or received is None:
+        return {}
+    fraction = min(published / offered, received / expected)
+    return {"held_fraction": round(fraction, 4), "held": fraction >= HOLD}
+
+
+def latency_ms(run: dict[str, Any], point: str) -> float | None:
+    """PerfTest's consumer latency of a run at ``point`` (p50, p95 or p99) in ms; None if the
+    run failed or gave none."""
+    latency = run.get("latency") or {}
+    value = latency.get(_PERFTEST_POINTS[point])
+    if not _ok(run) or not isinstance(value, int | float):
+        return None
+    unit = latency.get("unit", "µs")
+    if unit not in _PER_MS:
+        raise ValueError(f"PerfTest latency in unknown unit {unit!r}")
+    return value / _PER_MS[unit]
+
+
+def fixed_rate_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every latency cell's figures for the results file, one entry per (scenario, offered
+    rate): per broker the median, range and n (`rounds.Spread`) of the published and received
+    rates, the share of the offered rate held and the rounds that fell short, the latency
+    percentiles in ms, the CPU per message and the cores; and Hutch/RabbitMQ of the
+    percentiles and of the CPU per message, paired by round."""
+    cells = []
+    for (number, offered), by_broker in sorted(group_fixed_rate(runs).items()):
+        first = next(iter(by_broker.values()))[0]
+        cell: dict[str, Any] = {
+            "scenario": number,
+            "offered_rate": offered,
+            "expected_consume_rate": first.get("expected_consume_rate", offered),
+            "brokers": {name: _fixed_rate_figures(side) for name, side in by_broker.items()},
+        }
+        hutch, rabbitmq = by_broker.get("hutch"), by_broker.get("rabbitmq")
+        if hutch and rabbitmq:
+            ratios: dict[str, Any] = {}
+            for point in POINTS:
+                spread = paired_by_round(hutch, rabbitmq, lambda run, p=point: latency_ms(run, p))
+                if spread is not None:
+                    ratios[point] = spread.as_dict()
+            cpu = paired_ratio(hutch, rabbitmq, "cpu_us_per_message")
+            if cpu is not None:
+                ratios["cpu_us_per_message"] = cpu.as_dict()
+            cell["hutch_over_rabbitmq"] = ratios
+        cells.append(cell)
+    return cells
+
+
+def _fixed_rate_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    good = [run for run in runs if _ok(run)]
+    figures: dict[str, Any] = {"rounds": len(runs), "failed": len(runs) - len(good)}
+    for field in _FIXED_RATE_FIELDS:
+        values = _values(good, field)
+        if values:
+            figures[field] = rounds.summarize(values).as_dict()
+    holds = [hold for run in good if (hold := hold_fields(run))]
+    if holds:
+        figures["held_fraction"] = rounds.summarize([h["held_fraction"] for h in holds]).as_dict()
+        figures["short_rounds"] = sum(1 for hold in holds if not hold["held"])
+    latency = {}
+    for point in POINTS:
+        values = [value for run in good if (value := latency_ms(run, point)) is not None]
+        if values:
+            latency[point] = rounds.summarize(values).as_dict()
+    if latency:
+        figures["latency_ms"] = latency
+    return figures
+
+
+def fixed_rate_rows(summary: list[dict[str, Any]], brokers: list[str]) -> list[list[str]]:
+    """The table "latency at a fixed rate", header first: one row per (scenario, offered rate)
+    with each broker's achieved rates and the share of the offered rate it held, its latency
+    p50 / p95 / p99 and CPU per message, and Hutch/RabbitMQ of both where both ran."""
+    both = {"rabbitmq", "hutch"} <= set(brokers)
+    titles = [BROKER_TITLES[name] for name in brokers]
+    header = ["scenario", "offered msg/s"]
+    header += [f"{title} pub / recv msg/s (held)" for title in titles]
+    header += [f"{title} p50 / p95 / p99 ms" for title in titles]
+    if both:
+        header.append("Hutch/RabbitMQ p50 / p95 / p99")
+    header += [f"{title} CPU µs/msg" for title in titles]
+    if both:
+        header.append("Hutch/RabbitMQ CPU/msg")
+    rows = [header]
+    for cell in summary:
+        sides = [cell["brokers"].get(name) for name in brokers]
+        ratios = cell.get("hutch_over_rabbitmq") or {}
+        row = [f"S{cell['scenario']}", f"{cell['offered_rate']:,}"]
+        row += [_achieved(side) for side in sides]
+        row += [_percentiles(side) for side in sides]
+        if both:
+            row.append(_ratios(ratios))
+        row += [_spread_text((side or {}).get("cpu_us_per_message"), "{:.1f}") for side in sides]
+        if both:
+            cpu = ratios.get("cpu_us_per_message")
+            row.append(_x(rounds.Spread(**_fields(cpu))) if cpu else "-")
+        rows.append(row)
+    return rows
+
+
+def _fields(spread: dict[str, Any]) -> dict[str, Any]:
+    return {key: spread[key] for key in ("n", "median", "low", "high")}
+
+
+def _achieved(figures: dict[str, Any] | None) -> str:
+    """``50,000 / 49,990 (100 %, n=3)``, with ``SHORT in k of n (lowest x %)`` when a round
+    carried less than HOLD of its offered rate; ``FAILED`` when no round measured."""
+    if not figures:
+        return "-"
+    if "consume_rate" not in figures or "publish_rate" not in figures:
+        return f"FAILED ({figures['failed']} of {figures['rounds']})"
+    text = f"{figures['publish_rate']['median']:,.0f} / {figures['consume_rate']['median']:,.0f}"
+    held = figures.get("held_fraction")
+    if held is None:
+        return text
+    text += f" ({held['median'] * 100:.0f} %, n={held['n']})"
+    if figures.get("short_rounds"):
+        text += (
+            f" SHORT in {figures['short_rounds']} of {held['n']} (lowest {held['low'] * 100:.0f} %)"
+        )
+    return text
+
+
+def _percentiles(figures: dict[str, Any] | None) -> str:
+    latency = (figures or {}).get("latency_ms") or {}
+    if not all(point in latency for point in POINTS):
+        return "-"
+    return " / ".join(_ms(latency[point]["median"]) for point in POINTS)
+
+
+def _ratios(ratios: dict[str, Any]) -> str:
+    if not all(point in ratios for point in POINTS):
+        return "-"
+    text = " / ".join(f"{ratios[point]['median']:.2f}x" for point in POINTS)
+    return text + (" (n=1)" if ratios[POINTS[0]]["n"] == 1 else "")
+
+
+def _spread_text(spread: dict[str, Any] | None, number: str) -> str:
+    if not spread:
+        return "-"
+    if spread["n"] == 1:
+        return number.format(spread["median"]) + " (n=1)"
+    low, high = number.format(spread["low"]), number.format(spread["high"])
+    return f"{number.format(spread['median'])} ({low}-{high})"
+
+
+def _fixed_rate_failures(runs: list[dict[str, Any]]) -> list[str]:
+    failures = []
+    for (number, offered), by_broker in sorted(group_fixed_rate(runs).items()):
+        for name, side in by_broker.items():
+            failed = [run for run in side if not _ok(run)]
+            if failed:
+                first = failed[0]["error"].splitlines()[0][:160]
+                failures.append(
+                    f"S{number} at {offered:,} msg/s {BROKER_TITLES.get(name, name)}: "
+                    f"{len(failed)} of {len(side)} rounds failed ({first})"
+                )
+    return failures
+
+
+FIXED_RATE_TITLE = (
+    "Latency at a fixed rate: PerfTest publishing the same offered rate (`--rate`) to both brokers"
+)
+FIXED_RATE_NOTE = (
+    "held: the lower of published / offered and received / expected, median over the rounds; "
+    f"SHORT: rounds that carried less than {HOLD:.0%} of it. Latency: PerfTest's consumer "
+    "latency, medians over the rounds; ratios paired by round (below 1.00x Hutch is faster or "
+    "spends less)."
+)
+
+
+def fixed_rate_table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
+    """The latency cells as bench/run.py prints them, under a title and with their notes."""
+    summary = fixed_rate_summary(runs)
+    failures = _fixed_rate_failures(runs)
+    text = f"{FIXED_RATE_TITLE}\n\n{_format(fixed_rate_rows(summary, brokers))}"
+    text += f"\n{FIXED_RATE_NOTE}"
+    return text + "".join(f"\nLeft out: {failure}" for failure in failures)
+
+
+def fixed_rate_markdown(runs: list[dict[str, Any]], brokers: list[str]) -> str:
+    """`fixed_rate_table` in markdown, for `markdown` and docs/bench/report.md."""
+    summary = fixed_rate_summary(runs)
+    rows = fixed_rate_rows(summary, brokers)
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines.insert(1, "|" + "---|" * len(rows[0]))
+    text = f"{FIXED_RATE_TITLE}:\n\n" + "\n".join(lines) + f"\n\n{FIXED_RATE_NOTE}"
+    failures = _fixed_rate_failures(runs)
+    if failures:
+        text += "\n\nLeft out: " + "; ".join(failures) + "."
+    return text
 
 
 def context(document: dict[str, Any]) -> str:

@@ -14,11 +14,18 @@ to start or dies mid-run is reported in the table and the JSON, and the run goes
 
     python bench/run.py [--duration 20] [--repeat 3] [--scenarios 1,2,3]
                         [--tools perftest,loadgen] [--brokers rabbitmq,hutch]
+                        [--latency-rates 10000,50000]
                         [--baseline DIR [--baseline-label 1b98ff0]] [--hutch-config FILE]
     python bench/run.py --report bench/results/<stamp>.json
 
 Scenarios 4 and 5 (4 independent pairs, in one vhost or two) are not in the default run; the
 vhosts scenario 5 needs are created here, through each broker's management API.
+
+``--latency-rates`` adds latency cells: PerfTest publishing a fixed rate (msg/s, all producers
+together), the same for both brokers, in each scenario, measured in the same rounds as the other
+cells. PerfTest unthrottled measures each broker's latency as a queueing time at its own rate;
+at one offered rate both carry the same load, so their latency and CPU per message compare like
+with like, and a broker that cannot carry the rate shows it (bench/report.py, "held").
 
 ``--report`` runs nothing: it prints the broker table of docs/bench/report.md (rates, ratios,
 CPU per message, the cores broker and load generator used, PerfTest's latency) from a results
@@ -69,6 +76,7 @@ TOOLS = ("perftest", "loadgen")
 BROKERS = ("rabbitmq", "hutch")
 BASELINE = "hutch-base"  # hutch-broker from --baseline's tree
 SETUP_TIMEOUT = 120
+Cell = tuple[scenarios.Scenario, str, int | None]  # scenario, tool, offered rate (None: full)
 
 
 class BenchError(Exception):
@@ -82,6 +90,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tools", default=",".join(TOOLS), type=_names(TOOLS))
     parser.add_argument("--brokers", default=",".join(BROKERS), type=_names((*BROKERS, BASELINE)))
     parser.add_argument("--repeat", type=int, default=3, help="rounds, order alternating (3)")
+    parser.add_argument(
+        "--latency-rates",
+        type=_rates,
+        default=[],
+        metavar="MSG/S,...",
+        help="latency cells: PerfTest at each of these publish rates (all producers together), "
+        "the same for both brokers, in each scenario (default: none)",
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="pause between runs (s)")
     parser.add_argument("--output", type=Path, help="JSON path (default bench/results/<ts>.json)")
     parser.add_argument(
@@ -104,7 +120,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--brokers {BASELINE} needs --baseline")
     if args.baseline is not None and BASELINE not in args.brokers:
         args.brokers = [BASELINE, *args.brokers]  # first: base and hutch alternate around it
+    for number in args.scenarios:
+        for rate in args.latency_rates:
+            try:
+                perftest.producer_rate(scenarios.SCENARIOS[number], rate)
+            except perftest.PerfTestError as error:
+                parser.error(f"--latency-rates: {error}")
     return args
+
+
+def _rates(text: str) -> list[int]:
+    """Offered rates in msg/s: whole numbers above 0, each once."""
+    try:
+        rates = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not whole msg/s numbers: {text!r}") from error
+    if not rates:
+        raise argparse.ArgumentTypeError("no rate given")
+    if any(rate <= 0 for rate in rates):
+        raise argparse.ArgumentTypeError(f"rates must be above 0 msg/s: {text!r}")
+    if len(set(rates)) != len(rates):
+        raise argparse.ArgumentTypeError(f"a rate given twice: {text!r}")
+    return rates
 
 
 def _results_file(text: str) -> dict[str, Any]:
@@ -227,14 +264,19 @@ def create_vhosts(broker: processes.Addressed, scenario: scenarios.Scenario) -> 
 
 
 def run_perftest(
-    url: str, scenario: scenarios.Scenario, duration: int, lib: Path
+    url: str,
+    scenario: scenarios.Scenario,
+    duration: int,
+    lib: Path,
+    offered_rate: int | None = None,
 ) -> dict[str, Any]:
-    """Run PerfTest on the topology `setup_for_perftest` declared.
+    """Run PerfTest on the topology `setup_for_perftest` declared, at ``offered_rate`` msg/s
+    if given (a latency cell), else as fast as it goes.
 
     PerfTest prints rates, not counts, so ``consumed`` is its receiving rate times the duration
     (``consumed_from`` says so); the broker's CPU per message divides by that.
     """
-    result = perftest.run(lib, url, scenario, duration)
+    result = perftest.run(lib, url, scenario, duration, offered_rate)
     figures: dict[str, Any] = {
         "publish_rate": result.publish_rate,
         "consume_rate": result.consume_rate,
@@ -247,6 +289,17 @@ def run_perftest(
     if result.instances:
         figures["perftest_instances"] = result.instances
     return figures
+
+
+def fixed_rate_fields(scenario: scenarios.Scenario, offered_rate: int | None) -> dict[str, Any]:
+    """What a latency cell's record says before it runs: its offered rate and the receiving
+    rate that carrying it means (times PerfTest's fan-out); nothing for a throughput cell."""
+    if offered_rate is None:
+        return {}
+    return {
+        "offered_rate": offered_rate,
+        "expected_consume_rate": offered_rate * perftest.fan_out(scenario),
+    }
 
 
 def setup_for_perftest(url: str, scenario: scenarios.Scenario) -> None:
@@ -270,23 +323,29 @@ def one_run(
     duration: int,
     perftest_lib: Path | BaseException | None,
     round_index: int = 0,
+    offered_rate: int | None = None,
 ) -> dict[str, Any]:
-    """One scenario with one tool on one broker; errors become the run's `error`."""
+    """One scenario with one tool on one broker; errors become the run's `error`.
+    ``offered_rate`` makes it a latency cell: PerfTest publishing that many msg/s."""
     record: dict[str, Any] = {
         "broker": name,
         "scenario": scenario.number,
         "tool": tool,
         "title": scenario.title,
         "round": round_index,
+        **fixed_rate_fields(scenario, offered_rate),
         "load": rounds.load(),
     }
-    log.info("%s: scenario %d with %s for %ds", name, scenario.number, tool, duration)
+    at = f" at {offered_rate} msg/s" if offered_rate is not None else ""
+    log.info("%s: scenario %d with %s%s for %ds", name, scenario.number, tool, at, duration)
     broker.reset_peak_rss()
     began = time.monotonic()
     cpu_before = cpu_after = None
     window = 0.0
     perftest_ready = False
     try:
+        if offered_rate is not None and tool != "perftest":
+            raise BenchError(f"a fixed rate is PerfTest's (--rate), not {tool}'s")
         if tool == "perftest" and not isinstance(perftest_lib, Path):
             raise BenchError(f"PerfTest unavailable: {perftest_lib}")
         create_vhosts(broker, scenario)  # outside the broker's CPU window, as the setup
@@ -299,7 +358,7 @@ def one_run(
             record |= run_loadgen(broker.amqp_url, scenario, duration)
         else:
             assert isinstance(perftest_lib, Path)
-            record |= run_perftest(broker.amqp_url, scenario, duration, perftest_lib)
+            record |= run_perftest(broker.amqp_url, scenario, duration, perftest_lib, offered_rate)
         cpu_after = cpu_seconds(broker) if broker.running else None
         window = time.monotonic() - window_began
     except (BenchError, perftest.PerfTestError) as error:
@@ -319,6 +378,7 @@ def one_run(
     if not broker.running:
         record["error"] = f"{name} died during the run: {record.get('error', '')}"
         record["broker_log_tail"] = broker.log_tail(4096)
+    record |= report.hold_fields(record)
     _log_record(record)
     return record
 
@@ -374,6 +434,17 @@ def _log_record(record: dict[str, Any]) -> None:
             record.get("broker_cores", "-"),
             record.get("load_cores", "-"),
         )
+    if "held" in record:
+        log.info(
+            "  held %.1f %% of %d msg/s; latency p50/p95/p99 %s ms",
+            record["held_fraction"] * 100,
+            record["offered_rate"],
+            " / ".join(_one_decimal(report.latency_ms(record, point)) for point in report.POINTS),
+        )
+
+
+def _one_decimal(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 # -- one broker ----------------------------------------------------------------------------------
@@ -411,25 +482,26 @@ def bench_broker(
     perftest_lib: Path | BaseException | None,
     round_index: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Start one broker, run every scenario with every tool on it, stop it."""
+    """Start one broker, run every cell of `plan` on it, stop it."""
     broker = make_broker(name, args.baseline, args.hutch_config)
     info: dict[str, Any] = {}
-    plan = [(scenarios.SCENARIOS[number], tool) for number in args.scenarios for tool in args.tools]
+    cells = plan(args)
     try:
         try:
             broker.start()
         except processes.BrokerStartError as error:
             info["error"] = str(error)
             return info, [
-                _not_run(name, scenario, tool, f"{name} did not start: {error}", round_index)
-                for scenario, tool in plan
+                _not_run(name, cell, f"{name} did not start: {error}", round_index)
+                for cell in cells
             ]
         info |= _broker_facts(broker)
         runs = []
-        for scenario, tool in plan:
+        for cell in cells:
+            scenario, tool, offered_rate = cell
             problem = _ensure_running(broker, name)
             if problem is not None:
-                runs.append(_not_run(name, scenario, tool, problem, round_index))
+                runs.append(_not_run(name, cell, problem, round_index))
                 continue
             runs.append(
                 one_run(
@@ -440,12 +512,24 @@ def bench_broker(
                     duration=args.duration,
                     perftest_lib=perftest_lib,
                     round_index=round_index,
+                    offered_rate=offered_rate,
                 )
             )
             time.sleep(args.settle)
         return info, runs
     finally:
         broker.stop()
+
+
+def plan(args: argparse.Namespace) -> list[Cell]:
+    """The cells each broker runs in a round, in order: per scenario, its throughput cells (one
+    per tool), then its latency cells (PerfTest, one per offered rate, lowest first)."""
+    cells: list[Cell] = []
+    for number in args.scenarios:
+        scenario = scenarios.SCENARIOS[number]
+        cells += [(scenario, tool, None) for tool in args.tools]
+        cells += [(scenario, "perftest", rate) for rate in sorted(args.latency_rates)]
+    return cells
 
 
 def _broker_facts(broker: processes.BrokerProcess) -> dict[str, Any]:
@@ -470,15 +554,15 @@ def _ensure_running(broker: processes.BrokerProcess, name: str) -> str | None:
     return None
 
 
-def _not_run(
-    name: str, scenario: scenarios.Scenario, tool: str, reason: str, round_index: int
-) -> dict[str, Any]:
+def _not_run(name: str, cell: Cell, reason: str, round_index: int) -> dict[str, Any]:
+    scenario, tool, offered_rate = cell
     return {
         "broker": name,
         "scenario": scenario.number,
         "tool": tool,
         "title": scenario.title,
         "round": round_index,
+        **fixed_rate_fields(scenario, offered_rate),
         "error": reason,
     }
 
@@ -486,8 +570,12 @@ def _not_run(
 # -- the whole benchmark -------------------------------------------------------------------------
 
 
-def prepare_perftest(tools: list[str]) -> Path | BaseException | None:
-    if "perftest" not in tools:
+def prepare_perftest(
+    tools: list[str], latency_rates: list[int] | None = None
+) -> Path | BaseException | None:
+    """PerfTest's lib directory if a cell needs it (a perftest tool or a latency cell), or why
+    it is unavailable; None if no cell does."""
+    if "perftest" not in tools and not latency_rates:
         return None
     try:
         return perftest.ensure_installed()
@@ -539,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + report.context(args.report))
         return 0
     started = datetime.datetime.now(datetime.UTC)
-    perftest_lib = prepare_perftest(args.tools)
+    perftest_lib = prepare_perftest(args.tools, args.latency_rates)
     document: dict[str, Any] = {
         "started_at": started.isoformat(timespec="seconds"),
         "arguments": {
@@ -548,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             "tools": args.tools,
             "brokers": args.brokers,
             "repeat": args.repeat,
+            "latency_rates": args.latency_rates,
             "baseline": str(args.baseline) if args.baseline else None,
             "baseline_label": args.baseline_label or None,
             "hutch_config": args.hutch_config.read_text() if args.hutch_config else None,
@@ -568,9 +657,14 @@ def main(argv: list[str] | None = None) -> int:
         (datetime.datetime.now(datetime.UTC) - started).total_seconds(), 1
     )
     report.number_failures(document["runs"])
+    if args.latency_rates:
+        document["fixed_rate"] = report.fixed_rate_summary(document["runs"])
     output = args.output or RESULTS_DIR / f"{started:%Y%m%dT%H%M%SZ}.json"
     report.write_json(output, document)
-    print(report.table(document["runs"], args.brokers))
+    if report.group(document["runs"]):
+        print(report.table(document["runs"], args.brokers))
+    if args.latency_rates:
+        print("\n" + report.fixed_rate_table(document["runs"], args.brokers))
     print(rounds.busiest(document["runs"]))
     print(f"\nresults: {output} ({document['total_seconds']:.0f} s)")
     return 0 if any(not run.get("error") for run in document["runs"]) else 1
