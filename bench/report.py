@@ -427,7 +427,9 @@ def _fixed_rate_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def fixed_rate_rows(summary: list[dict[str, Any]], brokers: list[str]) -> list[list[str]]:
     """The table "latency at a fixed rate", header first: one row per (scenario, offered rate)
     with each broker's achieved rates and the share of the offered rate it held, its latency
-    p50 / p95 / p99 and CPU per message, and Hutch/RabbitMQ of both where both ran."""
+    p50 / p95 / p99 and CPU per message, and Hutch/RabbitMQ of both where both ran; then the
+    cores broker and load generator kept busy, which tell a broker at its limit from a starved
+    load generator or machine when a cell falls SHORT."""
     both = {"rabbitmq", "hutch"} <= set(brokers)
     titles = [BROKER_TITLES[name] for name in brokers]
     header = ["scenario", "offered msg/s"]
@@ -438,6 +440,7 @@ def fixed_rate_rows(summary: list[dict[str, Any]], brokers: list[str]) -> list[l
     header += [f"{title} CPU µs/msg" for title in titles]
     if both:
         header.append("Hutch/RabbitMQ CPU/msg")
+    header += [f"{title} cores: broker + load" for title in titles]
     rows = [header]
     for cell in summary:
         sides = [cell["brokers"].get(name) for name in brokers]
@@ -451,6 +454,7 @@ def fixed_rate_rows(summary: list[dict[str, Any]], brokers: list[str]) -> list[l
         if both:
             cpu = ratios.get("cpu_us_per_message")
             row.append(_x(rounds.Spread(**_fields(cpu))) if cpu else "-")
+        row += [_cores_of(side) for side in sides]
         rows.append(row)
     return rows
 
@@ -476,6 +480,13 @@ def _achieved(figures: dict[str, Any] | None) -> str:
             f" SHORT in {figures['short_rounds']} of {held['n']} (lowest {held['low'] * 100:.0f} %)"
         )
     return text
+
+
+def _cores_of(figures: dict[str, Any] | None) -> str:
+    broker, load = ((figures or {}).get(field) for field in ("broker_cores", "load_cores"))
+    if not broker and not load:
+        return "-"
+    return " + ".join(f"{spread['median']:.2f}" if spread else "-" for spread in (broker, load))
 
 
 def _percentiles(figures: dict[str, Any] | None) -> str:

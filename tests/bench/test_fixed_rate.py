@@ -186,7 +186,8 @@ def document() -> dict[str, Any]:
     def ok(broker: str, r: int, offered: int, pub: int, recv: int, latency: dict[str, Any],
            cpu: float) -> dict[str, Any]:  # fmt: skip
         figures = fixed(broker, r, offered, publish_rate=pub, consume_rate=recv, latency=latency)
-        return figures | {"cpu_us_per_message": cpu, "broker_cores": 0.2, "load_cores": 0.3}
+        cores = round(recv * cpu / 1e6, 3)  # a core is 1e6 µs of CPU a second
+        return figures | {"cpu_us_per_message": cpu, "broker_cores": cores, "load_cores": 0.3}
 
     runs = [
         # Throughput cells of the same scenario and tool: never mixed with the latency cells.
@@ -252,19 +253,21 @@ def test_the_table_latency_at_a_fixed_rate_has_every_figure_of_each_cell() -> No
         "RabbitMQ pub / recv msg/s (held)", "Hutch pub / recv msg/s (held)",
         "RabbitMQ p50 / p95 / p99 ms", "Hutch p50 / p95 / p99 ms", "Hutch/RabbitMQ p50 / p95 / p99",
         "RabbitMQ CPU µs/msg", "Hutch CPU µs/msg", "Hutch/RabbitMQ CPU/msg",
+        "RabbitMQ cores: broker + load", "Hutch cores: broker + load",
     ]  # fmt: skip
     assert rule == ["---"] * len(header)
     # Ratios pair rounds: p99 0.2 and 0.4, median 0.30; not 1.6 / 5.0 of the medians (0.32).
     assert low == [
         "S1", "10,000", "10,000 / 9,995 (100 %, n=2)", "10,000 / 9,990 (100 %, n=2)",
         "1.0 / 2.5 / 5.0", "0.5 / 1.1 / 1.6", "0.50x / 0.45x / 0.30x",
-        "25.0 (20.0-30.0)", "11.0 (10.0-12.0)", "0.45x (0.40-0.50)",
+        "25.0 (20.0-30.0)", "11.0 (10.0-12.0)", "0.45x (0.40-0.50)", "0.25 + 0.30", "0.11 + 0.30",
     ]  # fmt: skip
     # RabbitMQ could not carry 50,000 msg/s in round 0: the row says so, with how far it fell.
     assert high == [
         "S1", "50,000", "45,500 / 44,950 (90 %, n=2) SHORT in 1 of 2 (lowest 80 %)",
         "50,000 / 50,000 (100 %, n=1)", "26.0 / 104 / 208", "1.0 / 2.0 / 4.0",
         "0.02x / 0.01x / 0.01x (n=1)", "30.0 (20.0-40.0)", "8.0 (n=1)", "0.20x (n=1)",
+        "1.30 + 0.30", "0.40 + 0.30",
     ]  # fmt: skip
     assert text.endswith(
         "Left out: S1 at 50,000 msg/s Hutch: 1 of 2 rounds failed "
@@ -302,9 +305,12 @@ def test_a_broker_that_failed_every_round_shows_failed_and_one_broker_has_no_rat
     header, row = report.fixed_rate_rows(report.fixed_rate_summary(runs), ["rabbitmq", "hutch"])
     assert row[2:4] == ["10,000 / 10,000 (100 %, n=1)", "FAILED (1 of 1)"]
     assert row[4:7] == ["0.5 / 0.9 / 1.5", "-", "-"]
+    assert row[-2:] == ["-", "-"]  # RabbitMQ's made-up run has no cores, Hutch failed
     header, row = report.fixed_rate_rows(report.fixed_rate_summary(runs[1:]), ["rabbitmq"])
     assert "Hutch/RabbitMQ CPU/msg" not in header
-    assert row == ["S1", "10,000", "10,000 / 10,000 (100 %, n=1)", "0.5 / 0.9 / 1.5", "20.0 (n=1)"]
+    assert row == [
+        "S1", "10,000", "10,000 / 10,000 (100 %, n=1)", "0.5 / 0.9 / 1.5", "20.0 (n=1)", "-",
+    ]  # fmt: skip
 
 
 def test_a_document_of_latency_cells_only_reports_just_their_table(
