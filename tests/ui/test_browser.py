@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -287,10 +286,61 @@ def test_names_and_message_bodies_show_as_text_never_as_markup(
     assert payload == XSS_BODY
     assert chromium.execute("return document.querySelectorAll('img').length") == 0
     assert chromium.execute("return document.querySelectorAll('body script').length") == 0
-    time.sleep(0.3)  # an onerror handler would have fired by now
+    console = settled(chromium, ["x", "y"])  # the srcs of the name's and the body's <img>
     assert chromium.alert_text() is None
-    assert [entry for entry in chromium.console() if entry["level"] == "SEVERE"] == []
+    assert [entry for entry in console if entry["level"] == "SEVERE"] == []
     assert api.get(f"/api/queues/%2F/{quoted}")["messages"] == 1  # requeued, as asked
+
+
+# Loads an image of each of arguments[0]'s URLs and counts in window.hutchProbe the ones whose
+# load has ended (an error, or a load). Listeners, not attributes: the CSP refuses inline ones.
+_PROBE = """
+window.hutchProbe = 0;
+for (const src of arguments[0]) {
+  const image = new Image();
+  for (const kind of ['error', 'load']) {
+    image.addEventListener(kind, () => { window.hutchProbe += 1; });
+  }
+  image.src = src;
+}
+"""
+_DONE = "hutch-test: the probe's images ended"
+
+
+def settled(chromium, sources: list[str]) -> list[dict]:
+    """Once what markup injected into the page would have done is done: the console's entries
+    since the last read, for the checks of what such markup did (an alert, a refused handler).
+
+    An injected ``<img src=y onerror=...>`` does its harm when its load fails: its handler runs
+    (an alert) or the CSP refuses it (a console error). A probe image of the same URL, started
+    after it, ends after it; so once every probe image's load has ended, an injected one's has,
+    and a console line the test writes then comes after whatever that logged. A fixed sleep
+    instead was a guess: too short on a slow machine, and it proved nothing on a fast one.
+    The probe's own failed loads are left out (a 404 says nothing of a handler): what an
+    injected image did shows as the CSP's refusal of its handler, or as an alert."""
+    chromium.execute(_PROBE, sources)
+    chromium.wait(
+        lambda: chromium.execute("return window.hutchProbe"),
+        lambda ended: ended == len(sources),
+        what="the probe images' loads to end",
+    )
+    chromium.execute("console.warn(arguments[0])", _DONE)
+    entries: list[dict] = []
+
+    def logged_done() -> bool:
+        entries.extend(chromium.console())
+        return any(_DONE in entry["message"] for entry in entries)
+
+    chromium.wait(logged_done, what="the test's console line after the probe")
+    probed = tuple(urllib.parse.urljoin(chromium.url, source) for source in sources)
+
+    def ours(entry: dict) -> bool:  # the marker, and the probe's own loads failing (a 404)
+        message = entry["message"]
+        return _DONE in message or (
+            message.startswith(probed) and "Failed to load resource" in message
+        )
+
+    return [entry for entry in entries if not ours(entry)]
 
 
 class _AttackerPage(http.server.BaseHTTPRequestHandler):
