@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,19 +139,27 @@ def test_the_check_names_an_unlisted_module_and_a_listed_one_without_a_marker():
     assert serial.unmarked(listed, marked, unseen) == ["tests/c/test_plain.py"]
 
 
-# -- the two passes of scripts/test.sh against -m broker ------------------------------------
+# -- the passes of scripts/test.sh against the levels they split ---------------------------
 
 SCRIPT = serial.REPO / "scripts" / "test.sh"
-# What may differ between the two passes: how they run, not what they select.
+# What may differ between the passes of a level: how they run, not what they select.
 _RUN_ONLY = {"-n": 1, "--dist": 1, "--no-loadscope-reorder": 0}
+# The levels run in more than one pass: the passes' names in the script, and what the whole
+# level selects. The node level's two run at once (level_beside): the tests that need only a
+# control plane in the background, the rest with e2e in the foreground.
+SPLIT_LEVELS = {
+    "broker": (("broker", "broker/serial"), "broker"),
+    "node": (("node/control", "node+e2e"), "node or e2e"),
+}
 
 
 def _level_commands(script: str) -> dict[str, list[str]]:
-    """Each ``level NAME ARGS...`` line of the script (continuations joined): NAME -> ARGS."""
+    """Each ``level NAME ARGS...`` and ``level_beside NAME ARGS...`` line of the script
+    (continuations joined, indented or not): NAME -> ARGS."""
     joined = script.replace("\\\n", " ")
     commands = {}
     for line in joined.splitlines():
-        if line.startswith("level "):
+        if line.split(maxsplit=1)[:1] in (["level"], ["level_beside"]):
             words = shlex.split(line, comments=True)
             commands[words[1]] = words[2:]
     return commands
@@ -177,27 +187,112 @@ def _selection(args: list[str]) -> tuple[str, list[str]]:
     return expression, rest
 
 
-def test_the_broker_level_s_two_passes_select_exactly_its_tests_once():
-    """scripts/test.sh's two broker passes, as the script spells them, against ``-m broker``:
-    their expressions, evaluated as pytest evaluates ``-m``, take every test that has the
-    marker ``broker`` in exactly one pass, whatever else it is marked, and nothing else; and
-    the passes select from the same paths with the same other arguments."""
+def _passes(level: str) -> list[tuple[str, list[str]]]:
+    """The level's passes as the script spells them: (``-m`` expression, other arguments)."""
     commands = _level_commands(SCRIPT.read_text())
-    parallel, alone = _selection(commands["broker"]), _selection(commands["broker/serial"])
-    assert parallel[1] == alone[1], (
-        f"the two broker passes select from different arguments: {parallel[1]}, {alone[1]}"
+    return [_selection(commands[name]) for name in SPLIT_LEVELS[level][0]]
+
+
+@pytest.mark.parametrize("level", sorted(SPLIT_LEVELS))
+def test_a_level_s_passes_select_exactly_its_tests_once(level: str):
+    """scripts/test.sh's passes of a level, as the script spells them, against the level's own
+    ``-m`` (``broker``; ``node or e2e``, which ran as one session before): their expressions,
+    evaluated as pytest evaluates ``-m``, take every test the whole level takes in exactly one
+    pass, whatever else it is marked, and nothing else; and the passes select from the same
+    paths with the same other arguments."""
+    passes, whole = _passes(level), Expression.compile(SPLIT_LEVELS[level][1])
+    first_rest = passes[0][1]
+    assert all(rest == first_rest for _, rest in passes), (
+        f"the {level} level's passes select from different arguments: {passes}"
     )
-    assert "$@" in parallel[1] and "tests" in parallel[1], parallel
-    expressions = [Expression.compile(expression) for expression, _ in (parallel, alone)]
-    names = {"broker", serial.MARKER, "fast", "node", "e2e", "slow", "spark", "rabbitmq"}
-    names |= set(re.findall(r"[A-Za-z_]\w*", parallel[0] + " " + alone[0])) - {"and", "or", "not"}
+    assert "$@" in first_rest and "tests" in first_rest, passes
+    expressions = [Expression.compile(expression) for expression, _ in passes]
+    names = {"broker", serial.MARKER, "fast", "node", "e2e", "slow", "spark", "rabbitmq", "k8s"}
+    spelled = " ".join(expression for expression, _ in passes)
+    names |= set(re.findall(r"[A-Za-z_]\w*", spelled)) - {"and", "or", "not"}
     for size in range(len(names) + 1):
         for marks in itertools.combinations(sorted(names), size):
             chosen = [expression.evaluate(_marked(marks)) for expression in expressions]
-            assert chosen.count(True) == ("broker" in marks), (
+            expected = whole.evaluate(_marked(marks))
+            assert chosen.count(True) == expected, (
                 f"a test marked {' '.join(marks) or '(nothing)'} runs in {chosen.count(True)} of "
-                f"the broker passes -m {parallel[0]!r} and -m {alone[0]!r}"
+                f"the {level} level's passes {[e for e, _ in passes]}, and in "
+                f"{int(expected)} of -m {SPLIT_LEVELS[level][1]!r}"
             )
+
+
+def test_e2e_runs_in_the_node_pass_of_the_real_node_s_tests():
+    """e2e runs on the node plane the node-tier tests started (e2e/conftest.py), so it must be
+    in their pytest session: the pass that takes e2e takes a node-level test that is not
+    ``control_plane_only``, and it is the foreground one (``level``), which the script ends on."""
+    commands = _level_commands(SCRIPT.read_text())
+    expressions = {
+        name: Expression.compile(_selection(commands[name])[0]) for name in SPLIT_LEVELS["node"][0]
+    }
+    with_e2e = [name for name, e in expressions.items() if e.evaluate(_marked(("e2e", "k8s")))]
+    with_node = [name for name, e in expressions.items() if e.evaluate(_marked(("node", "k8s")))]
+    assert with_e2e == with_node == ["node+e2e"], (with_e2e, with_node)
+    script = SCRIPT.read_text()
+    assert "\n  level_beside node/control " in script and "\n  level node+e2e " in script
+
+
+# A module of tests at every place of the node level, by the fixtures they ask for; collected
+# only, so no plane starts.
+_PROBE = """
+import pytest
+
+def test_apiserver(apiserver): pass
+def test_namespace(k8s_namespace): pass
+def test_workloads(workloads): pass
+def test_pvs(make_pvs): pass
+def test_node(node): pass
+def test_local_pvs(make_local_pvs): pass
+def test_spark_image(spark_image): pass
+def test_apiserver_and_node(apiserver, node): pass
+@pytest.mark.node  # its own plane, as the kept `make run` starts one
+def test_own_plane(): pass
+@pytest.mark.e2e
+@pytest.mark.k8s_node
+def test_chain(): pass
+@pytest.mark.broker
+def test_broker(): pass
+def test_fast(): pass
+"""
+_CONTROL_PLANE_ONLY = {"test_apiserver", "test_namespace", "test_workloads", "test_pvs"}
+
+
+def _collected(tmp_path: Path, expression: str) -> set[str]:
+    """The probe's tests that ``pytest -m EXPRESSION`` selects, from a real pytest child with
+    the test plugins (the plane plugin is also the venv's entry point: named twice, it loads
+    once)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "hutch_testing.localkube_plugin", "-p",
+         "hutch_testing.pytest_plugin", "-p", "no:cacheprovider", "--collect-only", "-q",
+         "--rootdir", str(tmp_path), "-m", expression, str(tmp_path / "test_probe.py")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED), (
+        run.stdout + run.stderr
+    )
+    return set(re.findall(r"test_probe\.py::(\w+)", run.stdout))
+
+
+@pytest.mark.broker  # it runs pytest in a child process
+def test_the_node_level_s_passes_as_pytest_collects_them(tmp_path: Path):
+    """The node level's two expressions from scripts/test.sh, applied by pytest itself: the
+    plane plugin marks ``control_plane_only`` before ``-m`` deselects, so the apiserver and
+    workloads tiers' tests run in the background pass and nothing else does; a test of the real
+    node, one of no tier (its own plane) and e2e run in the foreground one; together they are
+    ``-m "node or e2e"``."""
+    (tmp_path / "test_probe.py").write_text(_PROBE)
+    (control, _), (real, _) = _passes("node")
+    beside, foreground = _collected(tmp_path, control), _collected(tmp_path, real)
+    assert beside == _CONTROL_PLANE_ONLY
+    assert foreground == {
+        "test_node", "test_local_pvs", "test_spark_image", "test_apiserver_and_node",
+        "test_own_plane", "test_chain",
+    }  # fmt: skip
+    assert beside | foreground == _collected(tmp_path, SPLIT_LEVELS["node"][1])
 
 
 def test_the_serial_marker_is_set_before_m_deselects():
