@@ -64,19 +64,24 @@ level() {
 # keep to halves of the ports they pick for brokers (HUTCH_PORT_SHARD 1/2 and 0/2, as the broker
 # level's two workers do). Ctrl-C reaches both: a shell without job control starts `&` jobs with
 # SIGINT ignored, so env --default-signal gives the background pytest its KeyboardInterrupt
-# back, and each stops its own planes (the terminal signals the whole process group, so nothing
+# back (unless this run itself was started with SIGINT ignored: then neither pytest takes it),
+# and each stops its own planes (the terminal signals the whole process group, so nothing
 # sends a second SIGINT, which would break into that teardown); the trap waits for the
 # background one, prints it, then exits.
 BESIDE_NAME="" BESIDE_PID="" BESIDE_LOG="" BESIDE_STARTED=0 BESIDE_EPOCH=0 BESIDE_STATUS=0
 level_beside() {
   BESIDE_NAME=$1 BESIDE_STATUS=0
   shift
+  local sigint=(env --default-signal=INT)
+  if [[ $(trap -p INT) == "trap -- '' SIGINT" ]]; then
+    sigint=()  # ignored since this run started: the foreground pytest ignores it too
+  fi
   BESIDE_LOG="$(mktemp -d "${TMPDIR:-/tmp}/hutch-level-XXXXXX")/${BESIDE_NAME//\//-}.log"
   echo "==> level $BESIDE_NAME, in the background (output in $BESIDE_LOG, printed when the next" \
     "level ends): pytest $*"
   BESIDE_STARTED=$SECONDS
   printf -v BESIDE_EPOCH '%(%s)T' -1
-  HUTCH_PORT_SHARD=1/2 env --default-signal=INT "$PY" -m pytest "$@" \
+  HUTCH_PORT_SHARD=1/2 "${sigint[@]}" "$PY" -m pytest "$@" \
     </dev/null >"$BESIDE_LOG" 2>&1 &
   BESIDE_PID=$!
   export HUTCH_PORT_SHARD=0/2
