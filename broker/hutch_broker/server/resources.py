@@ -58,15 +58,32 @@ class ResourceMonitor:
         self.on_clear = on_clear
         self.mem_used = 0
         self.disk_free = 0
-        self.memory_alarm = False
-        self.disk_alarm = False
+        self._memory_alarm = False
+        self._disk_alarm = False
+        # Read by every publish (``Session._process``): a plain attribute, kept in step by the
+        # two alarms' setters, since a property was one Python call per message.
+        self.publishing_blocked = False
         self.heap_trim = memory.HeapTrim()  # freed memory goes back even under the watermark
 
     # -- AlarmState / MemoryMonitor -------------------------------------------
 
     @property
-    def publishing_blocked(self) -> bool:
-        return self.memory_alarm or self.disk_alarm
+    def memory_alarm(self) -> bool:
+        return self._memory_alarm
+
+    @memory_alarm.setter
+    def memory_alarm(self, value: bool) -> None:
+        self._memory_alarm = value
+        self.publishing_blocked = value or self._disk_alarm
+
+    @property
+    def disk_alarm(self) -> bool:
+        return self._disk_alarm
+
+    @disk_alarm.setter
+    def disk_alarm(self, value: bool) -> None:
+        self._disk_alarm = value
+        self.publishing_blocked = self._memory_alarm or value
 
     @property
     def block_reason(self) -> str:
