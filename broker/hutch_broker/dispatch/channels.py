@@ -49,6 +49,7 @@ class ChannelOwner(Member, Protocol):
     publishes: int
     pressure: list[Any]  # queues over the flow high-water mark after a publish
     exclusive_queues: set[Any]
+    writable_exchanges: set[str]  # exchanges check_write allowed under the current permission
 
     @property
     def open_vhost(self) -> VirtualHost: ...
@@ -56,6 +57,8 @@ class ChannelOwner(Member, Protocol):
     def capability(self, name: str) -> bool: ...
 
     def check_permission(self, kind: str, resource_kind: str, name: str) -> None: ...
+
+    def check_write(self, exchange: str) -> None: ...
 
     def park_reading(self) -> None: ...
 

@@ -24,6 +24,7 @@ from functools import partial
 from hutch_broker.dispatch import replyto
 from hutch_broker.dispatch.channels import Channel, ChannelOwner
 from hutch_broker.dispatch.commits import NOT_DURABLE
+from hutch_broker.dispatch.flow import HIGH_WATER
 from hutch_broker.dispatch.turns import FLOOR
 from hutch_broker.model import budgets, publishes
 from hutch_broker.model.exchanges import Exchange
@@ -38,8 +39,13 @@ log = logging.getLogger(__name__)
 def publish(
     session: ChannelOwner, channel: Channel, event: events.PublishReceived, now_ms: int
 ) -> None:
-    """basic.publish as assembled by the protocol (method + header + body)."""
-    vhost = session.open_vhost
+    """basic.publish as assembled by the protocol (method + header + body).
+
+    One call per message: the checks every publish passes (the vhost open, the write
+    permission already granted, no reply-to flag) are read inline and call out only when
+    they have something to do.
+    """
+    vhost = session.vhost or session.open_vhost  # set at connection.open, else it raises
     exchange = vhost.exchanges.get(event.exchange)
     if exchange is None:
         raise errors.not_found(f"no exchange '{event.exchange}' in vhost '{vhost.name}'")
@@ -47,17 +53,19 @@ def publish(
         raise errors.access_refused(
             f"cannot publish to internal exchange '{event.exchange}' in vhost '{vhost.name}'"
         )
-    session.check_permission("write", "exchange", event.exchange)
+    if event.exchange not in session.writable_exchanges:  # check_permission's, memoised
+        session.check_write(event.exchange)
     if exchange.kind == "topic":  # topic permissions apply to nothing else
         session.check_topic("write", exchange, event.routing_key)
     raw = event.raw_properties
     message = Message(event.exchange, event.routing_key, raw, event.body)
     if message.expires:  # read once, by the Message, for every queue it reaches too
         publishes.check_expiration(raw)
-    stamped = replyto.stamp_reply_to(channel, raw)
-    if stamped is not raw:  # a direct reply-to request: its reply address filled in
-        event.raw_properties = stamped
-        message = message.with_properties(stamped)
+    if raw[0] & 0x02:  # the reply_to flag (0x0200): stamp_reply_to's own first test
+        stamped = replyto.stamp_reply_to(channel, raw)
+        if stamped is not raw:  # a direct reply-to request: its reply address filled in
+            event.raw_properties = stamped
+            message = message.with_properties(stamped)
     session.publishes += 1
     context = session.context
     context.stats.publishes += 1
@@ -84,7 +92,14 @@ def publish(
         if isinstance(outcome, publishes.PendingPublish):
             _park(session, channel, event, outcome)
             return
-        generation, rejected = _settle(session, channel, event, outcome)
+        queues = outcome.queues
+        if len(queues) == 1 and not outcome.wrote:  # _settle's common case, inline
+            queue = queues[0]
+            if queue.ready_count > HIGH_WATER and context.flow.under_pressure(queue):
+                session.pressure.append(queue)
+            generation, rejected = NOT_DURABLE, outcome.rejected
+        else:
+            generation, rejected = _settle(session, channel, event, outcome)
     if channel.confirm_mode:
         channel.add_confirm(generation, nack=rejected)
 
@@ -261,7 +276,8 @@ def _settle(
         return NOT_DURABLE, False
     flow = context.flow
     for queue in outcome.queues:
-        if flow.under_pressure(queue):
+        # under_pressure's own first test, inline: a queue at or under HIGH_WATER never is.
+        if queue.ready_count > HIGH_WATER and flow.under_pressure(queue):
             session.pressure.append(queue)
     generation = context.commits.wrote() if outcome.wrote else NOT_DURABLE
     return generation, outcome.rejected

@@ -79,6 +79,9 @@ class Session:
         self.connected_at_ms = context.clock()
         self.publishes = 0
         self._permission_cache: dict[tuple[str, str], bool] = {}
+        # Exchanges this connection may write to under its current permission: what every
+        # publish asks, read inline by dispatch.publishing (check_write fills it).
+        self.writable_exchanges: set[str] = set()
         self._topic_matchers: dict[str, Any] = {}  # expanded topic pattern → matcher or None
 
     @property
@@ -109,13 +112,19 @@ class Session:
                 event = proto.next_event()
                 if event is proto_connection.NEED_DATA:
                     break
-                if (
-                    isinstance(event, events.PublishReceived)
-                    and self.context.alarms.publishing_blocked  # _must_block(), read inline
-                ):
-                    self._block(event)
-                    break
-                self.handle_event(event)
+                if isinstance(event, events.PublishReceived):
+                    # The hot path, one message each: handle_event's publish branch, inline.
+                    context = self.context
+                    if context.alarms.publishing_blocked:  # _must_block(), read inline
+                        self._block(event)
+                        break
+                    try:
+                        methods.publish(self, self.channels[event.channel], event, context.clock())
+                    except errors.AMQPError as exc:
+                        _attach_method(exc, _PUBLISH, event.channel)
+                        raise
+                else:
+                    self.handle_event(event)
             except errors.SoftError as exc:
                 self.fail_channel(exc)
             except errors.HardError as exc:
@@ -334,6 +343,14 @@ class Session:
                 f"'{vhost}' refused for user '{user}'"
             )
 
+    def check_write(self, exchange: str) -> None:
+        """``check_permission("write", "exchange", ...)``, remembered when it allows."""
+        self.check_permission("write", "exchange", exchange)
+        writable = self.writable_exchanges
+        if len(writable) > 10_000:
+            writable.clear()
+        writable.add(exchange)
+
     def check_topic(self, kind: str, exchange: Any, routing_key: str) -> None:
         """RabbitMQ's topic authorisation: on a topic exchange with a topic permission for
         this user, the routing key must match its ``write`` (publish) or ``read`` (bind,
@@ -361,6 +378,7 @@ class Session:
         """The user's permissions in this vhost changed: check against the new ones from now."""
         self.permission = permission
         self._permission_cache.clear()
+        self.writable_exchanges.clear()
 
     def belongs_to(self, *, vhost: str | None = None, user: str | None = None) -> bool:
         """Is this an open connection to ``vhost`` (if given) as ``user`` (if given)?"""
