@@ -42,10 +42,16 @@ class Message:
         self.raw_properties = raw_properties
         self.body = body
         if persistent is None:
-            # Flag 0x1000 (delivery_mode) lives in the first byte: skip the parse when absent.
-            persistent = bool(raw_properties[:1] and raw_properties[0] & 0x10) and (
-                properties.delivery_mode(raw_properties) == 2
-            )
+            # Flag 0x1000 (delivery_mode) lives in the first byte: skip the parse when absent,
+            # and read the octet in place when no property comes before it and no second flags
+            # word follows (a plain publisher's, loadgen's): the parse was three calls.
+            first = raw_properties[0] if raw_properties else 0
+            if not first & 0x10:
+                persistent = False
+            elif not first & 0xE0 and len(raw_properties) > 2 and not raw_properties[1] & 1:
+                persistent = raw_properties[2] == 2
+            else:
+                persistent = properties.delivery_mode(raw_properties) == 2
         self.persistent = persistent
         # Whether it carries an expiration (a per-message TTL), read once here for the
         # publish's TTL-2 check and every queue it reaches (each queue's publish asks), inline
@@ -108,8 +114,8 @@ class Entry:
         self,
         seq: int,
         message: Message,
+        expire_at: int = 0,  # positional too: a keyword builds a dict for every publish
         *,
-        expire_at: int = 0,
         redelivered: bool = False,
         store_id: int | None = None,
     ) -> None:

@@ -161,15 +161,14 @@ def _stamped(message: Message, message_ids: Callable[[], str] | None) -> Message
 
 def enqueue(exchange: Exchange, message: Message, queues: list[Queue], now_ms: int) -> Published:
     """Hand a routed message to every queue it reached."""
-    outcome = Published()
     if not queues:
-        return outcome
+        return Published()
+    outcome = Published(queues)  # positional: no list made only to be replaced
     exchange.stats_publish_out += 1
     if b"BCC" in message.raw_properties and "BCC" in message.headers():
         message = strip_bcc(message)
     if b"x-death" in message.raw_properties or b"-death-" in message.raw_properties:
         message.foreign_deaths = True
-    outcome.queues = queues
     for queue in queues:
         result = queue.publish(message, now_ms)
         if result == PUBLISH_SYNC:

@@ -169,7 +169,7 @@ class Queue:
             expire_at = 0  # _expiry_for's common case
         else:
             expire_at = self._expiry_for(message, now_ms)
-        entry = Entry(next(self._seq), message, expire_at=expire_at)
+        entry = Entry(next(self._seq), message, expire_at)
         if self.ready_count:
             if self.may_expire:
                 self.expire_head(now_ms)
@@ -193,7 +193,15 @@ class Queue:
                 # only follow the write, and a consumer that never acks (channel closed,
                 # broker restarted) must find the message again (P-3).
                 wrote = durable and not consumer.no_ack and self._persist(entry, now_ms)
-                self._deliver(consumer, entry)
+                if consumer.no_ack:
+                    self._deliver(consumer, entry)
+                else:  # _deliver, inlined for a fresh entry (never redelivered, no count)
+                    self.stats_deliver += 1
+                    self.stats_deliveries["deliver"] += 1
+                    consumer.unacked += 1
+                    self.unacked_count += 1
+                    self.unacked_bytes += entry.size
+                    consumer.channel.deliver(consumer, self, entry)
                 return PUBLISH_SYNC if wrote else PUBLISH_OK
         if expire_at and expire_at <= now_ms:
             self._drop(entry, "expired")  # TTL-4: nobody could take it at once
@@ -458,7 +466,8 @@ class Queue:
         self.stats_ack += 1
         self.unacked_count -= 1
         self.unacked_bytes -= entry.size
-        self._forget(entry)
+        if entry.store_id is not None:  # _forget's own test: a transient entry has no record
+            self._forget(entry)
 
     def requeue(self, entry: Entry) -> None:
         """Back to its original position, flagged redelivered (Q-4).
