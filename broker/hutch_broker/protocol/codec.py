@@ -59,6 +59,7 @@ BASIC_REJECT = commands.Basic.Reject.index
 # "<end of previous frame> <next frame header> ...": one struct call writes both.
 _END_CONTENT_HEADER = struct.Struct(">BBHIHHQ")  # 0xCE, 2, channel, size, class, weight, bodysize
 _END_BODY_HEADER = struct.Struct(">BBHI")  # 0xCE, 3, channel, size
+END_BODY_HEADER = _END_BODY_HEADER  # Connection.send_deliver's inline common case
 _GET_OK_HEAD = struct.Struct(">BHIIQB")  # 1, channel, size, class/method, tag, redelivered
 _RETURN_HEAD = struct.Struct(">BHIIH")  # 1, channel, size, class/method, reply code
 _UINT32_END = struct.Struct(">I")
