@@ -21,7 +21,9 @@ bench/kafka.py, KRaft, one node): load the messages, then
   row and every body is read, and the counts are checked); rate = messages / wall time;
 - available-now: `readStream` with `trigger(availableNow=True)`, `maxOffsetsPerTrigger`
   `--max-per-trigger` for both, noop sink; rate = messages / wall time from start to end, and
-  the rows Spark reports must be all of them;
+  the rows Spark reports must be all of them; the sample also keeps where the time went
+  (`progress_breakdown`: start to first trigger, `durationMs` summed by part, rows and time per
+  batch), which docs/bench/profile.md reads;
 - latency: a query from `latest` with a 200 ms processing-time trigger; a publisher sends
   `--latency-rate` msg/s for `--latency-seconds`; each row's latency is the time its batch's
   foreachBatch ran minus its publish time (Hutch: the body, written by a pika publisher in
@@ -38,6 +40,7 @@ The Kafka connector is the one Maven Central serves for this pyspark (bench/kafk
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import multiprocessing
 import os
@@ -319,6 +322,7 @@ def batch_read(spark: Any, system: System, name: str, count: int, partitions: in
 def available_now_read(spark: Any, system: System, name: str, count: int, work: Path) -> dict:
     before = cpu_seconds(system.pids())
     began = time.perf_counter()
+    started = time.time()  # the progress reports' timestamps are wall-clock
     frame, _ = system.reader(spark, name, stream=True, partitions=system.args.partitions)
     query = (
         frame.option("startingOffsets", "earliest")
@@ -338,9 +342,35 @@ def available_now_read(spark: Any, system: System, name: str, count: int, work: 
     if rows != count:
         raise RuntimeError(f"{system.name}: the availableNow query read {rows} of {count}")
     result = {"rate": count / elapsed, "seconds": elapsed, "batches": len(query.recentProgress)}
+    result.update(progress_breakdown(query.recentProgress, started))
     if before is not None and after is not None:
         result["broker_cpu_seconds"] = round(after - before, 3)
     return result
+
+
+PROGRESS_PARTS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
+                  "triggerExecution")  # fmt: skip
+
+
+def progress_breakdown(progress: Sequence[dict[str, Any]], started: float) -> dict[str, Any]:
+    """Where an availableNow query's time went, from Spark's progress reports: the seconds from
+    `start()` (epoch `started`) to its first trigger, which holds the start of a Python
+    source's runner process (Kafka's source has none); each part of `durationMs` summed over
+    the batches; and each batch's rows and trigger time. Compare parts within one run: on a
+    shared machine the parts move together with the load."""
+    if not progress:
+        return {"first_trigger_s": None, "duration_ms": {}, "batch_rows": [], "trigger_ms": []}
+    stamp = progress[0]["timestamp"].replace("Z", "+00:00")  # Spark writes UTC with a Z
+    first_at = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+    return {
+        "first_trigger_s": round(first_at - started, 3),
+        "duration_ms": {
+            part: sum(report["durationMs"].get(part, 0) for report in progress)
+            for part in PROGRESS_PARTS
+        },
+        "batch_rows": [report["numInputRows"] for report in progress],
+        "trigger_ms": [report["durationMs"].get("triggerExecution", 0) for report in progress],
+    }
 
 
 def latency(spark: Any, system: System, name: str, work: Path) -> dict[str, Any]:

@@ -205,3 +205,38 @@ def test_consumer_performance_summary_gives_the_message_rate() -> None:
     assert kafka.consumer_rate(output) == pytest.approx(70896.8451)
     with pytest.raises(kafka.KafkaError, match="no summary"):
         kafka.consumer_rate("WARN something went wrong\n")
+
+
+def test_the_progress_breakdown_sums_each_part_and_times_the_start() -> None:
+    # Two reports as Spark writes them: batch 0 (a Python source's empty one) and batch 1.
+    progress = [
+        {
+            "timestamp": "2026-11-29T06:00:01.500Z",
+            "numInputRows": 0,
+            "durationMs": {"latestOffset": 18, "addBatch": 48, "triggerExecution": 83},
+        },
+        {
+            "timestamp": "2026-11-29T06:00:01.600Z",
+            "numInputRows": 50_000,
+            "durationMs": {
+                "latestOffset": 2,
+                "walCommit": 8,
+                "addBatch": 970,
+                "triggerExecution": 1009,
+            },
+        },
+    ]
+    started = 1_795_932_000.25  # 2026-11-29T06:00:00.250Z
+    breakdown = stream_bench.progress_breakdown(progress, started)
+    assert breakdown["first_trigger_s"] == 1.25
+    assert breakdown["duration_ms"] == {
+        "latestOffset": 20,
+        "queryPlanning": 0,
+        "walCommit": 8,
+        "addBatch": 1018,
+        "commitOffsets": 0,
+        "triggerExecution": 1092,
+    }
+    assert breakdown["batch_rows"] == [0, 50_000]
+    assert breakdown["trigger_ms"] == [83, 1009]
+    assert stream_bench.progress_breakdown([], started)["first_trigger_s"] is None
