@@ -72,6 +72,8 @@ def message(data: bytes, channel: int = 1, *, split: int = FRAME_MAX - 8, **fiel
 
 
 HEARTBEAT = frame(8, 0, b"")
+TRANSIENT = commands.Basic.Properties(delivery_mode=1).marshal()
+PERSISTENT = commands.Basic.Properties(delivery_mode=2).marshal()  # the same length
 WARM = message(b"warm")
 
 STREAMS: dict[str, bytes] = {
@@ -135,6 +137,31 @@ STREAMS: dict[str, bytes] = {
     + content_header(1, 2)
     + method(1, commands.Channel.Close(200, "bye", 0, 0)),
     "a header for a channel that is not open": publish(3) + content_header(3, 1),
+    # Each channel keeps its last publish's method and properties to compare the next with in
+    # the buffer: a neighbour of the same length must not pass for it.
+    "repeats and neighbours of the same length": (
+        message(b"a", routing_key="qa")
+        + message(b"b", routing_key="qb")
+        + message(b"c", routing_key="qa", mandatory=True)
+        + b"".join(
+            publish() + content_header(1, 1, raw=raw) + body(1, data)
+            for raw, data in [(TRANSIENT, b"1"), (PERSISTENT, b"2"), (TRANSIENT, b"3")]
+        )
+        + publish(2, routing_key="qb")
+        + content_header(2, 1, raw=PERSISTENT)
+        + body(2, b"4")
+    )
+    * 2,
+    "the last properties with a byte more": publish()
+    + content_header(1, 1, raw=b"\x00\x00")
+    + body(1, b"s")
+    + publish()
+    + content_header(1, 1, raw=b"\x00\x00\x00")
+    + body(1, b"l"),
+    "immediate after the same publish without it": message(b"x", routing_key="ab")
+    + publish(routing_key="ab", immediate=True)
+    + content_header(1, 1)
+    + body(1, b"i"),
 }
 
 
