@@ -22,6 +22,7 @@ class Message:
         "exchange",
         "expires",
         "foreign_deaths",
+        "has_headers",
         "persistent",
         "raw_properties",
         "routing_key",
@@ -41,11 +42,15 @@ class Message:
         self.routing_key = routing_key
         self.raw_properties = raw_properties
         self.body = body
+        first = raw_properties[0] if raw_properties else 0
+        # Whether a headers table is present (flag 0x2000): CC and BCC live only there, so a
+        # message without one skips their byte searches (``model.publishes``), about 0.1 us
+        # each even on a three-byte header.
+        self.has_headers = bool(first & 0x20)
         if persistent is None:
             # Flag 0x1000 (delivery_mode) lives in the first byte: skip the parse when absent,
             # and read the octet in place when no property comes before it and no second flags
             # word follows (a plain publisher's, loadgen's): the parse was three calls.
-            first = raw_properties[0] if raw_properties else 0
             if not first & 0x10:
                 persistent = False
             elif not first & 0xE0 and len(raw_properties) > 2 and not raw_properties[1] & 1:

@@ -96,7 +96,9 @@ def publish_within(
     if exchange is None:
         return Published()
     exchange.stats_publish_in += 1
-    if exchange is vhost.default_exchange and b"CC" not in message.raw_properties:
+    if exchange is vhost.default_exchange and not (
+        message.has_headers and b"CC" in message.raw_properties
+    ):
         queue = vhost.queues.get(message.routing_key)
         left = meter.left - (1 if queue is None else 1 + ENQUEUE_STEPS)  # routing.route's charge
         if left >= 0:
@@ -165,9 +167,10 @@ def enqueue(exchange: Exchange, message: Message, queues: list[Queue], now_ms: i
         return Published()
     outcome = Published(queues)  # positional: no list made only to be replaced
     exchange.stats_publish_out += 1
-    if b"BCC" in message.raw_properties and "BCC" in message.headers():
+    if message.has_headers and b"BCC" in message.raw_properties and "BCC" in message.headers():
         message = strip_bcc(message)
-    if b"x-death" in message.raw_properties or b"-death-" in message.raw_properties:
+    raw = message.raw_properties  # "x-death" and "-death-" both contain "-death": one search
+    if b"-death" in raw and (b"x-death" in raw or b"-death-" in raw):
         message.foreign_deaths = True
     for queue in queues:
         result = queue.publish(message, now_ms)
@@ -188,9 +191,10 @@ def _enqueue_steps(
     if not queues:
         return outcome
     exchange.stats_publish_out += 1
-    if b"BCC" in message.raw_properties and "BCC" in message.headers():
+    if message.has_headers and b"BCC" in message.raw_properties and "BCC" in message.headers():
         message = strip_bcc(message)
-    if b"x-death" in message.raw_properties or b"-death-" in message.raw_properties:
+    raw = message.raw_properties  # "x-death" and "-death-" both contain "-death": one search
+    if b"-death" in raw and (b"x-death" in raw or b"-death-" in raw):
         message.foreign_deaths = True
     done = 0
     for queue in queues:
@@ -215,7 +219,7 @@ def _enqueue_steps(
 def routing_keys(message: Message) -> list[str]:
     """The routing key plus CC and BCC header keys (EX-4, sender-selected distribution)."""
     keys = [message.routing_key]
-    if b"CC" not in message.raw_properties:
+    if not message.has_headers or b"CC" not in message.raw_properties:
         return keys
     headers = message.headers()
     for name in ("CC", "BCC"):

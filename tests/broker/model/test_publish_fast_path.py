@@ -99,3 +99,32 @@ def test_message_ids_are_stamped_on_the_fast_path_only_where_none_was_sent():
         properties.decode_properties(e.message.raw_properties) for e in queue.ready_entries()
     ]
     assert [p["message_id"] for p in stamped] == ["hutch-1", "mine"]
+
+
+def test_cc_bcc_and_x_death_are_read_as_before_with_or_without_headers():
+    """CC and BCC are looked for only in a message with a headers table (``has_headers``) and
+    x-death with one search for ``-death`` first: the same queues, BCC stripped, and the
+    foreign-deaths flag set whenever the header's bytes name x-death, as before."""
+    vhost = VirtualHost("/")
+    one, _ = vhost.declare_queue("one")
+    two, _ = vhost.declare_queue("two")
+
+    def published(**props: object) -> list[Message]:
+        outcome = publishes.publish(vhost, vhost.default_exchange, message("one", **props), 0)
+        assert outcome.queues
+        taken = [queue.get(0, no_ack=True) for queue in outcome.queues]
+        return [entry.message for entry in taken if entry is not None]
+
+    plain = published(message_id="CC", correlation_id="BCC")  # the names, not in headers
+    assert [m.has_headers for m in plain] == [False] and one.ready_count == two.ready_count == 0
+    assert not plain[0].foreign_deaths
+    cc = published(headers={"CC": ["two"]})
+    assert len(cc) == 2 and cc[0].has_headers
+    bcc = published(headers={"BCC": ["two"], "k": 1})
+    assert len(bcc) == 2 and all(m.headers() == {"k": 1} for m in bcc)
+    for props in ({"message_id": "x-death"}, {"app_id": "a-death-b"}, {"headers": {"x-death": []}}):
+        (dead,) = published(**props)
+        assert dead.foreign_deaths, props
+    for props in ({"message_id": "x-deat"}, {"app_id": "-death"}, {"headers": {"death": 1}}):
+        (alive,) = published(**props)
+        assert not alive.foreign_deaths, props
