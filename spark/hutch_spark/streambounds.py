@@ -1,4 +1,4 @@
-"""Where each stream begins and ends, from the broker's management API (the driver's only I/O).
+r"""Where each stream begins and ends, from the broker's management API (the driver's only I/O).
 
 Why the management API and not AMQP: the driver must plan a batch without consuming anything,
 holding no consumer, buffer or acks, so that every message travels from the broker straight to
@@ -13,7 +13,8 @@ and the answer holds their rows only, however many other queues share the vhost.
 The filter is the listing's own, RabbitMQ's: `name` with `use_regex=true`, which applies only to
 a paged listing (`page`, `page_size`). Its regex is matched case-insensitively (RabbitMQ
 compiles it `caseless`, hutch-broker prefixes `(?i)`), so the names are escaped and held to
-their case inside `(?-i:...)`, anchored at both ends. A page holds at most 500 rows on both
+their case inside `(?-i:...)`, anchored at both ends: `^`, and `\Z` for the end of the name
+(`name_filter` says why not `$`). A page holds at most 500 rows on both
 brokers, and a request line is cut at 8 KiB (aiohttp, cowboy), so the names go in groups of at
 most 500 whose filter stays within `NAME_BUDGET` characters: one request for any query of
 ordinary names, one more per group beyond.
@@ -113,9 +114,16 @@ def _listed_rows(settings: StreamOptions, what: str, session: Session) -> Iterat
 
 
 def name_filter(names: Sequence[str]) -> str:
-    """A regex the listing's `name` filter matches exactly these names with, and no other
-    (`$` also lets through a name with one newline more, as in PCRE and Python alike)."""
-    return "^(?-i:" + "|".join(re.escape(name) for name in names) + ")$"
+    r"""A regex the listing's `name` filter matches exactly these names with, and no other.
+
+    The end anchor is `\Z`, the very end of the name in Python's `re`, whose syntax
+    hutch-broker's matcher takes: `$` also matches before a final newline, so a queue named
+    like a stream plus a newline took a row of the page. What would mean the very end in PCRE
+    (RabbitMQ) too, a lookahead such as `(?![\s\S])`, hutch-broker refuses (its matcher has no
+    lookaround, model/patterns.py), and PCRE's `\z` is no escape in Python's `re` before 3.14.
+    RabbitMQ 3.10.8 never answers the declare of a name that ends in a newline, so the edge
+    cannot occur there (its PCRE would read `\Z` as `$`)."""
+    return "^(?-i:" + "|".join(re.escape(name) for name in names) + r")\Z"
 
 
 def listing_query(names: Sequence[str], page: int = 1) -> str:

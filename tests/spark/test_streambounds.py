@@ -11,6 +11,7 @@ prefix or a suffix. The same listing runs on real brokers in test_streambounds_b
 
 import http.client
 import pickle
+import re
 import urllib.parse
 
 import pytest
@@ -45,6 +46,8 @@ DECOYS = [
     "dir/sub",
     "with  space",
     "",
+    "orders-0\n",  # `$` matched before a final newline: the filter's end is `\Z` now
+    "a+b*c?\n",
 ]
 
 
@@ -57,7 +60,7 @@ def query(names: list[str], page: int = 1) -> dict[str, str]:
 def test_the_listing_asks_one_page_of_exactly_its_names() -> None:
     assert streambounds.listing_query(["s-1", "a.b/c"]) == (
         "?columns=name%2Ctype%2Cfirst_offset%2Cnext_offset"
-        "&name=%5E%28%3F-i%3As%5C-1%7Ca%5C.b%2Fc%29%24&use_regex=true&page=1&page_size=2"
+        "&name=%5E%28%3F-i%3As%5C-1%7Ca%5C.b%2Fc%29%5CZ&use_regex=true&page=1&page_size=2"
     )
     asked = query(NAMES)
     assert asked["columns"] == streambounds.LISTED_COLUMNS
@@ -83,6 +86,16 @@ def test_each_name_alone_is_matched_exactly(name: str) -> None:
     matcher = listing.name_matcher(paging)
     assert matcher.search(name)
     assert not any(matcher.search(other) for other in NAMES + DECOYS if other != name)
+
+
+def test_the_filter_ends_at_the_very_end_of_a_name_in_pythons_re_too() -> None:
+    """hutch-broker's matcher takes Python's syntax and meaning; `re` itself agrees, so a name
+    with a newline more than a stream's is no match however the filter is searched."""
+    pattern = re.compile("(?i)" + streambounds.name_filter(NAMES))
+    assert [name for name in NAMES if pattern.search(name)] == NAMES
+    for name in NAMES:
+        assert pattern.search(name + "\n") is None, repr(name)
+        assert pattern.search(name + "\r\n") is None, repr(name)
 
 
 def test_many_names_go_in_groups_within_a_page_and_a_request_line() -> None:

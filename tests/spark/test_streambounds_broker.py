@@ -89,11 +89,20 @@ def listed(broker: Any, vhost: str, names: list[str]) -> list[str]:
         return sorted(row["name"] for row in json.load(reply)["items"])
 
 
-def test_the_filter_lets_through_the_same_names_on_rabbitmq(broker: Any) -> None:
+def test_the_filter_lets_through_the_same_names_on_rabbitmq(
+    broker: Any, request: pytest.FixtureRequest
+) -> None:
+    """On hutch-broker a queue named like a stream plus a newline is declared too, and kept out
+    by the filter's `\\Z` (`$` matches before a final newline: it let that queue in). RabbitMQ
+    3.10.8 never answers the declare of a name that ends in a newline (seen: no declare-ok, no
+    error, the channel waits for ever), so there the edge cannot occur, and its PCRE, reading
+    `\\Z` as `$`, is not asked about it."""
+    on_hutch = request.node.callspec.params["broker"] == "hutch"
     vhost = pika.URLParameters(broker.amqp_url).virtual_host
     run = uuid.uuid4().hex[:8]  # the reference node is shared by the session
     names = [f"{name}-{run}" for name in STREAMS]
     decoys = [f"{name}-{run}" for name in DECOYS] + [f"{run}-{name}" for name in STREAMS]
+    decoys += [f"{names[0]}\n"] * on_hutch
     connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
     try:
         declare(connection.channel(), names + decoys)
