@@ -13,10 +13,14 @@ fails so on a kept connection is sent once more on a new one. A failure on a new
 a second one, is an error, with the messages the source always gave (404, 401 or 403, any other
 status, an unreachable server). A `GET` has no effect, so sending it twice is safe.
 
-TLS is as it was: the system's trust store, or `caFile`'s CA, and the host name checked. Unlike
-`urlopen`, the connection goes straight to `managementUri`, never through an `HTTP_PROXY` or
-`HTTPS_PROXY` of the environment. A `Session` pickles without its connection (a socket does not
-travel to an executor).
+TLS is as it was: the system's trust store, or `caFile`'s CA, and the host name checked. A proxy
+is used as `urlopen` used it (`proxy_for`): the environment's `HTTP_PROXY` or `HTTPS_PROXY`
+for the management URL's scheme, unless `NO_PROXY` covers its host. Plain http then goes to
+the proxy with the full URL in each request line; https through a `CONNECT` tunnel, inside
+which TLS is checked against the broker's host name as without a proxy. Credentials in the
+proxy's URL are sent to it as Basic `Proxy-Authorization`. Only an `http://` proxy is supported
+(as `urlopen` supported it); another scheme is a clear error. A `Session` pickles without its
+connection (a socket does not travel to an executor).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import logging
 import os
 import ssl
 import urllib.parse
+import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from hutch_spark import connections
@@ -46,6 +52,18 @@ TIMEOUT_S = 30.0
 STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
+@dataclass(frozen=True)
+class Proxy:
+    """Where the management requests go instead of the broker, and the header it wants."""
+
+    host: str
+    port: int
+    headers: dict[str, str]
+
+    def __str__(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
 class Session:
     """One kept connection to `settings.management_uri`, opened at the first request."""
 
@@ -55,6 +73,10 @@ class Session:
         parts = urllib.parse.urlsplit(settings.management_uri)
         self._secure = parts.scheme == "https"
         self._host, self._port = parts.hostname or "localhost", parts.port
+        self._authority = parts.netloc.rpartition("@")[2] or self._host  # no credentials
+        self._target = ""  # before each path: the scheme and authority when a proxy forwards
+        self._via = ""  # what the errors add about a proxy
+        self._proxy_headers: dict[str, str] = {}
         self._prefix = parts.path.rstrip("/")
         self.user, password = credentials(settings, env)
         token = base64.b64encode(f"{self.user}:{password}".encode()).decode()
@@ -83,9 +105,10 @@ class Session:
                 return json.loads(body)
         except (OSError, http.client.HTTPException, ValueError) as error:
             raise HutchConnectionError(
-                f"hutch: cannot read {what} from the management API at {where}: {error} (set "
-                "option 'managementUri' to the broker's management URL)"
+                f"hutch: cannot read {what} from the management API at {where}{self._via}: "
+                f"{error} (set option 'managementUri' to the broker's management URL)"
             ) from error
+        where += self._via
         if status == 404:
             raise HutchConnectionError(
                 f"hutch: {what} does not exist in vhost {vhost!r} (management API at {where})"
@@ -124,18 +147,62 @@ class Session:
         connection = self._connection
         if connection is None:
             connection = self._connection = self._open()
-        connection.request("GET", target, headers=self._headers)
+        connection.request(
+            "GET", self._target + target, headers={**self._headers, **self._proxy_headers}
+        )
         reply = connection.getresponse()
         body = reply.read()
         return reply.status, reply.reason, body
 
     def _open(self) -> http.client.HTTPConnection:
+        proxy = proxy_for("https" if self._secure else "http", self._authority)
+        self._via = "" if proxy is None else f" through the proxy {proxy}"
+        self._target, self._proxy_headers = "", {}
         if not self._secure:
-            return http.client.HTTPConnection(self._host, self._port, timeout=TIMEOUT_S)
+            if proxy is None:
+                return http.client.HTTPConnection(self._host, self._port, timeout=TIMEOUT_S)
+            self._target, self._proxy_headers = f"http://{self._authority}", proxy.headers
+            return http.client.HTTPConnection(proxy.host, proxy.port, timeout=TIMEOUT_S)
         context = ssl.create_default_context(cafile=self._settings.ca_file)
-        return http.client.HTTPSConnection(
-            self._host, self._port, timeout=TIMEOUT_S, context=context
+        if proxy is None:
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=TIMEOUT_S, context=context
+            )
+        tunnel = http.client.HTTPSConnection(
+            proxy.host, proxy.port, timeout=TIMEOUT_S, context=context
         )
+        tunnel.set_tunnel(self._host, self._port, headers=proxy.headers)
+        return tunnel
+
+
+def proxy_for(scheme: str, authority: str) -> Proxy | None:
+    """The proxy `urlopen` would use for `scheme://authority`: the environment's for that
+    scheme (`urllib.request.getproxies`), unless `NO_PROXY` covers the host
+    (`urllib.request.proxy_bypass`); None for a direct connection."""
+    url = urllib.request.getproxies().get(scheme)
+    if not url or urllib.request.proxy_bypass(authority):
+        return None
+    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port = parts.port or 80
+    except ValueError as error:
+        raise HutchConnectionError(
+            f"hutch: the environment's {scheme} proxy {redact_uri(url)!r} has no valid port: "
+            f"{error}"
+        ) from None
+    if parts.scheme != "http" or not parts.hostname:
+        raise HutchConnectionError(
+            f"hutch: the environment's {scheme} proxy {redact_uri(url)!r} is not an http:// "
+            f"proxy (set in {scheme.upper()}_PROXY; NO_PROXY may exempt the management host)"
+        )
+    headers = {}
+    if parts.username is not None:
+        login = (
+            f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        )
+        token = base64.b64encode(login.encode()).decode()
+        headers["Proxy-Authorization"] = f"Basic {token}"
+    return Proxy(parts.hostname, port, headers)
 
 
 def credentials(settings: StreamOptions, env: Mapping[str, str] | None = None) -> tuple[str, str]:

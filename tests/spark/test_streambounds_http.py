@@ -7,8 +7,15 @@ between two plans (the relay drops it, as a server does an idle one) is reopened
 plan succeeds; a failure on a new connection, or on the one reopened, is the error it always
 was. The error answers (401, 403, 404, any other status) keep their messages and the
 connection, from a scripted server; over https the CA file is used as before.
+
+Before, the kept connection went straight to the broker whatever the environment said, where
+`urlopen` had used its proxy: now `HTTP_PROXY` sends the plans through a real proxy on loopback
+(in absolute form, with the credentials of the proxy's URL), `HTTPS_PROXY` through its
+`CONNECT` tunnel (TLS still checked against the broker's CA and name), and `NO_PROXY` covering
+the host keeps them off it.
 """
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -24,6 +31,7 @@ from hutch_spark import streambounds, streamoptions
 from hutch_spark.errors import HutchConnectionError
 from hutch_spark.streamhttp import Session
 from hutch_spark.streamplan import Bounds
+from hutch_testing.proxy import RecordingProxy
 from hutch_testing.relay import CountingRelay
 from hutch_testing.tlsbrokers import TLSHutchBroker
 
@@ -235,3 +243,76 @@ def test_https_plans_share_one_connection_with_the_ca_file(tls_broker: Any) -> N
         refused = settings(uri, management, "tls-s", caFile=str(stranger))
         with pytest.raises(HutchConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
             streambounds.fetch(refused)
+
+
+PROXY_VARIABLES = ("http", "https", "no", "all")
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The test's monkeypatch, with no proxy variable of the machine's left (both cases)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(f"{name}_proxy", raising=False)
+        monkeypatch.delenv(f"{name.upper()}_PROXY", raising=False)
+    monkeypatch.delenv("REQUEST_METHOD", raising=False)  # urllib ignores HTTP_PROXY under CGI
+    return monkeypatch
+
+
+def test_plans_go_through_the_environments_http_proxy_unless_no_proxy(
+    streams: Any, environment: pytest.MonkeyPatch
+) -> None:
+    port = urlsplit(streams.http_url).port
+    expected = {"s-0": Bounds(0, 0), "s-2": Bounds(0, 2)}
+    with RecordingProxy() as proxy:
+        environment.setenv("HTTP_PROXY", proxy.url.replace("//", "//job:p%40ss@"))
+        planned = settings(streams.amqp_url, f"http://127.0.0.1:{port}", "s-0,s-2")
+        session = Session(planned)
+        try:
+            for _ in range(3):
+                assert streambounds.fetch(planned, session=session) == expected
+        finally:
+            session.close()
+        token = base64.b64encode(b"job:p@ss").decode()
+        assert len(proxy.asked) == 3
+        for line, authorization in proxy.asked:
+            assert line.startswith(f"GET http://127.0.0.1:{port}/api/queues/"), line  # absolute
+            assert authorization == f"Basic {token}"
+
+        environment.setenv("NO_PROXY", "localhost,127.0.0.1")
+        assert streambounds.fetch(planned) == expected
+        assert len(proxy.asked) == 3  # the plan went straight to the broker
+
+
+def test_https_plans_go_through_the_proxys_connect_tunnel(
+    tls_broker: Any, environment: pytest.MonkeyPatch
+) -> None:
+    broker, ca_file, stranger = tls_broker
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    connection.channel().queue_declare("tls-p", durable=True, arguments=STREAM)
+    connection.close()
+    uri = f"amqps://guest:guest@localhost:{broker.amqps_port}/%2F"
+    management = f"https://localhost:{broker.https_port}"
+    with RecordingProxy() as proxy:
+        environment.setenv("HTTPS_PROXY", proxy.url)
+        environment.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # for http only: never used here
+        planned = settings(uri, management, "tls-p", caFile=str(ca_file))
+        session = Session(planned)
+        try:
+            for _ in range(3):
+                assert streambounds.fetch(planned, session=session) == {"tls-p": Bounds(0, 0)}
+        finally:
+            session.close()
+        assert proxy.asked == [(f"CONNECT localhost:{broker.https_port} HTTP/1.0", None)]
+        refused = settings(uri, management, "tls-p", caFile=str(stranger))
+        said = r"through the proxy http://127\.0\.0\.1:\d+: .*CERTIFICATE_VERIFY_FAILED"
+        with pytest.raises(HutchConnectionError, match=said):
+            streambounds.fetch(refused)
+        assert len(proxy.asked) == 2  # the broker's certificate, checked through the tunnel
+
+
+def test_a_proxy_that_is_not_http_is_a_clear_error(environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("HTTP_PROXY", "socks5://user:secret@proxy.example:1080")
+    planned = settings("amqp://h/%2F", "http://broker.example:15672", "s")
+    with pytest.raises(HutchConnectionError, match="is not an http:// proxy") as raised:
+        streambounds.fetch(planned)
+    assert "secret" not in str(raised.value)
