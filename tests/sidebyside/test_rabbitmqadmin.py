@@ -116,21 +116,38 @@ def _scenario(side: Target, admin: rabbitmqadmin.Admin) -> dict:
     channel.basic_consume(
         idle, lambda *_: None, consumer_tag=side.name("tag"), arguments={"x-priority": 3}
     )
-    out["queues"] = wait_for(  # RabbitMQ's stats arrive about 5 s after the publishes
-        lambda: sorted(_mine(admin.json("list", "queues"), side), key=lambda item: item["name"]),
+
+    def listing() -> list[dict]:
+        return sorted(_mine(admin.json("list", "queues"), side), key=lambda item: item["name"])
+
+    def settled(queues: list[dict]) -> bool:
         # idle_since too: 3.10.8 adds it once each queue process has gone idle, a beat later;
-        # and the consumer: "idle" may have gone idle (and emitted) before it was consumed from;
-        # and q's publish count, which 3.10.8 takes from the publishing channel's own stats,
-        # emitted apart from the queue's (under load, a round after its message counts)
-        lambda queues: (
+        # and the consumer: "idle" may have gone idle (and emitted) before it was consumed from
+        return (
             [queue.get("messages") for queue in queues] == [0, 3]  # idle, q
             and [queue.get("consumers") for queue in queues] == [1, 0]
             and all("idle_since" in queue for queue in queues)
-            and "publish" in queues[1].get("message_stats", {})
-        ),
-        timeout=20,
-        what="queue stats through rabbitmqadmin",
-    )
+        )
+
+    try:  # RabbitMQ's stats arrive about 5 s after the publishes
+        out["queues"] = wait_for(
+            listing,
+            # and q's publish count, which 3.10.8 takes from the publishing channel's own
+            # stats, emitted apart from the queue's (under load, a round after its counts)
+            lambda queues: settled(queues) and "publish" in queues[1].get("message_stats", {}),
+            timeout=20,
+            what="queue stats through rabbitmqadmin",
+        )
+        out["stats_lost"] = False
+    except AssertionError:
+        if side.kind != RABBITMQ:
+            raise
+        # 3.10.8 can lose them for good: the management API's channel for each publish and
+        # get closes at once, and when the node's core-metrics collection of dead channels
+        # (every 120 s) runs before the statistics collector's next round (every 5 s), the
+        # channel's counts are deleted unread. 4 rounds went by: the reference lost them.
+        out["queues"] = wait_for(listing, settled, timeout=20, what="queue counts")
+        out["stats_lost"] = "publish" not in out["queues"][1].get("message_stats", {})
     out["queue_columns"] = admin.tsv("list", "queues")[0]
     out["consumers"] = wait_for(
         lambda: admin.json(f"--vhost={vhost}", "list", "consumers"),
@@ -174,7 +191,15 @@ def test_rabbitmqadmin_sees_the_same_shapes_on_both_brokers(sides, admins):
     assert hutch["queue_columns"] == reference["queue_columns"] == ["name", "messages"]
     for theirs, ours in zip(reference["queues"], hutch["queues"], strict=True):
         internals = {key for key in _flat_keys(theirs) if key.split(".")[0] in ERLANG_INTERNALS}
-        assert _flat_keys(ours) == _flat_keys(theirs) - internals
+        if reference["stats_lost"] and ours["name"].endswith("-q"):
+            # The reference dropped q's channel statistics (see _scenario): compare the rest,
+            # and hold ours to the counters RabbitMQ shows when it keeps them.
+            stats = {key for key in _flat_keys(ours) if key.startswith("message_stats.")}
+            assert {"message_stats.publish", "message_stats.get"} <= stats, stats
+            internals |= {key for key in _flat_keys(theirs) if key.startswith("message_stats.")}
+            assert _flat_keys(ours) - stats == _flat_keys(theirs) - internals
+        else:
+            assert _flat_keys(ours) == _flat_keys(theirs) - internals
         for key in ("messages_ready", "messages_unacknowledged", "consumers", "type", "state"):
             assert ours[key] == theirs[key], key
 
