@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from hutch_testing.relay import _close, _pump
+from hutch_testing import relay
 
 # Headers not passed on: those for one hop only (RFC 9110 7.6.1), and the length, which the
 # proxy sets itself (it relays whole bodies, never chunked).
@@ -113,12 +113,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         self.close_connection = True
-        client = self.connection
-        back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-        back.start()
-        _pump(client, upstream)
-        back.join(5)
-        _close([upstream])
+        relay.pump_both_ways(self.connection, upstream)
+        upstream.close()  # the client's socket is the HTTP server's to close
 
     def log_message(self, *_: Any) -> None:
         pass

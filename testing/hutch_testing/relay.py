@@ -8,7 +8,8 @@ the attempts: one for a failure that is final, several for one that is retried.
 The management client keeps its HTTP connection for many requests, so a count of connections is
 no count of requests: `requests` counts the request lines of plain HTTP sent through the relay
 (under TLS it sees none). `drop()` closes the connections relayed so far, as a server closes an
-idle kept connection.
+idle kept connection. The relaying itself, `pump_both_ways`, is also the CONNECT tunnel of
+`hutch_testing.proxy`.
 """
 
 from __future__ import annotations
@@ -93,12 +94,16 @@ class CountingRelay:
                     return
                 self._accepted += 1
                 self._sockets += [client, upstream]
-            for source, target, count in ((client, upstream, True), (upstream, client, False)):
-                pump = self._pump if count else _pump
-                threading.Thread(target=pump, args=(source, target), daemon=True).start()
+            threading.Thread(
+                target=pump_both_ways,
+                args=(client, upstream),
+                kwargs={"sent": self._request_counter()},
+                name="relay-pump",
+                daemon=True,
+            ).start()
 
-    def _pump(self, source: socket.socket, target: socket.socket) -> None:
-        """`_pump`, counting the request lines on the way (one cut across two reads too)."""
+    def _request_counter(self) -> Callable[[bytes], None]:
+        """What counts the request lines in one client's bytes, one cut across two reads too."""
         tail = b""
 
         def count(chunk: bytes) -> None:
@@ -109,7 +114,27 @@ class CountingRelay:
             with self._lock:
                 self._requests += found
 
-        _pump(source, target, count)
+        return count
+
+
+def pump_both_ways(
+    client: socket.socket,
+    server: socket.socket,
+    *,
+    sent: Callable[[bytes], None] | None = None,
+) -> None:
+    """Copies bytes both ways between `client` and `server` until either side ends, then shuts
+    both down; returns once both directions have stopped. `sent` sees what the client sends.
+
+    Why one function: the counting relay and the recording proxy's CONNECT tunnel are the same
+    thing on the wire, and a pair of sockets must end together (a client that hangs up ends the
+    server's side, and the other way), which is easy to get half right twice. Closing stays
+    with the caller, who owns the sockets (the relay keeps its own for `drop()`).
+    """
+    back = threading.Thread(target=_pump, args=(server, client), name="pump-back", daemon=True)
+    back.start()
+    _pump(client, server, sent)
+    back.join(5)  # _pump shuts both sockets down as it ends: that ends the other one too
 
 
 def _close(sockets: list[socket.socket]) -> None:
