@@ -14,6 +14,7 @@ offered, and a throughput cell's latency is a queueing time at each broker's own
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -28,29 +29,25 @@ _MIB = 1024 * 1024
 def table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
     """One row per (scenario, tool): per broker the median `published/consumed` msgs/s with the
     range of consumed over the rounds, the median per-round ratio, and the highest peak RSS."""
-    header = ["scenario", "tool"]
-    header += [f"{BROKER_TITLES[name]} msgs/s pub/recv (recv range, n)" for name in brokers]
-    both = {"rabbitmq", "hutch"} <= set(brokers)
-    if both:
-        header.append("Hutch/RabbitMQ recv (range)")
-    against_base = {"hutch-base", "hutch"} <= set(brokers)  # bench/run.py --baseline
-    if against_base:
-        header += ["Hutch/base recv (range)", "Hutch/base CPU per msg (range)"]
-    header += [f"RSS {BROKER_TITLES[name]}" for name in brokers]
-    rows = [header]
-    grouped = group(runs)
-    for key, by_broker in grouped.items():
-        row = [str(key[0]), key[1]]
-        row += [_rates(by_broker.get(name, [])) for name in brokers]
-        if both:
-            row.append(_ratio(by_broker.get("hutch", []), by_broker.get("rabbitmq", [])))
-        if against_base:
-            hutch, base = by_broker.get("hutch", []), by_broker.get("hutch-base", [])
-            row.append(_ratio(hutch, base))
-            row.append(_ratio(hutch, base, "cpu_us_per_message"))  # below 1: cheaper now
-        row += [_rss(by_broker.get(name, [])) for name in brokers]
-        rows.append(row)
-    return _format(rows) + _footnotes([run for run in runs if not is_fixed_rate(run)])
+    columns = [_Column("{broker} msgs/s pub/recv (recv range, n)", _rates)]
+    if {"rabbitmq", "hutch"} <= set(brokers):
+        columns.append(
+            _Column("Hutch/RabbitMQ recv (range)", lambda by: _ratio(*_hutch_and(by, "rabbitmq")))
+        )
+    if {"hutch-base", "hutch"} <= set(brokers):  # bench/run.py --baseline
+        columns.append(
+            _Column("Hutch/base recv (range)", lambda by: _ratio(*_hutch_and(by, "hutch-base")))
+        )
+        columns.append(  # below 1: cheaper now
+            _Column(
+                "Hutch/base CPU per msg (range)",
+                lambda by: _ratio(*_hutch_and(by, "hutch-base"), "cpu_us_per_message"),
+            )
+        )
+    columns.append(_Column("RSS {broker}", _rss))
+    rows = [([str(key[0]), key[1]], by_broker) for key, by_broker in group(runs).items()]
+    table = _broker_rows(["scenario", "tool"], columns, brokers, rows, _runs_of)
+    return _format(table) + _footnotes([run for run in runs if not is_fixed_rate(run)])
 
 
 def group(runs: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, list[dict[str, Any]]]]:
@@ -164,6 +161,85 @@ def _format(rows: list[list[str]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _markdown_table(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines.insert(1, "|" + "---|" * len(rows[0]))
+    return "\n".join(lines)
+
+
+_PER_BROKER = "{broker}"  # in a column's heading: one such column per broker, titled with its name
+
+
+@dataclasses.dataclass(frozen=True)
+class _Column:
+    """A column of a broker table, or one per broker where `heading` holds `_PER_BROKER`: `cell`
+    gives the text of that broker's side of a row, or else of the whole row (a ratio of two
+    brokers' sides)."""
+
+    heading: str
+    cell: Callable[[Any], str]
+
+
+def _broker_rows(
+    keys: list[str],
+    columns: list[_Column],
+    brokers: list[str],
+    rows: list[tuple[list[str], Any]],
+    side: Callable[[Any, str], Any],
+) -> list[list[str]]:
+    """A table with a column per broker for each figure, header first: `keys`' headings, then
+    `columns`'; each of `rows` is its key cells and the whole row, `side(row, broker)` that
+    broker's part of it.
+
+    Why: the throughput tables and the latency one (on stdout and in markdown) lay out their
+    figures the same way, and one layout keeps a header and its cells from drifting apart.
+    """
+    titles = [BROKER_TITLES[name] for name in brokers]
+    header = list(keys)
+    for column in columns:
+        per_broker = _PER_BROKER in column.heading
+        header += (
+            [column.heading.replace(_PER_BROKER, t) for t in titles]
+            if per_broker
+            else [column.heading]
+        )
+    table = [header]
+    for key, whole in rows:
+        row = list(key)
+        sides = [side(whole, name) for name in brokers]
+        for column in columns:
+            per_broker = _PER_BROKER in column.heading
+            row += [column.cell(one) for one in sides] if per_broker else [column.cell(whole)]
+        table.append(row)
+    return table
+
+
+def _runs_of(by_broker: dict[str, list[dict[str, Any]]], name: str) -> list[dict[str, Any]]:
+    """A throughput cell's side: one broker's runs (none where it did not run)."""
+    return by_broker.get(name, [])
+
+
+def _hutch_and(
+    by_broker: dict[str, list[dict[str, Any]]], other: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Hutch's runs of a throughput cell and those of the broker it is compared with."""
+    return by_broker.get("hutch", []), by_broker.get(other, [])
+
+
+def _failed_rounds(label: str, name: str, side: list[dict[str, Any]]) -> list[str]:
+    """A cell's rounds that failed at one broker, for the markdown tables' "Left out"."""
+    failed = [run for run in side if not _ok(run)]
+    if not failed:
+        return []
+    first = failed[0]["error"].splitlines()[0][:160]
+    title = BROKER_TITLES.get(name, name)
+    return [f"{label} {title}: {len(failed)} of {len(side)} rounds failed ({first})"]
+
+
+def _left_out(failures: list[str]) -> str:
+    return "\n\nLeft out: " + "; ".join(failures) + "." if failures else ""
+
+
 def _footnotes(runs: list[dict[str, Any]]) -> str:
     notes: dict[int, str] = {}
     for run in runs:
@@ -220,49 +296,46 @@ def _throughput_markdown(document: dict[str, Any], brokers: list[str]) -> str:
     runs = document.get("runs") or []
     both = len(brokers) == 2
     cpus = (document.get("machine") or {}).get("cpus")
-    titles = [BROKER_TITLES[name] for name in brokers]
-    header = ["scenario", "tool"]
-    header += [f"{title} recv msg/s" for title in titles]
+    columns = [_Column("{broker} recv msg/s", _received)]
     if both:
-        header.append("Hutch/RabbitMQ recv")
-    header += [f"{title} CPU µs/msg" for title in titles]
+        columns.append(_Column("Hutch/RabbitMQ recv", _paired_x))
+    columns.append(_Column("{broker} CPU µs/msg", _cpu_per_message))
     if both:
-        header.append("Hutch/RabbitMQ CPU/msg")
+        columns.append(_Column("Hutch/RabbitMQ CPU/msg", _paired_cpu_x))
     of = f" of {cpus}" if cpus else ""
-    header += [f"{title} cores{of}: broker + load" for title in titles]
-    header += [f"{title} p50 / p99 ms" for title in titles]
-    rows = [header]
-    failures: list[str] = []
-    for (number, tool), by_broker in sorted(group(runs).items()):
-        cells = [by_broker.get(name, []) for name in brokers]
-        row = [f"S{number}", tool]
-        row += [_median_range(side, "consume_rate", "{:,.0f}") for side in cells]
-        if both:
-            row.append(_x(paired_ratio(cells[1], cells[0])))
-        row += [_median_range(side, "cpu_us_per_message", "{:.1f}") for side in cells]
-        if both:
-            row.append(_x(paired_ratio(cells[1], cells[0], "cpu_us_per_message")))
-        row += [_cores(side) for side in cells]
-        row += [_latency_cell(side) for side in cells]
-        rows.append(row)
-        for name, side in zip(brokers, cells, strict=True):
-            failed = [run for run in side if not _ok(run)]
-            if failed:
-                first = failed[0]["error"].splitlines()[0][:160]
-                failures.append(
-                    f"S{number} {tool} {BROKER_TITLES[name]}: {len(failed)} of {len(side)} "
-                    f"rounds failed ({first})"
-                )
-    lines = ["| " + " | ".join(row) + " |" for row in rows]
-    lines.insert(1, "|" + "---|" * len(header))
+    columns.append(_Column(f"{_PER_BROKER} cores{of}: broker + load", _cores))
+    columns.append(_Column("{broker} p50 / p99 ms", _latency_cell))
+    grouped = sorted(group(runs).items())
+    rows = [([f"S{number}", tool], by_broker) for (number, tool), by_broker in grouped]
+    table = _broker_rows(["scenario", "tool"], columns, brokers, rows, _runs_of)
+    failures = [
+        failure
+        for (number, tool), by_broker in grouped
+        for name in brokers
+        for failure in _failed_rounds(f"S{number} {tool}", name, by_broker.get(name, []))
+    ]
     titles_by_number = document.get("scenarios") or {}
     notes = [f"S{number}: {title}" for number, title in sorted(titles_by_number.items())]
-    text = "\n".join(lines)
+    text = _markdown_table(table)
     if notes:
         text += "\n\n" + "; ".join(notes) + "."
-    if failures:
-        text += "\n\nLeft out: " + "; ".join(failures) + "."
-    return text
+    return text + _left_out(failures)
+
+
+def _received(runs: list[dict[str, Any]]) -> str:
+    return _median_range(runs, "consume_rate", "{:,.0f}")
+
+
+def _cpu_per_message(runs: list[dict[str, Any]]) -> str:
+    return _median_range(runs, "cpu_us_per_message", "{:.1f}")
+
+
+def _paired_x(by_broker: dict[str, list[dict[str, Any]]], field: str = "consume_rate") -> str:
+    return _x(paired_ratio(*_hutch_and(by_broker, "rabbitmq"), field))
+
+
+def _paired_cpu_x(by_broker: dict[str, list[dict[str, Any]]]) -> str:
+    return _paired_x(by_broker, "cpu_us_per_message")
 
 
 def _values(runs: list[dict[str, Any]], field: str) -> list[float]:
@@ -431,32 +504,32 @@ def fixed_rate_rows(summary: list[dict[str, Any]], brokers: list[str]) -> list[l
     cores broker and load generator kept busy, which tell a broker at its limit from a starved
     load generator or machine when a cell falls SHORT."""
     both = {"rabbitmq", "hutch"} <= set(brokers)
-    titles = [BROKER_TITLES[name] for name in brokers]
-    header = ["scenario", "offered msg/s"]
-    header += [f"{title} pub / recv msg/s (held)" for title in titles]
-    header += [f"{title} p50 / p95 / p99 ms" for title in titles]
+    columns = [_Column("{broker} pub / recv msg/s (held)", _achieved)]
+    columns.append(_Column("{broker} p50 / p95 / p99 ms", _percentiles))
     if both:
-        header.append("Hutch/RabbitMQ p50 / p95 / p99")
-    header += [f"{title} CPU µs/msg" for title in titles]
+        columns.append(_Column("Hutch/RabbitMQ p50 / p95 / p99", _ratios))
+    columns.append(_Column("{broker} CPU µs/msg", _cpu_spread))
     if both:
-        header.append("Hutch/RabbitMQ CPU/msg")
-    header += [f"{title} cores: broker + load" for title in titles]
-    rows = [header]
-    for cell in summary:
-        sides = [cell["brokers"].get(name) for name in brokers]
-        ratios = cell.get("hutch_over_rabbitmq") or {}
-        row = [f"S{cell['scenario']}", f"{cell['offered_rate']:,}"]
-        row += [_achieved(side) for side in sides]
-        row += [_percentiles(side) for side in sides]
-        if both:
-            row.append(_ratios(ratios))
-        row += [_spread_text((side or {}).get("cpu_us_per_message"), "{:.1f}") for side in sides]
-        if both:
-            cpu = ratios.get("cpu_us_per_message")
-            row.append(_x(rounds.Spread(**_fields(cpu))) if cpu else "-")
-        row += [_cores_of(side) for side in sides]
-        rows.append(row)
-    return rows
+        columns.append(_Column("Hutch/RabbitMQ CPU/msg", _cpu_ratio))
+    columns.append(_Column("{broker} cores: broker + load", _cores_of))
+    rows = [([f"S{cell['scenario']}", f"{cell['offered_rate']:,}"], cell) for cell in summary]
+    keys = ["scenario", "offered msg/s"]
+    return _broker_rows(keys, columns, brokers, rows, _figures_of)
+
+
+def _figures_of(cell: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """A latency cell's side: one broker's figures (None where it did not run)."""
+    figures: dict[str, Any] | None = cell["brokers"].get(name)
+    return figures
+
+
+def _cpu_spread(figures: dict[str, Any] | None) -> str:
+    return _spread_text((figures or {}).get("cpu_us_per_message"), "{:.1f}")
+
+
+def _cpu_ratio(cell: dict[str, Any]) -> str:
+    cpu = (cell.get("hutch_over_rabbitmq") or {}).get("cpu_us_per_message")
+    return _x(rounds.Spread(**_fields(cpu))) if cpu else "-"
 
 
 def _fields(spread: dict[str, Any]) -> dict[str, Any]:
@@ -496,7 +569,8 @@ def _percentiles(figures: dict[str, Any] | None) -> str:
     return " / ".join(_ms(latency[point]["median"]) for point in POINTS)
 
 
-def _ratios(ratios: dict[str, Any]) -> str:
+def _ratios(cell: dict[str, Any]) -> str:
+    ratios = cell.get("hutch_over_rabbitmq") or {}
     if not all(point in ratios for point in POINTS):
         return "-"
     text = " / ".join(f"{ratios[point]['median']:.2f}x" for point in POINTS)
@@ -513,17 +587,12 @@ def _spread_text(spread: dict[str, Any] | None, number: str) -> str:
 
 
 def _fixed_rate_failures(runs: list[dict[str, Any]]) -> list[str]:
-    failures = []
-    for (number, offered), by_broker in sorted(group_fixed_rate(runs).items()):
-        for name, side in by_broker.items():
-            failed = [run for run in side if not _ok(run)]
-            if failed:
-                first = failed[0]["error"].splitlines()[0][:160]
-                failures.append(
-                    f"S{number} at {offered:,} msg/s {BROKER_TITLES.get(name, name)}: "
-                    f"{len(failed)} of {len(side)} rounds failed ({first})"
-                )
-    return failures
+    return [
+        failure
+        for (number, offered), by_broker in sorted(group_fixed_rate(runs).items())
+        for name, side in by_broker.items()
+        for failure in _failed_rounds(f"S{number} at {offered:,} msg/s", name, side)
+    ]
 
 
 FIXED_RATE_TITLE = (
@@ -548,15 +617,9 @@ def fixed_rate_table(runs: list[dict[str, Any]], brokers: list[str]) -> str:
 
 def fixed_rate_markdown(runs: list[dict[str, Any]], brokers: list[str]) -> str:
     """`fixed_rate_table` in markdown, for `markdown` and docs/bench/report.md."""
-    summary = fixed_rate_summary(runs)
-    rows = fixed_rate_rows(summary, brokers)
-    lines = ["| " + " | ".join(row) + " |" for row in rows]
-    lines.insert(1, "|" + "---|" * len(rows[0]))
-    text = f"{FIXED_RATE_TITLE}:\n\n" + "\n".join(lines) + f"\n\n{FIXED_RATE_NOTE}"
-    failures = _fixed_rate_failures(runs)
-    if failures:
-        text += "\n\nLeft out: " + "; ".join(failures) + "."
-    return text
+    rows = fixed_rate_rows(fixed_rate_summary(runs), brokers)
+    text = f"{FIXED_RATE_TITLE}:\n\n{_markdown_table(rows)}\n\n{FIXED_RATE_NOTE}"
+    return text + _left_out(_fixed_rate_failures(runs))
 
 
 def context(document: dict[str, Any]) -> str:
