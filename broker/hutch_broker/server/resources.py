@@ -73,8 +73,7 @@ class ResourceMonitor:
 
     @memory_alarm.setter
     def memory_alarm(self, value: bool) -> None:
-        self._memory_alarm = value
-        self.publishing_blocked = value or self._disk_alarm
+        self._set_alarms(memory_alarm=value, disk_alarm=self._disk_alarm)
 
     @property
     def disk_alarm(self) -> bool:
@@ -82,8 +81,12 @@ class ResourceMonitor:
 
     @disk_alarm.setter
     def disk_alarm(self, value: bool) -> None:
-        self._disk_alarm = value
-        self.publishing_blocked = self._memory_alarm or value
+        self._set_alarms(memory_alarm=self._memory_alarm, disk_alarm=value)
+
+    def _set_alarms(self, *, memory_alarm: bool, disk_alarm: bool) -> None:
+        """The one place the alarms change, so `publishing_blocked` never lags either."""
+        self._memory_alarm, self._disk_alarm = memory_alarm, disk_alarm
+        self.publishing_blocked = memory_alarm or disk_alarm
 
     @property
     def block_reason(self) -> str:
