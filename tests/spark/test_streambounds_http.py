@@ -46,6 +46,16 @@ def settings(uri: str, management: str, streams: str, **more: str) -> Any:
     )
 
 
+def fetch_over_one_session(planned: Any, times: int, expected: dict[str, Bounds]) -> None:
+    """Plans `times` times over one kept Session, each plan giving `expected`, then closes it."""
+    session = Session(planned)
+    try:
+        for _ in range(times):
+            assert streambounds.fetch(planned, session=session) == expected
+    finally:
+        session.close()
+
+
 @pytest.fixture
 def streams(hutch_broker: Any) -> Any:
     connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
@@ -64,12 +74,7 @@ def test_a_readers_plans_share_one_connection(streams: Any, names: str) -> None:
     expected = {name: Bounds(0, int(name[-1])) for name in names.split(",")}
     with CountingRelay("127.0.0.1", urlsplit(streams.http_url).port) as relay:
         planned = settings(streams.amqp_url, f"http://127.0.0.1:{relay.port}", names)
-        session = Session(planned)
-        try:
-            for _ in range(5):
-                assert streambounds.fetch(planned, session=session) == expected
-        finally:
-            session.close()
+        fetch_over_one_session(planned, 5, expected)
         assert (relay.requests, relay.accepted) == (5, 1)
 
 
@@ -224,21 +229,21 @@ def tls_broker(tmp_path_factory: Any) -> Iterator[tuple[TLSHutchBroker, Path, Pa
         broker.stop()
 
 
+def tls_stream(broker: TLSHutchBroker, name: str) -> str:
+    """Declares the empty stream `name` on the TLS broker; the amqps URI its plans are given."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
+    connection.channel().queue_declare(name, durable=True, arguments=STREAM)
+    connection.close()
+    return f"amqps://guest:guest@localhost:{broker.amqps_port}/%2F"
+
+
 def test_https_plans_share_one_connection_with_the_ca_file(tls_broker: Any) -> None:
     broker, ca_file, stranger = tls_broker
-    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
-    connection.channel().queue_declare("tls-s", durable=True, arguments=STREAM)
-    connection.close()
-    uri = f"amqps://guest:guest@localhost:{broker.amqps_port}/%2F"
+    uri = tls_stream(broker, "tls-s")
     with CountingRelay("localhost", broker.https_port) as relay:
         management = f"https://localhost:{relay.port}"
         planned = settings(uri, management, "tls-s", caFile=str(ca_file))
-        session = Session(planned)
-        try:
-            for _ in range(3):
-                assert streambounds.fetch(planned, session=session) == {"tls-s": Bounds(0, 0)}
-        finally:
-            session.close()
+        fetch_over_one_session(planned, 3, {"tls-s": Bounds(0, 0)})
         assert relay.accepted == 1
         refused = settings(uri, management, "tls-s", caFile=str(stranger))
         with pytest.raises(HutchConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
@@ -266,12 +271,7 @@ def test_plans_go_through_the_environments_http_proxy_unless_no_proxy(
     with RecordingProxy() as proxy:
         environment.setenv("HTTP_PROXY", proxy.url.replace("//", "//job:p%40ss@"))
         planned = settings(streams.amqp_url, f"http://127.0.0.1:{port}", "s-0,s-2")
-        session = Session(planned)
-        try:
-            for _ in range(3):
-                assert streambounds.fetch(planned, session=session) == expected
-        finally:
-            session.close()
+        fetch_over_one_session(planned, 3, expected)
         token = base64.b64encode(b"job:p@ss").decode()
         assert len(proxy.asked) == 3
         for line, authorization in proxy.asked:
@@ -287,21 +287,13 @@ def test_https_plans_go_through_the_proxys_connect_tunnel(
     tls_broker: Any, environment: pytest.MonkeyPatch
 ) -> None:
     broker, ca_file, stranger = tls_broker
-    connection = pika.BlockingConnection(pika.URLParameters(broker.amqp_url))
-    connection.channel().queue_declare("tls-p", durable=True, arguments=STREAM)
-    connection.close()
-    uri = f"amqps://guest:guest@localhost:{broker.amqps_port}/%2F"
+    uri = tls_stream(broker, "tls-p")
     management = f"https://localhost:{broker.https_port}"
     with RecordingProxy() as proxy:
         environment.setenv("HTTPS_PROXY", proxy.url)
         environment.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # for http only: never used here
         planned = settings(uri, management, "tls-p", caFile=str(ca_file))
-        session = Session(planned)
-        try:
-            for _ in range(3):
-                assert streambounds.fetch(planned, session=session) == {"tls-p": Bounds(0, 0)}
-        finally:
-            session.close()
+        fetch_over_one_session(planned, 3, {"tls-p": Bounds(0, 0)})
         assert proxy.asked == [(f"CONNECT localhost:{broker.https_port} HTTP/1.0", None)]
         refused = settings(uri, management, "tls-p", caFile=str(stranger))
         said = r"through the proxy http://127\.0\.0\.1:\d+: .*CERTIFICATE_VERIFY_FAILED"
