@@ -9,7 +9,8 @@
 # plane the node-tier tests started (no second plane start, no second collection); e2e runs last
 # in it and not at all once a test of that session failed (e2e/conftest.py), and its own time is
 # printed (E2E: ...). The background one's output is printed as one block when the foreground
-# one has ended, passed or failed; the run fails if either failed.
+# one has ended, passed or failed; should the background one fail first, one line says so at
+# once; the run fails if either failed (scripts/test-levels.sh runs the levels and the summary).
 # Each test's level is derived by hutch_testing.levels (docs/testing.md#test-levels); together the
 # levels are every test of tests/ and e2e/. Dependencies that cannot start fail the run loudly
 # under CI (HUTCH_*_REQUIRED); nothing skips silently. Each level's time is printed at the end.
@@ -23,12 +24,8 @@ PY=.venv/bin/python
 source scripts/background-build.sh
 bash scripts/install-ui-deps.sh  # Chromium and its driver for the Web UI's tests (tests/ui)
 bash scripts/install-node-deps.sh  # the node tier's Debian packages: quick once installed
+source scripts/test-levels.sh  # level, level_beside, summary, interrupted
 
-TIMES=()
-summary() {
-  echo "==> level times"
-  for line in "${TIMES[@]}"; do echo "    $line"; done
-}
 # At the end, however it ends: no build process is left behind (a failed level, Ctrl-C), and a
 # build that failed before the wait (the broker level's chart tests wait for its helm) is
 # reported with its log's tail, its exit code the run's.
@@ -39,75 +36,8 @@ finish() {
   exit "$status"
 }
 trap finish EXIT
-trap 'exit 130' INT TERM
+trap interrupted INT TERM
 bg_build_start
-
-# One level: pytest's exit code 5 (no test selected, e.g. a -k that only matches other levels)
-# is not a failure. A level started beside it (level_beside) ends with it: it is waited for once
-# this one's pytest has ended, passed or failed, and the run stops if either failed.
-level() {
-  local name=$1 started=$SECONDS status=0
-  shift
-  echo "==> level $name: pytest $*"
-  "$PY" -m pytest "$@" || status=$?
-  TIMES+=("$(printf '%-13s %5d s  (exit %d)' "$name" $((SECONDS - started)) "$status")")
-  beside_join "$name"
-  for code in "$status" "$BESIDE_STATUS"; do
-    if [[ $code -ne 0 && $code -ne 5 ]]; then
-      exit "$code"
-    fi
-  done
-}
-
-# level_beside NAME ARGS...: a level in the background, beside the next `level`: pytest ARGS with
-# its output in a file of its own temp dir, printed as one block by beside_join. The two pytests
-# keep to halves of the ports they pick for brokers (HUTCH_PORT_SHARD 1/2 and 0/2, as the broker
-# level's two workers do). Ctrl-C reaches both: a shell without job control starts `&` jobs with
-# SIGINT ignored, so env --default-signal gives the background pytest its KeyboardInterrupt
-# back (unless this run itself was started with SIGINT ignored: then neither pytest takes it),
-# and each stops its own planes (the terminal signals the whole process group, so nothing
-# sends a second SIGINT, which would break into that teardown); the trap waits for the
-# background one, prints it, then exits.
-BESIDE_NAME="" BESIDE_PID="" BESIDE_LOG="" BESIDE_STARTED=0 BESIDE_EPOCH=0 BESIDE_STATUS=0
-level_beside() {
-  BESIDE_NAME=$1 BESIDE_STATUS=0
-  shift
-  local sigint=(env --default-signal=INT)
-  if [[ $(trap -p INT) == "trap -- '' SIGINT" ]]; then
-    sigint=()  # ignored since this run started: the foreground pytest ignores it too
-  fi
-  BESIDE_LOG="$(mktemp -d "${TMPDIR:-/tmp}/hutch-level-XXXXXX")/${BESIDE_NAME//\//-}.log"
-  echo "==> level $BESIDE_NAME, in the background (output in $BESIDE_LOG, printed when the next" \
-    "level ends): pytest $*"
-  BESIDE_STARTED=$SECONDS
-  printf -v BESIDE_EPOCH '%(%s)T' -1
-  HUTCH_PORT_SHARD=1/2 "${sigint[@]}" "$PY" -m pytest "$@" \
-    </dev/null >"$BESIDE_LOG" 2>&1 &
-  BESIDE_PID=$!
-  export HUTCH_PORT_SHARD=0/2
-  trap 'beside_join; exit 130' INT TERM
-}
-
-# beside_join [NAME]: waits for the level_beside one (if any), prints its output as one block,
-# records its time (to its output's last write: pytest's summary line) and that of both at once
-# (NAME: the level it ran beside); its exit code in BESIDE_STATUS.
-beside_join() {
-  [[ -n $BESIDE_PID ]] || return 0
-  local status=0 seconds
-  wait "$BESIDE_PID" || status=$?
-  BESIDE_PID="" BESIDE_STATUS=$status
-  unset HUTCH_PORT_SHARD
-  seconds=$(($(stat -c %Y "$BESIDE_LOG") - BESIDE_EPOCH))
-  echo "==> level $BESIDE_NAME, which ran in the background: exit $status after $seconds s;" \
-    "its output:"
-  cat "$BESIDE_LOG"
-  echo "==> end of level $BESIDE_NAME's output"
-  TIMES+=("$(printf '%-13s %5d s  (exit %d, in the background)' "$BESIDE_NAME" "$seconds" \
-    "$status")")
-  TIMES+=("$(printf '%-13s %5d s  (%s and %s at once)' "both" $((SECONDS - BESIDE_STARTED)) \
-    "${1:-the level above}" "$BESIDE_NAME")")
-  rm -rf "$(dirname "$BESIDE_LOG")"
-}
 
 level fast tests -m fast -q --durations=5 "$@"
 # The broker level in two passes (docs/testing.md#how-the-broker-level-runs): most of it on two
