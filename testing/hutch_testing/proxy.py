@@ -15,7 +15,6 @@ import socket
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 
 from hutch_testing import relay
@@ -60,12 +59,7 @@ class RecordingProxy(ThreadingHTTPServer):
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.shutdown()
         self.server_close()
         self._thread.join(5)

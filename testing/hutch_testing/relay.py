@@ -19,7 +19,6 @@ import re
 import socket
 import threading
 from collections.abc import Callable
-from types import TracebackType
 
 REQUEST_LINE = re.compile(rb"[A-Z]+ \S+ HTTP/1\.[01]\r\n")
 
@@ -60,12 +59,7 @@ class CountingRelay:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
     def close(self) -> None:
