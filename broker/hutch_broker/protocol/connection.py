@@ -66,6 +66,16 @@ Rules (RabbitMQ's reader, rabbit_reader.erl, and the spec):
 7. Output to a closing channel, or after ``close()``, is dropped silently (the peer must not see
    it); output to a channel that was never opened raises ``LocalProtocolError`` (a broker bug).
 
+Adopted connections (protocol/handshakes.py): a listener process ran the handshake up to
+connection.open and handed the socket over with a ``Handshake`` record. ``Connection(handshake=)``
+starts in STARTING with the record's leftover bytes in the buffer, and ``next_event`` replays the
+client's start-ok, tune-ok and open from the record, one state at a time and through the same
+code as frames read here (SASL parsing, the negotiated values' checks, the vhost), so dispatch
+sees ``StartOkReceived``, ``TuneOkReceived`` and ``OpenReceived`` and decides on each as usual.
+The only differences: ``accept_login`` sends no connection.tune (the listener did, and the
+client answered it), and no buffered byte is parsed before ``accept_open`` sends open-ok.
+A refusal at any step is a ``close()`` as in any handshake.
+
 Receive buffer (IMPL-5): a bytearray and a read offset; it is compacted only when the offset has
 passed its middle, so every byte is copied O(1) times however the input is split.
 """
@@ -78,7 +88,7 @@ from typing import Any, Final, Literal, cast
 from pamqp import base, commands, common
 from pamqp import frame as pamqp_frame
 
-from hutch_broker.protocol import codec, errors, events, properties, sasl
+from hutch_broker.protocol import codec, errors, events, handshakes, properties, sasl
 
 VERSION_MAJOR, VERSION_MINOR = 0, 9
 FRAME_MIN_SIZE = 4096
@@ -207,12 +217,24 @@ class Connection:
         frame_max: int = 131072,
         heartbeat: int = 60,
         max_body_size: int = 16 * 1024 * 1024,
+        handshake: handshakes.Handshake | None = None,
     ) -> None:
+        """``handshake``: a connection whose handshake a listener process ran up to
+        connection.open (protocol/handshakes.py). It starts in STARTING with the client's
+        header, start and start-ok behind it and replays the rest to dispatch (see
+        "Adopted connections" in the module docstring)."""
         self._server_properties = server_properties
         self._offered = (channel_max, frame_max, heartbeat)
         self.max_body_size = max_body_size
         self._state = ConnectionState.AWAITING_HEADER
         self._buffer = bytearray()
+        # A listener's handshake being replayed, until accept_open (None: the usual handshake).
+        self._adopted = handshake
+        # The client's start-ok payload as received: what a listener hands over.
+        self._start_ok_payload = b""
+        if handshake is not None:
+            self._state = ConnectionState.STARTING
+            self._buffer += handshake.leftover
         self._pos = 0
         self._framing_lost = False
         self._closed_by_client = False
@@ -347,6 +369,8 @@ class Connection:
                 return NEED_DATA
             if state is _RUNNING:
                 return self.next_event()
+            if self._adopted is not None and state is not ConnectionState.CLOSING:
+                return self._replay(state, self._adopted)
             pos = self._pos
             if len(buffer) - pos < 7:
                 return self._need_data()
@@ -422,7 +446,24 @@ class Connection:
         if frame_type != codec.FRAME_METHOD:
             raise self._unexpected_frame(frame_type, start, end)
         method = self._decode_method(start, end)
+        if state is ConnectionState.STARTING:
+            self._start_ok_payload = bytes(self._buffer[start:end])  # kept for a handover
         return self._connection_method(state, method)
+
+    def _replay(self, state: ConnectionState, handshake: handshakes.Handshake) -> events.Event:
+        """An adopted connection's next handshake event, from the listener's record: the same
+        checks and events as if its frames had been read here (see the module docstring)."""
+        if state is ConnectionState.STARTING:
+            self._start_ok_payload = handshake.start_ok
+            return self._start_ok(handshake.start_ok_method())
+        if state is ConnectionState.TUNING:
+            tune_ok = commands.Connection.TuneOk(
+                channel_max=handshake.channel_max,
+                frame_max=handshake.frame_max,
+                heartbeat=handshake.heartbeat,
+            )
+            return self._tune_ok(tune_ok)
+        return self._connection_method(state, commands.Connection.Open(handshake.vhost))
 
     def _connection_method(self, state: ConnectionState, method: base.Frame) -> events.Event:
         if isinstance(method, commands.Connection.Close):
@@ -877,8 +918,12 @@ class Connection:
     # -- handshake answers -----------------------------------------------------------------
 
     def accept_login(self) -> None:
-        """After ``StartOkReceived``: the credentials are good; offer the tuning values."""
+        """After ``StartOkReceived``: the credentials are good; offer the tuning values (an
+        adopted connection's client has them already: its tune-ok is replayed next)."""
         self._require(ConnectionState.SECURING, "accept_login")
+        if self._adopted is not None:
+            self._state = ConnectionState.TUNING
+            return
         channel_max, frame_max, heartbeat = self._offered
         self._send0(
             commands.Connection.Tune(
@@ -892,6 +937,21 @@ class Connection:
         self._require(ConnectionState.OPEN_PENDING, "accept_open")
         self._send0(commands.Connection.OpenOk())
         self._state = _RUNNING
+        self._adopted = None
+
+    def handshake_record(self) -> handshakes.Handshake:
+        """After ``OpenReceived``, in a listener: the handshake so far and the bytes read past
+        connection.open, for the worker that owns the vhost. Changes nothing: once the worker
+        has the socket, call ``lost()``; if it cannot take it, ``close()`` as usual."""
+        self._require(ConnectionState.OPEN_PENDING, "handshake_record")
+        return handshakes.Handshake(
+            start_ok=self._start_ok_payload,
+            channel_max=self._channel_max,
+            frame_max=self._frame_max,
+            heartbeat=self._heartbeat,
+            vhost=self.vhost,
+            leftover=bytes(self._buffer[self._pos :]),
+        )
 
     def _require(self, state: ConnectionState, call: str) -> None:
         if self._state is not state:
