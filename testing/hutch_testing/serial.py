@@ -106,6 +106,14 @@ NOT_SERIAL: dict[str, str] = {
         "the peak RSS of a broker of its own while it recovers and drains; no clock in the verdict"
     ),
     "tests/bench/test_stream_pods_bench.py": "pure: the benchmark's CPU arithmetic on samples",
+    "tests/bench/test_stallprobe.py": (
+        "the thread's own CPU time, which a neighbour cannot take: the burn loops until it has used"
+        " what the verdict counts"
+    ),
+    "tests/bench/test_stallprobe_broker.py": (
+        "the clock only bounds a window from above: the broker's window opens after the test's"
+        " reading, whatever the load"
+    ),
     "tests/localkube/test_dns.py": _NODE_LEVEL,
     "tests/localkube/test_spark_node.py": _NODE_LEVEL,
     "tests/operator/test_broker_crashloop_node.py": _NODE_LEVEL,
