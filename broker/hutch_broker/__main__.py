@@ -13,7 +13,9 @@ import gc
 import logging
 import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from hutch_broker import config as config_mod
 from hutch_broker.protocol import errors as amqp_errors
@@ -34,6 +36,10 @@ START_ERRORS = (
 
 
 def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
+    return _parse(argv)[0]
+
+
+def _parse(argv: list[str] | None) -> tuple[config_mod.BrokerConfig, argparse.Namespace]:
     parser = argparse.ArgumentParser(prog="hutch-broker", description=__doc__)
     parser.add_argument("--amqp-port", type=int, help="AMQP listener port (default 5672)")
     parser.add_argument("--http-port", type=int, help="management API port (default 15672)")
@@ -41,6 +47,14 @@ def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
     parser.add_argument("--config", type=Path, help="rabbitmq.conf-style config file")
     parser.add_argument("--bind", help="listen address (default 127.0.0.1)")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--vhost-workers",
+        type=int,
+        help="run the vhosts in N worker processes behind one listener (default 0: one process)",
+    )
+    # Set by the listener on the workers it starts (server/workers.py), never by hand.
+    parser.add_argument("--vhost-worker-index", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--handover-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -65,7 +79,9 @@ def parse_args(argv: list[str] | None = None) -> config_mod.BrokerConfig:
         config.data_dir = args.data_dir
     if args.bind is not None:
         config.bind = args.bind
-    return config
+    if args.vhost_workers is not None:
+        config.vhost_workers = args.vhost_workers
+    return config, args
 
 
 async def _serve(config: config_mod.BrokerConfig) -> bool:
@@ -97,9 +113,24 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _serving(
+    config: config_mod.BrokerConfig, args: argparse.Namespace, argv: list[str]
+) -> Coroutine[Any, Any, bool]:
+    """The one process, a vhost worker, or the listener in front of its workers."""
+    if not config.vhost_workers:
+        return _serve(config)
+    from hutch_broker.server import workers  # noqa: PLC0415 - as _serve imports the server
+
+    if args.handover_fd is not None and args.vhost_worker_index is not None:
+        return workers.serve_worker(config, args.vhost_worker_index, args.handover_fd)
+    workers.check(config)
+    return workers.serve_listener(config, argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        config = parse_args(argv)
+        config, args = _parse(argv)
     except config_mod.ConfigError as exc:
         return _refuse(str(exc), EXIT_CONFIG)
     try:
@@ -109,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runner = uvloop.run
     try:
-        clean = runner(_serve(config))
+        clean = runner(_serving(config, args, argv))
     except START_ERRORS as exc:
         logging.getLogger("hutch_broker").debug("start-up refused", exc_info=True)
         return _refuse(_reason(exc), EXIT_START)

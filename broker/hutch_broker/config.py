@@ -98,6 +98,9 @@ class BrokerConfig:
     # its last response until the next request's headers are complete (idle keep-alive too).
     http_max_connections: int | None = None  # management.tcp.max_connections
     http_request_timeout_s: float = 30.0  # management.tcp.request_timeout, in ms there
+    # ``--vhost-workers N``: a listener process and N broker processes, each owning the vhosts
+    # server/listener.py assigns it (server/workers.py). 0: one process, as always.
+    vhost_workers: int = 0
 
 
 def parse_size(text: str) -> int:

@@ -30,7 +30,7 @@ from hutch_broker import memory
 from hutch_broker.dispatch.context import NO_TRANSPORT, Context
 from hutch_broker.dispatch.sessions import Session
 from hutch_broker.protocol import connection as proto_connection
-from hutch_broker.protocol import errors
+from hutch_broker.protocol import errors, handshakes
 from hutch_broker.protocol.connection import ConnectionState
 from hutch_broker.server import tlsinfo
 
@@ -67,8 +67,12 @@ class AMQPConnection(asyncio.Protocol):
         protocol_options: dict[str, Any],
         *,
         on_lost: Callable[[AMQPConnection], None] = lambda connection: None,
+        handshake: handshakes.Handshake | None = None,
     ) -> None:
+        """``handshake``: a socket a listener process handed over after connection.open
+        (server/handover.py); the connection goes on from that record."""
         self.context = context
+        self._handshake = handshake
         self._on_lost = on_lost
         self.protocol_options = protocol_options
         self.transport: asyncio.Transport | None = None
@@ -94,12 +98,16 @@ class AMQPConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=budget.write_high, low=budget.write_low)
         peer = transport.get_extra_info("peername") or ("", 0)
         local = transport.get_extra_info("sockname") or ("", 0)
-        proto = proto_connection.Connection(**self.protocol_options)
+        handshake, self._handshake = self._handshake, None
+        proto = proto_connection.Connection(**self.protocol_options, handshake=handshake)
         self.session = Session(
             self.context, proto, peer_host=peer[0], peer_port=peer[1], transport=self,
             local_address=f"{local[0]}:{local[1]}",
             tls=tlsinfo.describe(transport.get_extra_info("ssl_object")),
         )  # fmt: skip
+        if handshake is not None:
+            # The handshake's events and the leftover bytes, as if they had just been read.
+            self.data_received(b"")
 
     def data_received(self, data: bytes) -> None:
         self.last_received = time.monotonic()

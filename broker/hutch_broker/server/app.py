@@ -33,7 +33,7 @@ from hutch_broker.model.broker import Broker
 from hutch_broker.model.changes import Change
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
-from hutch_broker.protocol import errors, identity
+from hutch_broker.protocol import errors, handshakes, identity
 from hutch_broker.server import tlsreload
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
@@ -424,6 +424,22 @@ class BrokerServer:
         self.loop.create_task(self._expiry_timer())
         if self.amqps_tls or self.https_tls:
             self.loop.create_task(self._tls_reload_timer())
+
+    async def adopt(self, sock: socket.socket, handshake: handshakes.Handshake) -> None:
+        """A client socket a listener process handed over after connection.open, with its
+        handshake (server/workers.py): a connection like any other from here on."""
+
+        def factory() -> AMQPConnection:
+            connection = AMQPConnection(
+                self.context,
+                self._protocol_options(),
+                on_lost=self.connections.discard,
+                handshake=handshake,
+            )
+            self.connections.add(connection)
+            return connection
+
+        await self.loop.connect_accepted_socket(factory, sock)
 
     async def _start_http(self) -> None:
         from aiohttp import web  # noqa: PLC0415 - keeps AMQP-only tests free of aiohttp start-up

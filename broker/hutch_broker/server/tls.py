@@ -72,7 +72,8 @@ def server_context(options: TLSOptions, *, prefix: str) -> ssl.SSLContext:
 
 def contexts(config: BrokerConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
     """(AMQPS context, HTTPS context); None where that listener is not configured."""
-    if config.amqp_port is None and config.ssl_port is None:
+    # A vhost worker (server/workers.py) listens for no AMQP: the listener hands it connections.
+    if config.amqp_port is None and config.ssl_port is None and not config.vhost_workers:
         raise TLSConfigError("listeners.tcp = none leaves no AMQP listener: set listeners.ssl")
     if config.http_port is None and config.management_ssl_port is None:
         raise TLSConfigError(

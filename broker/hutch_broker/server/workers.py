@@ -1,0 +1,202 @@
+"""A broker of several processes, ``--vhost-workers N``: one listener and N vhost workers.
+
+The decided design for the second core (docs/bench/profile.md, "The second core: the
+decision"): each worker is today's broker (``BrokerServer``: one loop, the same budgets, its own
+store under ``<data-dir>/worker-<i>``) for the vhosts ``listener.worker_for`` gives it; the
+listener process accepts AMQP connections, runs their handshakes to connection.open and hands
+each socket to its vhost's worker (server/handover.py). Off by default: without the option the
+broker is the one process it always was.
+
+Step 1, what this wires and what it does not: workers are started by the listener as
+``python -m hutch_broker <the same flags> --vhost-worker-index I --handover-fd FD``, FD one end
+of a Unix socket pair the listener made; worker I serves its own management API on
+``http-port + I`` (and HTTPS on ``management-ssl-port + I``) and listens for no AMQP itself.
+Nothing crosses workers yet: each worker's management API shows its own vhosts, connections and
+statistics, each worker creates the default user and vhost "/" on first boot as a broker does,
+and the listener knows the users from the same configuration (the default user) only. A worker
+that exits is not restarted; its vhosts' connections are refused with 541 until the broker is.
+TLS listeners are refused with this option (a TLS session cannot move between processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from hutch_broker import __version__
+from hutch_broker.config import BrokerConfig
+from hutch_broker.model.broker import Broker
+from hutch_broker.protocol import handshakes, identity
+from hutch_broker.server import handover
+from hutch_broker.server.app import BrokerServer
+from hutch_broker.server.listener import Listener
+
+log = logging.getLogger(__name__)
+
+STOP_WAIT_S = 30.0  # how long the listener waits for its workers' clean stop
+
+
+def worker_config(config: BrokerConfig, index: int) -> BrokerConfig:
+    """Worker ``index``'s configuration: its own store and management port, no AMQP port."""
+    return dataclasses.replace(
+        config,
+        amqp_port=None,
+        ssl_port=None,
+        http_port=None if config.http_port is None else config.http_port + index,
+        management_ssl_port=(
+            None if config.management_ssl_port is None else config.management_ssl_port + index
+        ),
+        data_dir=config.data_dir / f"worker-{index}",
+    )
+
+
+def check(config: BrokerConfig) -> None:
+    """``ValueError`` for a configuration the listener cannot serve."""
+    if config.vhost_workers < 0:
+        raise ValueError(f"--vhost-workers must be 0 or more: {config.vhost_workers}")
+    if config.vhost_workers and config.ssl_port is not None:
+        raise ValueError("--vhost-workers takes plain AMQP only: an AMQPS listener is configured")
+    if config.vhost_workers and config.amqp_port is None:
+        raise ValueError("--vhost-workers needs an AMQP port")
+
+
+async def serve_worker(config: BrokerConfig, index: int, handover_fd: int) -> bool:
+    """Run worker ``index`` until it stops (or the listener goes); False after a failed write."""
+    server = BrokerServer(worker_config(config, index))
+    server.install_signal_handlers()
+    await server.start()
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()  # held until done, as asyncio asks
+
+    def run(coroutine: Coroutine[Any, Any, None]) -> None:
+        task = loop.create_task(coroutine)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def adopt(client: socket.socket, handshake: handshakes.Handshake) -> None:
+        run(_adopt(server, client, handshake))
+
+    stopped = False  # by a signal or a failed write, before the listener went
+
+    def listener_gone() -> None:
+        loop.remove_reader(receiver.fileno())
+        if not stopped:
+            log.info("vhost worker %d: the listener is gone, stopping", index)
+            run(server.stop())
+
+    channel = socket.socket(fileno=handover_fd)
+    receiver = handover.Receiver(channel, adopt, listener_gone)
+    loop.add_reader(receiver.fileno(), receiver.readable)
+    log.info("vhost worker %d ready (management port %s)", index, server.config.http_port)
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+    await server.wait_stopped()
+    stopped = True
+    receiver.close()
+    return not server.failed
+
+
+async def _adopt(
+    server: BrokerServer, client: socket.socket, handshake: handshakes.Handshake
+) -> None:
+    try:
+        await server.adopt(client, handshake)
+    except Exception as exc:  # any failure refuses this connection alone
+        log.exception("vhost worker: could not adopt a connection")
+        handover.refuse(client, f"the broker could not take over this connection: {exc}")
+
+
+async def serve_listener(config: BrokerConfig, argv: list[str]) -> bool:
+    """Start the workers with ``argv`` (this process's flags), then listen until stopped."""
+    check(config)
+    loop = asyncio.get_running_loop()
+    processes, channels = _start_workers(config.vhost_workers, argv)
+    users = Broker(
+        cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}",
+        loopback_users=config.loopback_users,
+    )
+    users.create_defaults(user=config.default_user, password=config.default_pass)
+    options = {
+        "server_properties": identity.server_properties(
+            version=__version__,
+            cluster_name=users.display_cluster_name,
+            configured=config.server_properties,
+        ),
+        "channel_max": config.channel_max,
+        "frame_max": config.frame_max,
+        "heartbeat": config.heartbeat,
+        "max_body_size": config.max_message_size,
+    }
+    listener = Listener(options, users, channels, handshake_timeout_s=config.handshake_timeout_s)
+    stopping = asyncio.Event()
+    exited: set[int] = set()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        assert config.amqp_port is not None  # noqa: S101 - check() refused None
+        await listener.start(config.bind, config.amqp_port)
+        while not stopping.is_set():
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=1.0)
+            except TimeoutError:
+                listener.tick(time.monotonic())
+                _report_exits(processes, exited)
+    finally:
+        listener.close()
+        for channel in channels:
+            channel.close()  # each worker reads the end and stops
+        clean = await asyncio.to_thread(_stop_workers, processes)
+    return clean
+
+
+def _start_workers(
+    count: int, argv: list[str]
+) -> tuple[list[subprocess.Popen[bytes]], list[handover.WorkerChannel]]:
+    processes: list[subprocess.Popen[bytes]] = []
+    channels: list[handover.WorkerChannel] = []
+    for index in range(count):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        command = [
+            sys.executable, "-m", "hutch_broker", *argv,
+            "--vhost-worker-index", str(index), "--handover-fd", str(theirs.fileno()),
+        ]  # fmt: skip
+        processes.append(subprocess.Popen(command, pass_fds=(theirs.fileno(),)))  # noqa: S603
+        theirs.close()
+        channels.append(handover.WorkerChannel(ours))
+        log.info("vhost worker %d started, pid %d", index, processes[-1].pid)
+    return processes, channels
+
+
+def _report_exits(processes: list[subprocess.Popen[bytes]], reported: set[int]) -> None:
+    """Log each worker's exit once: its vhosts' connections are refused from now on."""
+    for index, process in enumerate(processes):
+        code = process.poll()
+        if code is not None and index not in reported:
+            reported.add(index)
+            log.error("vhost worker %d (pid %d) exited with %d", index, process.pid, code)
+
+
+def _stop_workers(processes: list[subprocess.Popen[bytes]]) -> bool:
+    """SIGTERM each, wait for its clean stop, kill what is left after ``STOP_WAIT_S``."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    clean = True
+    for process in processes:
+        try:
+            code = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        clean = clean and code == 0
+    return clean
