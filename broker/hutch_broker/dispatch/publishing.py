@@ -46,6 +46,10 @@ def publish(
     they have something to do.
     """
     vhost = session.vhost or session.open_vhost  # set at connection.open, else it raises
+    # The write permission first, as RabbitMQ asks it: a user who may not write there is
+    # refused for that, whether the exchange is missing or internal (no 404 telling them).
+    if event.exchange not in session.writable_exchanges:  # check_permission's, memoised
+        session.check_write(event.exchange)
     exchange = vhost.exchanges.get(event.exchange)
     if exchange is None:
         raise errors.not_found(f"no exchange '{event.exchange}' in vhost '{vhost.name}'")
@@ -53,8 +57,6 @@ def publish(
         raise errors.access_refused(
             f"cannot publish to internal exchange '{event.exchange}' in vhost '{vhost.name}'"
         )
-    if event.exchange not in session.writable_exchanges:  # check_permission's, memoised
-        session.check_write(event.exchange)
     if exchange.kind == "topic":  # topic permissions apply to nothing else
         session.check_topic("write", exchange, event.routing_key)
     raw = event.raw_properties

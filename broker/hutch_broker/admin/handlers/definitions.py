@@ -32,7 +32,12 @@ async def export_all(request: web.Request) -> web.StreamResponse:
 async def import_all(request: web.Request) -> web.Response:
     auth.require_admin(support.user(request))
     body = await _document(request)
-    await definitions.import_definitions(support.state(request).broker, body)
+    state = support.state(request)
+    await definitions.import_definitions(state.broker, body)
+    # An imported permission replaces the user's as PUT /api/permissions does: open
+    # connections check against it from now (the import has checked every item's shape).
+    for item in body.get("permissions", []):
+        state.context.permissions_changed(item["vhost"], item["user"])
     return support.no_content()
 
 
