@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch_broker import config as config_mod
+from hutch_broker import memory
 from hutch_broker.protocol import errors as amqp_errors
 from hutch_broker.store import errors as store_errors
 
@@ -91,10 +91,7 @@ async def _serve(config: config_mod.BrokerConfig) -> bool:
     server = BrokerServer(config)
     server.install_signal_handlers()
     await server.start()
-    # Queued messages are acyclic, but millions of them make every full collection walk the
-    # heap: collect rarely, and never scan what start-up allocated.
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    memory.settle_startup_heap()
     await server.wait_stopped()
     await asyncio.sleep(0)
     return not server.failed

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import logging
 import signal
 import socket
@@ -32,7 +31,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from hutch_broker import __version__
+from hutch_broker import __version__, memory
 from hutch_broker.config import BrokerConfig
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import handshakes, identity
@@ -97,8 +96,7 @@ async def serve_worker(config: BrokerConfig, index: int, handover_fd: int) -> bo
     receiver = handover.Receiver(channel, adopt, listener_gone)
     loop.add_reader(receiver.fileno(), receiver.readable)
     log.info("vhost worker %d ready (management port %s)", index, server.config.http_port)
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    memory.settle_startup_heap()
     await server.wait_stopped()
     stopped = True
     receiver.close()
