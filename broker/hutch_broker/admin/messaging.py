@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from hutch_broker.admin import bodies, errors
 from hutch_broker.admin.views import formatting
-from hutch_broker.model import budgets, publishes
+from hutch_broker.model import access, budgets, publishes
 from hutch_broker.model.exchanges import Exchange
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
@@ -247,3 +247,13 @@ def aliveness(vhost: VirtualHost, now_ms: int) -> bool:
     queue.publish(message, now_ms)
     entry = queue.get(now_ms, no_ack=True)
     return entry is not None and entry.message.body == ALIVENESS_PAYLOAD
+
+
+def check_user_id(request: PublishRequest, user: access.User) -> None:
+    """The AMQP publish's user_id check for an HTTP publish, as the HTTP user: RabbitMQ's
+    management API publishes on a channel of that user and answers the channel's error as a
+    400 with its code in front."""
+    try:
+        publishes.check_user_id(request.raw_properties, user.name, user.tags)
+    except amqp_errors.AMQPError as exc:
+        raise errors.bad_request(f"{exc.reply_code} {exc.reply_text}") from None

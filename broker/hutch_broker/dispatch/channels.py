@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from pamqp import commands
 
 from hutch_broker.dispatch.context import Context, Member
+from hutch_broker.model.access import User
 from hutch_broker.model.messages import Entry
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
@@ -50,6 +51,7 @@ class ChannelOwner(Member, Protocol):
     pressure: list[Any]  # queues over the flow high-water mark after a publish
     exclusive_queues: set[Any]
     writable_exchanges: set[str]  # exchanges check_write allowed under the current permission
+    user: User | None  # set at start-ok: the publisher a user_id property must name
 
     @property
     def open_vhost(self) -> VirtualHost: ...

@@ -61,8 +61,9 @@ def publish(
         session.check_topic("write", exchange, event.routing_key)
     raw = event.raw_properties
     message = Message(event.exchange, event.routing_key, raw, event.body)
-    if message.expires:  # read once, by the Message, for every queue it reaches too
-        publishes.check_expiration(raw)
+    # The expiry flag read once, by the Message, for every queue it reaches too.
+    if message.expires or raw[1] & publishes.USER_ID_FLAG:
+        _check_claims(session, raw)
     if raw[0] & 0x02:  # the reply_to flag (0x0200): stamp_reply_to's own first test
         stamped = replyto.stamp_reply_to(channel, raw)
         if stamped is not raw:  # a direct reply-to request: its reply address filled in
@@ -104,6 +105,15 @@ def publish(
             generation, rejected = _settle(session, channel, event, outcome)
     if channel.confirm_mode:
         channel.add_confirm(generation, nack=rejected)
+
+
+def _check_claims(session: ChannelOwner, raw: bytes) -> None:
+    """The properties RabbitMQ checks next, in its order (CN-7, TTL-2): a user_id must name
+    the publisher (or they are an impersonator), then an expiration must be a valid TTL."""
+    if raw[1] & publishes.USER_ID_FLAG:
+        user = session.user
+        publishes.check_user_id(raw, user.name if user else "", user.tags if user else ())
+    publishes.check_expiration(raw)
 
 
 def _park(

@@ -18,7 +18,7 @@ once routed, so one publish's routing never holds the event loop for long.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -236,6 +236,22 @@ def strip_bcc(message: Message) -> Message:
     headers.pop("BCC", None)
     decoded["headers"] = headers
     return message.with_properties(properties.encode_properties(**decoded))
+
+
+# The user_id property's presence flag (0x0010 of the 16-bit property flags), in the second byte.
+USER_ID_FLAG = 0x10
+
+
+def check_user_id(raw_properties: bytes, user: str, tags: Iterable[str]) -> None:
+    """A publish's ``user_id`` must name the user who publishes, unless they are tagged
+    ``impersonator``: RabbitMQ validates it so a consumer can trust it (406 otherwise, with
+    RabbitMQ's text). Called only when the flag (``USER_ID_FLAG``) is set."""
+    claimed = properties.decode_properties(raw_properties).get("user_id")
+    if claimed is None or claimed == user or "impersonator" in tags:
+        return
+    raise errors.precondition_failed(
+        f"user_id property set to '{claimed}' but authenticated user was '{user}'"
+    )
 
 
 def check_expiration(raw_properties: bytes) -> None:

@@ -137,6 +137,7 @@ async def publish(request: web.Request) -> web.Response:
         raise errors.not_authorized(
             f"cannot publish to internal exchange '{exchange.name}' in vhost '{vhost.name}'"
         )
+    messaging.check_user_id(message, user)
     if admin.memory.alarm:
         raise errors.service_unavailable("low on memory")
     context = admin.context
