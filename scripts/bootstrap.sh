@@ -23,5 +23,14 @@ echo "==> bootstrap: creating $VENV and installing Hutch (dev, operator, spark e
 "$VENV/bin/pip" install --quiet --no-deps -e localkube
 "$VENV/bin/pip" install --quiet --no-deps -e demo
 "$VENV/bin/pip" install --quiet --no-deps -e testing
+# Bytecode inside the venv's pyspark.zip and py4j zip, as the hutch-spark image has it
+# (hutch_spark.zipbytecode): Spark puts those zips first on the PYTHONPATH of every Python
+# process it starts (each query's streaming runner, each worker daemon), and zipimport compiles
+# every module it imports from a zip of sources: about 0.6 s of CPU a process. Local Spark
+# tests and bench/stream_bench.py then start as the image does. pyspark's own test files
+# raise syntax warnings when compiled: not ours, so not shown.
+"$VENV/bin/python" -W ignore::SyntaxWarning -W ignore::DeprecationWarning -m hutch_spark.zipbytecode \
+  "$(cd "$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
+  && pwd)"/python/lib/*.zip
 echo "$want" > "$STAMP"
 echo "==> bootstrap: done ($("$VENV/bin/python" --version))"
