@@ -74,11 +74,18 @@ class HttpBrokerClient:
         token = base64.b64encode(f"{username}:{password}".encode()).decode()
         self._headers = {"Authorization": f"Basic {token}"}
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one _session is bound to
         self._semaphore = asyncio.Semaphore(CONNECTIONS_PER_BROKER)
         self._product: str | None = None
 
     def _client_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        """Made anew when closed or bound to another loop than the running one (as
+        ``core.kube.KubeApi``'s: the pool outlives an operator loop that closed uncleaned)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            if self._loop is not loop:  # the semaphore binds to its loop too, when contended
+                self._semaphore = asyncio.Semaphore(CONNECTIONS_PER_BROKER)
+            self._loop = loop
             connector = aiohttp.TCPConnector(
                 limit=CONNECTIONS_PER_BROKER,
                 keepalive_timeout=KEEPALIVE_SECONDS,

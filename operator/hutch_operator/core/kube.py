@@ -10,6 +10,7 @@ every auth method it supports works; the token is re-read on each call (bound to
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import ssl
@@ -46,6 +47,7 @@ class KubeApi:
     def __init__(self) -> None:
         self._configuration = _load_configuration()
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one _session is bound to
 
     def _ssl(self) -> ssl.SSLContext | bool:
         cfg = self._configuration
@@ -57,9 +59,16 @@ class KubeApi:
         return context
 
     def _client_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        """The session, made anew when closed or made on another event loop than the running one:
+        a session is bound to its loop, and a process can run the operator on a second loop after
+        the first one closed without its cleanup (tests run it in a thread per module; a stop
+        that outlives its timeout), which would otherwise fail every call with "Event loop is
+        closed"."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
             connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=POOL)
             self._session = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT)
+            self._loop = loop
         return self._session
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
