@@ -20,8 +20,9 @@ import pika
 import pika.exceptions
 import pytest
 from hutch_broker.server.listener import worker_for
+from hutch_demo import ports
 from hutch_demo.management import Management, quote
-from hutch_testing import clients
+from hutch_testing import brokers, clients, levels
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 
@@ -39,9 +40,37 @@ class WorkerApi:
     credentials: tuple[str, str] = ("guest", "guest")
 
 
+def _even_port_pair(taken: set[int]) -> int:
+    """An even port p with p and p + 1 both free a moment ago and outside ``taken``: worker i's
+    management API listens on http-port + i, and p + 1 stays in p's shard of the ports
+    (``hutch_demo.ports`` shards by ``port >> 1``) only when p is even. An odd http port handed
+    its worker 1 a port of the other pytest worker's shard, which one of its brokers could hold
+    (a fresh-clone CI run: worker 1's API never answered)."""
+    for _ in range(200):
+        port = ports.free_port() & ~1
+        if {port, port + 1} & taken:
+            continue
+        try:
+            with socket.socket() as first, socket.socket() as second:
+                first.bind((ports.LOOPBACK, port))
+                second.bind((ports.LOOPBACK, port + 1))
+        except OSError:
+            continue
+        return port
+    raise OSError("no two adjacent free ports found")
+
+
 @pytest.fixture
-def broker(hutch_broker_factory):
-    return hutch_broker_factory(extra_args=["--vhost-workers", str(WORKERS)])
+@levels.broker_level
+def broker(tmp_path):
+    started = brokers.HutchBroker(
+        work_dir=tmp_path / "hutch", extra_args=["--vhost-workers", str(WORKERS)]
+    )
+    started.http_port = _even_port_pair({started.amqp_port})
+    try:
+        yield started.start()
+    finally:
+        started.stop()
 
 
 @pytest.fixture
