@@ -170,24 +170,23 @@ class ResourceMonitor:
         self.disk_free = _disk_free(self.data_dir)
         memory_alarm = memory.is_alarmed(self.watermark, self.mem_used, self.total_memory)
         disk_alarm = self.disk_free < self.disk_free_limit
-        if memory_alarm != self.memory_alarm:
-            log.warning(
-                "memory alarm %s: used %d, limit %d",
-                "set" if memory_alarm else "cleared",
-                self.mem_used,
-                self.mem_limit,
-            )
-        if disk_alarm != self.disk_alarm:
-            log.warning(
-                "disk alarm %s: free %d, limit %d",
-                "set" if disk_alarm else "cleared",
-                self.disk_free,
-                self.disk_free_limit,
-            )
-        self.memory_alarm, self.disk_alarm = memory_alarm, disk_alarm
+        _say_if_changed(
+            "memory", self.memory_alarm, memory_alarm, "used", self.mem_used, self.mem_limit
+        )
+        _say_if_changed(
+            "disk", self.disk_alarm, disk_alarm, "free", self.disk_free, self.disk_free_limit
+        )
+        self._set_alarms(memory_alarm=memory_alarm, disk_alarm=disk_alarm)
         self.on_paging(self.paging_wanted)
         if was_blocked and not self.publishing_blocked:
             self.on_clear()
+
+
+def _say_if_changed(alarm: str, was: bool, now: bool, measure: str, value: int, limit: int) -> None:
+    """One warning line when an alarm is set or cleared, not one per sample while it holds."""
+    if now != was:
+        verb = "set" if now else "cleared"
+        log.warning("%s alarm %s: %s %d, limit %d", alarm, verb, measure, value, limit)
 
 
 def _read_rss_anon() -> int:

@@ -8,6 +8,7 @@ malloc_trim) showed up as a consumer-side delay of about a second, not as a fail
 from __future__ import annotations
 
 import itertools
+import logging
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,25 @@ def test_disk_alarm_blocks_and_clears(process: FakeProcess) -> None:
     monitor_.sample()
     assert not monitor_.publishing_blocked
     assert events[-1] == "clear"
+
+
+def test_each_alarm_says_when_it_is_set_and_cleared_once_not_per_sample(
+    process: FakeProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    monitor_ = monitor([])
+    process.live, process.disk_free = 1200, 50
+    with caplog.at_level(logging.WARNING, logger=resources.log.name):
+        monitor_.sample()
+        monitor_.sample()  # both still set: nothing more to say
+        process.live, process.disk_free = 100, 500
+        monitor_.sample()
+        monitor_.sample()
+    assert [record.getMessage() for record in caplog.records] == [
+        f"memory alarm set: used 1200, limit {monitor_.mem_limit}",
+        "disk alarm set: free 50, limit 100",
+        f"memory alarm cleared: used 100, limit {monitor_.mem_limit}",
+        "disk alarm cleared: free 500, limit 100",
+    ]
 
 
 def test_a_zero_watermark_never_alarms_or_pages(process: FakeProcess) -> None:
