@@ -11,7 +11,7 @@ import struct
 from typing import Any
 
 import pytest
-from hutch_broker.protocol import codec, connection, events
+from hutch_broker.protocol import codec, connection, errors, events
 from pamqp import base, body, commands, encode, header
 from pamqp import frame as pamqp_frame
 
@@ -112,6 +112,29 @@ class Driver:
     def event(self) -> AnyEvent:
         (only,) = self.events()
         return only
+
+    def answered_events(self) -> list[Any]:
+        """Drain next_event until NEED_DATA, answering each error as dispatch answers it.
+
+        A soft error closes its channel and a hard one the connection, and each is recorded in
+        its place among the events (a hard one with its class and method ids), so two ways of
+        reading the same bytes compare whole: the repeat and fast-path tests' oracle.
+        """
+        seen: list[Any] = []
+        while True:
+            try:
+                event = self.conn.next_event()
+            except errors.SoftError as exc:
+                seen.append(("soft", exc.channel, exc.reply_code, exc.reply_text))
+                self.conn.close_channel(exc.channel, exc)
+                continue
+            except errors.HardError as exc:
+                seen.append(("hard", exc.reply_code, exc.reply_text, exc.class_id, exc.method_id))
+                self.conn.close(exc)
+                continue
+            if event is connection.NEED_DATA:
+                return seen
+            seen.append(event)
 
     def output(self) -> list[tuple[int, Any]]:
         return decode_all(b"".join(self.conn.data_to_send()))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hutch_broker.protocol import codec, connection, errors
+from hutch_broker.protocol import codec, connection
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 
@@ -187,20 +187,7 @@ def outcome(make_running: Callable[..., Any], stream: bytes, feed: str) -> list[
     seen: list[Any] = []
     for chunk in [WARM, *FEEDS[feed](stream)]:
         driver.feed(chunk)
-        while True:
-            try:
-                event = driver.conn.next_event()
-            except errors.SoftError as exc:
-                seen.append(("soft", exc.channel, exc.reply_code, exc.reply_text))
-                driver.conn.close_channel(exc.channel, exc)
-                continue
-            except errors.HardError as exc:
-                seen.append(("hard", exc.reply_code, exc.reply_text, exc.class_id, exc.method_id))
-                driver.conn.close(exc)
-                continue
-            if event is connection.NEED_DATA:
-                break
-            seen.append(event)
+        seen.extend(driver.answered_events())
     seen.append(("output", b"".join(driver.conn.data_to_send())))
     seen.append(("state", driver.conn.state, driver.conn.framing_lost))
     return seen

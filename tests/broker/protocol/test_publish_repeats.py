@@ -95,20 +95,7 @@ def outcome(make_driver: Any, reads: list[bytes]) -> list[Any]:
     seen: list[Any] = []
     for chunk in reads:
         driver.feed(chunk)
-        while True:
-            try:
-                event = driver.conn.next_event()
-            except errors.SoftError as exc:
-                seen.append(("soft", exc.channel, exc.reply_code, exc.reply_text))
-                driver.conn.close_channel(exc.channel, exc)
-                continue
-            except errors.HardError as exc:
-                seen.append(("hard", exc.reply_code, exc.reply_text))
-                driver.conn.close(exc)
-                continue
-            if event is connection.NEED_DATA:
-                break
-            seen.append(event)
+        seen.extend(driver.answered_events())
     seen.append(("output", b"".join(driver.conn.data_to_send())))
     seen.append(("state", driver.conn.state, driver.conn.framing_lost))
     return seen
