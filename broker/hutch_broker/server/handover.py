@@ -8,11 +8,10 @@ descriptor travels as SCM_RIGHTS (``socket.send_fds`` / ``socket.recv_fds``), th
 The kernel does not join data carrying descriptors with the data before it in one read, so the
 worker pairs each whole frame with the next descriptor in arrival order.
 
-Failure rules: a descriptor is closed on every path that does not adopt it, and nothing else
-changes. A worker that cannot take a connection (dead, or not reading for ``SEND_TIMEOUT_S``)
-makes ``WorkerChannel.send`` raise ``OSError`` and the listener closes the client with
-connection.close (server/listener.py); once a frame went out only in part, the channel is
-broken for good and every later send refuses at once. A record the worker cannot decode, or a
+The listener's side is server/workerlink.py: a bounded queue per worker, written whenever the
+worker's socket is writable, so a worker that reads nothing holds up only its own vhosts. This
+module is the frame and the worker's side. Failure rules: a descriptor is closed on every path
+that does not adopt it, and nothing else changes. A record the worker cannot decode, or a
 connection it cannot adopt, is closed by ``refuse`` with an INTERNAL_ERROR connection.close
 saying why.
 """
@@ -32,43 +31,13 @@ from hutch_broker.protocol import codec, errors, handshakes
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
-SEND_TIMEOUT_S = 2.0  # a worker that reads nothing for this long is taken as gone
 _READ_SIZE = 256 * 1024
 _MAX_FDS_PER_READ = 64
 
 
-class WorkerChannel:
-    """The listener's end of one worker's socket pair: ``send`` one connection at a time."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        sock.settimeout(SEND_TIMEOUT_S)
-        self._sock = sock
-        self.broken = False  # a frame went out in part: the stream's framing is lost
-
-    def send(self, client_fd: int, record: bytes) -> None:
-        """Pass ``client_fd`` and its record; ``OSError`` if the worker does not take them.
-
-        On success the worker holds its own descriptor for the socket: the caller closes its
-        one (without a shutdown, which would end the connection for the worker too).
-        """
-        if self.broken:
-            raise BrokenPipeError("the worker's handover channel is broken")
-        frame = _LENGTH.pack(len(record)) + record
-        sent = 0
-        try:
-            sent = socket.send_fds(self._sock, [frame], [client_fd])
-            if sent < len(frame):
-                self._sock.sendall(frame[sent:])
-        except OSError:
-            if sent:
-                self.broken = True
-            raise
-
-    def fileno(self) -> int:
-        return self._sock.fileno()
-
-    def close(self) -> None:
-        self._sock.close()
+def frame(record: bytes) -> bytes:
+    """One handover frame: the record's length, then the record; its socket rides on byte 0."""
+    return _LENGTH.pack(len(record)) + record
 
 
 class Receiver:
@@ -158,9 +127,14 @@ class Receiver:
 
 
 def refuse(client: socket.socket, detail: str) -> None:
-    """Close a client whose handshake reached connection.open with connection.close 541 (the
-    frame goes out without waiting: a fresh connection's send buffer has room), then the socket."""
-    error = errors.internal_error(detail)
+    """Close a client whose handshake reached connection.open with connection.close 541."""
+    refuse_with(client, errors.internal_error(detail))
+
+
+def refuse_with(client: socket.socket, error: errors.HardError) -> None:
+    """Close a client whose handshake reached connection.open with ``error``'s connection.close
+    (the frame goes out without waiting: a fresh connection's send buffer has room), then the
+    socket."""
     close = commands.Connection.Close(
         reply_code=error.reply_code,
         reply_text=errors.cap_reply_text(error.reply_text),

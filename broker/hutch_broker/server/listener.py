@@ -1,8 +1,9 @@
 """The listener process of a broker with vhost workers: handshakes up to connection.open.
 
 It accepts AMQP connections, runs the handshake with the same sans-I/O ``Connection`` as a
-broker does (header, start, start-ok, tune, tune-ok, open), and at connection.open hands the
-socket and the handshake's record to the worker that owns the vhost (server/handover.py). It
+broker does (header, start, start-ok, tune, tune-ok, open), and at connection.open puts the
+socket and the handshake's record in the queue of the worker that owns the vhost
+(server/workerlink.py, which writes it to the worker without ever blocking this loop). It
 refuses bad credentials itself, right after start-ok and before tune, as RabbitMQ does; the
 worker checks them again and alone decides the vhost, the permission and the limits
 (protocol/handshakes.py says why). It holds no queue, exchange or message: its only model is the
@@ -25,7 +26,7 @@ from hutch_broker.model import access
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import connection as proto_connection
 from hutch_broker.protocol import errors, events, handshakes
-from hutch_broker.server import handover
+from hutch_broker.server import workerlink
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,14 @@ class Handshaking(asyncio.Protocol):
         self,
         protocol_options: dict[str, Any],
         users: Broker,
-        workers: Sequence[handover.WorkerChannel],
+        workers: Sequence[workerlink.WorkerLink],
     ) -> None:
         self.proto = proto_connection.Connection(**protocol_options)
         self._users = users
         self._workers = workers
         self.transport: asyncio.Transport | None = None
         self.peer_host = ""
+        self.username = ""
         self.opened_at = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -87,24 +89,26 @@ class Handshaking(asyncio.Protocol):
             if user is None:
                 log.warning("login refused for user %r from %s", event.username, self.peer_host)
                 raise errors.login_refused(event.mechanism)
+            self.username = event.username
             self.proto.accept_login()
         elif isinstance(event, events.OpenReceived):
             self._hand_over(event.virtual_host)
 
     def _hand_over(self, vhost: str) -> None:
-        """To the vhost's worker; if it cannot take the socket, connection.close 541."""
+        """Into the vhost's worker's queue; if it is full, RabbitMQ's answer for a vhost that
+        is down (``workerlink.vhost_down``), and the client's socket stays this process's."""
         transport = self.transport
         assert transport is not None  # noqa: S101 - events come only from data_received
-        worker = worker_for(vhost, len(self._workers))
+        link = self._workers[worker_for(vhost, len(self._workers))]
         record = handshakes.encode(self.proto.handshake_record())
         sock = transport.get_extra_info("socket")
         try:
-            self._workers[worker].send(sock.fileno(), record)
-        except OSError as exc:
-            log.error("vhost worker %d could not take a connection for %r: %s", worker, vhost, exc)
-            raise errors.internal_error(
-                f"the worker process for vhost '{vhost}' is not available"
-            ) from exc
+            link.submit(
+                sock.fileno(), record, vhost=vhost, user=self.username, now=time.monotonic()
+            )
+        except (workerlink.QueueFullError, OSError) as exc:
+            log.error("vhost worker %d cannot take a connection for %r: %s", link.index, vhost, exc)
+            raise workerlink.vhost_down(vhost, self.username) from exc
         self.proto.lost()
         self.transport = None
         transport.abort()  # closes this process's descriptor only: no shutdown, no close frame
@@ -135,7 +139,7 @@ class Listener:
         self,
         protocol_options: dict[str, Any],
         users: Broker,
-        workers: Sequence[handover.WorkerChannel],
+        workers: Sequence[workerlink.WorkerLink],
         *,
         handshake_timeout_s: float = 10.0,
     ) -> None:
@@ -159,8 +163,18 @@ class Listener:
         log.info("AMQP listener on %s:%d, handing connections to %d vhost workers",
                  host, port, len(self._workers))  # fmt: skip
 
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one asked for, or the kernel's pick for 0)."""
+        assert isinstance(self._server, asyncio.Server)  # noqa: S101 - after start()
+        return int(self._server.sockets[0].getsockname()[1])
+
     def tick(self, now: float) -> None:
-        """Drop connections that are handed over or gone, and close those past the timeout."""
+        """Drop connections that are handed over or gone, close those past the timeout, and
+        refuse those that waited in a worker's queue longer than it: to their client, the
+        handshake has not ended before open-ok."""
+        for link in self._workers:
+            link.expire(now, self._timeout)
         for connection in list(self.handshaking):
             if connection.transport is None:
                 self.handshaking.discard(connection)

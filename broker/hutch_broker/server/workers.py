@@ -13,9 +13,11 @@ of a Unix socket pair the listener made; worker I serves its own management API 
 ``http-port + I`` (and HTTPS on ``management-ssl-port + I``) and listens for no AMQP itself.
 Nothing crosses workers yet: each worker's management API shows its own vhosts, connections and
 statistics, each worker creates the default user and vhost "/" on first boot as a broker does,
-and the listener knows the users from the same configuration (the default user) only. A worker
-that exits is not restarted; its vhosts' connections are refused with 541 until the broker is.
-TLS listeners are refused with this option (a TLS session cannot move between processes).
+and the listener knows the users from the same configuration (the default user) only. The
+listener never waits for a worker: each has a bounded queue of connections
+(server/workerlink.py), and a worker that exits is restarted with a backoff
+(server/supervisor.py). TLS listeners are refused with this option (a TLS session cannot move
+between processes).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import dataclasses
 import logging
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Coroutine
@@ -35,13 +36,13 @@ from hutch_broker import __version__, memory
 from hutch_broker.config import BrokerConfig
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import handshakes, identity
-from hutch_broker.server import handover
+from hutch_broker.server import handover, supervisor
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.server.listener import Listener
 
 log = logging.getLogger(__name__)
 
-STOP_WAIT_S = 30.0  # how long the listener waits for its workers' clean stop
+TICK_S = 0.25  # how often the listener looks for handshake timeouts and exited workers
 
 
 def worker_config(config: BrokerConfig, index: int) -> BrokerConfig:
@@ -117,7 +118,15 @@ async def serve_listener(config: BrokerConfig, argv: list[str]) -> bool:
     """Start the workers with ``argv`` (this process's flags), then listen until stopped."""
     check(config)
     loop = asyncio.get_running_loop()
-    processes, channels = _start_workers(config.vhost_workers, argv)
+
+    def command(index: int, handover_fd: int) -> list[str]:
+        return [
+            sys.executable, "-m", "hutch_broker", *argv,
+            "--vhost-worker-index", str(index), "--handover-fd", str(handover_fd),
+        ]  # fmt: skip
+
+    workers = supervisor.Supervisor(config.vhost_workers, command, loop)
+    workers.start(time.monotonic())
     users = Broker(
         cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}",
         loopback_users=config.loopback_users,
@@ -134,9 +143,9 @@ async def serve_listener(config: BrokerConfig, argv: list[str]) -> bool:
         "heartbeat": config.heartbeat,
         "max_body_size": config.max_message_size,
     }
-    listener = Listener(options, users, channels, handshake_timeout_s=config.handshake_timeout_s)
+    links = workers.links
+    listener = Listener(options, users, links, handshake_timeout_s=config.handshake_timeout_s)
     stopping = asyncio.Event()
-    exited: set[int] = set()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     try:
@@ -144,57 +153,13 @@ async def serve_listener(config: BrokerConfig, argv: list[str]) -> bool:
         await listener.start(config.bind, config.amqp_port)
         while not stopping.is_set():
             try:
-                await asyncio.wait_for(stopping.wait(), timeout=1.0)
+                await asyncio.wait_for(stopping.wait(), timeout=TICK_S)
             except TimeoutError:
-                listener.tick(time.monotonic())
-                _report_exits(processes, exited)
+                now = time.monotonic()
+                listener.tick(now)
+                workers.tick(now)
     finally:
         listener.close()
-        for channel in channels:
-            channel.close()  # each worker reads the end and stops
-        clean = await asyncio.to_thread(_stop_workers, processes)
-    return clean
-
-
-def _start_workers(
-    count: int, argv: list[str]
-) -> tuple[list[subprocess.Popen[bytes]], list[handover.WorkerChannel]]:
-    processes: list[subprocess.Popen[bytes]] = []
-    channels: list[handover.WorkerChannel] = []
-    for index in range(count):
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        command = [
-            sys.executable, "-m", "hutch_broker", *argv,
-            "--vhost-worker-index", str(index), "--handover-fd", str(theirs.fileno()),
-        ]  # fmt: skip
-        processes.append(subprocess.Popen(command, pass_fds=(theirs.fileno(),)))  # noqa: S603
-        theirs.close()
-        channels.append(handover.WorkerChannel(ours))
-        log.info("vhost worker %d started, pid %d", index, processes[-1].pid)
-    return processes, channels
-
-
-def _report_exits(processes: list[subprocess.Popen[bytes]], reported: set[int]) -> None:
-    """Log each worker's exit once: its vhosts' connections are refused from now on."""
-    for index, process in enumerate(processes):
-        code = process.poll()
-        if code is not None and index not in reported:
-            reported.add(index)
-            log.error("vhost worker %d (pid %d) exited with %d", index, process.pid, code)
-
-
-def _stop_workers(processes: list[subprocess.Popen[bytes]]) -> bool:
-    """SIGTERM each, wait for its clean stop, kill what is left after ``STOP_WAIT_S``."""
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_WAIT_S
-    clean = True
-    for process in processes:
-        try:
-            code = process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait()
-        clean = clean and code == 0
+        workers.close_links()  # each worker reads the end and stops
+        clean = await asyncio.to_thread(workers.stop_processes)
     return clean

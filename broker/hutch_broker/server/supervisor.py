@@ -1,0 +1,168 @@
+"""The listener's vhost workers as processes: started, watched, restarted with a backoff.
+
+Why restart here: a worker is a whole broker for its vhosts, and only the listener knows it is
+one. When a worker exits for any reason but the broker's own stop, the listener logs which
+worker, its exit status and when it starts it again, and starts a fresh process on the same
+data directory (``<data-dir>/worker-<i>``): it recovers what was durable as a broker does after
+a crash. Meanwhile the worker's connections wait in its queue (server/workerlink.py) or are
+refused there as RabbitMQ refuses a vhost that is down. A worker that keeps dying is started
+again after 0.5, 1, 2, 4 ... up to 30 s (``restart_delay_s``), so it cannot spin a core; one
+that ran ``STABLE_S`` before it exited starts again at the first delay.
+
+Each start makes a new Unix socket pair: the worker gets one end as ``--handover-fd``, its
+queue the other (``WorkerLink.attach``); the old worker's end died with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+from hutch_broker.server import workerlink
+
+log = logging.getLogger(__name__)
+
+FIRST_DELAY_S = 0.5
+MAX_DELAY_S = 30.0
+STABLE_S = 60.0  # a worker that ran this long before it exited was not crash-looping
+STOP_WAIT_S = 30.0  # how long the listener waits for its workers' clean stop
+
+Command = Callable[[int, int], list[str]]  # (worker index, handover fd) -> argv
+
+
+def restart_delay_s(quick_exits: int) -> float:
+    """The wait before a worker's next start after ``quick_exits`` exits in a row, each
+    within ``STABLE_S`` of its start: doubling from ``FIRST_DELAY_S``, at most ``MAX_DELAY_S``."""
+    if quick_exits < 1:
+        return FIRST_DELAY_S
+    return min(MAX_DELAY_S, FIRST_DELAY_S * 2.0 ** min(quick_exits - 1, 32))
+
+
+def describe_exit(code: int) -> str:
+    """``Popen.returncode`` in words: a status, or the signal that ended it."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+@dataclasses.dataclass
+class _Slot:
+    link: workerlink.WorkerLink
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    quick_exits: int = 0
+    restart_at: float | None = None
+
+
+class Supervisor:
+    """``count`` workers started by ``command``; ``tick`` notices exits and restarts."""
+
+    def __init__(
+        self,
+        count: int,
+        command: Command,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_waiting: int = workerlink.MAX_WAITING,
+    ) -> None:
+        self._command = command
+        self._slots = [
+            _Slot(workerlink.WorkerLink(index, loop, max_waiting=max_waiting))
+            for index in range(count)
+        ]
+        self.stopping = False
+
+    @property
+    def links(self) -> list[workerlink.WorkerLink]:
+        return [slot.link for slot in self._slots]
+
+    def pids(self) -> list[int | None]:
+        return [None if slot.process is None else slot.process.pid for slot in self._slots]
+
+    def start(self, now: float) -> None:
+        for slot in self._slots:
+            self._spawn(slot, now)
+
+    def tick(self, now: float) -> None:
+        """Notice each worker's exit once, and start those whose delay has passed."""
+        if self.stopping:
+            return
+        for slot in self._slots:
+            if slot.process is not None:
+                code = slot.process.poll()
+                if code is not None:
+                    self._exited(slot, code, now)
+            elif slot.restart_at is not None and now >= slot.restart_at:
+                self._spawn(slot, now)
+
+    def _spawn(self, slot: _Slot, now: float) -> None:
+        index = slot.link.index
+        slot.restart_at = None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            command = self._command(index, theirs.fileno())
+            slot.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),))  # noqa: S603
+        except OSError as exc:
+            ours.close()
+            slot.quick_exits += 1
+            delay = restart_delay_s(slot.quick_exits)
+            slot.restart_at = now + delay
+            log.error("vhost worker %d could not start: %s; trying again in %.1f s",
+                      index, exc, delay)  # fmt: skip
+            return
+        finally:
+            theirs.close()
+        slot.started_at = now
+        slot.link.attach(ours)
+        log.info("vhost worker %d started, pid %d", index, slot.process.pid)
+
+    def _exited(self, slot: _Slot, code: int, now: float) -> None:
+        assert slot.process is not None  # noqa: S101 - called for a started process only
+        pid, ran = slot.process.pid, now - slot.started_at
+        slot.process = None
+        slot.link.detach()
+        slot.quick_exits = slot.quick_exits + 1 if ran < STABLE_S else 1
+        delay = restart_delay_s(slot.quick_exits)
+        slot.restart_at = now + delay
+        at = datetime.datetime.now(tz=datetime.UTC) + datetime.timedelta(seconds=delay)
+        log.error(
+            "vhost worker %d (pid %d) exited, %s, after %.1f s; restarting it in %.1f s, at "
+            "%s UTC (%d waiting connections)",
+            slot.link.index, pid, describe_exit(code), ran, delay,
+            at.strftime("%H:%M:%S.%f")[:-3], slot.link.waiting(),
+        )  # fmt: skip
+
+    def close_links(self) -> None:
+        """On the loop, first of the stop: each worker reads the end of its socket and stops;
+        connections still waiting are refused."""
+        self.stopping = True
+        for slot in self._slots:
+            slot.link.close()
+
+    def stop_processes(self) -> bool:
+        """Blocking (run it in a thread): SIGTERM each worker, wait for its clean stop, kill
+        what is left after ``STOP_WAIT_S``; True if each stopped with status 0."""
+        processes = [slot.process for slot in self._slots if slot.process is not None]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WAIT_S
+        clean = True
+        for process in processes:
+            try:
+                code = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+            clean = clean and code == 0
+        return clean
