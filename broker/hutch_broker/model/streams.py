@@ -328,9 +328,19 @@ class StreamQueue(queues.Queue):
         return delivered
 
     def _pump(self, meter: budgets.Meter) -> tuple[int, bool]:
-        """Deliver round-robin while ``meter`` lasts: (delivered, True once nobody can go on)."""
+        """Deliver round-robin while ``meter`` lasts: (delivered, True once nobody can go on).
+
+        Each step takes the cursor's next record: one read ahead is taken as it is (it is the
+        cursor's next, same msg_id, in a segment still held: retention clears what it drops,
+        ``_retain``); otherwise ``_refill`` reads a run from the cursor. A record is passed
+        over on the way to a start inside a segment (``skip_to``) or when published before a
+        timestamp start. The step is written out here, not called per record: a stream's
+        deliveries are the broker's hot loop when Spark reads (docs/bench/profile.md), and a
+        call a delivery was a tenth of its Python calls
+        (tests/broker/dispatch/test_stream_deliveries.py)."""
         delivered = 0
         order = self._order
+        hooks = self.hooks
         idle = 0  # cursors in a row that could not go on
         while order and idle < len(order):
             if meter.left <= 0:
@@ -342,66 +352,65 @@ class StreamQueue(queues.Queue):
                 idle += 1
                 continue
             if not consumer.channel.has_capacity(consumer):
-                if cursor.ahead_bytes and self.hooks.read_ahead > READ_AHEAD_TOTAL // 2:
+                if cursor.ahead_bytes and hooks.read_ahead > READ_AHEAD_TOTAL // 2:
                     self._drop_ahead(cursor)  # cursors that can go on need the room more
                 idle += 1
                 continue
-            outcome = self._step(cursor, meter)
-            if outcome is None:
-                idle += 1
-                continue
+            ahead = cursor.ahead
+            if not ahead or ahead[0][0].msg_id != cursor.msg_id:
+                refilled = self._refill(cursor, meter)
+                if refilled is None:
+                    idle += 1
+                    continue
+                if not refilled:
+                    idle = 0
+                    continue
             idle = 0
-            if outcome:
-                delivered += 1
+            meter.left -= READ_STEPS
+            stored, length = ahead.popleft()
+            cursor.ahead_bytes -= length
+            hooks.read_ahead -= length
+            offset = cursor.offset
+            # The next record's place; past the segment's end ``_position`` sees another
+            # segment number there and goes to that segment's first record.
+            cursor.offset = offset + 1
+            cursor.msg_id = stored.msg_id + length
+            if offset < cursor.skip_to:
+                continue
+            if cursor.since_ms is not None:
+                if stored.enqueued_at_ms < cursor.since_ms:
+                    continue
+                cursor.since_ms = None
+            self._deliver_record(consumer, offset, stored)
+            delivered += 1
         return delivered, True
 
-    def _step(self, cursor: Cursor, meter: budgets.Meter) -> bool | None:
-        """Read the cursor's next record: True if delivered, False if passed over (on the way
-        to a start inside a segment, or published before a timestamp start), None if it
-        cannot go on now.
-
-        A record already read ahead is taken as it is: it is the cursor's next (same msg_id),
-        in a segment still held (retention clears what it drops, ``_retain``)."""
-        ahead = cursor.ahead
-        if not ahead or ahead[0][0].msg_id != cursor.msg_id:
-            if cursor.ahead_bytes:  # a new segment, or a start: read a run from the cursor
-                self._drop_ahead(cursor)
-            store = self.store
-            segment = self._position(cursor)
-            if store is None or segment is None or cursor.msg_id is None:
-                return None
-            hooks = self.hooks
-            room = READ_AHEAD_TOTAL - hooks.read_ahead  # 0 or less: one record
-            try:
-                run = store.read_run(
-                    cursor.msg_id, room if room < READ_AHEAD_BYTES else READ_AHEAD_BYTES
-                )
-            except StoreError as exc:  # unreadable: skip to the next segment rather than stall
-                log.error("stream '%s' in vhost '%s': %s", self.name, self.vhost, exc)
-                cursor.offset, cursor.msg_id = segment.end, None
-                meter.left -= READ_STEPS
-                return False
-            ahead.extend(run)
-            last, length = run[-1]  # consecutive records: their lengths add up to this span
-            held = last.msg_id + length - run[0][0].msg_id
-            cursor.ahead_bytes = held
-            hooks.read_ahead += held
-        meter.left -= READ_STEPS
-        stored, length = ahead.popleft()
-        cursor.ahead_bytes -= length
-        self.hooks.read_ahead -= length
-        offset = cursor.offset
-        # The next record's place; past the segment's end ``_position`` sees another segment
-        # number there and goes to that segment's first record.
-        cursor.offset = offset + 1
-        cursor.msg_id = stored.msg_id + length
-        if offset < cursor.skip_to:
+    def _refill(self, cursor: Cursor, meter: budgets.Meter) -> bool | None:
+        """Read a run of records from the cursor's place into its read-ahead: True if read,
+        False if its segment was unreadable (the cursor skipped to the next one), None if it
+        cannot go on now."""
+        if cursor.ahead_bytes:  # a new segment, or a start: read a run from the cursor
+            self._drop_ahead(cursor)
+        store = self.store
+        segment = self._position(cursor)
+        if store is None or segment is None or cursor.msg_id is None:
+            return None
+        hooks = self.hooks
+        room = READ_AHEAD_TOTAL - hooks.read_ahead  # 0 or less: one record
+        try:
+            run = store.read_run(
+                cursor.msg_id, room if room < READ_AHEAD_BYTES else READ_AHEAD_BYTES
+            )
+        except StoreError as exc:  # unreadable: skip to the next segment rather than stall
+            log.error("stream '%s' in vhost '%s': %s", self.name, self.vhost, exc)
+            cursor.offset, cursor.msg_id = segment.end, None
+            meter.left -= READ_STEPS
             return False
-        if cursor.since_ms is not None:
-            if stored.enqueued_at_ms < cursor.since_ms:
-                return False
-            cursor.since_ms = None
-        self._deliver_record(cursor.consumer, offset, stored)
+        cursor.ahead.extend(run)
+        last, length = run[-1]  # consecutive records: their lengths add up to this span
+        held = last.msg_id + length - run[0][0].msg_id
+        cursor.ahead_bytes = held
+        hooks.read_ahead += held
         return True
 
     def _drop_ahead(self, cursor: Cursor) -> None:

@@ -273,15 +273,7 @@ class QueueStore:
                 chunk = self._pread(segment, offset, sum(lengths))
         if not lengths or len(chunk) < length:
             return [(self.read(msg_id), length)]
-        view = memoryview(chunk)
-        found: list[tuple[StoredMessage, int]] = []
-        at = 0
-        for length in lengths:
-            message = records.decode_record(chunk, at, seed=segment.seed(offset + at), view=view)
-            if message is None or message.msg_id != msg_id + at:
-                break
-            found.append((message, length))
-            at += length
+        found = records.decode_run(chunk, msg_id, lengths, salt=segment.salt, offset=offset)
         if not found:
             raise errors.CorruptRecordError(f"{self._directory}: record {msg_id:#x} is corrupt")
         return found

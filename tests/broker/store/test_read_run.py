@@ -7,6 +7,7 @@ damaged; the first record behaves as ``read`` does, errors included.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -85,3 +86,35 @@ def test_a_damaged_record_ends_the_run_before_it_and_is_an_error_when_first(open
     with pytest.raises(CorruptRecordError):
         queue.read_run(ids[6], BIG)
     assert _ids_of(queue.read_run(ids[7], BIG)) == ids[7:]
+
+
+def test_decode_run_takes_what_decode_record_takes_and_stops_where_it_refuses(open_store, fill):
+    """``records.decode_run`` is ``decode_record`` for a run, in one loop (fewer calls a
+    stream delivery): the same records, and it stops before a record sealed for another
+    position, one whose msg_id is not its position's, one cut by the chunk's end, and a
+    damaged one."""
+    queue = _queue(open_store)
+    ids = fill(queue, 5)
+    queue.sync()
+    number, first = records.split_msg_id(ids[0])
+    data = (queue.directory / segments.segment_name(number)).read_bytes()
+    salt = records.parse_file_header(data).salt
+    offsets = [records.split_msg_id(msg_id)[1] for msg_id in ids]
+    lengths = [b - a for a, b in itertools.pairwise(offsets)]
+    lengths.append(records.framed_length(data, offsets[-1]) or 0)
+    chunk = data[first : first + sum(lengths)]
+
+    def run(chunk: bytes, msg_id: int = ids[0], offset: int = first) -> list:
+        return records.decode_run(chunk, msg_id, lengths, salt=salt, offset=offset)
+
+    one_by_one = [
+        (records.decode_record(data, at, seed=records.record_seed(salt, at)), length)
+        for at, length in zip(offsets, lengths, strict=True)
+    ]
+    assert run(chunk) == one_by_one
+    assert run(chunk, offset=first + 1) == []  # every checksum is seeded by its position
+    assert run(chunk, msg_id=ids[0] + 1) == []
+    assert run(chunk[: sum(lengths[:3]) - 1]) == one_by_one[:2]
+    damaged = bytearray(chunk)
+    damaged[sum(lengths[:2]) + records.HEADER_SIZE + 2] ^= 0xFF
+    assert run(bytes(damaged)) == one_by_one[:2]
