@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from hutch_broker.store.records import StoredMessage
+    from hutch_broker.store.records import RunRecord, StoredMessage
 
 
 class QueueLog(Protocol):
@@ -38,7 +38,7 @@ class QueueLog(Protocol):
         """A live record back, body included; raises ``StoreError`` when it cannot."""
         ...
 
-    def read_run(self, msg_id: int, max_bytes: int) -> list[tuple[StoredMessage, int]]:
+    def read_run(self, msg_id: int, max_bytes: int) -> list[RunRecord]:
         """Live record ``msg_id`` and those laid right after it (about ``max_bytes`` in all),
         each with its length in the log: a stream's read-ahead. Errors as ``read``."""
         ...

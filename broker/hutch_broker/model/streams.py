@@ -45,7 +45,7 @@ from hutch_broker.store import records
 from hutch_broker.store.errors import StoreError
 
 if TYPE_CHECKING:
-    from hutch_broker.store.records import StoredMessage
+    from hutch_broker.store.records import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,8 @@ class Cursor:
         self.msg_id: int | None = None  # where the record of ``offset`` is, once known
         self.since_ms = since_ms  # a timestamp start: skip records published before it
         self.skip_to = 0  # records below this offset are read for their length only
-        # records read ahead of ``msg_id`` in one pread (``QueueStore.read_run``), with lengths
-        self.ahead: collections.deque[tuple[StoredMessage, int]] = collections.deque()
+        # records read ahead of ``msg_id`` in one pread (``QueueStore.read_run``)
+        self.ahead: collections.deque[RunRecord] = collections.deque()
         self.ahead_bytes = 0  # their lengths' sum, counted in ``StreamHooks.read_ahead``
 
 
@@ -357,7 +357,7 @@ class StreamQueue(queues.Queue):
                 idle += 1
                 continue
             ahead = cursor.ahead
-            if not ahead or ahead[0][0].msg_id != cursor.msg_id:
+            if not ahead or ahead[0].msg_id != cursor.msg_id:
                 refilled = self._refill(cursor, meter)
                 if refilled is None:
                     idle += 1
@@ -367,21 +367,22 @@ class StreamQueue(queues.Queue):
                     continue
             idle = 0
             meter.left -= READ_STEPS
-            stored, length = ahead.popleft()
+            record = ahead.popleft()
+            length = record.length
             cursor.ahead_bytes -= length
             hooks.read_ahead -= length
             offset = cursor.offset
             # The next record's place; past the segment's end ``_position`` sees another
             # segment number there and goes to that segment's first record.
             cursor.offset = offset + 1
-            cursor.msg_id = stored.msg_id + length
+            cursor.msg_id = record.msg_id + length
             if offset < cursor.skip_to:
                 continue
             if cursor.since_ms is not None:
-                if stored.enqueued_at_ms < cursor.since_ms:
+                if record.enqueued_at_ms < cursor.since_ms:
                     continue
                 cursor.since_ms = None
-            self._deliver_record(consumer, offset, stored)
+            self._deliver_record(consumer, offset, record)
             delivered += 1
         return delivered, True
 
@@ -407,8 +408,8 @@ class StreamQueue(queues.Queue):
             meter.left -= READ_STEPS
             return False
         cursor.ahead.extend(run)
-        last, length = run[-1]  # consecutive records: their lengths add up to this span
-        held = last.msg_id + length - run[0][0].msg_id
+        last = run[-1]  # consecutive records: their lengths add up to this span
+        held = last.msg_id + last.length - run[0].msg_id
         cursor.ahead_bytes = held
         hooks.read_ahead += held
         return True
@@ -464,14 +465,11 @@ class StreamQueue(queues.Queue):
             return at, marked
         return segment.first_offset, segment.first_msg_id
 
-    def _deliver_record(
-        self, consumer: queues.Consumer, offset: int, stored: StoredMessage
-    ) -> None:
+    def _deliver_record(self, consumer: queues.Consumer, offset: int, record: RunRecord) -> None:
         message = Message(
-            stored.exchange, stored.routing_key, stored.raw_properties, stored.body, persistent=True
+            record.exchange, record.routing_key, record.raw_properties, record.body, persistent=True
         )
-        entry = Entry(offset, message, store_id=stored.msg_id)
-        entry.size = len(stored.body)
+        entry = Entry(offset, message, store_id=record.msg_id)
         self.stats_deliver += 1
         self.stats_deliveries["deliver"] += 1
         consumer.unacked += 1

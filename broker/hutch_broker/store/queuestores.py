@@ -45,7 +45,7 @@ from hutch_broker.store import (
     syncing,
 )
 from hutch_broker.store.quarantine import Quarantine
-from hutch_broker.store.records import IndexedMessage, StoredMessage
+from hutch_broker.store.records import IndexedMessage, RunRecord, StoredMessage
 from hutch_broker.store.segments import Segment
 from hutch_broker.store.syncing import SyncPass
 
@@ -252,7 +252,7 @@ class QueueStore:
             raise errors.CorruptRecordError(f"{self._directory}: record {msg_id:#x} is corrupt")
         return message
 
-    def read_run(self, msg_id: int, max_bytes: int) -> list[tuple[StoredMessage, int]]:
+    def read_run(self, msg_id: int, max_bytes: int) -> list[RunRecord]:
         """The live record ``msg_id`` and the live records right after it in its segment, each
         with its length on disk: one ``pread`` of about ``max_bytes`` for many records.
 
@@ -272,7 +272,7 @@ class QueueStore:
                 lengths = _run_lengths(segment.live, offset, end)
                 chunk = self._pread(segment, offset, sum(lengths))
         if not lengths or len(chunk) < length:
-            return [(self.read(msg_id), length)]
+            return [records.run_record(self.read(msg_id), length)]
         found = records.decode_run(chunk, msg_id, lengths, salt=segment.salt, offset=offset)
         if not found:
             raise errors.CorruptRecordError(f"{self._directory}: record {msg_id:#x} is corrupt")

@@ -81,6 +81,7 @@ import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 SEGMENT_MAGIC = b"HMSG"
 FORMAT_VERSION = 3
@@ -137,6 +138,41 @@ class StoredMessage:
     routing_key: str
     raw_properties: bytes  # AMQP content-header bytes from the property-flags field on
     body: bytes
+
+
+class RunRecord(NamedTuple):
+    """A record of a run (``QueueStore.read_run``): a ``StoredMessage``'s fields and the
+    record's length in its segment (the next record of the run starts that much further).
+
+    Why not a ``StoredMessage`` and its length: a stream delivers every record it reads, and
+    a frozen dataclass sets each field through ``object.__setattr__``, costlier than anything
+    else in the decode. ``decode_run`` builds these with ``tuple.__new__``, in C."""
+
+    msg_id: int
+    enqueued_at_ms: int
+    expire_at_ms: int
+    exchange: str
+    routing_key: str
+    raw_properties: bytes
+    body: bytes
+    length: int
+
+
+def run_record(stored: StoredMessage, length: int) -> RunRecord:
+    """``stored`` as a record of a run (a run's first record read alone, as ``read`` does)."""
+    return RunRecord(
+        stored.msg_id,
+        stored.enqueued_at_ms,
+        stored.expire_at_ms,
+        stored.exchange,
+        stored.routing_key,
+        stored.raw_properties,
+        stored.body,
+        length,
+    )
+
+
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,7 +453,7 @@ def decode_record(
 
 def decode_run(
     chunk: bytes, msg_id: int, lengths: list[int], *, salt: int, offset: int
-) -> list[tuple[StoredMessage, int]]:
+) -> list[RunRecord]:
     """The records laid end to end in ``chunk``, each with its length: ``chunk`` was read at
     ``offset`` of a segment with this ``salt``, its first record is ``msg_id`` and ``lengths``
     are the live records' lengths from there. Stops before the first record that
@@ -425,7 +461,8 @@ def decode_run(
 
     Why not ``decode_record`` per record: a stream delivers every record it reads, and the
     four calls a record made (``decode_record``, ``_verify``, the segment's ``seed`` and
-    ``record_seed``) were a third of the Python calls of a stream delivery. The checks are the
+    ``record_seed``) were a third of the Python calls of a stream delivery, and a
+    ``StoredMessage`` a record another (``RunRecord``). The checks are the
     same, in one loop: each record still has its own checksum, seeded by its position, so each
     is still verified on its own.
     """
@@ -436,7 +473,7 @@ def decode_run(
     pack_seed = _SEED.pack
     crc32 = zlib.crc32
     fields_size = _FIELDS.size
-    found: list[tuple[StoredMessage, int]] = []
+    found: list[RunRecord] = []
     at = 0
     for length in lengths:
         start = at + HEADER_SIZE
@@ -467,8 +504,9 @@ def decode_run(
         if body_start + body_length != end or record_id != msg_id + at:
             break
         found.append(
-            (
-                StoredMessage(
+            _new_tuple(
+                RunRecord,
+                (
                     record_id,
                     enqueued,
                     expire_at,
@@ -476,8 +514,8 @@ def decode_run(
                     chunk[key_start:properties_start].decode("utf-8", "surrogatepass"),
                     chunk[properties_start:body_start],
                     chunk[body_start:end],
+                    length,
                 ),
-                length,
             )
         )
         at += length

@@ -24,7 +24,7 @@ from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import PUBLISH_SYNC, Queue
 from hutch_broker.protocol import properties
 from hutch_broker.store import MessageStore, QueueStore
-from hutch_broker.store.records import StoredMessage
+from hutch_broker.store.records import RunRecord, StoredMessage, run_record
 
 ROOT = Path(__file__).resolve().parents[3]
 CONTRACT = "importlinter:contract:model-sees-the-store-protocol"
@@ -65,8 +65,9 @@ class MemoryLog:
     def read(self, msg_id: int) -> StoredMessage:
         return self.records[msg_id]
 
-    def read_run(self, msg_id: int, max_bytes: int) -> list[tuple[StoredMessage, int]]:
-        return [(self.records[msg_id], 1)]  # ids here are consecutive: the next is one on
+    def read_run(self, msg_id: int, max_bytes: int) -> list[RunRecord]:
+        # ids here are consecutive: the next is one on
+        return [run_record(self.records[msg_id], 1)]
 
     def ack(self, msg_id: int) -> None:
         self.records.pop(msg_id, None)

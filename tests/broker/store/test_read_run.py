@@ -21,7 +21,12 @@ def _queue(open_store):
 
 
 def _ids_of(run):
-    return [message.msg_id for message, _ in run]
+    return [record.msg_id for record in run]
+
+
+def _stored(record):
+    """A run's record as ``read`` returns it (its fields but its length)."""
+    return records.StoredMessage(*record[:-1])
 
 
 def test_a_run_is_what_reads_one_by_one_return_with_each_records_length(open_store, fill):
@@ -31,8 +36,8 @@ def test_a_run_is_what_reads_one_by_one_return_with_each_records_length(open_sto
 
     run = queue.read_run(ids[0], BIG)
 
-    assert [message for message, _ in run] == [queue.read(msg_id) for msg_id in ids]
-    assert [msg_id + length for msg_id, (_, length) in zip(ids, run, strict=True)][:-1] == ids[1:]
+    assert [_stored(record) for record in run] == [queue.read(msg_id) for msg_id in ids]
+    assert [record.msg_id + record.length for record in run][:-1] == ids[1:]
 
 
 def test_a_run_stops_at_the_chunk_size_but_always_holds_the_first_record(open_store, fill):
@@ -65,7 +70,7 @@ def test_records_still_in_the_write_buffer_are_read_one_at_a_time(open_store, fi
 
     assert _ids_of(queue.read_run(ids[0], BIG)) == ids  # the flushed part only
     assert _ids_of(queue.read_run(later[0], BIG)) == [later[0]]
-    assert queue.read_run(later[0], BIG)[0][0] == queue.read(later[0])
+    assert _stored(queue.read_run(later[0], BIG)[0]) == queue.read(later[0])
 
 
 def test_a_damaged_record_ends_the_run_before_it_and_is_an_error_when_first(open_store, fill):
@@ -105,7 +110,8 @@ def test_decode_run_takes_what_decode_record_takes_and_stops_where_it_refuses(op
     chunk = data[first : first + sum(lengths)]
 
     def run(chunk: bytes, msg_id: int = ids[0], offset: int = first) -> list:
-        return records.decode_run(chunk, msg_id, lengths, salt=salt, offset=offset)
+        found = records.decode_run(chunk, msg_id, lengths, salt=salt, offset=offset)
+        return [(_stored(record), record.length) for record in found]
 
     one_by_one = [
         (records.decode_record(data, at, seed=records.record_seed(salt, at)), length)
