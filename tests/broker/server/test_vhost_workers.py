@@ -5,13 +5,16 @@ listener's AMQP port, and each worker's own management API (``http-port + index`
 connection landed. What is checked: publish, confirm and consume across the handover, a pipelined
 client's channel.open right behind connection.open, a second vhost's connection in the second
 worker, bad credentials refused right after start-ok as RabbitMQ does (these four share one
-broker of the module), and a worker killed with SIGKILL: restarted by the listener, which logs
-it, while the other worker goes on; its vhost's clients reconnect through the new one and find
-the durable messages confirmed before the kill (this one has its own broker).
+broker of the module), and one worker first stopped (SIGSTOP: its vhost's client waits while
+the other worker's clients are served, and is served once it runs again), then killed with
+SIGKILL: restarted by the listener, which logs it, while the other worker goes on; its vhost's
+clients reconnect through the new one and find the durable messages confirmed before the kill
+(this one has its own broker).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -196,7 +199,7 @@ def test_a_pipelined_channel_open_behind_connection_open_is_served(broker, apis)
         assert isinstance(frames.next(), commands.Channel.OpenOk)
 
 
-def test_a_killed_worker_is_restarted_and_keeps_its_vhosts_durable_messages(own_broker):
+def test_a_stopped_then_killed_worker_holds_up_only_its_vhost_and_keeps_its_messages(own_broker):
     apis = _worker_apis(own_broker)
     victim = worker_for(TENANT, WORKERS)
     assert victim != worker_for("/", WORKERS)
@@ -213,6 +216,17 @@ def test_a_killed_worker_is_restarted_and_keeps_its_vhosts_durable_messages(own_
             "", "kept", f"m{number}".encode(), pika.BasicProperties(delivery_mode=2)
         )  # confirmed: BlockingChannel raises if the broker nacks
     killed = _worker_pid(own_broker, victim)
+    os.kill(killed, signal.SIGSTOP)  # first stuck: it reads nothing, its process lives
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(_declare_through, own_broker, TENANT)
+            for _ in range(10):  # the other worker's clients are served meanwhile
+                _declare_through(own_broker, "/")
+            assert not waiting.done()  # handed to the stopped worker's socket: no open-ok yet
+            os.kill(killed, signal.SIGCONT)
+            assert waiting.result() == TENANT  # the worker reads again and serves it
+    finally:
+        os.kill(killed, signal.SIGCONT)
     os.kill(killed, signal.SIGKILL)
 
     other = clients.connect(own_broker)  # the other worker goes on
@@ -233,6 +247,14 @@ def test_a_killed_worker_is_restarted_and_keeps_its_vhosts_durable_messages(own_
     logged = own_broker.console_log.read_text(errors="replace")
     assert f"vhost worker {victim} (pid {killed}) exited, killed by SIGKILL, after" in logged
     assert "restarting it in 0.5 s, at " in logged
+
+
+def _declare_through(broker, vhost: str) -> str:
+    """A connection to ``vhost`` that declares a queue and closes: the vhost it was served in."""
+    conn = clients.connect(broker, vhost=vhost)
+    conn.channel().queue_declare("", exclusive=True)
+    conn.close()
+    return vhost
 
 
 def _connect_until_served(broker, vhost: str):
