@@ -39,7 +39,12 @@ trap finish EXIT
 trap interrupted INT TERM
 bg_build_start
 
-level fast tests -m fast -q --durations=5 "$@"
+# The fast level writes the bytecode of what it imports (__pycache__, git-ignored; image builds
+# skip it), even where the environment sets PYTHONDONTWRITEBYTECODE: without it every pytest
+# session compiles and assertion-rewrites all of tests/ again at collection (17 s of CPU for the
+# fast level's collection, 8 s with the files), and so does each xdist worker; later sessions
+# and the hutch-broker processes the tests start read the files it wrote.
+PYTHONDONTWRITEBYTECODE= level fast tests -m fast -q --durations=5 "$@"
 # The broker level in two passes (docs/testing.md#how-the-broker-level-runs): most of it on two
 # pytest-xdist workers, a module per worker at a time (--dist loadfile: a module's shared brokers
 # stay its own), since most of its time is waiting on sockets and processes; the long modules
