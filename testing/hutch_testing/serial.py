@@ -49,7 +49,7 @@ SERIAL: tuple[str, ...] = (
     # The frame fuzzer: a canary's stall bound.
     "tests/broker/fuzz/test_frames.py",
     # CPU time of the broker process against the work done.
-    "tests/broker/admin/test_paged_listing.py",
+    "tests/broker/admin/test_paged_listing_broker.py",
     "tests/bench/test_proccpu_process.py",
     "tests/bench/test_broker_size.py",
     # A publish rate against the clock; a loop turn against a bound during compaction; the
