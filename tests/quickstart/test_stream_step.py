@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hutch_demo import quickstart, sparksubmit, streamjob, summaries
+from hutch_demo import clusters, quickstart, sparkpods, sparksubmit, streamjob, summaries
 
 S0, S1 = streamjob.STREAMS
 
@@ -89,3 +89,115 @@ def test_the_stream_step_runs_unless_left_out(monkeypatch: pytest.MonkeyPatch) -
     assert quickstart.main(["--no-stream-job"]) == 0
     assert [kwargs["stream_job"] for kwargs in asked] == [True, False]
     assert quickstart.Options().stream_job is True
+
+
+# --- streamjob.run, make run's stream step, without a cluster -----------------------------
+# The kept run of tests/quickstart/test_keep.py leaves the stream job out (its Pod path runs in
+# tests/localkube/test_spark_stream_node.py, with the kills), so the step's own logic is shown
+# here: it follows the submitting process, then judges by its exit code and the driver Pod.
+
+DRIVER = "stream-copy-driver"
+
+
+class FakeNodeCluster:
+    """The Pods the API would list after the job: a driver in ``phase``, two executors and
+    another application's executor."""
+
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+
+    def get(self, path: str) -> dict[str, object] | None:
+        if path.endswith(f"/pods/{DRIVER}"):
+            return {"metadata": {"name": DRIVER}, "spec": {"nodeName": "hutch-node"},
+                    "status": {"phase": self.phase}}  # fmt: skip
+        executors = [f"stream-copy-exec-{n}" for n in (1, 2)] + ["other-app-exec-1"]
+        return {"items": [{"metadata": {"name": name}, "spec": {"nodeName": "hutch-node"}}
+                          for name in executors]}  # fmt: skip
+
+
+class FakeSubmit:
+    """spark-submit: runs for three polls, committing a batch at each, then exits ``code``."""
+
+    def __init__(self, commits: Path, code: int) -> None:
+        self.commits, self.polls = commits, 0
+        self.proc = type("Proc", (), {"returncode": code})()
+
+    @property
+    def running(self) -> bool:
+        if self.polls == 3:
+            return False
+        self.commits.mkdir(parents=True, exist_ok=True)
+        (self.commits / str(self.polls)).write_text("v1")
+        self.polls += 1
+        return True
+
+    def log_tail(self) -> str:
+        return "(its log)"
+
+
+class FakeClock:
+    """``time`` for streamjob: each sleep moves the clock on, so the test takes no time."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _run_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, phase: str, code: int) -> object:
+    """``streamjob.run`` with the cluster's calls and spark-submit faked."""
+    volume = tmp_path / "volume"
+    commits = volume / "stream-copy" / "checkpoint" / "commits"
+    monkeypatch.setattr(streamjob, "publish", lambda endpoint, per_stream: 2 * per_stream)
+    monkeypatch.setattr(streamjob, "stream_user", lambda cluster, ns, broker: "u-creds")
+    monkeypatch.setattr(streamjob, "install_job", lambda cluster, ns, work: work / "t.json")
+    monkeypatch.setattr(sparkpods, "environment", lambda kubeconfig: {"KUBECONFIG": "k"})
+    monkeypatch.setattr(streamjob, "time", FakeClock())
+    submitted: list[list[str]] = []
+
+    def spawn(name: str, command: list[str], log: Path, env: dict[str, str]) -> FakeSubmit:
+        submitted.append(command)
+        return FakeSubmit(commits, code)
+
+    monkeypatch.setattr(streamjob.launchers, "spawn", spawn)
+    plane = type("Plane", (), {"server": "https://127.0.0.1:6443", "kubeconfig": Path("k")})()
+    where = streamjob.NodeJob(
+        cluster=FakeNodeCluster(phase), plane=plane, namespace="quickstart",  # type: ignore[arg-type]
+        broker="hutch", endpoint=None, volume_dir=volume, work=tmp_path,  # type: ignore[arg-type]
+    )  # fmt: skip
+    ticks: list[str] = []
+    started: list[object] = []
+    try:
+        return streamjob.run(where, "img", per_stream=3, max_offsets=2, started=started.append,
+                             tick=lambda share, label: ticks.append(label))  # fmt: skip
+    finally:
+        assert len(submitted) == 1 and len(started) == 1
+        words = submitted[0]
+        assert words[words.index("--max-offsets-per-trigger") + 1] == "2"
+        # batch 0 reads nothing, then 6 messages at 2 a batch: 4 batches to come
+        assert ticks == ["0s: 1/4 batches committed", "1s: 2/4 batches committed",
+                         "2s: 3/4 batches committed"], ticks  # fmt: skip
+
+
+def test_the_stream_step_returns_what_the_job_committed_once_the_driver_succeeded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _run_step(tmp_path, monkeypatch, phase="Succeeded", code=0)
+    assert isinstance(run, streamjob.StreamRun)
+    assert (run.published, run.per_stream, run.batches, run.seconds) == (6, 3, 3, 3.0)
+    # The driver and the job's own executors (their name prefix), not another app's Pods.
+    assert [p.name for p in run.pods_ran] == [DRIVER, "stream-copy-exec-1", "stream-copy-exec-2"]
+    assert not run.exactly_once  # no Parquet was committed: the verdict reads the sink's log
+
+
+@pytest.mark.parametrize(("phase", "code"), [("Failed", 0), ("Succeeded", 1)])
+def test_the_stream_step_fails_on_a_failed_driver_or_spark_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, phase: str, code: int
+) -> None:
+    with pytest.raises(clusters.ClusterError) as failed:
+        _run_step(tmp_path, monkeypatch, phase=phase, code=code)
+    assert f"spark-submit exited {code}, driver Pod {phase}:\n(its log)" in str(failed.value)
