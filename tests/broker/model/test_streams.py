@@ -292,6 +292,12 @@ def test_st_3_reading_is_sliced_per_loop_turn(store) -> None:
         turns += 1
     assert [offset for _, _, _, offset in channel.delivered] == list(range(2_000))
     assert turns >= 2_000 // per_turn
+    # counted once a pump (``_pump``), over every turn: each delivery once
+    assert (queue.stats_deliver, queue.stats_deliveries["deliver"]) == (2_000, 2_000)
+    assert (queue.unacked_count, queue.unacked_bytes) == (
+        2_000,
+        sum(len(f"m{i}") for i in range(2_000)),
+    )
 
 
 def test_st_2_a_start_inside_a_segment_reads_forward_from_its_first_record(store) -> None:
@@ -305,6 +311,8 @@ def test_st_2_a_start_inside_a_segment_reads_forward_from_its_first_record(store
     assert sorted((t, o, body[:1]) for t, _, body, o in channel.delivered) == sorted(
         (f"c{o}", o, bytes([o])) for o in (0, 5, 13, 19)
     )
+    assert queue.stats_deliver == 4  # the records passed over on the way are not deliveries
+    assert queue.unacked_count == 4
 
 
 def test_st_4_retention_removes_segment_files(store, tmp_path: Path) -> None:
