@@ -25,10 +25,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib as mpl
+import matplotlib.ticker
 import report
 import rounds
 import stream_pods_report
 import stream_summary
+
+mpl.use("Agg")
+import matplotlib.pyplot as plt  # after choosing the headless backend
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -180,17 +185,7 @@ def grouped_bars(
     log: bool = False,
     annotate: list[str] | None = None,
 ) -> None:
-    """One group per label, one bar per broker (RabbitMQ first), optional text over groups.
-
-    matplotlib is imported here, where a chart is drawn, not with the module: pytest imports
-    this module in every test session (tests/bench), and pyplot alone is about 0.9 s of CPU.
-    """
-    import matplotlib as mpl  # noqa: PLC0415 - see the docstring
-    import matplotlib.ticker  # noqa: PLC0415
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415 - after choosing the headless backend
-
+    """One group per label, one bar per broker (RabbitMQ first), optional text over groups."""
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(labels) + 2), 4.4), dpi=110)
     width = 0.8 / max(len(series), 1)
     for index, (name, values) in enumerate(series.items()):
