@@ -105,6 +105,16 @@ def broker(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue("hutch_broker" if request.param == "hutch" else "rabbitmq")
 
 
+def idle_parameters(url: str) -> pika.URLParameters:
+    """Parameters for a test's own connection with heartbeats off. Why: a blocking connection
+    answers heartbeats only while it is used, and a test's connection idles through a child
+    driver's run (minutes on a loaded machine): the broker dropped it after two missed
+    heartbeats, and the next check failed with StreamLostError, not with what it checks."""
+    parameters = pika.URLParameters(url)
+    parameters.heartbeat = 0
+    return parameters
+
+
 class Amqp:
     """Small blocking helpers for arranging and checking queues (pika, one connection)."""
 
@@ -113,7 +123,7 @@ class Amqp:
         self.url = broker.amqp_url
         self.http_url = broker.http_url
         self.credentials = broker.credentials
-        self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        self.connection = pika.BlockingConnection(idle_parameters(self.url))
         self.channel = self.connection.channel()
         self.channel.confirm_delivery()
 

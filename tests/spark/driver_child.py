@@ -1,12 +1,15 @@
-"""A streaming driver for the SIGKILL test, run as its own process (never collected by pytest).
+"""The killed run of the SIGKILL test: a streaming driver run as its own process (never
+collected by pytest).
 
-It consumes a queue with the `hutch` source and writes each micro-batch's rows to
-`<out>/run<r>-batch-<id>.json` (write, fsync, rename), so the parent can see exactly what every
-run processed. With `--hang-at N` it writes `hang-<N>` after recording batch N and then blocks
-inside foreachBatch: batch N is in Spark's offsets log but never in its commit log when the
-parent kills the whole process group. Without it, the run stops once every id in `--expect`
-has been recorded by some run. Neither has a deadline of its own: each ends when its parent is
-gone (see childsession).
+Why one process for every case: a driver's start (a JVM and its Python workers) was most of
+each case's time, and the kill proves each case alike. Each ``--case NAME URI QUEUE MODE``
+(MODE ``default`` or ``durable``) is a query of its own in this driver, reading its queue with
+the `hutch` source into ``<work>/<NAME>/out/run1-batch-<id>.json`` (write, fsync, rename), its
+checkpoint in ``<work>/<NAME>/checkpoint``. After recording batch ``--hang-at`` a query writes
+``<out>/hang-<N>`` and blocks inside foreachBatch: that batch is in its offsets log but never in
+its commit log when the parent kills the whole process group. A query's foreachBatch runs on
+its own thread, so one query's block does not hold the others back. The run has no deadline of
+its own: it ends when its parent is gone (see childsession).
 """
 
 import argparse
@@ -18,6 +21,8 @@ from typing import Any
 
 import childsession
 
+BATCH = 100  # maxMessagesPerBatch
+
 
 def write_atomically(path: Path, payload: object) -> None:
     temporary = path.with_suffix(".tmp")
@@ -28,57 +33,62 @@ def write_atomically(path: Path, payload: object) -> None:
     temporary.replace(path)
 
 
-def seen_ids(out: Path) -> set[str]:
-    ids: set[str] = set()
-    for path in out.glob("run*-batch-*.json"):
-        ids.update(row[0] for row in json.loads(path.read_text()))
-    return ids
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--uri", required=True)
-    parser.add_argument("--queue", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--run", type=int, required=True)
-    parser.add_argument("--hang-at", type=int, default=-1)
-    parser.add_argument("--expect", type=int, default=0)
-    parser.add_argument("--durable", action="store_true")
-    args = parser.parse_args()
-
-    spark = childsession.local_session()
+def start_case(spark: Any, work: Path, case: list[str], hang_at: int) -> Any:
+    """Starts one case's query, which records its batches and blocks at batch ``hang_at``."""
+    name, uri, queue, mode = case
+    checkpoint, out = work / name / "checkpoint", work / name / "out"
     reader = (
         spark.readStream.format("hutch")
-        .option("uri", args.uri)
-        .option("queue", args.queue)
-        .option("maxMessagesPerBatch", "100")
+        .option("uri", uri)
+        .option("queue", queue)
+        .option("maxMessagesPerBatch", str(BATCH))
     )
-    if args.durable:
+    if mode == "durable":
         reader = reader.option("durableBatches", "true").option(
-            "batchLogDir", f"{args.checkpoint}/hutch-batches"
+            "batchLogDir", f"{checkpoint}/hutch-batches"
         )
 
     def record(frame: Any, batch_id: int) -> None:
         rows = [[row.message_id, row.seq] for row in frame.select("message_id", "seq").collect()]
-        write_atomically(args.out / f"run{args.run}-batch-{batch_id}.json", rows)
-        if batch_id == args.hang_at:
-            (args.out / f"hang-{batch_id}").touch()
+        write_atomically(out / f"run1-batch-{batch_id}.json", rows)
+        if batch_id == hang_at:
+            (out / f"hang-{batch_id}").touch()
             time.sleep(600)
 
-    query = (
+    return (
         reader.load()
         .writeStream.foreachBatch(record)
-        .option("checkpointLocation", args.checkpoint)
+        .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="200 milliseconds")
         .start()
     )
 
-    # Once every id is recorded, a few more triggers, so the last batch is acked too.
-    def done() -> bool:
-        return bool(args.expect) and len(seen_ids(args.out)) >= args.expect
 
-    childsession.run_until(spark, query, done, settle_s=1.0)
+class Queries:
+    """The cases' queries as one for ``childsession.run_until``: failed when any failed."""
+
+    def __init__(self, queries: list[Any]) -> None:
+        self.queries = queries
+
+    def exception(self) -> Any:
+        return next((q.exception() for q in self.queries if q.exception() is not None), None)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            query.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--case", nargs=4, action="append", required=True)
+    parser.add_argument("--hang-at", type=int, required=True)
+    args = parser.parse_args()
+
+    spark = childsession.local_session()
+    queries = Queries([start_case(spark, args.work, case, args.hang_at) for case in args.case])
+    # Never done: it ends when killed, when a query fails or when its parent is gone.
+    childsession.run_until(spark, queries, lambda: False)
 
 
 if __name__ == "__main__":

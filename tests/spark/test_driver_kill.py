@@ -2,11 +2,17 @@
 
 Contract: docs/contracts/spark.md#required-tests.
 
-The driver runs in a child process group (driver_child.py). It blocks inside foreachBatch of
-batch 3 after recording it, so batch 3 is in Spark's offsets log but not in its commit log;
-the parent then kills the group. The broker re-queues everything that was unacked, and a second
-run with the same checkpoint finishes the queue. Neither run has a deadline: the test fails when
-one shows no progress for `childruns.STALL_S`, and a run whose test is gone ends (childsession).
+Run 1 is a driver in a child process group (driver_child.py) with one query per case: the
+default mode on hutch-broker and on RabbitMQ, the durable-batch mode on hutch-broker (it does
+not depend on the broker). Each query blocks inside foreachBatch of batch 3 after recording it,
+so batch 3 is in its offsets log but not in its commit log; once every query is there, the
+parent kills the group. The broker re-queues everything that was unacked, and run 2, a query
+per case on the same checkpoint in this process's session (a driver that never saw these
+queries, as a restarted one), finishes each queue. One driver for every case, and none started
+for run 2: a driver's start was most of each case's time, and the kill is the same for each.
+Neither run has a deadline: run 1 fails when it shows no progress for `childruns.STALL_S`, run 2
+when a case's records stop growing for `querywaits.STALL_S`, and a run 1 whose test is gone
+ends (childsession).
 
 - Default mode: batch 3 replays empty and its messages come back later: nothing is missing and
   at most one batch is duplicated.
@@ -17,12 +23,14 @@ one shows no progress for `childruns.STALL_S`, and a run whose test is gone ends
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.spark import childruns
+from tests.spark import childruns, querywaits
+from tests.spark.conftest import Amqp
 
 pytestmark = pytest.mark.spark
 
@@ -31,83 +39,139 @@ TOTAL = 1000
 BATCH = 100
 HANG_AT = 3
 # What grows under the run's work directory while it gets on (childruns.progress).
-DIRS = ("checkpoint", "out")
+DIRS = ("cases",)
+# name: (the broker's fixture, durable-batch mode)
+CASES = {
+    "hutch-default": ("hutch_broker", False),
+    "rabbitmq-default": ("rabbitmq", False),
+    "hutch-durable": ("hutch_broker", True),
+}
 
 
-def run_child(
-    amqp: Any, queue: str, work: Path, *, run: int, durable: bool, extra: list[str]
-) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        str(CHILD),
-        "--uri",
-        amqp.url,
-        "--queue",
-        queue,
-        "--checkpoint",
-        str(work / "checkpoint"),
-        "--out",
-        str(work / "out"),
-        "--run",
-        str(run),
-        *(["--durable"] if durable else []),
-        *extra,
-    ]
-    log = (work / f"run{run}.log").open("wb")
+class Case:
+    """One case: its broker's helper, its queue of TOTAL messages and its directories."""
+
+    def __init__(self, name: str, amqp: Amqp, durable: bool, work: Path) -> None:
+        self.name, self.amqp, self.durable = name, amqp, durable
+        self.queue = amqp.queue("kill")
+        self.ids = amqp.publish(self.queue, TOTAL)
+        self.checkpoint = work / "cases" / name / "checkpoint"
+        self.out = work / "cases" / name / "out"
+        self.out.mkdir(parents=True)
+
+    def batches(self, run: int) -> dict[int, list[list[Any]]]:
+        return {
+            int(path.stem.split("-")[-1]): json.loads(path.read_text())
+            for path in self.out.glob(f"run{run}-batch-*.json")
+        }
+
+    def no_consumer(self) -> bool:
+        return self.amqp.consumers(self.queue) == 0
+
+    def seen(self) -> int:
+        """Distinct ids recorded by either run."""
+        return len(
+            {row[0] for run in (1, 2) for rows in self.batches(run).values() for row in rows}
+        )
+
+
+def run_first(cases: list[Case], work: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, str(CHILD), "--work", str(work / "cases"), "--hang-at", str(HANG_AT)]
+    for case in cases:
+        mode = "durable" if case.durable else "default"
+        command += ["--case", case.name, case.amqp.url, case.queue, mode]
+    log = (work / "run1.log").open("wb")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def batches(out: Path, run: int) -> dict[int, list[list[Any]]]:
-    return {
-        int(path.stem.split("-")[-1]): json.loads(path.read_text())
-        for path in out.glob(f"run{run}-batch-*.json")
-    }
+def write_atomically(path: Path, payload: object) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(payload))
+    temporary.replace(path)
 
 
-# Durable mode does not depend on the broker, so only hutch-broker runs it (each case ~45 s).
-@pytest.mark.parametrize(
-    ("broker", "durable"),
-    [("hutch", False), ("rabbitmq", False), ("hutch", True)],
-    ids=["hutch-default", "rabbitmq-default", "hutch-durable"],
-    indirect=["broker"],
-)
-def test_driver_sigkill_loses_nothing(
-    amqp: Any, broker: Any, tmp_path: Path, waiter: Any, durable: bool
-) -> None:
-    queue = amqp.queue("kill")
-    ids = amqp.publish(queue, TOTAL)
-    (tmp_path / "out").mkdir()
-
-    first = run_child(
-        amqp, queue, tmp_path, run=1, durable=durable, extra=["--hang-at", str(HANG_AT)]
+def start_second(spark: Any, case: Case) -> Any:
+    """Run 2 of a case: the same query as run 1's on its checkpoint, recording every batch."""
+    reader = (
+        spark.readStream.format("hutch")
+        .option("uri", case.amqp.url)
+        .option("queue", case.queue)
+        .option("maxMessagesPerBatch", str(BATCH))
     )
-    hang = tmp_path / "out" / f"hang-{HANG_AT}"
+    if case.durable:
+        reader = reader.option("durableBatches", "true").option(
+            "batchLogDir", f"{case.checkpoint}/hutch-batches"
+        )
+
+    def record(frame: Any, batch_id: int) -> None:
+        rows = [[row.message_id, row.seq] for row in frame.select("message_id", "seq").collect()]
+        write_atomically(case.out / f"run2-batch-{batch_id}.json", rows)
+
+    return (
+        reader.load()
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(case.checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+@pytest.fixture
+def cases(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    helpers: dict[str, Amqp] = {}
+    made = []
+    for name, (fixture, durable) in CASES.items():
+        if fixture not in helpers:
+            helpers[fixture] = Amqp(request.getfixturevalue(fixture))
+        made.append(Case(name, helpers[fixture], durable, tmp_path))
+    yield made
+    for helper in helpers.values():
+        helper.close()
+
+
+def test_driver_sigkill_loses_nothing(
+    spark: Any, cases: list[Case], tmp_path: Path, waiter: Any
+) -> None:
+    first = run_first(cases, tmp_path)
+    hangs = [case.out / f"hang-{HANG_AT}" for case in cases]
     try:
-        childruns.wait_progressing(first, tmp_path, 1, f"batch {HANG_AT}", hang.exists, DIRS)
+        childruns.wait_progressing(
+            first, tmp_path, 1, f"batch {HANG_AT} of every case",
+            lambda: all(hang.exists() for hang in hangs), DIRS,
+        )  # fmt: skip
     finally:
         childruns.end_group(first)
 
-    run1 = batches(tmp_path / "out", 1)
-    acked = sum(len(run1[b]) for b in range(HANG_AT + (1 if durable else 0)))
-    waiter("the killed consumer gone", lambda: amqp.consumers(queue) == 0, 30)
-    assert amqp.ready(queue) == TOTAL - acked  # nothing stays unacked after the kill
+    for case in cases:
+        run1 = case.batches(1)
+        acked = sum(len(run1[b]) for b in range(HANG_AT + (1 if case.durable else 0)))
+        waiter(f"{case.name}: the killed consumer gone", case.no_consumer, 30)
+        left = case.amqp.ready(case.queue)
+        assert left == TOTAL - acked, case.name  # nothing stays unacked after the kill
 
-    second = run_child(
-        amqp, queue, tmp_path, run=2, durable=durable, extra=["--expect", str(TOTAL)]
-    )
-    # run 2 ends by itself once every id is recorded
-    childruns.run_to_end(second, tmp_path, 2, DIRS)
-    run2 = batches(tmp_path / "out", 2)
+    queries = [start_second(spark, case) for case in cases]
+    try:
+        for case, query in zip(cases, queries, strict=True):
+            querywaits.wait_count(
+                f"{case.name}: run 2 records every id", case.seen, TOTAL, query,
+                "distinct ids recorded", active=True,
+            )  # fmt: skip
+        time.sleep(1.0)  # a few more triggers, so the last batch is acked too
+    finally:
+        for query in queries:
+            query.stop()
 
-    everything = [row[0] for run in (run1, run2) for rows in run.values() for row in rows]
-    assert set(everything) == set(ids)  # nothing lost
-    if durable:
-        assert run2[HANG_AT] == run1[HANG_AT]  # the replay is identical
-        latest = {**run1, **run2}  # a sink that overwrites per batch id
-        final = [row[0] for rows in latest.values() for row in rows]
-        assert sorted(final) == sorted(ids)
-    else:
-        assert run2[HANG_AT] == []  # replays empty: the broker re-queued it
-        assert len(everything) - len(set(everything)) <= BATCH
-    waiter("run 2's consumer gone", lambda: amqp.consumers(queue) == 0, 30)
-    assert amqp.ready(queue) == 0
+    for case in cases:
+        run1, run2 = case.batches(1), case.batches(2)
+        everything = [row[0] for run in (run1, run2) for rows in run.values() for row in rows]
+        assert set(everything) == set(case.ids), case.name  # nothing lost
+        if case.durable:
+            assert run2[HANG_AT] == run1[HANG_AT], case.name  # the replay is identical
+            latest = {**run1, **run2}  # a sink that overwrites per batch id
+            final = [row[0] for rows in latest.values() for row in rows]
+            assert sorted(final) == sorted(case.ids), case.name
+        else:
+            assert run2[HANG_AT] == [], case.name  # replays empty: the broker re-queued it
+            assert len(everything) - len(set(everything)) <= BATCH, case.name
+        waiter(f"{case.name}: run 2's consumer gone", case.no_consumer, 30)
+        assert case.amqp.ready(case.queue) == 0, case.name
