@@ -34,7 +34,8 @@ from hutch_demo.management import quote
 from hutch_spark import streamsource
 from hutch_testing.relay import CountingRelay
 
-from tests.spark import childruns, querywaits
+from tests.spark import childruns, querywaits, reruns
+from tests.spark.conftest import idle_parameters
 
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
@@ -51,7 +52,7 @@ class Stream:
         self.vhost = quote(getattr(broker, "vhost", "/"))
         self.name = name
         self.count = 0
-        self.connection = pika.BlockingConnection(pika.URLParameters(self.url))
+        self.connection = pika.BlockingConnection(idle_parameters(self.url))
         self.channel = self.connection.channel()
         self.channel.confirm_delivery()
         arguments = {"x-queue-type": "stream", **arguments}
@@ -207,12 +208,19 @@ def run_child(
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def rerun(spark: Any, stream: Stream, management: str, work: Path, **options: str) -> Any:
+    """A restart of run 1 in this session (reruns.py): `batches` as stream_child.py writes
+    them, on run 1's checkpoint."""
+    reader = query(spark, stream, management, numPartitions="2", **options)
+    return reruns.start(reader, work / "checkpoint", output=work / "output", sink="batches")
+
+
 def logged_end(checkpoint: Path, batch: int) -> dict[str, int]:
     return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
 
 
 def test_a_query_from_latest_killed_inside_batch_0_replays_the_range_it_planned(
-    hutch_broker: Any, stream: Stream, tmp_path: Path
+    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path
 ) -> None:
     # Spark logs batch 0's end before running it, but not its start: a driver killed inside
     # batch 0 asks the source for its initial offset again when it restarts. Resolved again,
@@ -253,8 +261,8 @@ def test_a_query_from_latest_killed_inside_batch_0_replays_the_range_it_planned(
     assert not publisher.is_alive()
     stream.publish(50)  # more after the kill: latest moves on
     total = stream.count
-    second = run_child(stream, hutch_broker.http_url, tmp_path, 2, ["--expect", str(total)])
-    childruns.run_to_end(second, tmp_path, 2, DIRS)
+    second = rerun(spark, stream, hutch_broker.http_url, tmp_path, maxOffsetsPerTrigger="40")
+    reruns.run_to("run 2's end", second, checkpoint, {stream.name: total})
 
     assert logged_end(checkpoint, 0) == {stream.name: planned}  # Spark replayed the logged end
     batches = {
@@ -268,7 +276,7 @@ def test_a_query_from_latest_killed_inside_batch_0_replays_the_range_it_planned(
 
 
 def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
-    hutch_broker: Any, tmp_path: Path
+    spark: Any, hutch_broker: Any, tmp_path: Path
 ) -> None:
     # A query from earliest killed inside batch 0; then retention drops the stream's head (small
     # segments, a byte limit). The restarted driver asked for the initial offset again, and
@@ -303,23 +311,19 @@ def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
             stream.publish(20)
         kept, total = stream.held()
         assert 0 < kept < 500, (kept, total)  # inside what run 1's batch 0 could read
-        second = run_child(
-            stream, hutch_broker.http_url, tmp_path, 2,
-            [*earliest, "--fail-on-data-loss", "true", "--expect", str(total)],
+        second = rerun(
+            spark, stream, hutch_broker.http_url, tmp_path,
+            startingOffsets="earliest", maxOffsetsPerTrigger="1000", failOnDataLoss="true",
         )  # fmt: skip
         try:
-            childruns.wait_progressing(
-                second, tmp_path, 2, "its end", lambda: second.poll() is not None, DIRS
-            )
+            failure = reruns.run_to_failure("run 2's failure", second, checkpoint)
         finally:
-            childruns.end_group(second)
-        log = childruns.log_tail(tmp_path, 2)
-        assert second.returncode == 1, f"run 2 read on past the lost head:\n{log}"
+            second.stop()
         assert (
             f"retention removed offsets [{planned}, {kept}) of stream 'headless' before this "
             f"query read them (it needs them from offset {planned}; the stream now holds "
             f"[{kept}, {total}))"
-        ) in log, log
+        ) in failure, failure
 
         third = run_child(
             stream, hutch_broker.http_url, tmp_path, 3,

@@ -35,7 +35,7 @@ import pytest
 from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
 
-from tests.spark import childruns, querywaits
+from tests.spark import childruns, querywaits, reruns
 
 # One hutch-broker for the module, each test in a vhost of its own: the source's URI (amqp_url)
 # names it, and what the tests read from the management API is that vhost's.
@@ -409,9 +409,14 @@ def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
     start = batch_offsets(checkpoint, killed - 1)
     assert start["kill-1"] <= 230 < end["kill-1"]
 
-    second = run_child(streams, tmp_path, 2, ["--expect", str(total)])
-    # run 2 ends by itself once it has committed everything
-    childruns.run_to_end(second, tmp_path, 2, DIRS)
+    # Run 2, a restart on the checkpoint in this session (reruns.py): stream_child.py's query
+    # without the hang, until it has committed everything.
+    rows = reader(
+        spark, streams, "kill-0,kill-1", batch=False,
+        startingOffsets="earliest", maxOffsetsPerTrigger="100", numPartitions="2",
+    )  # fmt: skip
+    second = reruns.start(rows, checkpoint, output=tmp_path / "output", sink="parquet")
+    reruns.run_to("run 2's end", second, checkpoint, {"kill-0": total, "kill-1": total})
     assert batch_offsets(checkpoint, killed) == end  # the replay used the logged range
 
     # The killed batch's finished tasks had written their files; the file sink's log lists
