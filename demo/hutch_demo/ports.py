@@ -12,17 +12,28 @@ suite's parallel workers (scripts/test.sh) therefore each keep to a shard of the
 ``HUTCH_PORT_SHARD=k/n`` (``hutch_testing.pytest_plugin`` sets it on worker k of n) returns only
 ports whose ``(port >> 1) % n`` is k. The low bit is left out because Linux prefers odd ports for
 ``bind`` to port 0 and even ones for ``connect``.
+
+Within one process, a port handed out is not handed out again while it is among the last
+``RECENT`` ones: a launcher that asks twice before its broker binds (a broker's two ports,
+then a TLS broker's two more, then RabbitMQ's distribution port) would otherwise get the same
+port twice now and then, since the first call's sockets are closed by then. A CI run saw it:
+RabbitMQ refused to start with its HTTPS port equal to its HTTP port ("incompatible_listeners").
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import socket
+import threading
 
 LOOPBACK = "127.0.0.1"
 SHARD_ENV = "HUTCH_PORT_SHARD"
 _MAX_TRIES = 1000  # a shard of n holds 1/n of the ports: n * count tries on average
+RECENT = 256  # ports this process handed out last, not handed out again (module docstring)
+_recent: collections.deque[int] = collections.deque(maxlen=RECENT)
+_recent_lock = threading.Lock()
 
 
 def shard(value: str | None) -> tuple[int, int]:
@@ -47,19 +58,20 @@ def free_ports(count: int) -> list[int]:
     """Return `count` distinct TCP ports that were free on 127.0.0.1 a moment ago (in this
     process's shard, ``HUTCH_PORT_SHARD``)."""
     k, n = shard(os.environ.get(SHARD_ENV))
-    with contextlib.ExitStack() as stack:
+    with _recent_lock, contextlib.ExitStack() as stack:
         ports: list[int] = []
         for _ in range(_MAX_TRIES):
             if len(ports) == count:
-                return ports
+                break
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             sock.bind((LOOPBACK, 0))  # held until the end: never handed out twice
             port = sock.getsockname()[1]
-            if in_shard(port, k, n):
+            if in_shard(port, k, n) and port not in _recent:
                 ports.append(port)
-        if len(ports) == count:
-            return ports
-        raise OSError(f"no {count} free ports in shard {k}/{n} after {_MAX_TRIES} tries")
+        if len(ports) != count:
+            raise OSError(f"no {count} free ports in shard {k}/{n} after {_MAX_TRIES} tries")
+        _recent.extend(ports)
+        return ports
 
 
 def free_port() -> int:

@@ -8,6 +8,9 @@ its readiness probe finds the other worker's broker. With ``HUTCH_PORT_SHARD=k/n
 
 from __future__ import annotations
 
+import socket
+import types
+
 import pytest
 from hutch_demo import ports
 from hutch_testing.pytest_plugin import worker_port_shard
@@ -57,3 +60,52 @@ def test_free_ports_keep_to_the_shard(monkeypatch, index):
     picked = [port for _ in range(50) for port in ports.free_ports(2)]
     assert all(ports.in_shard(port, index, 2) for port in picked), picked
     assert all(ports.in_shard(ports.free_port(), index, 2) for _ in range(20))
+
+
+class ScriptedSocket:
+    """Stands in for ``socket.socket``: each bind to port 0 gets the next scripted port, as the
+    kernel may hand a port out again once the socket that held it is closed."""
+
+    script: list[int] = []
+
+    def __init__(self, *_args: object) -> None:
+        self.port = 0
+
+    def __enter__(self) -> ScriptedSocket:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def bind(self, _address: object) -> None:
+        self.port = ScriptedSocket.script.pop(0)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ports.LOOPBACK, self.port
+
+
+def scripted_socket_module() -> types.SimpleNamespace:
+    """The ``socket`` module as ports.py sees it, with ``ScriptedSocket`` for ``socket``."""
+    return types.SimpleNamespace(
+        socket=ScriptedSocket, AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM
+    )
+
+
+def test_a_port_handed_out_is_not_handed_out_again_by_the_next_call(monkeypatch):
+    """A broker's two ports, then a TLS broker's two more before either binds (CI: RabbitMQ's
+    HTTPS port came out equal to its HTTP port, and it refused to start)."""
+    monkeypatch.delenv(ports.SHARD_ENV, raising=False)
+    monkeypatch.setattr(ports, "_recent", ports.collections.deque(maxlen=ports.RECENT))
+    monkeypatch.setattr(ports, "socket", scripted_socket_module())
+    ScriptedSocket.script = [40001, 40003, 40003, 40001, 40005, 40007]
+    assert ports.free_ports(2) == [40001, 40003]
+    assert ports.free_ports(2) == [40005, 40007]  # the kernel offered 40003 and 40001 again
+    assert ScriptedSocket.script == []
+
+
+def test_the_ports_kept_back_are_only_the_last_ones(monkeypatch):
+    monkeypatch.delenv(ports.SHARD_ENV, raising=False)
+    monkeypatch.setattr(ports, "_recent", ports.collections.deque(maxlen=2))
+    monkeypatch.setattr(ports, "socket", scripted_socket_module())
+    ScriptedSocket.script = [40001, 40003, 40005, 40001]
+    assert [ports.free_port() for _ in range(4)] == [40001, 40003, 40005, 40001]
