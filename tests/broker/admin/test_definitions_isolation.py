@@ -10,6 +10,7 @@ clear reason and changes nothing (5,000 queues, 5,000 bindings, then the bad one
 
 import pytest
 from hutch_demo import management
+from hutch_testing import definitions as documents
 from hutch_testing import noisy
 
 QUEUES = 5000
@@ -24,26 +25,17 @@ LOOSE = noisy.CanaryBound(max_ms=250.0, p99_ms=250.0)
 
 
 def document(bindings: int = BINDINGS, bad_binding_at_the_end: bool = False) -> dict:
-    exchanges = [
-        {"name": f"x{index:02d}", "type": "direct", "durable": True, "auto_delete": False,
-         "internal": False, "arguments": {}}
-        for index in range(EXCHANGES)
-    ]  # fmt: skip
-    queues = [
-        {"name": f"imported-{index:05d}", "durable": True, "auto_delete": False, "arguments": {}}
-        for index in range(QUEUES)
-    ]
-    bindings = [
-        {"source": f"x{index % EXCHANGES:02d}", "destination": f"imported-{index:05d}",
-         "destination_type": "queue", "routing_key": f"k{index}", "arguments": {}}
+    edges = [
+        (f"x{index % EXCHANGES:02d}", f"imported-{index:05d}", f"k{index}")
         for index in range(bindings)
-    ]  # fmt: skip
+    ]
     if bad_binding_at_the_end:
-        bindings.append(
-            {"source": "x00", "destination": "no-such-queue", "destination_type": "queue",
-             "routing_key": "", "arguments": {}}
-        )  # fmt: skip
-    return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+        edges.append(("x00", "no-such-queue", ""))
+    return documents.document(
+        exchanges=[f"x{index:02d}" for index in range(EXCHANGES)],
+        queues=[f"imported-{index:05d}" for index in range(QUEUES)],
+        bindings=edges,
+    )
 
 
 @pytest.mark.timeout(240)

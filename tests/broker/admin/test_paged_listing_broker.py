@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from hutch_demo import management
+from hutch_testing import definitions as documents
 from hutch_testing import noisy
 
 # -- a real broker ----------------------------------------------------------------------------
@@ -29,22 +30,15 @@ WALK_LIMIT = 12
 
 
 def definitions() -> dict[str, Any]:
-    exchanges = [
-        {"name": f"x{index}", "type": "direct", "durable": True, "auto_delete": False,
-         "internal": False, "arguments": {}}
-        for index in range(PER_QUEUE)
-    ]  # fmt: skip
-    queues = [
-        {"name": f"q{index:05d}", "durable": True, "auto_delete": False, "arguments": {}}
-        for index in range(QUEUES)
-    ]
-    bindings = [
-        {"source": f"x{edge}", "destination": f"q{index:05d}", "destination_type": "queue",
-         "routing_key": f"k{index % 7}", "arguments": {}}
-        for index in range(QUEUES)
-        for edge in range(PER_QUEUE)
-    ]  # fmt: skip
-    return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+    return documents.document(
+        exchanges=[f"x{edge}" for edge in range(PER_QUEUE)],
+        queues=[f"q{index:05d}" for index in range(QUEUES)],
+        bindings=[
+            (f"x{edge}", f"q{index:05d}", f"k{index % 7}")
+            for index in range(QUEUES)
+            for edge in range(PER_QUEUE)
+        ],
+    )
 
 
 def broker_cpu_of(broker, work: Callable[[], Any]) -> tuple[float, Any]:
