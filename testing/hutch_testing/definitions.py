@@ -41,3 +41,23 @@ def document(
         "queues": [queue(name) for name in queues],
         "bindings": [binding(*edge) for edge in bindings],
     }
+
+
+def imported(
+    queues: int, exchanges: int, bindings: int, *, bad_binding_at_the_end: bool = False
+) -> dict[str, list[Item]]:
+    """The import tests' document: queues ``imported-00000``…, exchanges ``x00``…, binding ``i``
+    from exchange ``i % exchanges`` to queue ``i`` with key ``k<i>``; with
+    ``bad_binding_at_the_end``, one more binding to a queue that is nowhere (a 400 after all the
+    good items)."""
+    edges = [
+        (f"x{index % exchanges:02d}", f"imported-{index:05d}", f"k{index}")
+        for index in range(bindings)
+    ]
+    if bad_binding_at_the_end:
+        edges.append(("x00", "no-such-queue", ""))
+    return document(
+        exchanges=[f"x{index:02d}" for index in range(exchanges)],
+        queues=[f"imported-{index:05d}" for index in range(queues)],
+        bindings=edges,
+    )

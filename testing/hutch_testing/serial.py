@@ -38,7 +38,10 @@ MARKER_HELP = (
 SERIAL: tuple[str, ...] = (
     # The noisy-neighbour suite: a canary's round trips against bounds, while a tenant floods.
     "tests/noisy/",
-    # Canaries timed during another tenant's or connection's work.
+    # Canaries timed during another tenant's or connection's work. Their tests that measure
+    # nothing run in the parallel pass: the import's refusal and its race with deletes
+    # (test_definitions_consistency.py), the expensive policy's deletion
+    # (test_policy_deletion.py), the refused patterns (tests/broker/amqp/test_matching_patterns.py).
     "tests/broker/admin/test_definitions_isolation.py",
     "tests/broker/admin/test_listing_isolation.py",
     "tests/broker/admin/test_listing_stall.py",
@@ -61,8 +64,10 @@ SERIAL: tuple[str, ...] = (
     # Crashes at points of a child's progress, in cycles.
     "tests/broker/store/test_crash.py",
     "tests/broker/torture/test_crash_cycles.py",
-    # Memory with a clock in the verdict: another tenant's publishes within 5 s; RSS back within
-    # 12 s of idle; a 4 s TTL that must outlast a restart; RabbitMQ's idle queue heap.
+    # Memory with a clock in the verdict: another tenant's publishes within 5 s (what a delivery
+    # budget lets through and bodies read back whole, no clock, are test_delivery_budget.py, in
+    # the parallel pass); RSS back within 12 s of idle; a 4 s TTL that must outlast a restart;
+    # RabbitMQ's idle queue heap.
     "tests/broker/amqp/test_delivery_memory.py",
     "tests/broker/fuzz/test_memory_after.py",
     "tests/broker/store/test_recovered_bodies.py",

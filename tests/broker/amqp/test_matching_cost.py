@@ -5,13 +5,16 @@ hutch-broker runs on one event loop, so one slow match blocks every client. An a
 `#.#.#.#.#.#.#.#.x`, sets the policy pattern `^(a+)+$`, then publishes 60-word routing keys and
 declares queues named `aaa…a-` in a loop; meanwhile a canary connection times its round trips.
 Before the fix the first publish alone took minutes.
+
+Why the serial pass (hutch_testing.serial): both tests hold a canary's or a declare's time to a
+bound. The refusal of unsearchable and invalid patterns measures nothing and is
+test_matching_patterns.py, beside the other worker.
 """
 
 import threading
 import time
 
 import pytest
-from hutch_demo.management import quote
 from hutch_testing.clients import connect, drain
 
 # One broker per module, each test in a vhost of its own: the canary and the adversary share the
@@ -75,33 +78,3 @@ def test_nested_pattern_policy_applies_only_where_it_matches(hutch_broker, vhost
     assert elapsed < CANARY_BOUND_SECONDS
     assert api.queue("a" * 30 + "-")["policy"] is None
     assert api.queue("a" * 30)["policy"] == "nested"
-
-
-def test_unsearchable_and_invalid_patterns_get_400_and_change_nothing(hutch_broker, vhost, api):
-    replies = {
-        pattern: api.put_policy("p", pattern, {"max-length": 1})
-        for pattern in (r"(a)\1", "(", "(" * 5000 + ")" * 5000)
-    }
-    operator_reply = api.put_policy("op", "^(?!tmp)", {"max-length": 1}, operator=True)
-
-    assert {pattern[:8]: reply.status for pattern, reply in replies.items()} == {
-        r"(a)\1": 400,
-        "(": 400,
-        "((((((((": 400,
-    }
-    assert (
-        replies[r"(a)\1"]
-        .body["reason"]
-        .startswith(
-            "Validation failed\n\npattern uses a backreference, which hutch-broker does not support"
-        )
-    )
-    assert (
-        replies["("]
-        .body["reason"]
-        .startswith("Validation failed\n\npattern should be regular expression but is invalid: ")
-    )
-    assert operator_reply.status == 400
-    assert api.get(f"/policies/{quote(vhost)}").body == []
-    assert api.get(f"/operator-policies/{quote(vhost)}").body == []
-    assert "Traceback" not in hutch_broker.log_tail()
