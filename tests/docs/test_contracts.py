@@ -14,6 +14,8 @@ every reader has.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -49,19 +51,30 @@ EXTERNAL_SPEC_BEFORE = re.compile(r"(?:AMQP 0-9-1|RFC ?\d+),? $")
 MACHINE_PATH = re.compile(r"(?<![\w.~-])(?:/(?:work|root)/|/home/[a-z_][\w-]*/|/Users/\w)")
 
 
+def _skipped_dir(name: str) -> bool:
+    return (
+        (name.startswith(".") and name != ".ci")
+        or name in SKIPPED_DIRS
+        or name.endswith(".egg-info")
+    )
+
+
 def text_files() -> Iterator[Path]:
-    """Every text file of the project, in a stable order; hidden folders except ``.ci``."""
-    for path in sorted(REPO.rglob("*")):
-        rel = path.relative_to(REPO)
-        if any(
-            (part.startswith(".") and part != ".ci")
-            or part in SKIPPED_DIRS
-            or part.endswith(".egg-info")
-            for part in rel.parts[:-1]
-        ):
+    """Every text file of the project, in a stable order; hidden folders except ``.ci``.
+
+    The walk prunes the skipped folders instead of filtering what it found in them: the
+    repository holds the virtualenv (``.venv``, over 1 GB) and ``.git``, which cost a walk of
+    everything seconds for each test that reads the text.
+    """
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [name for name in dirs if not _skipped_dir(name)]
+        rel = Path(folder).relative_to(REPO).as_posix()
+        if any(f"{rel}/".startswith(skipped + "/") for skipped in SKIPPED_PATHS):
+            dirs[:] = []
             continue
-        if any(rel.as_posix().startswith(skipped + "/") for skipped in SKIPPED_PATHS):
-            continue
+        found.extend(Path(folder, name) for name in files)
+    for path in sorted(found):
         if path == THIS_FILE or not path.is_file():
             continue
         if (
@@ -72,16 +85,25 @@ def text_files() -> Iterator[Path]:
             yield path
 
 
-def lines() -> Iterator[tuple[str, int, str]]:
-    """(repository-relative path, line number, line) over every text file."""
+def lines() -> tuple[tuple[str, int, str], ...]:
+    """(repository-relative path, line number, line) over every text file.
+
+    Read once for the module's tests (they only read it): the tests run in one process.
+    """
+    return _lines()
+
+
+@functools.cache
+def _lines() -> tuple[tuple[str, int, str], ...]:
+    found: list[tuple[str, int, str]] = []
     for path in text_files():
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
         rel = path.relative_to(REPO).as_posix()
-        for number, line in enumerate(text.splitlines(), start=1):
-            yield rel, number, line
+        found.extend((rel, number, line) for number, line in enumerate(text.splitlines(), 1))
+    return tuple(found)
 
 
 def registry() -> dict[str, str]:
