@@ -15,16 +15,27 @@ A test that starts a process or opens a socket while its fixtures say ``fast`` f
 what it did and how to place it, so a slow test can never hide in ``make fast``. The guard
 swaps a few attributes around each phase of a fast test (``Guard``): the cost is measured in
 docs/testing.md.
+
+``-m fast`` leaves uncollected the modules whose ``pytestmark`` alone puts them above (see
+``skippable``): to select by marker pytest imports every module of tests/ and rewrites its asserts
+first, most of the fast level's collection in a fresh clone (no bytecode yet, as in CI). Fixtures
+only ever raise a level (``level_of``), so a module whose own ``pytestmark`` names a level's marker
+(``broker``, ``rabbitmq``, ``spark``, ``k8s``, ...) holds no fast test whatever it holds, and its
+source text tells. Modules placed by their fixtures are still imported: only their import tells.
+The broker and node levels import every module, so a skipped one is still collected there.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 LEVELS = ("fast", "broker", "node", "e2e")
@@ -161,3 +172,59 @@ def _address(address: Any) -> str:
     if isinstance(address, tuple) and len(address) >= 2:
         return f"{address[0]}:{address[1]}"
     return repr(address)
+
+
+_ASSIGNED = re.compile(r"^pytestmark\b", re.MULTILINE)
+_NAME = "pytestmark"
+
+
+def marker_names(source: str) -> frozenset[str]:
+    """The names of the markers the module's top-level ``pytestmark`` applies (its last
+    assignment), or none. A module that does not parse applies none: its import will tell."""
+    if _ASSIGNED.search(source) is None:  # the cheap test first: most modules have none
+        return frozenset()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    value: ast.expr | None = None
+    for statement in tree.body:
+        if _assigns_pytestmark(_targets(statement)):
+            value = getattr(statement, "value", None)
+    if value is None:
+        return frozenset()
+    return frozenset(
+        node.attr
+        for node in ast.walk(value)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
+
+
+def _targets(statement: ast.stmt) -> list[ast.expr]:
+    if isinstance(statement, ast.Assign):
+        return statement.targets
+    if isinstance(statement, ast.AnnAssign):
+        return [statement.target]
+    return []
+
+
+def _assigns_pytestmark(targets: Iterable[ast.expr]) -> bool:
+    return any(isinstance(target, ast.Name) and target.id == _NAME for target in targets)
+
+
+def above_fast(path: Path) -> bool:
+    """True when the test module at ``path`` holds no fast test by its ``pytestmark`` alone."""
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return level_of(marker_names(source)) != FAST
+
+
+def skippable(path: Path, markexpr: str) -> bool:
+    """Whether a run selecting ``markexpr`` may leave the module at ``path`` uncollected: only
+    for exactly ``-m fast``, only test modules, only those :func:`above_fast` says."""
+    is_test_module = path.suffix == ".py" and path.name.startswith("test_")
+    return markexpr.strip() == FAST and is_test_module and above_fast(path)
