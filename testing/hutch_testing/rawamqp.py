@@ -46,8 +46,10 @@ def read_frame(sock: socket.socket) -> Any:
     return frame.unmarshal(head + rest)[2]
 
 
-def open_connection(broker: AmqpReachable, *, heartbeat: int = 0) -> socket.socket:
-    """A raw client through the handshake on vhost "/", with channel 1 open."""
+def open_connection(
+    broker: AmqpReachable, *, heartbeat: int = 0, vhost: str = "/"
+) -> socket.socket:
+    """A raw client through the handshake on ``vhost``, with channel 1 open."""
     user, password = broker.credentials
     sock = socket.create_connection(("127.0.0.1", broker.amqp_port), timeout=5)
     sock.sendall(PROTOCOL_HEADER)
@@ -58,13 +60,37 @@ def open_connection(broker: AmqpReachable, *, heartbeat: int = 0) -> socket.sock
     sock.sendall(frame.marshal(start_ok, 0))
     read_frame(sock)  # tune
     sock.sendall(frame.marshal(commands.Connection.TuneOk(2047, 131072, heartbeat), 0))
-    sock.sendall(frame.marshal(commands.Connection.Open("/"), 0))
+    sock.sendall(frame.marshal(commands.Connection.Open(vhost), 0))
     if not isinstance(read_frame(sock), commands.Connection.OpenOk):
         raise AssertionError("the broker did not open the connection")
     sock.sendall(frame.marshal(commands.Channel.Open(), 1))
     if not isinstance(read_frame(sock), commands.Channel.OpenOk):
         raise AssertionError("the broker did not open channel 1")
     return sock
+
+
+def pipelined(sock: socket.socket, methods: list[Any], sync: Any, answer: type) -> Any:
+    """Send ``methods`` on channel 1 in as few writes as the socket takes, then ``sync``, and
+    read to ``answer``'s frame: the broker serves a channel's methods in order, so that reply
+    comes after every one before it. Methods sent with ``nowait`` have no reply to wait for, so
+    thousands cost one round trip instead of one each; a channel or connection close on the way
+    (a method refused) is an AssertionError."""
+    sock.settimeout(120.0)  # a loaded broker may take a while over thousands of methods
+    batch = 2000
+    for start in range(0, len(methods), batch):
+        sock.sendall(
+            b"".join(frame.marshal(method, 1) for method in methods[start : start + batch])
+        )
+    sock.sendall(frame.marshal(sync, 1))
+    while True:
+        received = read_frame(sock)
+        if isinstance(received, commands.Channel.Close | commands.Connection.Close):
+            raise AssertionError(
+                "the broker refused a pipelined method: "
+                f"{received.reply_code} {received.reply_text}"
+            )
+        if isinstance(received, answer):
+            return received
 
 
 def publish_frames(routing_key: str, raw_properties: bytes, body: bytes, channel: int = 1) -> bytes:
