@@ -2,8 +2,7 @@
 
 Why: the driver-kill tests (test_driver_kill.py, test_streamsource.py, test_streamdriver.py)
 start the Spark driver they kill as a child and run it until it reaches a point; a run after it
-is a query in the test's own session (reruns.py), except the stream driver test's run 3, whose
-warning is in its log, a child run to its end. Total bounds (180 s to run 1's
+is a query in the test's own session (reruns.py). Total bounds (180 s to run 1's
 point, 240 s for run 2) counted the JVM's start and every batch, which a loaded machine
 stretches: the stream test's failed a healthy run at load 20. A run that shows no sign of
 progress for ``STALL_S`` is stuck, not slow. Its signs, in order: the log while the JVM starts,
@@ -69,13 +68,3 @@ def end_group(child: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
     child.wait(30)
-
-
-def run_to_end(child: subprocess.Popen[bytes], work: Path, run: int, dirs: Sequence[str]) -> None:
-    """Waits for a run that ends by itself, progressing as ``wait_progressing`` requires, and
-    fails unless it exited 0; what is left of its group is killed either way."""
-    try:
-        wait_progressing(child, work, run, "its end", lambda: child.poll() is not None, dirs)
-    finally:
-        end_group(child)
-    assert child.returncode == 0, f"run {run} failed:\n{log_tail(work, run)}"

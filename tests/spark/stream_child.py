@@ -5,10 +5,9 @@ file sink (Parquet) and a checkpoint, `maxOffsetsPerTrigger` rows a batch. With
 `--hang-stream S --hang-offset N` an executor task that meets offset N of stream S writes
 `<out>/hang` and blocks: that batch is in Spark's offsets log but not committed when the parent
 kills the whole process group; until then it runs as long as its parent does (no run has a
-deadline of its own, see childsession). Without it, the run stops once the query has committed
-a batch ending at every stream's `--expect` offset (availableNow would also do; a
-processing-time trigger is what a long-running job uses, so this is what is killed and
-resumed).
+deadline of its own, see childsession). Its trigger is a processing time, what a long-running
+job uses, so this is what is killed and resumed; the runs after the kill are queries in the
+test's own session (reruns.py).
 
 With `--sink batches` the output is `foreachBatch` instead, the idempotent write a user of it
 makes: each batch's rows go to `<output>/batch-<id>.json` (written whole, then renamed), so a
@@ -28,15 +27,6 @@ from typing import Any
 import childsession
 
 
-def committed_end(checkpoint: Path) -> dict[str, int] | None:
-    """The source offset of the newest batch in the commit log, from the offsets log."""
-    commits = [int(path.name) for path in (checkpoint / "commits").glob("[0-9]*")]
-    if not commits:
-        return None
-    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    return json.loads(lines[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--uri", required=True)
@@ -48,11 +38,9 @@ def main() -> None:
     parser.add_argument("--max-offsets", default="100")
     parser.add_argument("--hang-stream", default="")
     parser.add_argument("--hang-offset", type=int, default=-1)
-    parser.add_argument("--expect", type=int, default=0)
     parser.add_argument("--starting", default="earliest")  # "" for the source's default
     parser.add_argument("--sink", choices=("parquet", "batches"), default="parquet")
     parser.add_argument("--block-batch", type=int, default=-1)
-    parser.add_argument("--fail-on-data-loss", default="")  # "" for the source's default
     args = parser.parse_args()
 
     spark = childsession.local_session()
@@ -90,8 +78,6 @@ def main() -> None:
     )
     if args.starting:
         reader = reader.option("startingOffsets", args.starting)
-    if args.fail_on_data_loss:
-        reader = reader.option("failOnDataLoss", args.fail_on_data_loss)
     rows = reader.load()
     if args.hang_stream:
         rows = rows.withColumn("offset", F.udf(maybe_hang, LongType())("stream", "offset"))
@@ -106,16 +92,9 @@ def main() -> None:
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    streams = args.streams.split(",")
-
-    def done() -> bool:
-        end = committed_end(args.checkpoint) if args.expect else None
-        return end is not None and all(end.get(stream) == args.expect for stream in streams)
-
-    # A hanging (or blocking) run never is done: it ends when killed, when its query fails or when its
-    # parent is gone (childsession.run_until).
-    blocking = args.hang_stream or args.block_batch >= 0
-    childsession.run_until(spark, query, (lambda: False) if blocking else done)
+    # A run is never done: it ends when killed (it hangs or blocks first), when its query fails
+    # or when its parent is gone (childsession.run_until).
+    childsession.run_until(spark, query, lambda: False)
 
 
 if __name__ == "__main__":

@@ -294,10 +294,10 @@ def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
         stream.publish(500)
         assert stream.held() == (0, 500)  # all kept while the query starts
         checkpoint = tmp_path / "checkpoint"
-        earliest = ["--starting", "earliest", "--max-offsets", "1000"]
         first = run_child(
-            stream, hutch_broker.http_url, tmp_path, 1, [*earliest, "--block-batch", "0"]
-        )
+            stream, hutch_broker.http_url, tmp_path, 1,
+            ["--starting", "earliest", "--max-offsets", "1000", "--block-batch", "0"],
+        )  # fmt: skip
         try:
             childruns.wait_progressing(
                 first, tmp_path, 1, "batch 0", (tmp_path / "blocked").exists, DIRS
@@ -325,16 +325,17 @@ def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
             f"[{kept}, {total}))"
         ) in failure, failure
 
-        third = run_child(
-            stream, hutch_broker.http_url, tmp_path, 3,
-            [*earliest, "--fail-on-data-loss", "false", "--expect", str(total)],
-        )  # fmt: skip
-        childruns.run_to_end(third, tmp_path, 3, DIRS)
+        with reruns.driver_stderr(spark, tmp_path / "run3.log") as log:
+            third = rerun(
+                spark, stream, hutch_broker.http_url, tmp_path,
+                startingOffsets="earliest", maxOffsetsPerTrigger="1000", failOnDataLoss="false",
+            )  # fmt: skip
+            reruns.run_to("run 3's end", third, checkpoint, {stream.name: total})
     finally:
         stream.close()
     assert planned == 0  # batch 0 ended where the stream began: it read nothing
     warning = f"'headless': offsets from 0 are no longer held (it holds [{kept}, {total}))"
-    assert warning in (tmp_path / "run3.log").read_text(errors="replace")
+    assert warning in log.read_text(errors="replace")
     batches = {
         int(path.stem.split("-")[1]): json.loads(path.read_text())
         for path in (tmp_path / "output").glob("batch-*.json")
