@@ -20,12 +20,13 @@ from hutch_demo import ports
 from hutch_demo.management import Management, quote
 
 # A rabbitmqctl call starts an Erlang VM: about 0.6-0.8 s of CPU and 1-2 s of wall time on the
-# shared 2-core machine, more under load; a test makes up to 40 of them.
-pytestmark = [pytest.mark.rabbitmq, pytest.mark.timeout(180)]
+# shared 2-core machine, up to a minute at load 20; a test makes up to 40 of them.
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.timeout(300)]
+CALL_TIMEOUT_S = 120.0  # one call's bound, a guard against a hung CLI, not a measure
 
-# The mistakes run at most this many at once. Each rabbitmqctl listens on one of the CLI's 11
-# distribution ports (35672-35682, rabbitmq-env's default), so far fewer than 11.
-MISTAKES_AT_ONCE = 4
+# Independent calls run at most this many at once. Each rabbitmqctl listens on one of the CLI's
+# 11 distribution ports (35672-35682, rabbitmq-env's default), so far fewer than 11.
+AT_ONCE = 4
 
 HUTCHCTL = shutil.which("hutchctl", path=str(Path(sys.executable).parent))
 
@@ -45,7 +46,9 @@ class Ctl:
             (self.tmp_path / "elsewhere").mkdir(exist_ok=True)
             env = {"HOME": str(self.tmp_path / "elsewhere")}
         node = "hutch-nowhere@localhost" if down else None
-        return self.target.broker.rabbitmqctl(*args, check=False, env=env, node=node)
+        return self.target.broker.rabbitmqctl(
+            *args, check=False, env=env, node=node, timeout=CALL_TIMEOUT_S
+        )
 
     def _hutchctl(self, args, *, down: bool, wrong_secret: bool):
         assert HUTCHCTL is not None, "hutchctl is not installed: run make bootstrap"
@@ -60,7 +63,7 @@ class Ctl:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=CALL_TIMEOUT_S,
             check=False,
         )  # fmt: skip
 
@@ -85,38 +88,66 @@ def ctl(target, tmp_path) -> Ctl:
 
 
 def configure(ctl: Ctl, vhost: str, user: str, global_name: str) -> None:
-    """The sequence under test, each command expected to succeed on both."""
+    """The sequence under test, each command expected to succeed on both.
+
+    Once the vhost and the user exist, the commands on one object (the user, a permission,
+    the policies, the operator policies, the vhost's limits, the global parameters) keep their
+    order, and those chains run side by side (``AT_ONCE`` at a time): a chain touches nothing
+    another one reads, and each rabbitmqctl call is a VM's start of its own.
+    """
     ctl.ok("add_vhost", vhost)
     ctl.ok("add_vhost", vhost)  # again: rabbitmqctl accepts it
     ctl.ok("add_user", user, "pw1")
-    ctl.ok("set_user_tags", user, "monitoring", "policymaker")
-    ctl.ok("change_password", user, "pw2")
-    ctl.ok("set_permissions", "-p", vhost, user, "^q", ".*", ".*")
-    ctl.ok("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-    ctl.ok("set_topic_permissions", "-p", vhost, user, "amq.topic", "^a", "^b")
-    ctl.ok(
-        "set_policy", "-p", vhost, "cap", r"^q\.", '{"max-length":5,"overflow":"reject-publish"}',
-        "--priority", "3", "--apply-to", "queues",
-    )  # fmt: skip
-    ctl.ok("set_policy", "-p", vhost, "ae", "^e", '{"alternate-exchange":"x"}')
-    ctl.ok("set_policy", "-p", vhost, "ae", "^e", '{"alternate-exchange":"ae"}', "--apply-to",
-           "exchanges", "--priority", "1")  # fmt: skip
-    ctl.ok("set_policy", "-p", vhost, "gone", "^g", '{"message-ttl":1}')
-    ctl.ok("clear_policy", "-p", vhost, "gone")
-    ctl.ok("set_operator_policy", "-p", vhost, "op", "^q", '{"max-length":2}', "--apply-to",
-           "queues")  # fmt: skip
-    ctl.ok("set_operator_policy", "-p", vhost, "op-gone", "^q", '{"max-length":9}')
-    ctl.ok("clear_operator_policy", "-p", vhost, "op-gone")
-    ctl.ok("set_vhost_limits", "-p", vhost, '{"max-connections":10,"max-queues":5}')
-    ctl.ok("set_vhost_limits", "-p", vhost, '{"max-queues":7}')  # replaces the object
-    ctl.ok("set_user_limits", user, '{"max-channels":3}')
-    ctl.ok("set_user_limits", user, '{"max-connections":2}')  # merges into the user's limits
-    ctl.ok("set_global_parameter", global_name, '{"a":[1,2]}')
-    ctl.ok("set_global_parameter", global_name + "-gone", '"x"')
-    ctl.ok("clear_global_parameter", global_name + "-gone")
-    ctl.ok("set_parameter", "-p", vhost, "vhost-limits", "limits", '{"max-queues":7}')
-    ctl.ok("clear_permissions", "-p", vhost, "guest")
-    ctl.ok("clear_permissions", "-p", vhost, "guest")  # again: nothing to clear is fine
+    chains: list[list[tuple[str, ...]]] = [
+        [
+            ("set_user_tags", user, "monitoring", "policymaker"),
+            ("change_password", user, "pw2"),
+            ("set_user_limits", user, '{"max-channels":3}'),
+            ("set_user_limits", user, '{"max-connections":2}'),  # merges into the user's limits
+        ],
+        [
+            ("set_permissions", "-p", vhost, user, "^q", ".*", ".*"),
+            ("set_topic_permissions", "-p", vhost, user, "amq.topic", "^a", "^b"),
+        ],
+        [
+            ("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"),
+            ("clear_permissions", "-p", vhost, "guest"),
+            ("clear_permissions", "-p", vhost, "guest"),  # again: nothing to clear is fine
+        ],
+        [
+            ("set_policy", "-p", vhost, "cap", r"^q\.",
+             '{"max-length":5,"overflow":"reject-publish"}', "--priority", "3", "--apply-to",
+             "queues"),
+            ("set_policy", "-p", vhost, "ae", "^e", '{"alternate-exchange":"x"}'),
+            ("set_policy", "-p", vhost, "ae", "^e", '{"alternate-exchange":"ae"}', "--apply-to",
+             "exchanges", "--priority", "1"),
+            ("set_policy", "-p", vhost, "gone", "^g", '{"message-ttl":1}'),
+            ("clear_policy", "-p", vhost, "gone"),
+        ],
+        [
+            ("set_operator_policy", "-p", vhost, "op", "^q", '{"max-length":2}', "--apply-to",
+             "queues"),
+            ("set_operator_policy", "-p", vhost, "op-gone", "^q", '{"max-length":9}'),
+            ("clear_operator_policy", "-p", vhost, "op-gone"),
+        ],
+        [
+            ("set_vhost_limits", "-p", vhost, '{"max-connections":10,"max-queues":5}'),
+            ("set_vhost_limits", "-p", vhost, '{"max-queues":7}'),  # replaces the object
+            ("set_parameter", "-p", vhost, "vhost-limits", "limits", '{"max-queues":7}'),
+        ],
+        [
+            ("set_global_parameter", global_name, '{"a":[1,2]}'),
+            ("set_global_parameter", global_name + "-gone", '"x"'),
+            ("clear_global_parameter", global_name + "-gone"),
+        ],
+    ]  # fmt: skip
+
+    def run(chain: list[tuple[str, ...]]) -> None:
+        for args in chain:
+            ctl.ok(*args)
+
+    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
+        list(pool.map(run, chains))  # re-raises a chain's failure
 
 
 def read_back(api: Management, vhost: str, user: str, global_name: str) -> dict:
@@ -310,7 +341,7 @@ def test_the_same_mistakes_give_the_same_exit_codes(target, ctl, names, tmp_path
     calls["broker down"] = lambda: ctl("list_queues", down=True)
     # Each mistake changes nothing (checked below), so none depends on another's order: they run
     # side by side, which takes the wall time of the CLI's start-ups, not their sum.
-    with ThreadPoolExecutor(max_workers=MISTAKES_AT_ONCE) as pool:
+    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
         results = dict(zip(calls, pool.map(lambda call: call(), calls.values()), strict=True))
     codes = {mistake: result.returncode for mistake, result in results.items()}
     assert codes == {
