@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 from hutch_demo import management
+from hutch_testing import noisy
 from hutch_testing.clients import connect
 
 CANARY_BOUND_SECONDS = 0.25  # a loopback round trip takes ~1 ms; the freeze took 39 s
@@ -37,7 +38,13 @@ def attack_names(prefix: str) -> list[str]:
 
 
 class Canary(threading.Thread):
-    """Publish one message with a confirm and get it back, every 20 ms, timing each."""
+    """Publish one message with a confirm and get it back, every 20 ms, timing each.
+
+    ``round_trips`` is the broker's own share of each: the wall clock less the time hutch-broker's
+    loop thread and this thread were runnable but waiting for a CPU (``noisy.CpuWaits``), as the
+    noisy suite's canary judges it. On the shared 2-core machine at load 18 that wait alone took
+    a round trip past 250 ms; a loop busy with the policy, or blocked, still counts in full.
+    """
 
     def __init__(self, broker) -> None:
         super().__init__(daemon=True)
@@ -45,27 +52,40 @@ class Canary(threading.Thread):
         self.stop = threading.Event()
         self.ready = threading.Event()
         self.round_trips: list[float] = []
+        self.wall_clock: list[float] = []
         self.failure: BaseException | None = None
 
     def run(self) -> None:
         try:
+            pid = noisy.loop_pid(self.broker)
+            waits = noisy.CpuWaits(pid) if pid is not None else None
             conn = connect(self.broker, vhost="canary", heartbeat=2)
             channel = conn.channel()
             channel.confirm_delivery()
             channel.queue_declare("canary")
             self.ready.set()
             while not self.stop.is_set():
+                broker_before = waits.read()[0] if waits is not None else 0
                 started = time.perf_counter()
                 channel.basic_publish("", "canary", b"tweet")
                 method = None
                 while method is None:
                     method, _properties, _body = channel.basic_get("canary", auto_ack=True)
-                self.round_trips.append(time.perf_counter() - started)
+                took = time.perf_counter() - started
+                broker_after, own = waits.read() if waits is not None else (0, 0)
+                self.wall_clock.append(took)
+                self.round_trips.append(max(0.0, took - (broker_after - broker_before + own) / 1e9))
                 time.sleep(0.02)
             conn.close()
         except BaseException as exc:  # noqa: BLE001 - reported to the test thread
             self.failure = exc
             self.ready.set()
+
+    def summary(self) -> str:
+        return (
+            f"the broker's share: max {max(self.round_trips) * 1000:.0f} ms; wall clock: max "
+            f"{max(self.wall_clock) * 1000:.0f} ms over {len(self.wall_clock)} round trips"
+        )
 
 
 @pytest.mark.timeout(120)
@@ -99,7 +119,7 @@ def test_an_expensive_policy_does_not_stall_a_canary_in_another_vhost(hutch_brok
     assert canary.failure is None
     assert put.status == 201
     assert len(canary.round_trips) >= 10
-    assert max(canary.round_trips) < CANARY_BOUND_SECONDS
+    assert max(canary.round_trips) < CANARY_BOUND_SECONDS, canary.summary()
     queues = {queue["name"]: queue for queue in admin.get("/queues/tenant-a").body}
     assert len(queues) == 80
     assert {queue["policy"] for queue in queues.values()} == {"slow"}
@@ -126,7 +146,7 @@ def test_a_long_pattern_is_compiled_without_stalling_a_canary(hutch_broker):
 
     assert canary.failure is None
     assert (put.status, operator.status) == (201, 201)
-    assert max(canary.round_trips) < CANARY_BOUND_SECONDS
+    assert max(canary.round_trips) < CANARY_BOUND_SECONDS, canary.summary()
 
 
 @pytest.mark.timeout(120)
@@ -160,7 +180,7 @@ def test_a_definitions_import_of_expensive_policies_does_not_stall_a_canary(hutc
 
     assert canary.failure is None
     assert posted.status == 204
-    assert max(canary.round_trips) < CANARY_BOUND_SECONDS
+    assert max(canary.round_trips) < CANARY_BOUND_SECONDS, canary.summary()
     queues = admin.get("/queues/tenant-a").body
     assert len(queues) == 40
     assert {queue["policy"] for queue in queues} == {"p19"}
