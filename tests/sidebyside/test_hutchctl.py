@@ -20,8 +20,10 @@ from hutch_demo import ports
 from hutch_demo.management import Management, quote
 
 # A rabbitmqctl call starts an Erlang VM: about 0.6-0.8 s of CPU and 1-2 s of wall time on the
-# shared 2-core machine, up to a minute at load 20; a test makes up to 40 of them.
-pytestmark = [pytest.mark.rabbitmq, pytest.mark.timeout(300)]
+# shared 2-core machine, up to a minute at load 20; a test makes up to 40 of them. `slow`: the
+# module's four tests take a minute or more, so the parallel pass hands it out among the long
+# modules first (hutch_testing.modorder), not last by its number of tests.
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.slow, pytest.mark.timeout(300)]
 CALL_TIMEOUT_S = 120.0  # one call's bound, a guard against a hung CLI, not a measure
 
 # Independent calls run at most this many at once. Each rabbitmqctl listens on one of the CLI's
