@@ -11,9 +11,10 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from hutch_demo import ports
@@ -29,6 +30,8 @@ CALL_TIMEOUT_S = 120.0  # one call's bound, a guard against a hung CLI, not a me
 # Independent calls run at most this many at once. Each rabbitmqctl listens on one of the CLI's
 # 11 distribution ports (35672-35682, rabbitmq-env's default), so far fewer than 11.
 AT_ONCE = 4
+
+T = TypeVar("T")
 
 HUTCHCTL = shutil.which("hutchctl", path=str(Path(sys.executable).parent))
 
@@ -148,8 +151,18 @@ def configure(ctl: Ctl, vhost: str, user: str, global_name: str) -> None:
         for args in chain:
             ctl.ok(*args)
 
-    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
-        list(pool.map(run, chains))  # re-raises a chain's failure
+    side_by_side([lambda chain=chain: run(chain) for chain in chains])  # re-raises a failure
+
+
+def side_by_side(calls: list[Callable[[], T]]) -> list[T]:
+    """Each call's result, in order, ``AT_ONCE`` running at a time. On a failure or the test's
+    timeout the calls not yet started are dropped and the running ones awaited: a CLI started
+    after the test, against a node already stopped, crashed and left an erl_crash.dump."""
+    pool = ThreadPoolExecutor(max_workers=AT_ONCE)
+    try:
+        return list(pool.map(lambda call: call(), calls))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def read_back(api: Management, vhost: str, user: str, global_name: str) -> dict:
@@ -343,8 +356,7 @@ def test_the_same_mistakes_give_the_same_exit_codes(target, ctl, names, tmp_path
     calls["broker down"] = lambda: ctl("list_queues", down=True)
     # Each mistake changes nothing (checked below), so none depends on another's order: they run
     # side by side, which takes the wall time of the CLI's start-ups, not their sum.
-    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
-        results = dict(zip(calls, pool.map(lambda call: call(), calls.values()), strict=True))
+    results = dict(zip(calls, side_by_side(list(calls.values())), strict=True))
     codes = {mistake: result.returncode for mistake, result in results.items()}
     assert codes == {
         "unknown vhost (set_policy)": 65,
