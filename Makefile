@@ -33,7 +33,7 @@ check: bootstrap
 
 ## The fast level: pure, in-memory tests, no process and no socket, in seconds (docs/testing.md#test-levels).
 fast: bootstrap
-	$(PY) -m pytest tests -m fast -q
+	$(PY) -m pytest tests -m fast -q -n 2
 
 ## The fast level and the broker level without RabbitMQ and the long cases: still starts brokers and Spark.
 unit: bootstrap

@@ -44,7 +44,9 @@ bg_build_start
 # session compiles and assertion-rewrites all of tests/ again at collection (17 s of CPU for the
 # fast level's collection, 8 s with the files), and so does each xdist worker; later sessions
 # and the hutch-broker processes the tests start read the files it wrote.
-PYTHONDONTWRITEBYTECODE= level fast tests -m fast -q --durations=5 "$@"
+# On two xdist workers: each collects everything, but the second core is otherwise idle here
+# (docs/testing.md#test-levels: 42 s against 60 s of wall in a fresh clone).
+PYTHONDONTWRITEBYTECODE= level fast tests -m fast -q -n 2 --durations=5 "$@"
 # The broker level in two passes (docs/testing.md#how-the-broker-level-runs): most of it on two
 # pytest-xdist workers, a module per worker at a time (--dist loadfile: a module's shared brokers
 # stay its own), since most of its time is waiting on sockets and processes; the long modules
