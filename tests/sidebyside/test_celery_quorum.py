@@ -14,9 +14,9 @@ from hutch_demo.waiting import wait_for
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.timeout(120)]
 
 
-def test_celery_worker_runs_tasks_from_a_quorum_queue(target):
+def test_celery_worker_runs_tasks_from_a_quorum_queue(target, prompt_stop):
     queue = target.name("celery-qq")
-    app = Celery(queue, broker=target.broker.amqp_url, set_as_current=False)
+    app = prompt_stop(Celery(queue, broker=target.broker.amqp_url, set_as_current=False))
     app.conf.update(
         task_default_queue=queue,
         task_default_exchange=queue,
