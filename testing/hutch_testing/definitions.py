@@ -4,7 +4,9 @@ Why: broker-level tests import thousands of queues, exchanges and bindings in on
 ``POST /api/definitions[/<vhost>]`` (the isolation of an import, the paging of 20,000 bindings),
 and each built the same JSON by hand: every field RabbitMQ's export writes, durable, no
 arguments. A test says only what differs (names, routing keys, a bad binding at the end); the
-shape of an item is here, so a field the import comes to require changes one place.
+shape of an item is here, so a field the import comes to require changes one place. The same
+documents serve a broker-wide import (``Broker.import_definitions``, ``POST /api/definitions``)
+through ``in_vhost``, which says where each item lives.
 """
 
 from __future__ import annotations
@@ -61,3 +63,12 @@ def imported(
         queues=[f"imported-{index:05d}" for index in range(queues)],
         bindings=edges,
     )
+
+
+def in_vhost(vhost_document: dict[str, list[Item]], vhost: str) -> dict[str, list[Item]]:
+    """A broker-wide document of ``vhost_document``'s items, each placed in ``vhost``, with the
+    vhost itself (created by the import when it is missing, left as it is when it exists)."""
+    placed: dict[str, list[Item]] = {"vhosts": [{"name": vhost}]}
+    for kind, items in vhost_document.items():
+        placed[kind] = [{"vhost": vhost, **item} for item in items]
+    return placed

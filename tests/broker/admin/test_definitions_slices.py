@@ -13,6 +13,7 @@ import time
 import pytest
 from hutch_broker.admin import definitions, errors, slicing
 from hutch_broker.model.broker import Broker
+from hutch_testing import definitions as documents
 
 QUEUES = 2000  # the interference tests need an import still running after 60 loop turns
 # Enough for an import of several slices of ``slicing.SLICE_STEPS`` (200), where the tests only
@@ -21,22 +22,11 @@ SLICED = 1000
 
 
 def document(vhost: str = "a", queues: int = QUEUES) -> dict:
-    return {
-        "vhosts": [{"name": vhost}],
-        "exchanges": [
-            {"vhost": vhost, "name": f"x{index}", "type": "direct", "durable": True}
-            for index in range(10)
-        ],
-        "queues": [
-            {"vhost": vhost, "name": f"q{index:05d}", "durable": True, "arguments": {}}
-            for index in range(queues)
-        ],
-        "bindings": [
-            {"vhost": vhost, "source": f"x{index % 10}", "destination": f"q{index:05d}",
-             "destination_type": "queue", "routing_key": f"k{index}", "arguments": {}}
-            for index in range(queues)
-        ],
-    }  # fmt: skip
+    """Ten exchanges and ``queues`` queues in ``vhost``, queue i bound to exchange i % 10."""
+    names = [f"q{index:05d}" for index in range(queues)]
+    edges = [(f"x{index % 10}", name, f"k{index}") for index, name in enumerate(names)]
+    exchanges = [f"x{index}" for index in range(10)]
+    return documents.in_vhost(documents.document(exchanges, names, edges), vhost)
 
 
 class Ticker:
@@ -167,10 +157,7 @@ async def test_a_bad_binding_at_the_end_changes_nothing_and_is_found_in_slices()
     broker = Broker()
     broker.create_defaults()
     bad = document()
-    bad["bindings"].append(
-        {"vhost": "a", "source": "x0", "destination": "nowhere", "destination_type": "queue",
-         "routing_key": "", "arguments": {}}
-    )  # fmt: skip
+    bad["bindings"].append({"vhost": "a", **documents.binding("x0", "nowhere", "")})
     before = broker.export_definitions()
     with pytest.raises(errors.ApiError) as caught:
         await while_ticking(definitions.import_definitions(broker, bad))

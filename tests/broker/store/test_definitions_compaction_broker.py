@@ -25,6 +25,7 @@ import pika
 import pytest
 from hutch_broker.store import definitions, load_definitions
 from hutch_demo.management import Management
+from hutch_testing import definitions as documents
 from hutch_testing import noisy
 from hutch_testing.clients import connect
 from hutch_testing.progress import Watch, wait_until
@@ -51,22 +52,11 @@ def files(directory: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 def document(count: int) -> dict:
-    queues = [
-        {"name": f"q{i:05d}", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}
-        for i in range(count)
-    ]
-    bindings = [
-        {
-            "source": "amq.direct",
-            "vhost": "/",
-            "destination": f"q{i:05d}",
-            "destination_type": "queue",
-            "routing_key": f"k{i}",
-            "arguments": {},
-        }
-        for i in range(count)
-    ]
-    return {"queues": queues, "bindings": bindings}
+    """``count`` queues, each bound to amq.direct (the vhost's own items, for ``POST
+    /api/definitions/<vhost>``)."""
+    names = [f"q{index:05d}" for index in range(count)]
+    edges = [("amq.direct", name, f"k{index}") for index, name in enumerate(names)]
+    return documents.document([], names, edges)
 
 
 async def test_compaction_runs_in_slices_and_encodes_off_the_loop(server, monkeypatch, request):
@@ -110,7 +100,8 @@ async def test_compaction_runs_in_slices_and_encodes_off_the_loop(server, monkey
     gc.freeze()
     request.addfinalizer(gc.unfreeze)
 
-    server.broker.import_definitions(document(COUNT))  # journals 10,000 records: over 1 MB
+    # Journals 10,000 records: over 1 MB.
+    server.broker.import_definitions(documents.in_vhost(document(COUNT), "/"))
     turns = 0
     longest = 0.0
     watch = Watch(
@@ -211,10 +202,7 @@ def test_a_compaction_of_5000_queues_and_bindings_does_not_stall_a_canary(hutch_
     declarer = noisy.create_tenant(hutch_broker, "declarer")
     canary_tenant = noisy.create_tenant(hutch_broker, "canary")
     admin = Management(hutch_broker, timeout=180.0)
-    big = document(COUNT)
-    for item in big["queues"] + big["bindings"]:
-        item["vhost"] = "big"
-    assert admin.post("/definitions/big", big).status == 204
+    assert admin.post("/definitions/big", document(COUNT)).status == 204
     snapshot = hutch_broker.data_dir / "definitions.json"
     next_journal = hutch_broker.data_dir / "definitions.log.next"
     watch = Watch(
@@ -251,7 +239,7 @@ def test_a_compaction_of_5000_queues_and_bindings_does_not_stall_a_canary(hutch_
 
 
 async def test_a_clean_stop_during_a_background_compaction_keeps_everything(server):
-    server.broker.import_definitions(document(COUNT))
+    server.broker.import_definitions(documents.in_vhost(document(COUNT), "/"))
     data = server.config.data_dir
     watch = Watch("a compaction", "the data directory's files", lambda: files(data), STALL_S)
     while not server.definitions.compacting:
