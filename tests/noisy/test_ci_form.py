@@ -1,7 +1,8 @@
 """The CI form of the noisy cases is shorter than the bench's only where the verdict allows.
 
 Why: tests/noisy runs ``noisy_cases.CI_CASES`` (``Case.for_ci``): fewer topic publishes, one
-round of listings, 4 s of churn, a 10 s request timeout for the slow HTTP connections, while
+round of listings, 4 s of churn, 2 s of the stuck consumer's RSS samples, a 10 s request timeout
+for the slow HTTP connections, while
 bench/noisy.py runs ``CASES`` unchanged, so its figures stay comparable with RabbitMQ's. The
 slow HTTP case with the shorter timeout must still try its new AMQP connection while every slow
 connection is held; the case says so when it was not, rather than passing for the wrong reason.
@@ -34,7 +35,7 @@ def _bench(name: str) -> noisy_cases.Case:
 
 
 def test_the_ci_form_changes_only_the_cases_that_say_why():
-    shortened = {"case2-topic", "case3-listing", "case4-slow-http", "churn"}
+    shortened = {"case2-topic", "case3-listing", "case4-slow-http", "case5-stuck-consumer", "churn"}
     for case in noisy_cases.CI_CASES:
         bench = _bench(case.name)
         assert case.prepare is bench.prepare
@@ -77,8 +78,10 @@ def test_the_ci_attacks_are_the_shorter_ones():
     assert _keywords("case2-topic") == {"publishes": noisy_cases.TOPIC_PUBLISHES_CI}
     assert _keywords("case3-listing") == {"seconds": noisy_cases.LISTING_SECONDS_CI}
     assert _keywords("churn") == {"seconds": noisy_cases.CHURN_SECONDS_CI}
+    assert _keywords("case5-stuck-consumer") == {"seconds": noisy_cases.STUCK_SECONDS_CI}
     assert noisy_cases.TOPIC_PUBLISHES_CI < noisy_cases.TOPIC_PUBLISHES
     assert noisy_cases.CHURN_SECONDS_CI < noisy_cases.CHURN_SECONDS
+    assert noisy_cases.STUCK_SECONDS_CI < noisy_cases.STUCK_SECONDS
 
 
 def _serve(sock: socket.socket, received: list[object], reply: object) -> None:
