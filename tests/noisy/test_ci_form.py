@@ -1,7 +1,7 @@
 """The CI form of the noisy cases is shorter than the bench's only where the verdict allows.
 
 Why: tests/noisy runs ``noisy_cases.CI_CASES`` (``Case.for_ci``): fewer topic publishes, one
-round of listings, 4 s of churn, 2 s of the stuck consumer's RSS samples, a 10 s request timeout
+round of listings, 4 s of churn, 2 s of the stuck consumer's RSS samples, a 5 s request timeout
 for the slow HTTP connections, while
 bench/noisy.py runs ``CASES`` unchanged, so its figures stay comparable with RabbitMQ's. The
 slow HTTP case with the shorter timeout must still try its new AMQP connection while every slow
@@ -46,12 +46,12 @@ def test_the_ci_form_changes_only_the_cases_that_say_why():
 
 
 def test_only_the_ci_form_of_the_slow_http_case_shortens_the_request_timeout(tmp_path: Path):
-    line = "management.tcp.request_timeout = 10000"
+    line = "management.tcp.request_timeout = 5000"
     assert _ci("case4-slow-http").hutch_config == (line,)
     assert _bench("case4-slow-http").hutch_config == ()
     config = tmp_path / "hutch-broker.conf"
     config.write_text(f"{line}\n")
-    assert noisy_cases.request_timeout_s(SimpleNamespace(config_path=config)) == 10.0
+    assert noisy_cases.request_timeout_s(SimpleNamespace(config_path=config)) == 5.0
     config.write_text("vm_memory_high_watermark.absolute = 1\n")
     assert noisy_cases.request_timeout_s(SimpleNamespace(config_path=config)) is None
     assert noisy_cases.request_timeout_s(SimpleNamespace()) is None  # RabbitMQ's launcher
