@@ -44,6 +44,20 @@ def local_session() -> Any:
     return spark
 
 
+class Queries:
+    """Several queries as one for ``run_until``: failed when any failed, stopped together."""
+
+    def __init__(self, queries: list[Any]) -> None:
+        self.queries = queries
+
+    def exception(self) -> Any:
+        return next((q.exception() for q in self.queries if q.exception() is not None), None)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            query.stop()
+
+
 def run_until(spark: Any, query: Any, done: Callable[[], bool], settle_s: float = 0.0) -> None:
     """Polls ``done`` every 0.2 s while the query runs, waits ``settle_s`` more once it holds,
     then stops the query and the session and exits: 1 (with the failure on stderr for the

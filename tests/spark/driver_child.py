@@ -64,20 +64,6 @@ def start_case(spark: Any, work: Path, case: list[str], hang_at: int) -> Any:
     )
 
 
-class Queries:
-    """The cases' queries as one for ``childsession.run_until``: failed when any failed."""
-
-    def __init__(self, queries: list[Any]) -> None:
-        self.queries = queries
-
-    def exception(self) -> Any:
-        return next((q.exception() for q in self.queries if q.exception() is not None), None)
-
-    def stop(self) -> None:
-        for query in self.queries:
-            query.stop()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, required=True)
@@ -86,7 +72,9 @@ def main() -> None:
     args = parser.parse_args()
 
     spark = childsession.local_session()
-    queries = Queries([start_case(spark, args.work, case, args.hang_at) for case in args.case])
+    queries = childsession.Queries(
+        [start_case(spark, args.work, case, args.hang_at) for case in args.case]
+    )
     # Never done: it ends when killed, when a query fails or when its parent is gone.
     childsession.run_until(spark, queries, lambda: False)
 

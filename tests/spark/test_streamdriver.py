@@ -14,6 +14,8 @@ no count of requests). An idle query with the default trigger asks at most every
 a query from `latest` whose driver is killed inside batch 0 replays the range batch 0 first
 planned; and one from `earliest` killed there, whose stream's head retention then drops, fails
 on its restart with failOnDataLoss=true and reads on from the first offset held with false.
+Those two kills are one run 1: a child driver with a query per case, killed once both block in
+batch 0 (a driver's start was most of each case's run 1).
 """
 
 import base64
@@ -40,7 +42,10 @@ from tests.spark.conftest import idle_parameters
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
 CHILD = Path(__file__).with_name("stream_child.py")
-DIRS = ("checkpoint", "output")  # what grows while a child run gets on (childruns.progress)
+# What grows while run 1 gets on (childruns.progress): each case's checkpoint and output.
+DIRS = tuple(
+    f"{case}/{name}" for case in ("latest", "headless") for name in ("checkpoint", "output")
+)
 
 
 class Stream:
@@ -192,19 +197,23 @@ def test_one_management_request_per_micro_batch_and_a_restart_reads_on(
         assert relay.requests - before == batches
 
 
-def run_child(
-    stream: Stream, management: str, work: Path, run: int, extra: list[str]
-) -> subprocess.Popen[bytes]:
-    """stream_child.py from `latest` (the source's default) into foreachBatch files."""
-    command = [
-        sys.executable, str(CHILD),
-        "--uri", stream.url, "--management", management,
-        "--streams", stream.name,
+def child_query(stream: Stream, work: Path, *options: str) -> list[str]:
+    """One query of run 1 (stream_child.py's ``--query``): from `latest` (the source's
+    default) into foreachBatch files under `work`, blocking in batch 0."""
+    return [
+        "--query", "--streams", stream.name,
         "--checkpoint", str(work / "checkpoint"), "--output", str(work / "output"),
         "--out", str(work), "--starting", "", "--sink", "batches", "--max-offsets", "40",
-        *extra,
+        "--block-batch", "0", *options,
     ]  # fmt: skip
-    log = (work / f"run{run}.log").open("wb")
+
+
+def run_child(url: str, management: str, work: Path, queries: list[list[str]]) -> Any:
+    """Run 1: one child driver with every case's query (stream_child.py)."""
+    command = [sys.executable, str(CHILD), "--uri", url, "--management", management]
+    for options in queries:
+        command += options
+    log = (work / "run1.log").open("wb")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -219,91 +228,103 @@ def logged_end(checkpoint: Path, batch: int) -> dict[str, int]:
     return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
 
 
-def test_a_query_from_latest_killed_inside_batch_0_replays_the_range_it_planned(
-    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path
-) -> None:
-    # Spark logs batch 0's end before running it, but not its start: a driver killed inside
-    # batch 0 asks the source for its initial offset again when it restarts. Resolved again,
-    # `latest` had moved on with the stream, and the replayed batch 0 read another range than
-    # the one the first attempt planned (before the fix: the whole stream, [0, end), since its
-    # start came after its end). A run 1 blocked in foreachBatch on batch 0 makes the window
-    # certain: offsets/0 is written, commits/0 is not.
-    stream.publish(100)
-    checkpoint = tmp_path / "checkpoint"
-    stop = threading.Event()
+def written_batches(work: Path) -> dict[int, Any]:
+    return {
+        int(path.stem.split("-")[1]): json.loads(path.read_text())
+        for path in (work / "output").glob("batch-*.json")
+    }
 
-    def publish_until_stopped() -> None:  # the stream grows while run 1 starts
-        publisher = Stream(hutch_broker, stream.name)
-        publisher.count = stream.count  # its bodies go on from `m<offset>`
+
+class FromLatest:
+    """A query from latest killed inside batch 0 replays the range it planned.
+
+    Spark logs batch 0's end before running it, but not its start: a driver killed inside
+    batch 0 asks the source for its initial offset again when it restarts. Resolved again,
+    `latest` had moved on with the stream, and the replayed batch 0 read another range than the
+    one the first attempt planned (before the fix: the whole stream, [0, end), since its start
+    came after its end). A run 1 blocked in foreachBatch on batch 0 makes the window certain:
+    offsets/0 is written, commits/0 is not."""
+
+    def __init__(self, broker: Any, stream: Stream, work: Path) -> None:
+        self.broker, self.stream, self.work = broker, stream, work
+        work.mkdir()
+        self.checkpoint = work / "checkpoint"
+        self.stop = threading.Event()
+        self.publisher = threading.Thread(target=self.publish_until_stopped, daemon=True)
+
+    def publish_until_stopped(self) -> None:  # the stream grows while run 1 starts
+        publisher = Stream(self.broker, self.stream.name)
+        publisher.count = self.stream.count  # its bodies go on from `m<offset>`
         try:
-            while not stop.wait(0.02):  # some hundreds a second, not the broker's all
+            while not self.stop.wait(0.02):  # some hundreds a second, not the broker's all
                 publisher.publish(5)
         finally:
             publisher.close()
-            stream.count = publisher.count
+            self.stream.count = publisher.count
 
-    publisher = threading.Thread(target=publish_until_stopped, daemon=True)
-    publisher.start()
-    first = run_child(stream, hutch_broker.http_url, tmp_path, 1, ["--block-batch", "0"])
-    try:
-        childruns.wait_progressing(
-            first, tmp_path, 1, "batch 0", (tmp_path / "blocked").exists, DIRS
+    def before(self) -> list[str]:
+        self.stream.publish(100)
+        self.publisher.start()
+        return child_query(self.stream, self.work)
+
+    def killed(self) -> None:
+        """Stops the publisher once run 1 is killed (or the test failed before)."""
+        self.stop.set()
+        if self.publisher.ident is not None:
+            self.publisher.join(30)
+
+    def after(self, spark: Any) -> None:
+        stream, checkpoint = self.stream, self.checkpoint
+        assert (checkpoint / "offsets" / "0").exists()
+        assert not (checkpoint / "commits" / "0").exists()
+        planned = logged_end(checkpoint, 0)[stream.name]
+        assert planned >= 100, planned  # the stream's end when run 1 first planned
+
+        assert not self.publisher.is_alive()
+        stream.publish(50)  # more after the kill: latest moves on
+        total = stream.count
+        second = rerun(spark, stream, self.broker.http_url, self.work, maxOffsetsPerTrigger="40")
+        reruns.run_to("run 2's end", second, checkpoint, {stream.name: total})
+
+        assert logged_end(checkpoint, 0) == {stream.name: planned}  # Spark replayed the end
+        batches = written_batches(self.work)
+        assert batches[0] == [], f"the replayed batch 0 read {len(batches[0])} rows, planned none"
+        read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
+        assert read == list(range(planned, total)), "a gap, a repeat or an older message"
+        assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)
+
+
+class HeadRemoved:
+    """A head removed before batch 0's replay is data loss, or skipped.
+
+    A query from earliest killed inside batch 0; then retention drops the stream's head (small
+    segments, a byte limit). The restarted driver asked for the initial offset again, and
+    earliest resolved again was the new first offset: the replayed batch 0 skipped the removed
+    head with no data-loss error, failOnDataLoss=true or not. Now batch 0 reads nothing of an
+    earliest stream and logs its first offset as its end: run 2 (failOnDataLoss=true) fails
+    naming the stream, the start and the first offset kept, and run 3 (false) reads on from the
+    first offset kept."""
+
+    def __init__(self, broker: Any, work: Path) -> None:
+        self.broker, self.work = broker, work
+        work.mkdir()
+        self.checkpoint = work / "checkpoint"
+        self.stream = Stream(
+            broker,
+            "headless",
+            **{"x-max-length-bytes": 100_000, "x-stream-max-segment-size-bytes": 10_000},
         )
-    finally:
-        childruns.end_group(first)
-        stop.set()
-        publisher.join(30)
-    assert (checkpoint / "offsets" / "0").exists()
-    assert not (checkpoint / "commits" / "0").exists()
-    planned = logged_end(checkpoint, 0)[stream.name]
-    assert planned >= 100, planned  # the stream's end when run 1 first planned
 
-    assert not publisher.is_alive()
-    stream.publish(50)  # more after the kill: latest moves on
-    total = stream.count
-    second = rerun(spark, stream, hutch_broker.http_url, tmp_path, maxOffsetsPerTrigger="40")
-    reruns.run_to("run 2's end", second, checkpoint, {stream.name: total})
+    def before(self) -> list[str]:
+        self.stream.publish(500)
+        assert self.stream.held() == (0, 500)  # all kept while the query starts
+        return child_query(
+            self.stream, self.work, "--starting", "earliest", "--max-offsets", "1000"
+        )
 
-    assert logged_end(checkpoint, 0) == {stream.name: planned}  # Spark replayed the logged end
-    batches = {
-        int(path.stem.split("-")[1]): json.loads(path.read_text())
-        for path in (tmp_path / "output").glob("batch-*.json")
-    }
-    assert batches[0] == [], f"the replayed batch 0 read {len(batches[0])} rows, planned none"
-    read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
-    assert read == list(range(planned, total)), "a gap, a repeat or an older message"
-    assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)
-
-
-def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
-    spark: Any, hutch_broker: Any, tmp_path: Path
-) -> None:
-    # A query from earliest killed inside batch 0; then retention drops the stream's head (small
-    # segments, a byte limit). The restarted driver asked for the initial offset again, and
-    # earliest resolved again was the new first offset: the replayed batch 0 skipped the
-    # removed head with no data-loss error, failOnDataLoss=true or not. Now batch 0 reads
-    # nothing of an earliest stream and logs its first offset as its end: run 2
-    # (failOnDataLoss=true) fails naming the stream, the start and the first offset kept, and
-    # run 3 (false) reads on from the first offset kept.
-    stream = Stream(
-        hutch_broker,
-        "headless",
-        **{"x-max-length-bytes": 100_000, "x-stream-max-segment-size-bytes": 10_000},
-    )
-    try:
-        stream.publish(500)
-        assert stream.held() == (0, 500)  # all kept while the query starts
-        checkpoint = tmp_path / "checkpoint"
-        first = run_child(
-            stream, hutch_broker.http_url, tmp_path, 1,
-            ["--starting", "earliest", "--max-offsets", "1000", "--block-batch", "0"],
-        )  # fmt: skip
-        try:
-            childruns.wait_progressing(
-                first, tmp_path, 1, "batch 0", (tmp_path / "blocked").exists, DIRS
-            )
-        finally:
-            childruns.end_group(first)
+    def after(self, spark: Any) -> None:
+        stream, checkpoint, work = self.stream, self.checkpoint, self.work
+        management = self.broker.http_url
         assert not (checkpoint / "commits" / "0").exists()
         planned = logged_end(checkpoint, 0)[stream.name]
 
@@ -312,7 +333,7 @@ def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
         kept, total = stream.held()
         assert 0 < kept < 500, (kept, total)  # inside what run 1's batch 0 could read
         second = rerun(
-            spark, stream, hutch_broker.http_url, tmp_path,
+            spark, stream, management, work,
             startingOffsets="earliest", maxOffsetsPerTrigger="1000", failOnDataLoss="true",
         )  # fmt: skip
         try:
@@ -325,25 +346,51 @@ def test_a_head_removed_before_batch_0s_replay_is_data_loss_or_skipped(
             f"[{kept}, {total}))"
         ) in failure, failure
 
-        with reruns.driver_stderr(spark, tmp_path / "run3.log") as log:
+        with reruns.driver_stderr(spark, work / "run3.log") as log:
             third = rerun(
-                spark, stream, hutch_broker.http_url, tmp_path,
+                spark, stream, management, work,
                 startingOffsets="earliest", maxOffsetsPerTrigger="1000", failOnDataLoss="false",
             )  # fmt: skip
             reruns.run_to("run 3's end", third, checkpoint, {stream.name: total})
+        assert planned == 0  # batch 0 ended where the stream began: it read nothing
+        warning = f"'headless': offsets from 0 are no longer held (it holds [{kept}, {total}))"
+        assert warning in log.read_text(errors="replace")
+        batches = written_batches(work)
+        assert batches[0] == []
+        read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
+        assert read == list(range(kept, total)), "a gap, a repeat or a message no longer held"
+        assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def test_a_driver_killed_inside_batch_0_replays_the_range_it_planned_or_finds_the_head_gone(
+    spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path
+) -> None:
+    # Both cases (FromLatest, HeadRemoved) in one run 1: a child driver with a query each, both
+    # blocked in batch 0's foreachBatch when it is killed. A driver's start was most of each
+    # case's run 1, and the kill is the same for both; each case's restarts are queries in
+    # this session on its own checkpoint (reruns.py).
+    latest = FromLatest(hutch_broker, stream, tmp_path / "latest")
+    headless = HeadRemoved(hutch_broker, tmp_path / "headless")
+    try:
+        queries = [latest.before(), headless.before()]
+        blocked = [tmp_path / name / "blocked" for name in ("latest", "headless")]
+        first = run_child(stream.url, hutch_broker.http_url, tmp_path, queries)
+        try:
+            childruns.wait_progressing(
+                first, tmp_path, 1, "batch 0 of both queries",
+                lambda: all(flag.exists() for flag in blocked), DIRS,
+            )  # fmt: skip
+        finally:
+            childruns.end_group(first)
+            latest.killed()
+        latest.after(spark)
+        headless.after(spark)
     finally:
-        stream.close()
-    assert planned == 0  # batch 0 ended where the stream began: it read nothing
-    warning = f"'headless': offsets from 0 are no longer held (it holds [{kept}, {total}))"
-    assert warning in log.read_text(errors="replace")
-    batches = {
-        int(path.stem.split("-")[1]): json.loads(path.read_text())
-        for path in (tmp_path / "output").glob("batch-*.json")
-    }
-    assert batches[0] == []
-    read = sorted(offset for rows in batches.values() for _, offset, _ in rows)
-    assert read == list(range(kept, total)), "a gap, a repeat or a message no longer held"
-    assert all(body == f"m{offset}" for rows in batches.values() for _, offset, body in rows)
+        latest.killed()
+        headless.close()
 
 
 def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(

@@ -355,6 +355,7 @@ def run_child(streams: Streams, work: Path, run: int, extra: list[str]) -> subpr
         streams.url,
         "--management",
         streams.management_url,
+        "--query",
         "--streams",
         "kill-0,kill-1",
         "--checkpoint",
