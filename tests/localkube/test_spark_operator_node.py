@@ -65,6 +65,7 @@ REPO = clusters.REPO_ROOT
 EVENTS = 1200  # plus 48 duplicates and the closing tick
 QUEUE = sparkpods.JOB_QUEUE  # the one examples/spark-user.yaml's Permission lets the job read
 CLAIM = "spark-data"
+DRIVER_CONTAINER = "spark-kubernetes-driver"  # Spark's name for it
 RUN_TIMEOUT = 900  # seconds from helm install to COMPLETED, the resubmission included
 
 
@@ -173,9 +174,7 @@ def _assert_reads_over_tls(
 ) -> None:
     """The driver's URI is amqps:// to the Service name, the CA file is set and mounted from the
     Secret's ``ca.crt`` alone, and every connection the broker listed for the User was TLS."""
-    container = next(
-        c for c in driver["spec"]["containers"] if c["name"] == "spark-kubernetes-driver"
-    )
+    container = next(c for c in driver["spec"]["containers"] if c["name"] == DRIVER_CONTAINER)
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     assert env["HUTCH_AMQP_URI"] == f"amqps://{host}:5671/%2F"
     assert env["HUTCH_AMQP_CA_FILE"] == "/etc/hutch-ca/ca.crt"
@@ -245,13 +244,34 @@ def _kill_and_delete(cluster: clusters.Cluster, ns: str, name: str, uid: str) ->
     hook, so the dedupe and window state and the checkpoint are left as a crash leaves them
     (e2e/test_spark.py proved this of a local driver; issue 29 folded it into this job). The
     deletion names the killed Pod's uid: the Spark Operator names the resubmitted driver the
-    same, and a precondition cannot delete that one."""
+    same, and a precondition cannot delete that one.
+
+    The kill must be seen to work before the Pod goes (a deletion alone would pass every later
+    check through SIGTERM): with its JVM killed by SIGKILL, tini exits 128 + 9, so the kubelet
+    reports the driver container terminated with exit code 137. The Spark Operator waits
+    ``onFailureRetryInterval`` (5 s) after the failure before it deletes the Pod itself."""
     cluster.kubectl("exec", "-n", ns, name, "--", "sh", "-c", "kill -9 -1", check=False)
+    ended = waiting.wait_for(
+        lambda: _driver_terminated(cluster, ns, name, uid), timeout=60, interval=0.2,
+        what="the killed driver container's end",
+    )  # fmt: skip
+    sys.stderr.write(f"  the killed driver container: {ended}\n")
+    assert ended.get("exitCode") == 137, ended  # 128 + SIGKILL, through tini
     assert cluster.plane is not None  # the node tier's plane
     status, reply = cluster.plane.api(
         "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", {"preconditions": {"uid": uid}}
     )
     assert status in (200, 202), f"the killed driver Pod's deletion: {status} {reply}"
+
+
+def _driver_terminated(cluster: clusters.Cluster, ns: str, name: str, uid: str) -> dict[str, Any]:
+    """The driver container's ``state.terminated`` (exit code, reason, signal) once the
+    kubelet reports it, {} before; fails if the Pod went or was replaced meanwhile."""
+    pod = pods.get_pod(cluster, ns, name)
+    assert pod is not None and pod["metadata"]["uid"] == uid, "the driver Pod went before its end"
+    statuses = pod["status"].get("containerStatuses") or []
+    state = next((c["state"] for c in statuses if c["name"] == DRIVER_CONTAINER), {})
+    return dict(state.get("terminated") or {})
 
 
 def _note_connections(mgmt: management.Management, seen: set[tuple[str, bool, int]]) -> None:
