@@ -5,9 +5,15 @@ a time (``--dist loadfile``). xdist's own order is by number of tests, most firs
 Spark's modules (a few tests, up to a minute or two each) at the end of the pass, where one
 worker ran them alone after the other had run out of work. Here a worker's collection is
 reordered so that the modules that run Spark (a test marked ``spark``) or say they are long (a
-test marked ``slow``) come first; the others follow by number of tests, most first, as xdist
-would have handed them out. The rule reads only markers, so there is no table of durations to
-keep up to date, and a new module gets its place from its markers like any other.
+test marked ``slow``, or a ``timeout`` above the run's default) come first; the others follow by
+number of tests, most first, as xdist would have handed them out. The rule reads only markers,
+so there is no table of durations to keep up to date, and a new module gets its place from its
+markers like any other.
+
+The timeout counts because the tail was still uneven: the modules of one test come last, and
+one of them built a wheel (10 s, ``timeout(180)``) second to last, beside a module of 0.4 s;
+``tests/broker/amqp/test_tls_reload.py`` (``timeout(90)``, 20 s) was 33 modules from the end.
+Modules that ask for more than the default say they may take it.
 
 xdist must then keep the collected order: the pass runs with ``--no-loadscope-reorder``. Only a
 worker's collection is reordered (every worker collects the same tests and orders them alike,
@@ -26,6 +32,7 @@ import pytest
 
 NAME = "hutch_testing.modorder"
 LONG_MARKERS = frozenset({"spark", "slow"})
+DEFAULT_TIMEOUT_S = 60.0  # pyproject's pytest timeout, when an item has no config to ask
 T = TypeVar("T")
 
 
@@ -47,8 +54,27 @@ def long_first(
 
 
 def is_long(item: pytest.Item) -> bool:
-    """A test that makes its module long: it is marked ``spark`` or ``slow``."""
-    return any(mark.name in LONG_MARKERS for mark in item.iter_markers())
+    """A test that makes its module long: it is marked ``spark`` or ``slow``, or its
+    ``timeout`` marker allows more than the run's default timeout."""
+    default = default_timeout(item)
+    for mark in item.iter_markers():
+        if mark.name in LONG_MARKERS:
+            return True
+        args = getattr(mark, "args", ())
+        if mark.name == "timeout" and args and default and float(args[0]) > default:
+            return True
+    return False
+
+
+def default_timeout(item: pytest.Item) -> float:
+    """The run's ``timeout`` ini value (pytest-timeout's), 0 for none."""
+    config = getattr(item, "config", None)
+    if config is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return float(config.getini("timeout") or 0)
+    except ValueError:  # an ini without pytest-timeout's option
+        return 0.0
 
 
 def module_of(item: pytest.Item) -> str:

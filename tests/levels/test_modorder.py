@@ -21,9 +21,14 @@ class _Item:
 
     nodeid: str
     marks: tuple[str, ...] = ()
+    timeout: float | None = None  # a ``timeout`` marker's seconds
 
     def iter_markers(self):
-        return (SimpleNamespace(name=name) for name in self.marks)
+        timeouts = [] if self.timeout is None else [("timeout", (self.timeout,))]
+        return (
+            SimpleNamespace(name=name, args=args)
+            for name, args in [(name, ()) for name in self.marks] + timeouts
+        )
 
 
 def _collection() -> list[_Item]:
@@ -61,6 +66,32 @@ def test_long_modules_come_first_then_the_most_tests_first():
         "tests/broker/test_a.py::test_2",
         "tests/broker/test_c.py::test_1",  # 1 test
     ]
+
+
+def test_a_timeout_above_the_default_makes_a_module_long():
+    """A module that asks for more than the run's 60 s says it may take it: it goes first."""
+    items = [
+        _Item("tests/a.py::test_1"),
+        _Item("tests/a.py::test_2"),
+        _Item("tests/short.py::test_1", timeout=30),
+        _Item("tests/wheel.py::test_1"),
+        _Item("tests/wheel.py::test_2", timeout=180),
+        _Item("tests/edge.py::test_1", timeout=60),  # the default itself is not long
+    ]
+    assert _ordered(items) == [
+        "tests/wheel.py::test_1",
+        "tests/wheel.py::test_2",
+        "tests/a.py::test_1",
+        "tests/a.py::test_2",
+        "tests/short.py::test_1",
+        "tests/edge.py::test_1",
+    ]
+
+
+def test_the_default_timeout_is_the_runs_own(pytestconfig):
+    """The fakes' default (no config) is pyproject's; a real item asks its config."""
+    assert modorder.default_timeout(SimpleNamespace(config=pytestconfig)) == 60.0
+    assert modorder.default_timeout(SimpleNamespace()) == modorder.DEFAULT_TIMEOUT_S == 60.0
 
 
 @pytest.mark.parametrize("seed", range(20))
