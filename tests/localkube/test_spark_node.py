@@ -97,8 +97,13 @@ CONFIGMAP = "type-counts-job"
 COUNTS = {"buy": 137, "click": 251, "view": 62}
 USER_SUBMIT_TIMEOUT = 600
 # windowed_counts.
-EVENTS = 1800  # plus 72 duplicates and the closing tick
-BATCH = 150  # messages per micro-batch: 13 batches, so the disruptions land mid-stream
+# 1050 events plus 42 duplicates and the closing tick, 150 a micro-batch: 8 batches. The
+# disruptions need 2 committed before the executor's loss, with 4 still to come then (2 to
+# spare while the class-data check runs) and 3 once its replacement runs (3 to spare while it
+# starts), and the broker's restart needs the job to be still reading. Issue 29: 1800 events
+# (13 batches) left 11 batches to run after the disruptions, about 100 s at load 15.
+EVENTS = 1050
+BATCH = 150
 SUBMIT_TIMEOUT = 720
 # docs/spark.md, "Broker restarts: the reconnect bound": once the broker answers again the
 # source consumes within 45 s (a 15 s attempt, the 30 s backoff step, the attempt that works).
