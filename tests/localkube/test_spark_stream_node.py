@@ -64,7 +64,11 @@ from hutch_demo import (
 REPO = clusters.REPO_ROOT
 JOB = streamjob.JOB
 STREAMS = streamjob.STREAMS
-PER_STREAM = 12000  # published before the job starts
+# Published before the job starts: 6 batches. The feed (below) keeps the first run in work
+# until the kills are done, so what is held up front only has to last until the feed's first
+# look; whatever is left after the driver's kill the resumed run reads to the end. Issue 29:
+# 12000 (16 batches) left the resumed run about 10 batches to read.
+PER_STREAM = 4500
 MORE = 3000  # published per stream whenever the running job gets within two batches of the end
 MAX_OFFSETS = 1500  # per batch over both streams
 PROCESSING_TIME = "1 second"  # the first run's trigger: it runs until the driver is killed
