@@ -22,6 +22,13 @@ import pika
 import pytest
 from hutch_testing.rawconsumer import MiB, RawConsumer, body_for, publish, start_broker
 
+# How long the stuck consumers sit before another tenant publishes: a broker without the delivery
+# bounds pushes their deliveries in the consume's turn, and its memory sample (about once a
+# second) raises the alarm. With every bound of ``memory.delivery_budget`` 1 GiB (a sitecustomize
+# in the broker's process), 1.5 s still had the other tenant's publisher blocked past its 10 s
+# ``blocked_connection_timeout`` in both tests; 3 s was twice that for nothing more (#29).
+STUCK_S = 1.5
+
 
 class RSSWatch:
     """The broker's peak VmRSS, sampled every 50 ms while the block runs."""
@@ -75,7 +82,7 @@ def test_a_consumer_that_stops_reading_costs_no_broker_memory(hutch_broker_facto
     consumer = RawConsumer(broker.amqp_port)
     with RSSWatch(broker) as watch:
         consumer.consume("bulk")  # prefetch 0, and from now on it reads nothing
-        time.sleep(3)
+        time.sleep(STUCK_S)
         elapsed = other_tenant_publishes(broker)
     assert elapsed < 5, f"a publisher in another vhost needed {elapsed:.1f} s"
     growth = watch.peak - before
@@ -144,7 +151,7 @@ def test_many_stuck_consumers_together_stay_under_the_broker_wide_bound(
     with RSSWatch(broker) as watch:
         for consumer in stuck:
             consumer.consume("shared")
-        time.sleep(3)
+        time.sleep(STUCK_S)
         elapsed = other_tenant_publishes(broker)
     assert elapsed < 5, f"a publisher in another vhost needed {elapsed:.1f} s"
     growth = watch.peak - before
