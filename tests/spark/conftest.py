@@ -31,6 +31,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+from hutch_demo.management import quote
 from hutch_testing import levels, vhosts
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -158,6 +159,12 @@ class Amqp:
     def consumers(self, queue: str) -> int:
         """Consumers attached to the queue, from a passive queue.declare."""
         return int(self.channel.queue_declare(queue, passive=True).method.consumer_count)
+
+    def messages(self, queue: str) -> object:
+        """Ready and unacked together, as the management API counts them in the queue's vhost
+        (RabbitMQ in its collector's rounds, every 5 s; None before its first)."""
+        vhost = quote(getattr(self.broker, "vhost", "/"))
+        return self.management(f"/api/queues/{vhost}/{quote(queue)}").get("messages")
 
     def drain(self, queue: str, limit: int = 100_000) -> list[tuple[Any, bytes]]:
         """Gets and acks every ready message: (properties, body) pairs."""

@@ -390,11 +390,13 @@ def committed_files(output: Path) -> set[str]:
 def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
     spark: Any, streams: Streams, tmp_path: Path
 ) -> None:
-    total = 500
+    # 100 offsets a trigger are 50 of each stream: batch 0 reads nothing, batch 3 holds offset
+    # 130 (so two batches were committed before the kill) and run 2 has three more after it.
+    total, hang_offset = 300, 130
     for name in ("kill-0", "kill-1"):
         streams.declare(name)
         streams.publish(name, total)
-    hang = ["--hang-stream", "kill-1", "--hang-offset", "230"]
+    hang = ["--hang-stream", "kill-1", "--hang-offset", str(hang_offset)]
     first = run_child(streams, tmp_path, 1, hang)
     try:
         childruns.wait_progressing(first, tmp_path, 1, "its hang", (tmp_path / "hang").exists, DIRS)
@@ -408,7 +410,7 @@ def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
     assert killed >= 2  # and after some batches were committed
     end = batch_offsets(checkpoint, killed)
     start = batch_offsets(checkpoint, killed - 1)
-    assert start["kill-1"] <= 230 < end["kill-1"]
+    assert start["kill-1"] <= hang_offset < end["kill-1"]
 
     # Run 2, a restart on the checkpoint in this session (reruns.py): stream_child.py's query
     # without the hang, until it has committed everything.
