@@ -268,7 +268,7 @@ class FromLatest:
         return child_query(self.stream, self.work)
 
     def killed(self) -> None:
-        """Stops the publisher once run 1 is killed (or the test failed before)."""
+        """Stops the publisher once run 1 blocked in batch 0 (or the test failed before)."""
         self.stop.set()
         if self.publisher.ident is not None:
             self.publisher.join(30)
@@ -376,12 +376,18 @@ def test_a_driver_killed_inside_batch_0_replays_the_range_it_planned_or_finds_th
     headless = HeadRemoved(hutch_broker, tmp_path / "headless")
     try:
         queries = [latest.before(), headless.before()]
-        blocked = [tmp_path / name / "blocked" for name in ("latest", "headless")]
         first = run_child(stream.url, hutch_broker.http_url, tmp_path, queries)
         try:
+            # The publisher stops once the query from latest has planned batch 0: all it
+            # publishes until the kill is more for that case's run 2 to read, 40 a batch.
             childruns.wait_progressing(
-                first, tmp_path, 1, "batch 0 of both queries",
-                lambda: all(flag.exists() for flag in blocked), DIRS,
+                first, tmp_path, 1, "batch 0 of the query from latest",
+                (tmp_path / "latest" / "blocked").exists, DIRS,
+            )  # fmt: skip
+            latest.killed()
+            childruns.wait_progressing(
+                first, tmp_path, 1, "batch 0 of the query from earliest",
+                (tmp_path / "headless" / "blocked").exists, DIRS,
             )  # fmt: skip
         finally:
             childruns.end_group(first)
