@@ -4,7 +4,9 @@ Why: a broker that parses bytes and JSON from strangers must answer every input 
 refusal, never a crash, a traceback or a stall of its other clients.  Each fuzzer is seeded and
 prints its seed; ``HUTCH_FUZZ_SEED=<n>`` replays a run (the inputs are a pure function of the
 seed; only their interleaving across concurrent connections varies).  ``HUTCH_FUZZ_INPUTS`` sets
-the budget (default 20,000, the CI form, which keeps each fuzzer near a minute of wall time).
+the budget. Without it the budget is the module's ``FUZZ_INPUTS`` where a module sets its own (its
+docstring says why that size), else 20,000: the CI form, each fuzzer well under a minute of
+wall time. The fixture prints the budget the run uses, so a replay names it exactly.
 """
 
 import os
@@ -33,7 +35,8 @@ class Fuzz:
 def fuzz(request: pytest.FixtureRequest) -> Fuzz:
     given = os.environ.get("HUTCH_FUZZ_SEED")
     seed = int(given) if given else random.SystemRandom().randrange(2**32)
-    inputs = int(os.environ.get("HUTCH_FUZZ_INPUTS", DEFAULT_INPUTS))
+    default = getattr(request.module, "FUZZ_INPUTS", DEFAULT_INPUTS)
+    inputs = int(os.environ.get("HUTCH_FUZZ_INPUTS", default))
     sys.stderr.write(f"\n{request.node.name}: HUTCH_FUZZ_SEED={seed} inputs={inputs}\n")
     return Fuzz(seed, inputs)
 

@@ -19,7 +19,6 @@ declares) has succeeded since.
 
 import asyncio
 import json
-import os
 import random
 import sys
 import time
@@ -37,7 +36,7 @@ from pika.exceptions import AMQPChannelError, AMQPConnectionError
 
 WRITES = frozenset({"PUT", "POST", "DELETE"})
 SNAPSHOT_SHARE = 0.4  # of refused writes, checked against a before/after export
-MANAGEMENT_INPUTS = 10_000  # requests a run, unless HUTCH_FUZZ_INPUTS says otherwise
+FUZZ_INPUTS = 10_000  # requests a run (read by the fuzz fixture; HUTCH_FUZZ_INPUTS overrides)
 # Routes left out: they change what every later request sees, not what a refusal must keep.
 EXCLUDED = frozenset({("PUT", "/api/vm-memory-high-watermark")})
 # Reads that declare: the aliveness test declares its queue, as RabbitMQ's does.
@@ -378,7 +377,7 @@ async def test_management_fuzzer(hutch_broker, fuzz, tracebacks):
     table = routes()
     writes = [route for route in table if route[0] in WRITES]
     rng = fuzz.rng("management")
-    inputs = int(os.environ.get("HUTCH_FUZZ_INPUTS", MANAGEMENT_INPUTS))
+    inputs = fuzz.inputs
     sweep = list(table)  # every route once, in a seeded order, before the random picks
     rng.shuffle(sweep)
     statuses: Counter[int] = Counter()

@@ -2,7 +2,7 @@
 
 Issue 30, item 14. The attack: a client opens 20 channels, starts a 16 MiB message on each,
 sends part of every body in frames of random sizes, and drops the socket. Eight such clients at
-a time, ``HALF_SENT_INPUTS`` frames in all (``HUTCH_FUZZ_INPUTS`` overrides it). Two things kept that memory:
+a time, ``FUZZ_INPUTS`` frames in all (``HUTCH_FUZZ_INPUTS`` overrides it). Two things kept that memory:
 
 - the server's once-a-second timer kept the last connection it ticked alive, with every
   half-sent body of its client (``tests/broker/server/test_lost_connection_memory.py``);
@@ -24,7 +24,6 @@ docs/isolation/memory.md.
 
 import asyncio
 import contextlib
-import os
 import struct
 import sys
 import time
@@ -47,7 +46,7 @@ BODY_FRAME_MAX = 131072 - 8
 # trim off (``memory.HeapTrim.due`` always False) one wave still left RSS at 196 MiB after 12 s
 # idle, baseline 47 MiB; with it, back in 1.6-2.1 s. Half the CPU: 6.1 s against 12.9 s at load
 # 10 (2026-11-29, #29).
-HALF_SENT_INPUTS = 10_000
+FUZZ_INPUTS = 10_000  # the fuzz fixture reads it
 
 
 def half_sent(rng, channel: int) -> list[bytes]:
@@ -109,7 +108,7 @@ def test_rss_comes_back_after_half_sent_messages(hutch_broker, fuzz, tracebacks)
     baseline = settle(hutch_broker)
     hutch_broker.reset_peak_rss()
     started = time.monotonic()
-    inputs = int(os.environ.get("HUTCH_FUZZ_INPUTS", HALF_SENT_INPUTS))
+    inputs = fuzz.inputs
     clients, frames = asyncio.run(attack(hutch_broker.amqp_port, fuzz, inputs))
     elapsed = time.monotonic() - started
     peak, after_attack = hutch_broker.peak_rss_bytes(), hutch_broker.rss_bytes()
