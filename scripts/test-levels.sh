@@ -52,7 +52,10 @@ level() {
   echo "==> level $LEVEL_NAME: pytest $*"
   "$PY" -m pytest "$@" || status=$?
   level_ended "$status"
-  beside_join "$LEVEL_NAME"
+  if [[ -z $BESIDE_UNTIL || $BESIDE_UNTIL == "$LEVEL_NAME" || ($status -ne 0 && $status -ne 5) ]]
+  then
+    beside_join "$LEVEL_NAME"
+  fi
   for code in "$status" "$BESIDE_STATUS"; do
     if [[ $code -ne 0 && $code -ne 5 ]]; then
       exit "$code"
@@ -80,18 +83,20 @@ level_ended() {
 # background one, prints it, then exits. Should it fail while the foreground one still runs, one
 # line says so at once (beside_run); the foreground one goes on, and the run fails at its end.
 BESIDE_NAME="" BESIDE_PID="" BESIDE_LOG="" BESIDE_STARTED=0 BESIDE_EPOCH=0 BESIDE_STATUS=0
+BESIDE_UNTIL="" BESIDE_CGROUP=""
 level_beside() {
-  BESIDE_NAME=$1 BESIDE_STATUS=0
+  BESIDE_NAME=$1 BESIDE_STATUS=0 BESIDE_UNTIL=""
   shift
   local sigint=(env --default-signal=INT)
   if [[ $(trap -p INT) == "trap -- '' SIGINT" ]]; then
     sigint=()  # ignored since this run started: the foreground pytest ignores it too
   fi
   BESIDE_LOG="$(mktemp -d "${TMPDIR:-/tmp}/hutch-level-XXXXXX")/${BESIDE_NAME//\//-}.log"
-  echo "==> level $BESIDE_NAME, in the background (output in $BESIDE_LOG, printed when the next" \
-    "level ends): pytest $*"
+  echo "==> level $BESIDE_NAME, in the background (output in $BESIDE_LOG, printed when the" \
+    "level it runs beside ends): pytest $*"
   BESIDE_STARTED=$SECONDS
   printf -v BESIDE_EPOCH '%(%s)T' -1
+  BESIDE_CGROUP=$(beside_cgroup)
   beside_run "${sigint[@]}" "$PY" -m pytest "$@" &
   BESIDE_PID=$!
   export HUTCH_PORT_SHARD=0/2
@@ -107,6 +112,7 @@ beside_run() {
   local status=0 stopped=0
   trap 'stopped=1' TERM
   if [[ $1 == env ]]; then trap 'stopped=1' INT; fi
+  if [[ -n $BESIDE_CGROUP ]]; then echo "$BASHPID" >"$BESIDE_CGROUP/cgroup.procs"; fi
   HUTCH_PORT_SHARD=1/2 "$@" </dev/null >"$BESIDE_LOG" 2>&1 || status=$?
   if ((!stopped)) && [[ $status -ne 0 && $status -ne 5 ]]; then
     printf '\n==> level %s FAILED in the background: exit %d after %d s; %s\n' "$BESIDE_NAME" \
@@ -140,4 +146,36 @@ beside_join() {
   TIMES+=("$(printf '%-13s %5d s  (%s and %s at once)' "both" $((SECONDS - BESIDE_STARTED)) \
     "${1:-the level above}" "$BESIDE_NAME")")
   rm -rf "$(dirname "$BESIDE_LOG")"
+  if [[ -n $BESIDE_CGROUP ]]; then rmdir "$BESIDE_CGROUP" 2>/dev/null || true; fi
+  BESIDE_CGROUP="" BESIDE_UNTIL=""
+}
+
+# beside_until NAME: the level_beside one runs on past the next level, beside every level up to
+# the end of level NAME, and is joined there (or at the first of them that fails: the run stops).
+beside_until() {
+  BESIDE_UNTIL=$1
+}
+
+# beside_weight SHARES: the CPU weight of the level_beside one's processes, all of them and all
+# they start, as one cgroup v1 "cpu" group under this run's own (1024 is the weight of each
+# process of the foreground level). A light weight lets the background level take what a level
+# that times things leaves of the two cores, which then keeps its lead whenever it is busy.
+# Without a cgroup it can write (not root, cgroup v2), it says so once and the weight stays even.
+beside_weight() {
+  if [[ -n $BESIDE_CGROUP ]]; then
+    echo "$1" >"$BESIDE_CGROUP/cpu.shares"
+  else
+    echo "==> no cgroup v1 cpu group for level $BESIDE_NAME: its CPU weight stays the default"
+  fi
+}
+
+# beside_cgroup: a new cgroup v1 "cpu" group under this shell's own, printed, or nothing where
+# none can be made. Its processes compete with this shell's as one weighted entity.
+beside_cgroup() {
+  local own
+  own=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}cpu\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup)
+  local group="/sys/fs/cgroup/cpu${own%/}/hutch-level-$$"
+  if [[ -n $own ]] && mkdir "$group" 2>/dev/null; then
+    echo "$group"
+  fi
 }

@@ -56,16 +56,24 @@ PYTHONDONTWRITEBYTECODE= level fast tests -m fast -q -n 2 --durations=5 "$@"
 # Together the two passes select exactly what -m broker selects.
 level broker tests -m "broker and not serial" -n 2 --dist loadfile --no-loadscope-reorder \
   --durations=30 "$@"
-bg_build_wait  # nothing may compete with the serial pass; the node level needs the binaries
-level broker/serial tests -m "broker and serial" --durations=30 "$@"
+bg_build_wait  # the node level needs the binaries
 if compgen -G "e2e/test_*.py" > /dev/null; then
   # The node level as two pytest processes at once, each with its own planes (run dirs, ports):
   # in the background the apiserver and workloads tiers (marker control_plane_only: no real
   # node), in the foreground the rest and e2e, on the node plane (the node's lock is this one's
   # alone). Together the two select exactly what -m "node or e2e" selects.
+  # The background one starts before the serial pass, at a CPU weight of 128 against each
+  # serial process's 1024 (beside_weight: a cgroup of its own): the serial pass times canaries
+  # and uses about one core of two, so the background level takes the other one without
+  # competing with it (docs/testing.md#how-the-node-level-runs); then even, beside node+e2e.
   level_beside node/control tests e2e -m "node and control_plane_only and not e2e" \
     --durations=30 "$@"
+  beside_until node+e2e
+  beside_weight 128
+  level broker/serial tests -m "broker and serial" --durations=30 "$@"
+  beside_weight 1024
   level node+e2e tests e2e -m "(node and not control_plane_only) or e2e" --durations=40 "$@"
 else
+  level broker/serial tests -m "broker and serial" --durations=30 "$@"
   level node tests -m node --durations=30 "$@"
 fi

@@ -34,6 +34,13 @@ level_beside node/control -m background
 level node+e2e -m foreground
 echo "after the levels"
 """
+# As scripts/test.sh runs the node level's background one: from before the serial pass, at a
+# light CPU weight while that pass runs, then even beside node+e2e.
+SPANNING = DRIVER.replace(
+    "level node+e2e -m foreground\n",
+    "beside_until node+e2e\nbeside_weight 128\nlevel broker/serial -m middle\n"
+    "beside_weight 1024\nlevel node+e2e -m foreground\n",
+)
 # The stand-in for `python -m pytest`: its side from -m; it marks that it started, and then, by
 # the environment: waits for a text in the run's output, or for Ctrl-C (KeyboardInterrupt: exit
 # 2, as pytest), or exits at once; then exits with the code given.
@@ -41,21 +48,33 @@ FAKE = r"""
 import os, sys, time
 from pathlib import Path
 
+def weight():  # this process's cgroup v1 cpu.shares, or none outside a group of its own
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(",") and path.rstrip("/"):
+            return Path(f"/sys/fs/cgroup/cpu{path}/cpu.shares").read_text().strip()
+    return "none"
+
 side = sys.argv[sys.argv.index("-m") + 1]
 Path(os.environ["STARTED"], side).touch()
 print(f"{side} started", flush=True)
-awaited, hold = os.environ.get(f"{side}_AWAITS"), os.environ.get(f"{side}_HOLDS")
-try:
-    for _ in range(600):  # at most 60 s, then exit 99: the test fails with what it waited for
-        if awaited and awaited in Path(os.environ["OUT"]).read_text():
-            print(f"{side} saw it", flush=True)
-            break
-        if not awaited and not hold:
-            break
-        time.sleep(0.1)
-    else:
-        print(f"{side} waited in vain", flush=True)
-        sys.exit(99)
+awaits, hold = os.environ.get(f"{side}_AWAITS"), os.environ.get(f"{side}_HOLDS")
+try:  # AWAITS: texts, "|" between them, waited for in turn
+    for awaited in awaits.split("|") if awaits else [None]:
+        for _ in range(600):  # at most 60 s, then exit 99: the test fails with what it awaited
+            said = Path(os.environ["OUT"]).read_text() + Path(os.environ["SAID"]).read_text()
+            if awaited and awaited in said:
+                line = f"{side} saw it at weight {weight()}"
+                print(line, flush=True)
+                with open(os.environ["SAID"], "a") as also:  # the background's output is
+                    also.write(line + "\n")  # in its own file until it ends
+                break
+            if not awaited and not hold:
+                break
+            time.sleep(0.1)
+        else:
+            print(f"{side} waited in vain", flush=True)
+            sys.exit(99)
 except KeyboardInterrupt:
     print(f"{side} interrupted", flush=True)
     sys.exit(2)
@@ -64,11 +83,14 @@ sys.exit(int(os.environ.get(f"{side}_EXIT", "0")))
 SAID_AT_ONCE = "==> level node/control FAILED in the background: exit 1 after"
 
 
-def start(tmp_path: Path, **behaviour: str) -> tuple[subprocess.Popen[str], Path]:
+def start(
+    tmp_path: Path, driver: str = DRIVER, **behaviour: str
+) -> tuple[subprocess.Popen[str], Path]:
     """The driver in a process group of its own (as a terminal starts a command), SIGINT as a
     terminal's shell has it; its output goes to a file the stand-ins can read."""
     fake = tmp_path / "fake_pytest.py"
     fake.write_text(FAKE)
+    (tmp_path / "said.txt").touch()
     (tmp_path / "started").mkdir()
     out = tmp_path / "out.txt"
     env = {
@@ -77,6 +99,7 @@ def start(tmp_path: Path, **behaviour: str) -> tuple[subprocess.Popen[str], Path
         "FAKE_PY": str(tmp_path / "py"),
         "STARTED": str(tmp_path / "started"),
         "OUT": str(out),
+        "SAID": str(tmp_path / "said.txt"),
         "TMPDIR": str(tmp_path),
         **behaviour,
     }
@@ -84,7 +107,7 @@ def start(tmp_path: Path, **behaviour: str) -> tuple[subprocess.Popen[str], Path
     (tmp_path / "py").chmod(0o755)
     with out.open("w") as sink:
         driver = subprocess.Popen(
-            ["env", "--default-signal=INT", "bash", "-c", DRIVER],
+            ["env", "--default-signal=INT", "bash", "-c", driver],
             env=env, text=True, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     return driver, out
@@ -177,3 +200,45 @@ def test_ctrl_c_leaves_both_levels_lines_in_the_summary(tmp_path: Path, backgrou
     else:
         assert lines["node/control"] == "(exit 1, in the background)", output
         assert output.rstrip().endswith("==> failed: node/control (exit 1, in the background)")
+
+
+def test_a_level_beside_two_runs_light_beside_the_first_and_even_beside_the_second(
+    tmp_path: Path,
+) -> None:
+    """The background level, started before the serial pass, is still running when node+e2e
+    starts and is joined only at its end; its processes weigh 128 while the serial pass runs
+    (it saw the pass start at that weight), 1024 beside node+e2e, and the group is gone after."""
+    driver, out = start(
+        tmp_path, SPANNING, middle_AWAITS="background saw it at weight 128",
+        background_AWAITS="middle started|foreground started",
+        foreground_AWAITS="background saw it at weight 1024",
+    )  # fmt: skip
+    output = finish(driver, out)
+    assert driver.returncode == 0, output
+    assert "after the levels" in output
+    assert output.index("==> level broker/serial: pytest") < output.index("foreground started")
+    assert output.index("foreground saw it") < output.index(
+        "==> level node/control, which ran in the background: exit 0"
+    ), output
+    assert times(output) == {
+        "broker/serial": "(exit 0)",
+        "node+e2e": "(exit 0)",
+        "node/control": "(exit 0, in the background)",
+        "both": "(node+e2e and node/control at once)",
+    }, output
+    assert not list(Path("/sys/fs/cgroup/cpu").glob(f"**/hutch-level-{driver.pid}")), output
+
+
+def test_a_failing_first_level_stops_the_run_with_the_one_beside_it_joined(
+    tmp_path: Path,
+) -> None:
+    driver, out = start(tmp_path, SPANNING, middle_EXIT="1")
+    output = finish(driver, out)
+    assert driver.returncode == 1, output
+    assert "foreground started" not in output and "after the levels" not in output, output
+    assert times(output) == {
+        "broker/serial": "(exit 1)",
+        "node/control": "(exit 0, in the background)",
+        "both": "(broker/serial and node/control at once)",
+    }, output
+    assert output.rstrip().endswith("==> failed: broker/serial (exit 1)"), output
