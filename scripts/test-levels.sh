@@ -160,22 +160,49 @@ beside_until() {
 # they start, as one cgroup v1 "cpu" group under this run's own (1024 is the weight of each
 # process of the foreground level). A light weight lets the background level take what a level
 # that times things leaves of the two cores, which then keeps its lead whenever it is busy.
-# Without a cgroup it can write (not root, cgroup v2), it says so once and the weight stays even.
+# Without a cgroup it can write (not root, cgroup v2), it says so once a run (scripts/test.sh
+# calls it twice) and the weight stays even.
+BESIDE_NO_CGROUP_SAID=0
 beside_weight() {
   if [[ -n $BESIDE_CGROUP ]]; then
     echo "$1" >"$BESIDE_CGROUP/cpu.shares"
-  else
+  elif ((!BESIDE_NO_CGROUP_SAID)); then
+    BESIDE_NO_CGROUP_SAID=1
     echo "==> no cgroup v1 cpu group for level $BESIDE_NAME: its CPU weight stays the default"
   fi
 }
 
-# beside_cgroup: a new cgroup v1 "cpu" group under this shell's own, printed, or nothing where
-# none can be made. Its processes compete with this shell's as one weighted entity.
+# cpu_mount [MOUNTS]: where the cgroup v1 "cpu" controller is mounted, alone or with others
+# ("cpu,cpuacct" on many systems), from MOUNTS (/proc/self/mounts), printed; nothing without one.
+cpu_mount() {
+  local _ dir type options
+  while read -r _ dir type options _; do
+    if [[ $type == cgroup && ,$options, == *,cpu,* ]]; then
+      echo "$dir"
+      return
+    fi
+  done <"${1:-/proc/self/mounts}"
+}
+
+# beside_cgroup [MOUNTS]: a new cgroup v1 "cpu" group under this shell's own, printed, or nothing
+# where none can be made. Its processes compete with this shell's as one weighted entity. First
+# it removes the groups that runs killed by SIGKILL left there (their trap never ran): those of
+# a pid no longer alive, with no process in them (rmdir takes only an empty group; a live run's
+# group is never touched). MOUNTS as for cpu_mount.
 beside_cgroup() {
-  local own
+  local own mount parent stale pid
   own=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}cpu\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup)
-  local group="/sys/fs/cgroup/cpu${own%/}/hutch-level-$$"
-  if [[ -n $own ]] && mkdir "$group" 2>/dev/null; then
-    echo "$group"
+  mount=$(cpu_mount "${1:-}")
+  [[ -n $own && -n $mount ]] || return 0
+  parent="$mount${own%/}"
+  for stale in "$parent"/hutch-level-*; do
+    pid=${stale##*/hutch-level-}
+    if [[ -d $stale && $pid =~ ^[0-9]+$ && ! -d /proc/$pid ]] &&
+      [[ -z $(cat "$stale/cgroup.procs" 2>/dev/null) ]]; then  # its size reads 0 even if not
+      rmdir "$stale" 2>/dev/null || true
+    fi
+  done
+  if mkdir "$parent/hutch-level-$$" 2>/dev/null; then
+    echo "$parent/hutch-level-$$"
   fi
 }

@@ -242,3 +242,80 @@ def test_a_failing_first_level_stops_the_run_with_the_one_beside_it_joined(
         "both": "(broker/serial and node/control at once)",
     }, output
     assert output.rstrip().endswith("==> failed: broker/serial (exit 1)"), output
+
+
+def sourced(script: str, **env: str) -> str:
+    """SCRIPT run in bash with scripts/test-levels.sh sourced; its output (it must exit 0)."""
+    done = subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; source "$REPO/scripts/test-levels.sh"; {script}'],
+        env={**os.environ, "REPO": str(REPO), **env},
+        text=True, capture_output=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_without_a_cgroup_the_even_weight_is_said_once_a_run() -> None:
+    """scripts/test.sh calls beside_weight twice (128, then 1024): one notice, not two."""
+    output = sourced("BESIDE_NAME=node/control; beside_weight 128; beside_weight 1024")
+    assert output == (
+        "==> no cgroup v1 cpu group for level node/control: its CPU weight stays the default\n"
+    )
+
+
+def own_cpu_group() -> str:
+    """This process's cgroup v1 "cpu" path ("/" at the root), as beside_cgroup reads it."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+    pytest.skip("no cgroup v1 cpu controller here: beside_cgroup makes no group")
+
+
+def test_the_cpu_controller_is_found_where_it_is_mounted_with_others(tmp_path: Path) -> None:
+    """Not only at /sys/fs/cgroup/cpu: "cpu,cpuacct" is a common mount; cpuset and cpuacct are
+    other controllers, cgroup2 has no cpu.shares; without a cpu mount, no group."""
+    mount = tmp_path / "cpu,cpuacct"
+    mounts = tmp_path / "mounts"
+    others = (
+        "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n"
+        f"cgroup {tmp_path}/cpuset cgroup rw,relatime,cpuset 0 0\n"
+        f"cgroup {tmp_path}/cpuacct cgroup rw,relatime,cpuacct 0 0\n"
+        f"tmpfs {tmp_path}/cpu tmpfs rw,relatime,cpu 0 0\n"
+    )
+    mounts.write_text(others + f"cgroup {mount} cgroup rw,nosuid,relatime,cpu,cpuacct 0 0\n")
+    (tmp_path / "others").write_text(others)
+    others_path = tmp_path / "others"
+    parent = Path(f"{mount}{own_cpu_group().rstrip('/')}")
+    parent.mkdir(parents=True)
+    both = f'cpu_mount "{mounts}"; beside_cgroup "{mounts}"'
+    output = sourced(
+        f'{both}; cpu_mount "$OTHERS"; beside_cgroup "$OTHERS"', OTHERS=str(others_path)
+    )
+    [found, group] = output.splitlines()
+    assert found == str(mount)
+    assert group.startswith(f"{parent}/hutch-level-") and Path(group).is_dir(), output
+
+
+def test_groups_left_by_killed_runs_are_removed_and_no_live_run_s(tmp_path: Path) -> None:
+    """A run killed by SIGKILL never reaches beside_join's rmdir: the next one removes its group
+    if its pid is gone and no process is in it; a live run's group, or one still holding a
+    process, stays."""
+    mount = tmp_path / "cpu"
+    (tmp_path / "mounts").write_text(f"cgroup {mount} cgroup rw,relatime,cpu 0 0\n")
+    parent = Path(f"{mount}{own_cpu_group().rstrip('/')}")
+    gone = [subprocess.Popen(["true"]) for _ in range(2)]
+    for process in gone:
+        process.wait()
+    left = parent / f"hutch-level-{gone[0].pid}"
+    holding = parent / f"hutch-level-{gone[1].pid}"
+    live = parent / f"hutch-level-{os.getpid()}"
+    other = parent / "someone-else"
+    for group in (left, holding, live, other):
+        group.mkdir(parents=True)
+    (holding / "cgroup.procs").write_text("1\n")
+    (live / "cgroup.procs").touch()
+    output = sourced(f'beside_cgroup "{tmp_path / "mounts"}"')
+    assert not left.exists()
+    assert holding.is_dir() and live.is_dir() and other.is_dir()
+    assert output.strip().startswith(f"{parent}/hutch-level-"), output
