@@ -55,9 +55,11 @@ SERIAL: tuple[str, ...] = (
     "tests/broker/admin/test_paged_listing_broker.py",
     "tests/bench/test_proccpu_process.py",
     "tests/bench/test_broker_size.py",
-    # A publish rate against the clock; a loop turn against a bound during compaction; the
-    # management stats' delay against hutch-broker's 1 s (the one test of
-    # test_policies_and_management.py that measured: its other 38 run in the parallel pass).
+    # A publish rate against the clock; a loop turn against a bound during compaction, and a
+    # kill -9 that must land in one (the kills 15 and 40 ms later, wherever they land, are
+    # test_definitions_compaction_kill.py, in the parallel pass); the management stats' delay
+    # against hutch-broker's 1 s (the one test of test_policies_and_management.py that
+    # measured: its other 38 run in the parallel pass).
     "tests/broker/amqp/test_stuck_consumer.py",
     "tests/broker/store/test_definitions_compaction_broker.py",
     "tests/sidebyside/test_management_stats.py",
