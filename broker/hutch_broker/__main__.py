@@ -52,6 +52,13 @@ def _parse(argv: list[str] | None) -> tuple[config_mod.BrokerConfig, argparse.Na
         type=int,
         help="run the vhosts in N worker processes behind one listener (default 0: one process)",
     )
+    parser.add_argument(
+        "--vhost-worker-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="restart a vhost worker that leaves the listener's liveness question unanswered "
+        "this long (default 10)",
+    )
     # Set by the listener on the workers it starts (server/workers.py), never by hand.
     parser.add_argument("--vhost-worker-index", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--handover-fd", type=int, help=argparse.SUPPRESS)
@@ -81,6 +88,8 @@ def _parse(argv: list[str] | None) -> tuple[config_mod.BrokerConfig, argparse.Na
         config.bind = args.bind
     if args.vhost_workers is not None:
         config.vhost_workers = args.vhost_workers
+    if args.vhost_worker_timeout is not None:
+        config.vhost_worker_timeout_s = args.vhost_worker_timeout
     return config, args
 
 

@@ -101,6 +101,9 @@ class BrokerConfig:
     # ``--vhost-workers N``: a listener process and N broker processes, each owning the vhosts
     # server/listener.py assigns it (server/workers.py). 0: one process, as always.
     vhost_workers: int = 0
+    # ``--vhost-worker-timeout S``: a worker that leaves the listener's liveness question
+    # unanswered this long is killed and restarted (server/liveness.py says why 10 s).
+    vhost_worker_timeout_s: float = 10.0
 
 
 def parse_size(text: str) -> int:

@@ -6,7 +6,9 @@ record (protocol/handshakes.py), over a Unix stream socket pair made at start-up
 descriptor travels as SCM_RIGHTS (``socket.send_fds`` / ``socket.recv_fds``), the record as a
 4-byte big-endian length and its bytes, the descriptor attached to the first byte of its frame.
 The kernel does not join data carrying descriptors with the data before it in one read, so the
-worker pairs each whole frame with the next descriptor in arrival order.
+worker pairs each whole frame with the next descriptor in arrival order. An empty frame, with
+no descriptor, is the listener's liveness question (server/liveness.py): the worker's loop
+answers it with one byte on the same socket, the only bytes that go the other way.
 
 The listener's side is server/workerlink.py: a bounded queue per worker, written whenever the
 worker's socket is writable, so a worker that reads nothing holds up only its own vhosts. This
@@ -19,6 +21,7 @@ saying why.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import socket
 import struct
@@ -38,6 +41,10 @@ _MAX_FDS_PER_READ = 64
 def frame(record: bytes) -> bytes:
     """One handover frame: the record's length, then the record; its socket rides on byte 0."""
     return _LENGTH.pack(len(record)) + record
+
+
+QUESTION = frame(b"")  # "are you there?": no record, no descriptor
+ANSWER = b"\x01"
 
 
 class Receiver:
@@ -97,6 +104,10 @@ class Receiver:
             end = _LENGTH.size + size
             if len(buffer) < end:
                 return
+            if size == 0:
+                del buffer[:end]
+                self._answer()
+                continue
             record = bytes(buffer[_LENGTH.size : end])
             del buffer[:end]
             if not self._fds:
@@ -113,6 +124,12 @@ class Receiver:
             refuse(client, f"the broker could not take over this connection: {exc}")
             return
         self._adopt(client, handshake)
+
+    def _answer(self) -> None:
+        """One byte back from this loop: the listener counts it (a full socket means the
+        listener reads nothing itself; its next question comes when it does)."""
+        with contextlib.suppress(OSError):
+            self._sock.send(ANSWER)
 
     def close(self) -> None:
         """Stop reading; every descriptor received and not adopted is closed."""

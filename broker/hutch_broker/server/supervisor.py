@@ -9,6 +9,11 @@ refused there as RabbitMQ refuses a vhost that is down. A worker that keeps dyin
 again after 0.5, 1, 2, 4 ... up to 30 s (``restart_delay_s``), so it cannot spin a core; one
 that ran ``STABLE_S`` before it exited starts again at the first delay.
 
+A worker that is alive but stuck (its loop blocked, its process stopped) never exits, so
+``tick`` also asks each worker a liveness question over its link and judges the answers
+(server/liveness.py): one silent for ``timeout_s`` is logged (which worker, how long silent),
+killed with SIGKILL and then restarted as after any exit, on its own data directory.
+
 Each start makes a new Unix socket pair: the worker gets one end as ``--handover-fd``, its
 queue the other (``WorkerLink.attach``); the old worker's end died with it.
 """
@@ -25,7 +30,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from hutch_broker.server import workerlink
+from hutch_broker.server import liveness, workerlink
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,7 @@ class _Slot:
     started_at: float = 0.0
     quick_exits: int = 0
     restart_at: float | None = None
+    watch: liveness.Watch | None = None  # None: not started, or killed and not yet reaped
 
 
 class Supervisor:
@@ -74,7 +80,10 @@ class Supervisor:
         loop: asyncio.AbstractEventLoop,
         *,
         max_waiting: int = workerlink.MAX_WAITING,
+        timeout_s: float = liveness.TIMEOUT_S,
     ) -> None:
+        liveness.check_timeout(timeout_s)
+        self._timeout_s = timeout_s
         self._command = command
         self._slots = [
             _Slot(workerlink.WorkerLink(index, loop, max_waiting=max_waiting))
@@ -102,6 +111,8 @@ class Supervisor:
                 code = slot.process.poll()
                 if code is not None:
                     self._exited(slot, code, now)
+                else:
+                    self._watch(slot, now)
             elif slot.restart_at is not None and now >= slot.restart_at:
                 self._spawn(slot, now)
 
@@ -124,12 +135,31 @@ class Supervisor:
             theirs.close()
         slot.started_at = now
         slot.link.attach(ours)
+        slot.watch = liveness.Watch(self._timeout_s, answers=slot.link.answers)
         log.info("vhost worker %d started, pid %d", index, slot.process.pid)
+
+    def _watch(self, slot: _Slot, now: float) -> None:
+        watch, process = slot.watch, slot.process
+        if watch is None or process is None:
+            return
+        verdict = watch.step(now, slot.link.answers)
+        if verdict is liveness.Verdict.ASK:
+            slot.link.ask(now)
+        elif verdict is liveness.Verdict.STUCK:
+            slot.watch = None  # the next tick reaps it and starts the restart
+            log.error(
+                "vhost worker %d (pid %d) is stuck: silent for %.1f s, no answer within %.1f s; "
+                "killing it (SIGKILL) to restart it (%d waiting connections)",
+                slot.link.index, process.pid, watch.silent_s(now), self._timeout_s,
+                slot.link.waiting(),
+            )  # fmt: skip
+            process.kill()
 
     def _exited(self, slot: _Slot, code: int, now: float) -> None:
         assert slot.process is not None  # noqa: S101 - called for a started process only
         pid, ran = slot.process.pid, now - slot.started_at
         slot.process = None
+        slot.watch = None
         slot.link.detach()
         slot.quick_exits = slot.quick_exits + 1 if ran < STABLE_S else 1
         delay = restart_delay_s(slot.quick_exits)

@@ -14,6 +14,10 @@ Every descriptor the queue holds is closed on every path: after its frame's firs
 (the worker then holds its own copy), or with a refusal. A frame that went out in part when
 the worker died is lost with it; the frames behind it wait for the next worker, whose socket
 starts a fresh stream.
+
+The link also carries the supervisor's liveness question (``ask``, server/liveness.py): an
+empty frame put at the head of the queue (behind a frame that went out in part, so frames stay
+whole), and counts the worker's one-byte answers (``answers``), read whenever they come.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class _Waiting:
     vhost: str
     user: str
     sent: int = 0
+    question: bool = False  # the liveness question, not a connection
 
 
 class WorkerLink:
@@ -65,7 +70,8 @@ class WorkerLink:
 
     ``attach`` a started worker's socket, ``detach`` when it is gone (the queue stays for the
     next one), ``submit`` each connection, ``expire`` from the listener's tick, ``close`` at
-    the end. ``handed_over`` counts frames written whole, for logs and tests.
+    the end. ``handed_over`` counts frames written whole, for logs and tests; ``answers`` the
+    bytes the workers answered to ``ask``, over every attach.
     """
 
     def __init__(
@@ -76,6 +82,8 @@ class WorkerLink:
         self.index = index
         self.max_waiting = max_waiting
         self.handed_over = 0
+        self.answers = 0
+        self._asking = False  # a question is in the queue
         self._loop = loop
         self._queue: collections.deque[_Waiting] = collections.deque()
         self._sock: socket.socket | None = None
@@ -86,13 +94,15 @@ class WorkerLink:
         return self._sock is not None
 
     def waiting(self) -> int:
-        return len(self._queue)
+        """Connections in the queue (not the question)."""
+        return len(self._queue) - self._asking
 
     def attach(self, sock: socket.socket) -> None:
         """A (re)started worker's end of the handover pair: the queue drains into it."""
         self.detach()
         sock.setblocking(False)
         self._sock = sock
+        self._loop.add_reader(sock.fileno(), self._read_answers)
         self._flush()
 
     def detach(self) -> None:
@@ -100,8 +110,12 @@ class WorkerLink:
         if self._sock is None:
             return
         self._want_write(False)
+        self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
         self._sock = None
+        if self._asking:  # the next worker is asked afresh
+            self._asking = False
+            self._queue = collections.deque(item for item in self._queue if not item.question)
         if self._queue and self._queue[0].sent:
             lost = self._queue.popleft()
             log.warning("vhost worker %d: a connection for %r was lost with its worker",
@@ -118,14 +132,33 @@ class WorkerLink:
         if self._sock is not None and not self._writing:
             self._flush()
 
+    def ask(self, now: float) -> bool:
+        """Put the liveness question at the head of the queue, once; False when no worker is
+        attached to hear it."""
+        if self._sock is None:
+            return False
+        if not self._asking:
+            queue = self._queue
+            at = 1 if queue and queue[0].sent else 0
+            queue.insert(at, _Waiting(-1, handover.QUESTION, now, "", "", question=True))
+            self._asking = True
+            if not self._writing:
+                self._flush()
+        return True
+
     def expire(self, now: float, max_wait_s: float) -> int:
         """Refuse the connections that waited more than ``max_wait_s``; how many were."""
         expired = 0
         queue = self._queue
-        start = 1 if queue and queue[0].sent else 0  # one going out now is left to finish
-        while len(queue) > start and now - queue[start].since > max_wait_s:
-            waiting = queue[start]
-            del queue[start]
+        at = 1 if queue and queue[0].sent else 0  # one going out now is left to finish
+        while len(queue) > at:
+            waiting = queue[at]
+            if waiting.question:
+                at += 1
+                continue
+            if now - waiting.since <= max_wait_s:
+                break
+            del queue[at]
             _refuse(waiting)
             expired += 1
         if expired:
@@ -145,7 +178,7 @@ class WorkerLink:
         while queue and sock is not None:
             head = queue[0]
             try:
-                if head.sent == 0:
+                if head.sent == 0 and head.fd >= 0:
                     sent = socket.send_fds(sock, [head.frame], [head.fd])
                 else:
                     sent = sock.send(memoryview(head.frame)[head.sent :])
@@ -162,8 +195,27 @@ class WorkerLink:
             head.sent += sent
             if head.sent == len(head.frame):
                 queue.popleft()
-                self.handed_over += 1
+                if head.question:
+                    self._asking = False
+                else:
+                    self.handed_over += 1
         self._want_write(False)
+
+    def _read_answers(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        while True:
+            try:
+                data = sock.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:  # the worker's end is gone: the supervisor notices its exit
+                self._loop.remove_reader(sock.fileno())
+                return
+            self.answers += len(data)
 
     def _want_write(self, wanted: bool) -> None:
         if wanted == self._writing or self._sock is None:

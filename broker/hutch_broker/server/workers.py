@@ -15,9 +15,9 @@ Nothing crosses workers yet: each worker's management API shows its own vhosts, 
 statistics, each worker creates the default user and vhost "/" on first boot as a broker does,
 and the listener knows the users from the same configuration (the default user) only. The
 listener never waits for a worker: each has a bounded queue of connections
-(server/workerlink.py), and a worker that exits is restarted with a backoff
-(server/supervisor.py). TLS listeners are refused with this option (a TLS session cannot move
-between processes).
+(server/workerlink.py), and a worker that exits, or is stuck (server/liveness.py), is restarted
+with a backoff (server/supervisor.py). TLS listeners are refused with this option (a TLS session
+cannot move between processes).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from hutch_broker import __version__, memory
 from hutch_broker.config import BrokerConfig
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import handshakes, identity
-from hutch_broker.server import handover, supervisor
+from hutch_broker.server import handover, liveness, supervisor
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.server.listener import Listener
 
@@ -67,6 +67,7 @@ def check(config: BrokerConfig) -> None:
         raise ValueError("--vhost-workers takes plain AMQP only: an AMQPS listener is configured")
     if config.vhost_workers and config.amqp_port is None:
         raise ValueError("--vhost-workers needs an AMQP port")
+    liveness.check_timeout(config.vhost_worker_timeout_s)
 
 
 async def serve_worker(config: BrokerConfig, index: int, handover_fd: int) -> bool:
@@ -125,7 +126,9 @@ async def serve_listener(config: BrokerConfig, argv: list[str]) -> bool:
             "--vhost-worker-index", str(index), "--handover-fd", str(handover_fd),
         ]  # fmt: skip
 
-    workers = supervisor.Supervisor(config.vhost_workers, command, loop)
+    workers = supervisor.Supervisor(
+        config.vhost_workers, command, loop, timeout_s=config.vhost_worker_timeout_s
+    )
     workers.start(time.monotonic())
     users = Broker(
         cluster_name=config.cluster_name or f"hutch@{socket.gethostname()}",
