@@ -9,7 +9,11 @@ broker of the module), and one worker first stopped (SIGSTOP: its vhost's client
 the other worker's clients are served, and is served once it runs again), then killed with
 SIGKILL: restarted by the listener, which logs it, while the other worker goes on; its vhost's
 clients reconnect through the new one and find the durable messages confirmed before the kill
-(this one has its own broker).
+(this one has its own broker, with a liveness bound far above its stop). A worker that is alive
+but stuck (SIGSTOP, and no SIGCONT) is found by the listener's liveness question, logged, killed
+and restarted while a canary connection on the other worker goes on, and keeps every message
+confirmed before; a worker merely busy with a long sliced operation (a definitions import of
+thousands of queues) is not killed (its own broker, with a short bound).
 """
 
 from __future__ import annotations
@@ -69,8 +73,10 @@ def _even_port_pair(taken: set[int]) -> int:
 
 
 @contextlib.contextmanager
-def _vhost_broker(work_dir: Path) -> Iterator[brokers.HutchBroker]:
-    started = brokers.HutchBroker(work_dir=work_dir, extra_args=["--vhost-workers", str(WORKERS)])
+def _vhost_broker(work_dir: Path, *extra: str) -> Iterator[brokers.HutchBroker]:
+    started = brokers.HutchBroker(
+        work_dir=work_dir, extra_args=["--vhost-workers", str(WORKERS), *extra]
+    )
     started.http_port = _even_port_pair({started.amqp_port})
     try:
         yield started.start()
@@ -90,8 +96,9 @@ def broker(tmp_path_factory):
 @pytest.fixture
 @levels.broker_level
 def own_broker(tmp_path):
-    """A broker of this test alone: the test kills one of its workers."""
-    with _vhost_broker(tmp_path / "hutch") as started:
+    """A broker of this test alone: the test kills one of its workers. The liveness bound is
+    far above the test's stop, so the stopped worker is served again, not restarted."""
+    with _vhost_broker(tmp_path / "hutch", "--vhost-worker-timeout", "600") as started:
         yield started
 
 
@@ -247,6 +254,97 @@ def test_a_stopped_then_killed_worker_holds_up_only_its_vhost_and_keeps_its_mess
     logged = own_broker.console_log.read_text(errors="replace")
     assert f"vhost worker {victim} (pid {killed}) exited, killed by SIGKILL, after" in logged
     assert "restarting it in 0.5 s, at " in logged
+
+
+LIVENESS_BOUND_S = 1.5
+
+
+@pytest.fixture
+@levels.broker_level
+def watched_broker(tmp_path):
+    """A broker of this test alone, with a short liveness bound: the test stops a worker."""
+    with _vhost_broker(
+        tmp_path / "hutch", "--vhost-worker-timeout", str(LIVENESS_BOUND_S)
+    ) as started:
+        yield started
+
+
+def test_a_stuck_worker_is_killed_and_restarted_but_a_busy_one_is_not(watched_broker):
+    broker = watched_broker
+    apis = _worker_apis(broker)
+    victim = worker_for(TENANT, WORKERS)
+    owner = apis[victim]
+    assert owner.put(f"/vhosts/{quote(TENANT)}", {}).status in (201, 204)
+    permission = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert owner.put(f"/permissions/{quote(TENANT)}/guest", permission).status in (201, 204)
+    before = clients.connect(broker, vhost=TENANT)
+    channel = before.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("kept", durable=True)
+    for number in range(20):
+        channel.basic_publish(
+            "", "kept", f"m{number}".encode(), pika.BasicProperties(delivery_mode=2)
+        )  # confirmed: BlockingChannel raises if the broker nacks
+    busy = _worker_pid(broker, victim)
+
+    # Busy: one import of thousands of queues keeps the worker's loop working for several
+    # bounds, a slice per turn; it answers between slices and is not killed.
+    slow = Management(WorkerApi(f"http://127.0.0.1:{broker.http_port + victim}"), timeout=300)
+    size, took = 8000, 0.0
+    while took <= 2 * LIVENESS_BOUND_S:  # doubled until the import lasts two bounds at least
+        queues = [
+            {"name": f"busy-{size}-{n}", "vhost": TENANT, "durable": False,
+             "auto_delete": False, "arguments": {}}
+            for n in range(size)
+        ]  # fmt: skip
+        started = time.monotonic()
+        assert slow.post("/definitions", {"queues": queues}).status in (200, 201, 204)
+        took = time.monotonic() - started
+        size *= 2
+    assert _worker_pid(broker, victim) == busy
+    assert "is stuck" not in broker.console_log.read_text(errors="replace")
+
+    # Stuck: stopped and never continued. The listener kills it and starts it again while
+    # the canary on the other worker's vhost goes on, on one connection all along.
+    canary = clients.connect(broker)
+    canary_channel = canary.channel()
+    canary_channel.queue_declare("canary", exclusive=True)
+    os.kill(busy, signal.SIGSTOP)
+    try:
+        served = 0
+        deadline = time.monotonic() + 120
+        while _worker_pid_or_none(broker, victim) in (busy, None):
+            assert time.monotonic() < deadline, "the stopped worker was never restarted"
+            canary_channel.basic_publish("", "canary", f"c{served}".encode())
+            assert clients.drain(canary_channel, "canary") == [f"c{served}".encode()]
+            served += 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(busy, signal.SIGCONT)
+    assert served > 0
+    logged = broker.console_log.read_text(errors="replace")
+    assert f"vhost worker {victim} (pid {busy}) is stuck: silent for " in logged
+    assert f"no answer within {LIVENESS_BOUND_S:.1f} s; killing it (SIGKILL)" in logged
+    assert f"vhost worker {victim} (pid {busy}) exited, killed by SIGKILL, after" in logged
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        before.close()
+    after, refusals = _connect_until_served(broker, TENANT)
+    assert set(refusals) <= {
+        f"access to vhost '{TENANT}' refused for user 'guest': vhost '{TENANT}' is down"
+    }
+    assert clients.drain(after.channel(), "kept") == [f"m{n}".encode() for n in range(20)]
+    after.close()
+    canary_channel.basic_publish("", "canary", b"after")
+    assert clients.drain(canary_channel, "canary") == [b"after"]
+    canary.close()
+
+
+def _worker_pid_or_none(broker, index: int) -> int | None:
+    """Worker ``index``'s pid, or None between its kill and its restart."""
+    try:
+        return _worker_pid(broker, index)
+    except AssertionError:
+        return None
 
 
 def _declare_through(broker, vhost: str) -> str:
