@@ -18,6 +18,10 @@ start-up makes). A pair that does not serve (half-written, unreadable, key not t
 certificate's) keeps the current context and logs one ERROR line; the next change is tried
 again. A context built while the files changed once more is not used: the next check sees that
 change and loads it.
+
+Every check, changed or not, counts in ``Reloader.checks`` and logs one DEBUG line with that
+count: a promise about what a check does *not* do (say why again, load again) can only be
+proved by waiting for checks to happen, and the count is what a test waits for.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ class Reloader:
         self.listening.sni_callback = self._handshake
         self.reloads = 0
         self.failures = 0
+        self.checks = 0  # completed checks, whatever they found
 
     def _handshake(self, ssl_object: ssl.SSLObject, _name: str | None, _ctx: object) -> None:
         current = self.current
@@ -89,6 +94,13 @@ class Reloader:
 
     def check(self) -> bool:
         """Load the files again if their content changed; True when a new context serves."""
+        try:
+            return self._check()
+        finally:
+            self.checks += 1
+            log.debug("%s: certificate files checked: %d", self.label, self.checks)
+
+    def _check(self) -> bool:
         seen = fingerprint(self.options)
         if seen == self._seen:
             return False

@@ -6,10 +6,15 @@ does it: a new directory, then an atomic rename of a new ``..data`` symlink over
 A client connects in a loop meanwhile (a full TLS handshake and the AMQP header each time):
 none fails, the serial it sees changes to the new certificate's, and a connection made before
 keeps working. A pair that does not serve keeps the old certificate and says why once.
+
+"Once" is an absence, proved by waiting for checks, not seconds: the broker logs each check of
+the files with a count at DEBUG (``Reloader.checks``), and a test waits for the check that
+said something and one more, which read the same files in full, before it counts the lines.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import time
@@ -32,6 +37,10 @@ pytestmark = [
 HOSTS = ("localhost", "127.0.0.1")
 # The broker looks every CHECK_INTERVAL_S; a thread to read the files, a loaded machine.
 SEEN_WITHIN_S = tlsreload.CHECK_INTERVAL_S + 8.0
+LISTENERS = ("AMQPS", "HTTPS")
+CHECKED = re.compile(r" DEBUG \S+: (AMQPS|HTTPS): certificate files checked: (\d+)$")
+# Only a safety net: the checks come every CHECK_INTERVAL_S, a thread each, on a loaded machine.
+CHECKS_WITHIN_S = 60.0
 
 
 class SecretVolume:
@@ -82,6 +91,38 @@ def log_lines(broker: TLSHutchBroker, text: str) -> list[str]:
     return [line for line in broker.console_log.read_text().splitlines() if text in line]
 
 
+def checks_after(broker: TLSHutchBroker, text: str, nth: int) -> dict[str, int]:
+    """Per listener, its checks logged after its ``nth`` line saying ``text`` (0: not yet).
+
+    A check logs what it found first and its count last, in one thread: the first check
+    counted after a line is the one that wrote it, the second one read the files after.
+    """
+    seen = dict.fromkeys(LISTENERS, 0)
+    after = dict.fromkeys(LISTENERS, 0)
+    for line in broker.console_log.read_text().splitlines():
+        if match := CHECKED.search(line):
+            after[match[1]] += seen[match[1]] >= nth
+        for label in LISTENERS:
+            seen[label] += f"{label}: {text}" in line
+    return after
+
+
+def wait_for_checks_after(broker: TLSHutchBroker, text: str, *, nth: int = 1) -> None:
+    """Return once each listener logged ``text`` ``nth`` times and then checked its files in
+    full once more: whatever that check would say again, it has said."""
+    deadline = time.monotonic() + CHECKS_WITHIN_S
+    while min((after := checks_after(broker, text, nth)).values()) < 2:
+        assert time.monotonic() < deadline, f"checks after {text!r} #{nth}: {after}"
+        time.sleep(0.05)
+
+
+def debug_broker(leaf: certs.Leaf, volume: SecretVolume) -> TLSHutchBroker:
+    """A broker on the volume's files, logging at DEBUG: its checks, counted."""
+    return TLSHutchBroker(
+        leaf=leaf, config_lines=volume.lines(), extra_args=["--log-level", "DEBUG"]
+    )
+
+
 @pytest.fixture
 def authority() -> certs.Authority:
     return certs.Authority()
@@ -94,7 +135,7 @@ def test_a_renewed_certificate_serves_new_connections_with_no_failed_connect(
     volume = SecretVolume(tmp_path / "secret")
     volume.install(old)
     context = client_context(authority.pem)
-    with TLSHutchBroker(leaf=old, config_lines=volume.lines()) as broker:
+    with debug_broker(old, volume) as broker:
         before = pika.BlockingConnection(
             pika.ConnectionParameters(
                 host=broker.host,
@@ -109,7 +150,7 @@ def test_a_renewed_certificate_serves_new_connections_with_no_failed_connect(
             loop.wait_for(leaf_serial(old), timeout=10)
             volume.install(new)
             delay = loop.wait_for(leaf_serial(new), timeout=SEEN_WITHIN_S)
-            time.sleep(1.0)  # and keeps serving it
+            wait_for_checks_after(broker, "certificate reloaded")  # and keeps serving it
         assert delay <= SEEN_WITHIN_S
         assert loop.failures == []
         # Old until the swap, new from then on: never back to the old one.
@@ -134,10 +175,10 @@ def test_a_pair_that_does_not_serve_keeps_the_old_certificate_and_says_why_once(
     volume = SecretVolume(tmp_path / "secret")
     volume.install(old)
     context = client_context(authority.pem)
-    with TLSHutchBroker(leaf=old, config_lines=volume.lines()) as broker:
+    with debug_broker(old, volume) as broker:
         with ConnectLoop(broker.host, broker.amqps_port, context) as loop:
             volume.write(new.cert_pem, other_key, new.ca_pem)  # the key is not the cert's
-            time.sleep(3 * tlsreload.CHECK_INTERVAL_S + 1)
+            wait_for_checks_after(broker, "certificate not reloaded")
         assert loop.failures == []
         assert loop.distinct_in_order() == [leaf_serial(old)]
         errors = log_lines(broker, "certificate not reloaded")
@@ -145,7 +186,7 @@ def test_a_pair_that_does_not_serve_keeps_the_old_certificate_and_says_why_once(
         assert all("is not the key of" in line and "ERROR" in line for line in errors)
         # Half-written: a certificate cut short. Still the old one, one more line each.
         volume.write(new.cert_pem[: len(new.cert_pem) // 2], new.key_pem, new.ca_pem)
-        time.sleep(2 * tlsreload.CHECK_INTERVAL_S + 1)
+        wait_for_checks_after(broker, "certificate not reloaded", nth=2)
         assert served_serial(broker.host, broker.amqps_port, context, "localhost") == leaf_serial(
             old
         )

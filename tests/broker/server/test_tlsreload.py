@@ -31,10 +31,15 @@ def test_unchanged_files_are_not_loaded_again(files, caplog):
     _, options = files
     reloader = tlsreload.Reloader(options, prefix="ssl_options", label="AMQPS")
     first = reloader.current
-    assert [reloader.check() for _ in range(3)] == [False, False, False]
+    with caplog.at_level(logging.DEBUG, logger=tlsreload.__name__):
+        assert [reloader.check() for _ in range(3)] == [False, False, False]
     assert reloader.current is first
     assert reloader.reloads == reloader.failures == 0
-    assert not caplog.records
+    # Every check counts, and says so at DEBUG only: what a test of an absence waits for.
+    assert reloader.checks == 3
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.DEBUG, f"AMQPS: certificate files checked: {count}") for count in (1, 2, 3)
+    ]
 
 
 def test_a_bad_pair_is_tried_once_per_change(files, caplog):
