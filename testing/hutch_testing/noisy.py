@@ -56,7 +56,7 @@ MISS_AFTER_S = 5.0  # a message not back within this is a miss (and counts at le
 HEARTBEAT_S = 5  # the canary's negotiated heartbeat: a loop frozen ~18 s drops its connection
 READY_TIMEOUT_S = 30.0
 CLOSE_TIMEOUT_S = 2.0
-STOP_GRACE_S = MISS_AFTER_S + CLOSE_TIMEOUT_S + 15.0
+STOP_GRACE_S = CLOSE_TIMEOUT_S + 15.0  # and the canary's miss_after_s, which it waits out
 RECONNECT_PAUSE_S = 0.25
 
 
@@ -162,6 +162,7 @@ class CanaryReport:
     broker_max_ms: float | None = None
     broker_p99_ms: float | None = None
     cpu_wait_max_ms: float = 0.0
+    miss_after_s: float = MISS_AFTER_S  # what counted as a miss (``Canary``'s miss_after_s)
 
     @classmethod
     def from_samples(
@@ -175,6 +176,7 @@ class CanaryReport:
         start_retries: int = 0,
         broker_samples: list[float] | None = None,
         cpu_wait_max_ms: float = 0.0,
+        miss_after_s: float = MISS_AFTER_S,
     ) -> CanaryReport:
         """``samples``: one per message sent, in ms (a miss counts as long as it was waited for);
         ``broker_samples``: the same round trips less the CPU waits, when they were measured."""
@@ -194,6 +196,7 @@ class CanaryReport:
             broker_max_ms=own[-1] if own else (0.0 if own is not None else None),
             broker_p99_ms=percentile(own, 99) if own is not None else None,
             cpu_wait_max_ms=cpu_wait_max_ms,
+            miss_after_s=miss_after_s,
         )
 
     def violations(self, bound: CanaryBound = CI_BOUND) -> list[str]:
@@ -202,7 +205,7 @@ class CanaryReport:
         if self.count == 0:
             found.append("the canary sent nothing")
         if self.misses > bound.misses:
-            found.append(f"{self.misses} canary messages missed (not back in {MISS_AFTER_S}s)")
+            found.append(f"{self.misses} canary messages missed (not back in {self.miss_after_s}s)")
         if self.drops:
             found.append(f"the canary's connection dropped {self.drops} times")
         worst, p99, whose = self.max_ms, self.p99_ms, ""
@@ -267,11 +270,19 @@ class Canary:
         *,
         work_dir: Path | None = None,
         broker_pid: int | None = None,
+        miss_after_s: float = MISS_AFTER_S,
     ) -> None:
         """``broker_pid``: hutch-broker's process, whose main thread runs its loop; with it the
-        report also gives the broker's own share of each round trip (the module's docstring)."""
+        report also gives the broker's own share of each round trip (the module's docstring).
+        ``miss_after_s``: a round trip not back within it is a miss, and a connect that takes
+        longer fails; the canary waits it out for what is in flight at ``stop``. Shorter only
+        where a test waits it out on purpose (tests/noisy/test_harness.py): the attack cases
+        keep 5 s, which no working broker comes near."""
+        if not miss_after_s > 0:
+            raise ValueError(f"miss_after_s must be positive, not {miss_after_s!r}")
         self.url = tenant.amqp_url(broker)
         self.broker_pid = broker_pid
+        self.miss_after_s = miss_after_s
         self._owns_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="hutch-canary-"))
         self.report_path = self.work_dir / "canary-report.json"
@@ -287,6 +298,7 @@ class Canary:
             self._process = subprocess.Popen(  # noqa: S603 - this module, our own arguments
                 [sys.executable, "-m", "hutch_testing.noisy", "canary", "--url", self.url,
                  "--report", str(self.report_path), "--ready", str(self.ready_path),
+                 "--miss-after", str(self.miss_after_s),
                  *(["--broker-pid", str(self.broker_pid)] if self.broker_pid else [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only
@@ -307,11 +319,11 @@ class Canary:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
         try:
-            process.wait(STOP_GRACE_S)
+            process.wait(self.miss_after_s + STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             self._kill()
             raise CanaryError(
-                f"the canary did not report in {STOP_GRACE_S}s:\n{self._log()}"
+                f"the canary did not report in {self.miss_after_s + STOP_GRACE_S}s:\n{self._log()}"
             ) from None
         if not self.report_path.exists():
             raise CanaryError(f"the canary exited {process.returncode}:\n{self._log()}")
@@ -361,7 +373,7 @@ class _Session:
         self.connected = False
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
-        connection = await aio_pika.connect(url, timeout=MISS_AFTER_S)
+        connection = await aio_pika.connect(url, timeout=self.probe.miss_after_s)
         self.connected = True
         connection.close_callbacks.add(lambda *_: self.closed.set())
         try:
@@ -380,7 +392,9 @@ class _Session:
         waits = [
             asyncio.ensure_future(event.wait()) for event in (self.probe.all_back, self.closed)
         ]
-        await asyncio.wait(waits, timeout=MISS_AFTER_S, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            waits, timeout=self.probe.miss_after_s, return_when=asyncio.FIRST_COMPLETED
+        )
         for wait in waits:
             wait.cancel()
 
@@ -443,7 +457,8 @@ class CpuWaits:
 class _Probe:
     """The canary's ledger: when each message left, when it came back, what was given up."""
 
-    def __init__(self, waits: CpuWaits | None = None) -> None:
+    def __init__(self, waits: CpuWaits | None = None, miss_after_s: float = MISS_AFTER_S) -> None:
+        self.miss_after_s = miss_after_s
         self.sent_at: dict[int, float] = {}
         self.waited_at: dict[int, int] = {}  # the broker's wait (ns) as each message left
         self.samples: list[float] = []
@@ -493,7 +508,7 @@ class _Probe:
             cpu_wait = (broker_wait + own_wait) / 1e6
             self.cpu_wait_max_ms = max(self.cpu_wait_max_ms, cpu_wait)
             self.broker_samples.append(max(0.0, waited - cpu_wait))
-        if waited > MISS_AFTER_S * 1000:
+        if waited > self.miss_after_s * 1000:
             self.misses += 1
         self.first.set()
         if not self.sent_at:
@@ -525,11 +540,16 @@ class _Probe:
             start_retries=self.start_retries,
             broker_samples=self.broker_samples,
             cpu_wait_max_ms=self.cpu_wait_max_ms,
+            miss_after_s=self.miss_after_s,
         )
 
 
 async def run_canary(
-    url: str, stop: asyncio.Event, ready: Path | None = None, broker_pid: int | None = None
+    url: str,
+    stop: asyncio.Event,
+    ready: Path | None = None,
+    broker_pid: int | None = None,
+    miss_after_s: float = MISS_AFTER_S,
 ) -> CanaryReport:
     """Round trips until ``stop``; a dropped connection is counted and replaced.
 
@@ -538,7 +558,7 @@ async def run_canary(
     bounds the start by ``READY_TIMEOUT_S``), and a broker still busy with a test's set-up can
     take longer than the connect timeout to answer the first handshake on a loaded machine.
     """
-    probe = _Probe(CpuWaits(broker_pid) if broker_pid else None)
+    probe = _Probe(CpuWaits(broker_pid) if broker_pid else None, miss_after_s)
     announce = asyncio.create_task(_announce_ready(probe, ready))
     while not stop.is_set():
         session = _Session(probe)
@@ -572,7 +592,7 @@ def _canary_main(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         if args.seconds:
             loop.call_later(args.seconds, stop.set)
-        return await run_canary(args.url, stop, args.ready, args.broker_pid)
+        return await run_canary(args.url, stop, args.ready, args.broker_pid, args.miss_after)
 
     report = asyncio.run(main())
     text = json.dumps(asdict(report))
@@ -593,6 +613,12 @@ def main(argv: list[str] | None = None) -> int:
     canary.add_argument("--report", type=Path, help="write the JSON report here (else stdout)")
     canary.add_argument("--ready", type=Path, help="touch this after the first round trip")
     canary.add_argument("--seconds", type=float, default=0.0, help="stop by itself after this")
+    canary.add_argument(
+        "--miss-after",
+        type=float,
+        default=MISS_AFTER_S,
+        help=f"a round trip not back within this many seconds is a miss ({MISS_AFTER_S})",
+    )
     canary.add_argument(
         "--broker-pid", type=int, help="hutch-broker's pid: also report the broker's own share"
     )
