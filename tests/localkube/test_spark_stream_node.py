@@ -3,7 +3,7 @@ the driver Pod killed mid-run, and the output exactly once with no dedupe (issue
 
 Why: the stream source's promise (docs/spark.md, "Read stream queues") is that the driver only
 plans offsets and the executors read them, so a batch replayed after a failure reads the same
-messages and Spark's file sink needs no dedupe. tests/spark/test_streamsource.py shows it in
+messages and Spark's file sink needs no dedupe. tests/spark/test_streamdriver.py shows it in
 local mode, where "executors" are threads of one JVM and a kill takes all of them at once. Here
 the pieces are apart, as a user runs them: the host's spark-submit (cluster mode) starts a
 driver Pod and two executor Pods of the hutch-spark image on ``hutch-node``; the job is

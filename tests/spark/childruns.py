@@ -1,8 +1,8 @@
 """A kill test's child run, waited on by its progress rather than by a total bound.
 
-Why: the driver-kill tests (test_driver_kill.py, test_streamsource.py, test_streamdriver.py)
-start the Spark driver they kill as a child and run it until it reaches a point; a run after it
-is a query in the test's own session (reruns.py). Total bounds (180 s to run 1's
+Why: the driver-kill tests (test_driver_kill.py, test_streamdriver.py) start the Spark driver
+they kill as a child and run it until it reaches a point; a run after it is a query in the
+test's own session (reruns.py). Total bounds (180 s to run 1's
 point, 240 s for run 2) counted the JVM's start and every batch, which a loaded machine
 stretches: the stream test's failed a healthy run at load 20. A run that shows no sign of
 progress for ``STALL_S`` is stuck, not slow. Its signs, in order: the log while the JVM starts,

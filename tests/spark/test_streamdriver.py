@@ -13,9 +13,13 @@ no count of requests). An idle query with the default trigger asks at most every
 `streamsource.IDLE_S`, not at each of Spark's 10 ms polls, on the connection it kept;
 a query from `latest` whose driver is killed inside batch 0 replays the range batch 0 first
 planned; and one from `earliest` killed there, whose stream's head retention then drops, fails
-on its restart with failOnDataLoss=true and reads on from the first offset held with false.
-Those two kills are one run 1: a child driver with a query per case, killed once both block in
-batch 0 (a driver's start was most of each case's run 1).
+on its restart with failOnDataLoss=true and reads on from the first offset held with false;
+and a query with Spark's file sink, SIGKILLed (driver JVM, its Python workers, executor tasks)
+in the middle of a batch and restarted on its checkpoint, ends with every message exactly once
+in the sink's committed output, with no dedupe anywhere: the killed batch is replayed from the
+same offsets. Those three kills are one run 1: a child driver with a query per case, killed
+once the first two block in batch 0 and the third's task hangs in batch 3 (a driver's start
+was most of each case's run 1).
 """
 
 import base64
@@ -44,12 +48,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 CHILD = Path(__file__).with_name("stream_child.py")
 # What grows while run 1 gets on (childruns.progress): each case's checkpoint and output.
 DIRS = tuple(
-    f"{case}/{name}" for case in ("latest", "headless") for name in ("checkpoint", "output")
+    f"{case}/{name}"
+    for case in ("latest", "headless", "filesink")
+    for name in ("checkpoint", "output")
 )
 
 
 class Stream:
-    """One stream queue in the test's vhost; message n is at offset n."""
+    """One stream queue in the test's vhost; message n is at offset n, its body `m<n>` and
+    its message_id `<name>-<n>`."""
 
     def __init__(self, broker: Any, name: str, **arguments: int) -> None:
         self.broker = broker
@@ -65,7 +72,9 @@ class Stream:
 
     def publish(self, count: int) -> None:
         for _ in range(count):
-            self.channel.basic_publish("", self.name, f"m{self.count}".encode())
+            n = self.count
+            properties = pika.BasicProperties(message_id=f"{self.name}-{n}", delivery_mode=2)
+            self.channel.basic_publish("", self.name, f"m{n}".encode(), properties)
             self.count += 1
 
     def held(self) -> tuple[int, int]:
@@ -365,17 +374,138 @@ class HeadRemoved:
         self.stream.close()
 
 
-def test_a_driver_killed_inside_batch_0_replays_the_range_it_planned_or_finds_the_head_gone(
+def batch_read(spark: Any, stream: Stream, names: str, **ranges: dict[str, int]) -> Any:
+    """A batch read of `names` (streams in `stream`'s vhost) over the ranges given."""
+    frame = (
+        spark.read.format("hutch")
+        .option("uri", stream.url)
+        .option("managementUri", stream.broker.http_url)
+        .option("streams", names)
+    )
+    for key, value in ranges.items():
+        frame = frame.option(key, json.dumps(value))
+    return frame.load()
+
+
+def offsets_and_ids(frame: Any) -> list[tuple[str, int, str]]:
+    rows = frame.select("stream", "offset", "message_id").collect()
+    return sorted((row.stream, row.offset, row.message_id) for row in rows)
+
+
+def expected(stream: str, start: int, end: int) -> list[tuple[str, int, str]]:
+    return [(stream, n, f"{stream}-{n}") for n in range(start, end)]
+
+
+def committed_files(output: Path) -> set[str]:
+    """The file names the file sink's log (`_spark_metadata`) lists as added."""
+    names: set[str] = set()
+    for log in (output / "_spark_metadata").iterdir():
+        if log.name.startswith("."):
+            continue
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            if entry.get("action") == "add":
+                names.add(entry["path"].rsplit("/", 1)[-1])
+    return names
+
+
+class FileSinkMidBatch:
+    """The file sink is exactly once across a driver killed in the middle of a batch.
+
+    A query from earliest over two streams into Spark's file sink (Parquet), 100 offsets a
+    trigger (50 of each stream): batch 0 reads nothing, and an executor task of batch 3 hangs
+    at offset 130 of `kill-1`, so two batches were committed before the kill, the killed one
+    had finished tasks that wrote files, and run 2 has three more batches after it. Run 2, the
+    same query without the hang on run 1's checkpoint, replays the killed batch from the range
+    logged for it, and the sink's committed output holds every message once, with no dedupe:
+    the files the killed batch's finished tasks wrote are on disk but not in the sink's log."""
+
+    TOTAL, HANG_OFFSET = 300, 130
+
+    def __init__(self, broker: Any, work: Path) -> None:
+        self.broker, self.work = broker, work
+        work.mkdir()
+        self.checkpoint, self.output = work / "checkpoint", work / "output"
+        self.streams = [Stream(broker, name) for name in ("kill-0", "kill-1")]
+
+    def before(self) -> list[str]:
+        for each in self.streams:
+            each.publish(self.TOTAL)
+        return [
+            "--query", "--streams", "kill-0,kill-1",
+            "--checkpoint", str(self.checkpoint), "--output", str(self.output),
+            "--out", str(self.work), "--starting", "earliest", "--max-offsets", "100",
+            "--hang-stream", "kill-1", "--hang-offset", str(self.HANG_OFFSET),
+        ]  # fmt: skip
+
+    def after(self, spark: Any) -> None:
+        total, checkpoint, output = self.TOTAL, self.checkpoint, self.output
+        logged = sorted(int(path.name) for path in (checkpoint / "offsets").glob("[0-9]*"))
+        committed = sorted(int(path.name) for path in (checkpoint / "commits").glob("[0-9]*"))
+        killed = logged[-1]
+        assert killed not in committed  # killed inside the batch
+        assert killed >= 2  # and after some batches were committed
+        end = logged_end(checkpoint, killed)
+        start = logged_end(checkpoint, killed - 1)
+        assert start["kill-1"] <= self.HANG_OFFSET < end["kill-1"]
+
+        # Run 2, a restart on the checkpoint in this session (reruns.py): stream_child.py's
+        # query without the hang, until it has committed everything.
+        reader = (
+            spark.readStream.format("hutch")
+            .option("uri", self.streams[0].url)
+            .option("managementUri", self.broker.http_url)
+            .option("streams", "kill-0,kill-1")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "100")
+            .option("numPartitions", "2")
+            .load()
+        )
+        second = reruns.start(reader, checkpoint, output=output, sink="parquet")
+        reruns.run_to("run 2's end", second, checkpoint, {"kill-0": total, "kill-1": total})
+        assert logged_end(checkpoint, killed) == end  # the replay used the logged range
+
+        # The killed batch's finished tasks had written their files; the file sink's log lists
+        # only committed ones, which is what makes the output exactly once.
+        on_disk = {path.name for path in output.glob("part-*.parquet")}
+        orphans = sorted(on_disk - committed_files(output))
+        assert orphans, "the kill left no uncommitted file: it did not hit the batch mid-way"
+        orphan_rows = offsets_and_ids(spark.read.parquet(*(str(output / n) for n in orphans)))
+        assert orphan_rows
+        for name, offset, _ in orphan_rows:  # all of the killed batch's range
+            assert start[name] <= offset < end[name]
+
+        written = spark.read.parquet(str(output))  # committed files only
+        rows = offsets_and_ids(written)
+        assert rows == expected("kill-0", 0, total) + expected("kill-1", 0, total)  # each once
+        replayed = written.where(
+            f"(stream = 'kill-0' AND offset >= {start['kill-0']} AND offset < {end['kill-0']}) "
+            f"OR (stream = 'kill-1' AND offset >= {start['kill-1']} AND offset < {end['kill-1']})"
+        )
+        again = batch_read(
+            spark, self.streams[0], "kill-0,kill-1", startingOffsets=start, endingOffsets=end
+        )  # the killed batch's range, read once more
+        assert offsets_and_ids(again) == offsets_and_ids(replayed)
+        assert len(offsets_and_ids(again)) == sum(end.values()) - sum(start.values())
+
+    def close(self) -> None:
+        for each in self.streams:
+            each.close()
+
+
+def test_a_killed_driver_replays_what_it_logged_in_batch_0_or_mid_batch_exactly_once(
     spark: Any, hutch_broker: Any, stream: Stream, tmp_path: Path
 ) -> None:
-    # Both cases (FromLatest, HeadRemoved) in one run 1: a child driver with a query each, both
-    # blocked in batch 0's foreachBatch when it is killed. A driver's start was most of each
-    # case's run 1, and the kill is the same for both; each case's restarts are queries in
-    # this session on its own checkpoint (reruns.py).
+    # Three cases (FromLatest, HeadRemoved, FileSinkMidBatch) in one run 1: a child driver with
+    # a query each, killed once the first two block in batch 0's foreachBatch and the third's
+    # task hangs in batch 3. A driver's start was most of each case's run 1, and the kill is
+    # the same for all; each case's restarts are queries in this session on its own
+    # checkpoint (reruns.py).
     latest = FromLatest(hutch_broker, stream, tmp_path / "latest")
     headless = HeadRemoved(hutch_broker, tmp_path / "headless")
+    filesink = FileSinkMidBatch(hutch_broker, tmp_path / "filesink")
     try:
-        queries = [latest.before(), headless.before()]
+        queries = [latest.before(), headless.before(), filesink.before()]
         first = run_child(stream.url, hutch_broker.http_url, tmp_path, queries)
         try:
             # The publisher stops once the query from latest has planned batch 0: all it
@@ -389,14 +519,20 @@ def test_a_driver_killed_inside_batch_0_replays_the_range_it_planned_or_finds_th
                 first, tmp_path, 1, "batch 0 of the query from earliest",
                 (tmp_path / "headless" / "blocked").exists, DIRS,
             )  # fmt: skip
+            childruns.wait_progressing(
+                first, tmp_path, 1, "the file sink query's hang",
+                (tmp_path / "filesink" / "hang").exists, DIRS,
+            )  # fmt: skip
         finally:
             childruns.end_group(first)
             latest.killed()
         latest.after(spark)
         headless.after(spark)
+        filesink.after(spark)
     finally:
         latest.killed()
         headless.close()
+        filesink.close()
 
 
 def test_an_idle_default_trigger_query_asks_at_most_every_idle_interval(

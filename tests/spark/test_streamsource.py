@@ -5,10 +5,9 @@ API and the executors read their slices by offset, so
 
 - a batch read of `[startingOffsets, endingOffsets)` returns exactly those offsets, each row the
   message published at that offset, and reading it again returns the same rows;
-- a streaming query with the file sink, SIGKILLed (driver JVM, its Python workers, executor
-  tasks) in the middle of a batch and restarted on its checkpoint, ends with every message
-  exactly once in the sink's committed output, with no dedupe anywhere: the killed batch is
-  replayed from the same offsets;
+- a streaming query with the file sink, SIGKILLed in the middle of a batch, ends with every
+  message exactly once: tests/spark/test_streamdriver.py (FileSinkMidBatch), which shares the
+  killed child driver with that module's batch-0 kill cases;
 - retention that removed offsets the checkpoint still needs fails the query naming the stream
   and the range, and `failOnDataLoss=false` goes on from the first offset held;
 - the sink publishes into a stream.
@@ -21,8 +20,6 @@ tests/sidebyside/test_streams.py.
 import base64
 import contextlib
 import json
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,15 +32,11 @@ import pytest
 from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
 
-from tests.spark import childruns, querywaits, reruns
+from tests.spark import querywaits
 
 # One hutch-broker for the module, each test in a vhost of its own: the source's URI (amqp_url)
 # names it, and what the tests read from the management API is that vhost's.
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
-
-CHILD = Path(__file__).with_name("stream_child.py")
-# What grows under the kill test's work directory while a run gets on (childruns.progress).
-DIRS = ("checkpoint", "output")
 
 
 class Streams:
@@ -345,107 +338,6 @@ def test_batch_read_errors_name_the_stream(spark: Any, streams: Streams, vhost: 
         with pytest.raises(Exception) as caught:  # noqa: PT011 - Spark wraps our errors
             reader(spark, streams, names, **options).collect()
         assert message in str(caught.value), (names, str(caught.value)[:2000])
-
-
-def run_child(streams: Streams, work: Path, run: int, extra: list[str]) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        str(CHILD),
-        "--uri",
-        streams.url,
-        "--management",
-        streams.management_url,
-        "--query",
-        "--streams",
-        "kill-0,kill-1",
-        "--checkpoint",
-        str(work / "checkpoint"),
-        "--output",
-        str(work / "output"),
-        "--out",
-        str(work),
-        *extra,
-    ]
-    log = (work / f"run{run}.log").open("wb")
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
-    return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
-
-
-def committed_files(output: Path) -> set[str]:
-    """The file names the file sink's log (`_spark_metadata`) lists as added."""
-    names: set[str] = set()
-    for log in (output / "_spark_metadata").iterdir():
-        if log.name.startswith("."):
-            continue
-        for line in log.read_text().splitlines()[1:]:
-            entry = json.loads(line)
-            if entry.get("action") == "add":
-                names.add(entry["path"].rsplit("/", 1)[-1])
-    return names
-
-
-def test_file_sink_is_exactly_once_across_a_driver_kill_mid_batch(
-    spark: Any, streams: Streams, tmp_path: Path
-) -> None:
-    # 100 offsets a trigger are 50 of each stream: batch 0 reads nothing, batch 3 holds offset
-    # 130 (so two batches were committed before the kill) and run 2 has three more after it.
-    total, hang_offset = 300, 130
-    for name in ("kill-0", "kill-1"):
-        streams.declare(name)
-        streams.publish(name, total)
-    hang = ["--hang-stream", "kill-1", "--hang-offset", str(hang_offset)]
-    first = run_child(streams, tmp_path, 1, hang)
-    try:
-        childruns.wait_progressing(first, tmp_path, 1, "its hang", (tmp_path / "hang").exists, DIRS)
-    finally:
-        childruns.end_group(first)
-    checkpoint = tmp_path / "checkpoint"
-    logged = sorted(int(path.name) for path in (checkpoint / "offsets").glob("[0-9]*"))
-    committed = sorted(int(path.name) for path in (checkpoint / "commits").glob("[0-9]*"))
-    killed = logged[-1]
-    assert killed not in committed  # killed inside the batch
-    assert killed >= 2  # and after some batches were committed
-    end = batch_offsets(checkpoint, killed)
-    start = batch_offsets(checkpoint, killed - 1)
-    assert start["kill-1"] <= hang_offset < end["kill-1"]
-
-    # Run 2, a restart on the checkpoint in this session (reruns.py): stream_child.py's query
-    # without the hang, until it has committed everything.
-    rows = reader(
-        spark, streams, "kill-0,kill-1", batch=False,
-        startingOffsets="earliest", maxOffsetsPerTrigger="100", numPartitions="2",
-    )  # fmt: skip
-    second = reruns.start(rows, checkpoint, output=tmp_path / "output", sink="parquet")
-    reruns.run_to("run 2's end", second, checkpoint, {"kill-0": total, "kill-1": total})
-    assert batch_offsets(checkpoint, killed) == end  # the replay used the logged range
-
-    # The killed batch's finished tasks had written their files; the file sink's log lists
-    # only committed ones, which is what makes the output exactly once.
-    on_disk = {path.name for path in (tmp_path / "output").glob("part-*.parquet")}
-    orphans = sorted(on_disk - committed_files(tmp_path / "output"))
-    assert orphans, "the kill left no uncommitted file: it did not hit the batch mid-way"
-    orphan_rows = offsets_and_ids(
-        spark.read.parquet(*(str(tmp_path / "output" / name) for name in orphans))
-    )
-    assert orphan_rows
-    for stream, offset, _ in orphan_rows:  # all of the killed batch's range
-        assert start[stream] <= offset < end[stream]
-
-    output = spark.read.parquet(str(tmp_path / "output"))  # committed files only
-    rows = offsets_and_ids(output)
-    assert rows == expected("kill-0", 0, total) + expected("kill-1", 0, total)  # each once
-    replayed = output.where(
-        f"(stream = 'kill-0' AND offset >= {start['kill-0']} AND offset < {end['kill-0']}) OR "
-        f"(stream = 'kill-1' AND offset >= {start['kill-1']} AND offset < {end['kill-1']})"
-    )
-    again = reader(
-        spark, streams, "kill-0,kill-1", startingOffsets=start, endingOffsets=end
-    )  # the killed batch's range, read once more
-    assert offsets_and_ids(again) == offsets_and_ids(replayed)
-    assert len(offsets_and_ids(again)) == sum(end.values()) - sum(start.values())
 
 
 def test_retention_past_the_checkpoint_fails_or_skips_with_fail_on_data_loss(
