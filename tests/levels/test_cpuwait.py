@@ -1,4 +1,4 @@
-"""hutch_testing.cpuwait on fake schedstat files: a span less the two threads' CPU waits.
+"""hutch_testing.cpuwait on fake /proc files: a span less the two threads' CPU waits.
 
 The serial pass's timing tests (test_routing_isolation, test_matching_cost) hold their canaries
 to this figure; here the arithmetic, with the clock and the waits set by hand.
