@@ -7,8 +7,9 @@ machine that share alone reaches tens of milliseconds and more: the machine's, n
 A blocked or busy loop accumulates no run-queue wait, so a broker that stalls on an expensive
 request still shows its stall in full; only the wait for a CPU is taken out.
 
-The same correction as the noisy suite's (``hutch_testing.noisy.CpuWaits``) and the frame
-fuzzer's canary (tests/broker/fuzz/canary.py), for the timing tests of the serial pass.
+The one reading of the run-queue wait that the noisy suite (``hutch_testing.noisy.CpuWaits``),
+the frame fuzzer's canary (tests/broker/fuzz/canary.py) and the serial pass's timing tests
+(``Stopwatch``) share.
 Standard library only: a canary script run with ``python -c`` imports it cheaply.
 """
 

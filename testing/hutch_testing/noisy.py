@@ -51,6 +51,8 @@ import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 from hutch_demo import management
 
+from hutch_testing.cpuwait import run_queue_wait_ns
+
 INTERVAL_S = 0.020  # one round trip started every 20 ms, as the issue's canary
 MISS_AFTER_S = 5.0  # a message not back within this is a miss (and counts at least this long)
 HEARTBEAT_S = 5  # the canary's negotiated heartbeat: a loop frozen ~18 s drops its connection
@@ -243,19 +245,6 @@ def percentile(ordered: list[float], pct: float) -> float:
 # --- the canary process, parent side ------------------------------------------------------------
 
 
-def loop_pid(broker: object) -> int | None:
-    """hutch-broker's pid (its main thread runs the event loop), or None for any other broker.
-
-    RabbitMQ spreads its work over the Erlang VM's scheduler threads, so no one thread's CPU wait
-    is its share of a round trip: its canary is judged on the wall clock alone.
-    """
-    broker = getattr(broker, "process", broker)  # a test's vhost on a shared broker: its process
-    if getattr(broker, "kind", None) != "hutch":
-        return None
-    pid = getattr(broker, "pid", None)
-    return pid if isinstance(pid, int) else None
-
-
 class CanaryError(RuntimeError):
     """The canary process did not start or did not report."""
 
@@ -441,17 +430,13 @@ class CpuWaits:
     def __init__(self, broker_pid: int) -> None:
         self.broker = Path(f"/proc/{broker_pid}/schedstat")
         self.own = Path("/proc/thread-self/schedstat")
-        self._own_last = self._wait(self.own)
-
-    @staticmethod
-    def _wait(path: Path) -> int:
-        return int(path.read_text().split()[1])
+        self._own_last = run_queue_wait_ns(self.own)
 
     def read(self) -> tuple[int, int]:
         """(the broker's loop thread's wait so far, this thread's wait since the last read)."""
-        own = self._wait(self.own)
+        own = run_queue_wait_ns(self.own)
         since, self._own_last = own - self._own_last, own
-        return self._wait(self.broker), since
+        return run_queue_wait_ns(self.broker), since
 
 
 class _Probe:

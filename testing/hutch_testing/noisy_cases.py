@@ -33,7 +33,7 @@ import pika
 from hutch_demo import management
 from pamqp import commands, frame
 
-from hutch_testing import brokers, noisy, rawamqp
+from hutch_testing import brokers, cpuwait, noisy, rawamqp
 
 MB = 1024 * 1024
 Facts = dict[str, Any]
@@ -101,7 +101,7 @@ def run_case(
     """Prepare, start the canary, attack, stop the canary; judge against ``bound``."""
     canary_tenant = noisy.create_tenant(broker, "canary")
     state = case.prepare(broker)
-    with noisy.Canary(broker, canary_tenant, broker_pid=noisy.loop_pid(broker)) as canary:
+    with noisy.Canary(broker, canary_tenant, broker_pid=cpuwait.loop_pid(broker)) as canary:
         time.sleep(0.5)  # a quiet baseline first: the report covers before, during and after
         began = time.monotonic()
         facts, problems = case.attack(broker, state)

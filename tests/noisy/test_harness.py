@@ -16,12 +16,12 @@ import threading
 import time
 
 import pytest
-from hutch_testing import noisy
+from hutch_testing import cpuwait, noisy
 
 
 def test_a_canary_on_a_quiet_broker_has_small_round_trips(quiet_broker, tmp_path):
     tenant = noisy.create_tenant(quiet_broker, "canary")
-    pid = noisy.loop_pid(quiet_broker)
+    pid = cpuwait.loop_pid(quiet_broker)
     assert pid == quiet_broker.pid
     with noisy.Canary(quiet_broker, tenant, work_dir=tmp_path, broker_pid=pid) as canary:
         time.sleep(2.0)

@@ -13,8 +13,8 @@ are test_definitions_consistency.py, beside the other worker.
 
 import pytest
 from hutch_demo import management
+from hutch_testing import cpuwait, noisy
 from hutch_testing import definitions as documents
-from hutch_testing import noisy
 
 QUEUES = 5000
 EXCHANGES = 50
@@ -33,7 +33,7 @@ def test_an_import_and_an_export_of_5000_queues_do_not_stall_a_canary(hutch_brok
     canary_tenant = noisy.create_tenant(hutch_broker, "canary")
     admin = management.Management(hutch_broker, timeout=180.0)
     with noisy.Canary(
-        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+        hutch_broker, canary_tenant, broker_pid=cpuwait.loop_pid(hutch_broker)
     ) as canary:
         imported = admin.post(
             "/definitions/import-a", documents.imported(QUEUES, EXCHANGES, BINDINGS)

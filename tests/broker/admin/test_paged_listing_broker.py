@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from hutch_demo import management
+from hutch_testing import cpuwait, noisy
 from hutch_testing import definitions as documents
-from hutch_testing import noisy
 
 # -- a real broker ----------------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ def test_paging_through_20000_bindings_is_fast_and_does_not_stall_a_canary(hutch
     )
     # The same walk again beside another tenant's canary.
     with noisy.Canary(
-        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+        hutch_broker, canary_tenant, broker_pid=cpuwait.loop_pid(hutch_broker)
     ) as canary:
         seen = walk(admin, total)
         report = canary.stop()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 from hutch_demo import management
-from hutch_testing import noisy
+from hutch_testing import cpuwait, noisy
 from hutch_testing.clients import connect
 
 CANARY_BOUND_SECONDS = 0.25  # a loopback round trip takes ~1 ms; the freeze took 39 s
@@ -57,7 +57,7 @@ class Canary(threading.Thread):
 
     def run(self) -> None:
         try:
-            pid = noisy.loop_pid(self.broker)
+            pid = cpuwait.loop_pid(self.broker)
             waits = noisy.CpuWaits(pid) if pid is not None else None
             conn = connect(self.broker, vhost="canary", heartbeat=2)
             channel = conn.channel()

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 from hutch_demo import management
-from hutch_testing import inmemory, noisy
+from hutch_testing import cpuwait, inmemory, noisy
 from pamqp import commands, frame
 
 # 10 declares, and 2 names over HTTP: with the policy search in one piece (``PolicyMatch.advance``
@@ -98,7 +98,7 @@ def test_declares_against_expensive_policies_do_not_stall_a_canary(hutch_broker)
     )
     answered: list[str] = []
     with noisy.Canary(
-        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+        hutch_broker, canary_tenant, broker_pid=cpuwait.loop_pid(hutch_broker)
     ) as canary:
         for start in range(0, len(names), PIPELINED):
             batch = names[start : start + PIPELINED]
@@ -135,7 +135,7 @@ def test_http_declares_against_expensive_policies_do_not_stall_a_canary(hutch_br
     rng = random.Random(7)
     names = ["".join(rng.choice("ab") for _ in range(255)) for _ in range(HTTP_NAMES)]
     with noisy.Canary(
-        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+        hutch_broker, canary_tenant, broker_pid=cpuwait.loop_pid(hutch_broker)
     ) as canary:
         for name in names:
             assert client.put(f"/queues/putter/{name}", {"durable": False}).status == 201
@@ -177,7 +177,7 @@ def test_deleting_an_exchange_and_a_queue_with_many_bindings_does_not_stall_a_ca
     client = management.Management(endpoint, timeout=120.0)
 
     with noisy.Canary(
-        hutch_broker, canary_tenant, broker_pid=noisy.loop_pid(hutch_broker)
+        hutch_broker, canary_tenant, broker_pid=cpuwait.loop_pid(hutch_broker)
     ) as canary:
         attacker.send([commands.Exchange.Delete(exchange="t"), commands.Queue.Declare(queue="r")])
         attacker.read_until(commands.Exchange.DeleteOk)

@@ -22,11 +22,7 @@ import time
 from pathlib import Path
 
 import pika
-
-
-def run_queue_wait_ns(schedstat: Path) -> int:
-    """How long this thread has been runnable but not running (second field, nanoseconds)."""
-    return int(schedstat.read_text().split()[1])
+from hutch_testing.cpuwait import run_queue_wait_ns
 
 
 def main(port: int, stop_file: Path, report_file: Path, broker_pid: int) -> None:
