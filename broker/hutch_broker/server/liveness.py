@@ -21,9 +21,11 @@ The rules, on the listener's clock (``now``, ``time.monotonic``):
   before its restart begins.
 * Not before the worker's first answer: until then it is recovering its store, which takes as
   long as the store is big. The first question waits in its socket until the loop reads.
-* When the listener's own steps come more than ``timeout_s / 2`` apart, its own loop was held
-  (the listener looks four times a second): the question's clock starts again, so a listener
-  that stalled never blames a worker for the answer it did not read.
+* When the listener's own steps come more than ``timeout_s / 2`` apart (and more than
+  ``HELD_S``), its own loop was held (it looks four times a second): the question's clock
+  starts again, so a listener that stalled never blames a worker for the answer it did not
+  read. ``HELD_S`` keeps a short bound's clock from restarting at every late tick of a loaded
+  listener.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import enum
 TIMEOUT_S = 10.0  # --vhost-worker-timeout's default
 ASK_EVERY_S = 1.0
 MIN_TIMEOUT_S = 1.0  # below it a question a second and a tick of 0.25 s cannot judge
+HELD_S = 1.0  # a gap between the listener's steps that is its own stall, at the least
 
 
 class Verdict(enum.Enum):
@@ -66,7 +69,8 @@ class Watch:
         check_timeout(self.timeout_s)
 
     def step(self, now: float, answers: int) -> Verdict:
-        held = self.stepped_at is not None and now - self.stepped_at > self.timeout_s / 2
+        gap = 0.0 if self.stepped_at is None else now - self.stepped_at
+        held = gap > max(HELD_S, self.timeout_s / 2)
         self.stepped_at = now
         if answers != self.answers:
             self.answers = answers

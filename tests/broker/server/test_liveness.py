@@ -87,6 +87,16 @@ def test_a_listener_that_was_held_itself_does_not_blame_the_worker():
     assert watch.step(31.5, 2) is STUCK  # and a real silence still counts
 
 
+def test_a_short_bound_is_not_restarted_by_each_late_tick_of_a_loaded_listener():
+    """With a 1.5 s bound, ticks 0.9 s apart (late, not held) still find the silent worker."""
+    watch = liveness.Watch(1.5)
+    watch.step(0.0, 0)
+    watch.step(0.25, 1)
+    verdicts = run(watch, 1.25, 4.0, 1, step=0.9)
+    assert [verdict for _, verdict in verdicts] == [ASK, WAIT, STUCK, STUCK]
+    assert verdicts[2][0] == pytest.approx(3.05)  # 1.8 s after the question: past 1.5
+
+
 @pytest.mark.parametrize("bad", [0.0, 0.5, -1.0, math.nan])
 def test_a_bound_below_a_second_is_refused_everywhere_with_a_reason(bad):
     with pytest.raises(ValueError, match="--vhost-worker-timeout must be at least 1 s"):
