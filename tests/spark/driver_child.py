@@ -5,9 +5,12 @@ Why one process for every case: a driver's start (a JVM and its Python workers) 
 each case's time, and the kill proves each case alike. Each ``--case NAME URI QUEUE MODE``
 (MODE ``default`` or ``durable``) is a query of its own in this driver, reading its queue with
 the `hutch` source into ``<work>/<NAME>/out/run1-batch-<id>.json`` (write, fsync, rename), its
-checkpoint in ``<work>/<NAME>/checkpoint``. After recording batch ``--hang-at`` a query writes
-``<out>/hang-<N>`` and blocks inside foreachBatch: that batch is in its offsets log but never in
-its commit log when the parent kills the whole process group. A query's foreachBatch runs on
+checkpoint in ``<work>/<NAME>/checkpoint``. After recording batch N, the first from ``--hang-at``
+on that comes after a batch that read messages, a query writes ``<out>/hang-<N>`` and blocks
+inside foreachBatch: that batch is in its offsets log but never in its commit log when the
+parent kills the whole process group, and at least one batch with messages was committed before
+it (batch 0 of a queue can be empty: its planning waits only `pollTimeoutMs` for a first
+message). A query's foreachBatch runs on
 its own thread, so one query's block does not hold the others back. The run has no deadline of
 its own: it ends when its parent is gone (see childsession).
 """
@@ -34,7 +37,8 @@ def write_atomically(path: Path, payload: object) -> None:
 
 
 def start_case(spark: Any, work: Path, case: list[str], hang_at: int) -> Any:
-    """Starts one case's query, which records its batches and blocks at batch ``hang_at``."""
+    """Starts one case's query, which records its batches and blocks at the first batch from
+    ``hang_at`` on that comes after one with messages."""
     name, uri, queue, mode = case
     checkpoint, out = work / name / "checkpoint", work / name / "out"
     reader = (
@@ -48,12 +52,16 @@ def start_case(spark: Any, work: Path, case: list[str], hang_at: int) -> Any:
             "batchLogDir", f"{checkpoint}/hutch-batches"
         )
 
+    read_before = False  # whether a batch before this one read messages
+
     def record(frame: Any, batch_id: int) -> None:
+        nonlocal read_before
         rows = [[row.message_id, row.seq] for row in frame.select("message_id", "seq").collect()]
         write_atomically(out / f"run1-batch-{batch_id}.json", rows)
-        if batch_id == hang_at:
+        if batch_id >= hang_at and read_before:
             (out / f"hang-{batch_id}").touch()
             time.sleep(600)
+        read_before = read_before or bool(rows)
 
     return (
         reader.load()

@@ -4,8 +4,9 @@ Contract: docs/contracts/spark.md#required-tests.
 
 Run 1 is a driver in a child process group (driver_child.py) with one query per case: the
 default mode on hutch-broker and on RabbitMQ, the durable-batch mode on hutch-broker (it does
-not depend on the broker). Each query blocks inside foreachBatch of batch 3 after recording it,
-so batch 3 is in its offsets log but not in its commit log; once every query is there, the
+not depend on the broker). Each query blocks inside foreachBatch of batch 1 after recording it
+(of batch 2 if batch 0 read nothing: a batch with messages is committed before the kill), so
+that batch is in its offsets log but not in its commit log; once every query is there, the
 parent kills the group. The broker re-queues everything that was unacked, and run 2, a query
 per case on the same checkpoint in this process's session (a driver that never saw these
 queries, as a restarted one), finishes each queue. One driver for every case, and none started
@@ -14,9 +15,9 @@ Neither run has a deadline: run 1 fails when it shows no progress for `childruns
 when a case's records stop growing for `querywaits.STALL_S`, and a run 1 whose test is gone
 ends (childsession).
 
-- Default mode: batch 3 replays empty and its messages come back later: nothing is missing and
-  at most one batch is duplicated.
-- Durable-batch mode: batch 3 replays identically from the batch log, and a sink that
+- Default mode: the killed batch replays empty and its messages come back later: nothing is
+  missing and at most one batch is duplicated.
+- Durable-batch mode: the killed batch replays identically from the batch log, and a sink that
   overwrites per batch id (batch-idempotent) ends with exactly the TOTAL (500) messages.
 """
 
@@ -35,10 +36,12 @@ from tests.spark.conftest import Amqp
 pytestmark = pytest.mark.spark
 
 CHILD = Path(__file__).with_name("driver_child.py")
-# Batches 0 to HANG_AT in run 1, and more than one batch left for run 2 after the replay.
+# Run 1 blocks in the first batch from HANG_AT on that follows one with messages (batch 1 when
+# batch 0 read any): a committed batch before the kill, the killed one, and more than one batch
+# left for run 2 after the replay. Hanging later proved nothing more and took two batches more.
 TOTAL = 500
 BATCH = 100
-HANG_AT = 3
+HANG_AT = 1
 # What grows under the run's work directory while it gets on (childruns.progress).
 DIRS = ("cases",)
 # name: (the broker's fixture, durable-batch mode)
@@ -65,6 +68,11 @@ class Case:
             int(path.stem.split("-")[-1]): json.loads(path.read_text())
             for path in self.out.glob(f"run{run}-batch-*.json")
         }
+
+    def hung(self) -> int | None:
+        """The batch run 1 blocked in (driver_child.py's ``hang-<N>``), None before."""
+        hangs = [int(path.name.split("-")[1]) for path in self.out.glob("hang-*")]
+        return hangs[0] if hangs else None
 
     def no_consumer(self) -> bool:
         return self.amqp.consumers(self.queue) == 0
@@ -134,18 +142,21 @@ def test_driver_sigkill_loses_nothing(
     spark: Any, cases: list[Case], tmp_path: Path, waiter: Any
 ) -> None:
     first = run_first(cases, tmp_path)
-    hangs = [case.out / f"hang-{HANG_AT}" for case in cases]
     try:
         childruns.wait_progressing(
-            first, tmp_path, 1, f"batch {HANG_AT} of every case",
-            lambda: all(hang.exists() for hang in hangs), DIRS,
+            first, tmp_path, 1, "the hang of every case",
+            lambda: all(case.hung() is not None for case in cases), DIRS,
         )  # fmt: skip
     finally:
         childruns.end_group(first)
 
+    killed: dict[str, int] = {}  # each case's blocked batch
     for case in cases:
-        run1 = case.batches(1)
-        acked = sum(len(run1[b]) for b in range(HANG_AT + (1 if case.durable else 0)))
+        run1, hung = case.batches(1), case.hung()
+        assert hung is not None, case.name
+        killed[case.name] = hung
+        assert any(run1[b] for b in range(killed[case.name])), case.name  # committed messages
+        acked = sum(len(run1[b]) for b in range(killed[case.name] + (1 if case.durable else 0)))
         waiter(f"{case.name}: the killed consumer gone", case.no_consumer, 30)
         left = case.amqp.ready(case.queue)
         assert left == TOTAL - acked, case.name  # nothing stays unacked after the kill
@@ -174,12 +185,13 @@ def test_driver_sigkill_loses_nothing(
         everything = [row[0] for run in (run1, run2) for rows in run.values() for row in rows]
         assert set(everything) == set(case.ids), case.name  # nothing lost
         if case.durable:
-            assert run2[HANG_AT] == run1[HANG_AT], case.name  # the replay is identical
+            hung = killed[case.name]
+            assert run2[hung] == run1[hung], case.name  # the replay is identical
             latest = {**run1, **run2}  # a sink that overwrites per batch id
             final = [row[0] for rows in latest.values() for row in rows]
             assert sorted(final) == sorted(case.ids), case.name
         else:
-            assert run2[HANG_AT] == [], case.name  # replays empty: the broker re-queued it
+            assert run2[killed[case.name]] == [], case.name  # replays empty: re-queued
             assert len(everything) - len(set(everything)) <= BATCH, case.name
         waiter(f"{case.name}: run 2's consumer gone", case.no_consumer, 30)
         assert case.amqp.ready(case.queue) == 0, case.name
