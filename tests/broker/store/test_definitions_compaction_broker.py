@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from hutch_broker.admin import slicing
 from hutch_broker.store import definitions, load_definitions
 from hutch_demo.management import Management
 from hutch_testing import definitions as documents
@@ -106,6 +107,11 @@ async def test_compaction_runs_in_slices_and_encodes_off_the_loop(server, monkey
     server.broker.import_definitions(documents.in_vhost(document(COUNT), "/"))
     turns = 0
     longest = 0.0
+    # Steps per turn of this loop: between two of this test's turns the compaction's task runs
+    # one slice (slicing.run_steps: at most SLICE_STEPS steps, or 2 ms). Counted, not timed:
+    # how many turns the walk takes depends on how fast a step runs, which a loaded machine or
+    # a quick moment changes (a count of all turns, >= 20, once saw 12).
+    walk_turns, most_in_a_turn, seen = 0, 0, 0
     watch = Watch(
         "the compaction",
         "export steps, snapshots encoded, the data directory's files",
@@ -121,11 +127,18 @@ async def test_compaction_runs_in_slices_and_encodes_off_the_loop(server, monkey
         await asyncio.sleep(0)
         longest = max(longest, time.perf_counter() - started)
         turns += 1
+        advanced, seen = steps_taken[0] - seen, steps_taken[0]
+        walk_turns += advanced > 0
+        most_in_a_turn = max(most_in_a_turn, advanced)
 
     assert one_call_exports == []  # before: export_definitions() in the loop's turn
     assert encoded_on, "the snapshot was not rewritten"
     assert loop_thread not in encoded_on  # before: json.dumps(indent=2) on the loop
-    assert turns >= 20  # the model walk alone is 200 steps of 50 items
+    # The model walk is 10,000 items, 50 a step: more steps than one slice may take, so a walk
+    # in one piece (the export in one turn) fails here whatever the machine's speed.
+    assert steps_taken[0] > slicing.SLICE_STEPS
+    assert most_in_a_turn <= slicing.SLICE_STEPS, f"{most_in_a_turn} export steps in one turn"
+    assert walk_turns >= 2, f"the export walked in {walk_turns} turn(s)"
     saved = load_definitions(snapshot)
     assert len(saved["queues"]) == COUNT
     assert len(saved["bindings"]) == COUNT
