@@ -42,6 +42,7 @@ from hutch_testing.relay import CountingRelay
 
 from tests.spark import childruns, querywaits, reruns
 from tests.spark.conftest import idle_parameters
+from tests.spark.streamrows import expected, offsets_and_ids
 
 pytestmark = [pytest.mark.spark, pytest.mark.shared_broker]
 
@@ -385,15 +386,6 @@ def batch_read(spark: Any, stream: Stream, names: str, **ranges: dict[str, int])
     for key, value in ranges.items():
         frame = frame.option(key, json.dumps(value))
     return frame.load()
-
-
-def offsets_and_ids(frame: Any) -> list[tuple[str, int, str]]:
-    rows = frame.select("stream", "offset", "message_id").collect()
-    return sorted((row.stream, row.offset, row.message_id) for row in rows)
-
-
-def expected(stream: str, start: int, end: int) -> list[tuple[str, int, str]]:
-    return [(stream, n, f"{stream}-{n}") for n in range(start, end)]
 
 
 def committed_files(output: Path) -> set[str]:

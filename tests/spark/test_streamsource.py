@@ -33,6 +33,7 @@ from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
 
 from tests.spark import querywaits
+from tests.spark.streamrows import expected, offsets_and_ids
 
 # One hutch-broker for the module, each test in a vhost of its own: the source's URI (amqp_url)
 # names it, and what the tests read from the management API is that vhost's.
@@ -113,15 +114,6 @@ def reader(spark: Any, streams: Streams, names: str, *, batch: bool = True, **op
     for key, value in options.items():
         frame = frame.option(key, value if isinstance(value, str) else json.dumps(value))
     return frame.load()
-
-
-def offsets_and_ids(frame: Any) -> list[tuple[str, int, str]]:
-    rows = frame.select("stream", "offset", "message_id").collect()
-    return sorted((row.stream, row.offset, row.message_id) for row in rows)
-
-
-def expected(stream: str, start: int, end: int) -> list[tuple[str, int, str]]:
-    return [(stream, n, f"{stream}-{n}") for n in range(start, end)]
 
 
 def test_batch_read_of_a_range_reads_exactly_those_offsets_twice(

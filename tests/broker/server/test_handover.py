@@ -19,24 +19,17 @@ from collections.abc import Callable
 
 import pytest
 from hutch_broker.model.broker import Broker
-from hutch_broker.protocol import codec, handshakes
+from hutch_broker.protocol import handshakes
 from hutch_broker.server import handover, workerlink
 from hutch_broker.server.listener import Listener, worker_for
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 
+from tests.broker.server import handshake_record
+
 pytestmark = pytest.mark.broker
 
-RECORD = handshakes.Handshake(
-    start_ok=codec.encode_method(
-        0, commands.Connection.StartOk({"product": "test"}, "PLAIN", "\0guest\0guest", "en_US")
-    )[7:-1],
-    channel_max=2047,
-    frame_max=131072,
-    heartbeat=60,
-    vhost="/",
-    leftover=b"\x01\x00\x01",
-)
+RECORD = handshake_record.record(b"\x01\x00\x01")
 
 
 def open_fds() -> set[str]:

@@ -20,10 +20,11 @@ import time
 import pytest
 from hutch_broker import __main__ as broker_main
 from hutch_broker.config import BrokerConfig
-from hutch_broker.protocol import codec, handshakes
+from hutch_broker.protocol import handshakes
 from hutch_broker.server import handover, liveness, supervisor, workerlink, workers
 from hutch_broker.server.liveness import Verdict
-from pamqp import commands
+
+from tests.broker.server import handshake_record
 
 ASK, WAIT, STUCK = Verdict.ASK, Verdict.WAIT, Verdict.STUCK
 
@@ -112,16 +113,7 @@ def test_the_timeout_flag_reaches_the_config():
     assert broker_main.parse_args([]).vhost_worker_timeout_s == liveness.TIMEOUT_S == 10.0
 
 
-RECORD = handshakes.Handshake(
-    start_ok=codec.encode_method(
-        0, commands.Connection.StartOk({"product": "test"}, "PLAIN", "\0guest\0guest", "en_US")
-    )[7:-1],
-    channel_max=2047,
-    frame_max=131072,
-    heartbeat=60,
-    vhost="/",
-    leftover=b"",
-)
+RECORD = handshake_record.record()
 
 
 class Worker:

@@ -206,22 +206,28 @@ def test_a_pipelined_channel_open_behind_connection_open_is_served(broker, apis)
         assert isinstance(frames.next(), commands.Channel.OpenOk)
 
 
-def test_a_stopped_then_killed_worker_holds_up_only_its_vhost_and_keeps_its_messages(own_broker):
-    apis = _worker_apis(own_broker)
-    victim = worker_for(TENANT, WORKERS)
-    assert victim != worker_for("/", WORKERS)
-    owner = apis[victim]
+def _tenant_with_kept_messages(broker, victim: int) -> pika.BlockingConnection:
+    """TENANT made on worker ``victim`` (its vhost lives there), and 20 persistent messages
+    confirmed into its durable queue ``kept``; the connection that published them, still open."""
+    owner = _worker_apis(broker)[victim]
     assert owner.put(f"/vhosts/{quote(TENANT)}", {}).status in (201, 204)
     permission = {"configure": ".*", "write": ".*", "read": ".*"}
     assert owner.put(f"/permissions/{quote(TENANT)}/guest", permission).status in (201, 204)
-    before = clients.connect(own_broker, vhost=TENANT)
-    channel = before.channel()
+    connection = clients.connect(broker, vhost=TENANT)
+    channel = connection.channel()
     channel.confirm_delivery()
     channel.queue_declare("kept", durable=True)
     for number in range(20):
         channel.basic_publish(
             "", "kept", f"m{number}".encode(), pika.BasicProperties(delivery_mode=2)
         )  # confirmed: BlockingChannel raises if the broker nacks
+    return connection
+
+
+def test_a_stopped_then_killed_worker_holds_up_only_its_vhost_and_keeps_its_messages(own_broker):
+    victim = worker_for(TENANT, WORKERS)
+    assert victim != worker_for("/", WORKERS)
+    before = _tenant_with_kept_messages(own_broker, victim)
     killed = _worker_pid(own_broker, victim)
     os.kill(killed, signal.SIGSTOP)  # first stuck: it reads nothing, its process lives
     try:
@@ -271,20 +277,8 @@ def watched_broker(tmp_path):
 
 def test_a_stuck_worker_is_killed_and_restarted_but_a_busy_one_is_not(watched_broker):
     broker = watched_broker
-    apis = _worker_apis(broker)
     victim = worker_for(TENANT, WORKERS)
-    owner = apis[victim]
-    assert owner.put(f"/vhosts/{quote(TENANT)}", {}).status in (201, 204)
-    permission = {"configure": ".*", "write": ".*", "read": ".*"}
-    assert owner.put(f"/permissions/{quote(TENANT)}/guest", permission).status in (201, 204)
-    before = clients.connect(broker, vhost=TENANT)
-    channel = before.channel()
-    channel.confirm_delivery()
-    channel.queue_declare("kept", durable=True)
-    for number in range(20):
-        channel.basic_publish(
-            "", "kept", f"m{number}".encode(), pika.BasicProperties(delivery_mode=2)
-        )  # confirmed: BlockingChannel raises if the broker nacks
+    before = _tenant_with_kept_messages(broker, victim)
     busy = _worker_pid(broker, victim)
 
     # Busy: one import of thousands of queues keeps the worker's loop working for several
