@@ -196,7 +196,8 @@ def test_a_pair_that_does_not_serve_keeps_the_old_certificate_and_says_why_once(
             volume.install(new)
             loop.wait_for(leaf_serial(new), timeout=SEEN_WITHIN_S)
         assert loop.failures == []
-        # Each listener has a reloader of its own, checking on its own clock: the AMQPS one
-        # serving the new pair says nothing of the HTTPS one, until that one says it reloaded.
+        # One timer checks the AMQPS listener's files, then the HTTPS listener's, each in a
+        # thread: between the two the AMQPS one serves the new pair and the HTTPS one the old,
+        # a window a loaded machine widens. So the HTTPS one is asked once it said it reloaded.
         wait_for_checks_after(broker, "certificate reloaded")
         assert https_serial(broker.host, broker.https_port, context) == leaf_serial(new)
