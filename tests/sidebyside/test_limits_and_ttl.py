@@ -211,14 +211,16 @@ def test_ttl_2_invalid_expiration_texts(target):
         )
 
     accepted = connection.channel()
-    for expiration in ("+60000", "-0", "007"):
+    # Leading zeros parse ("0060000" is 60 s); a short TTL here (it was "007", 7 ms) raced the
+    # get below on a loaded machine and expired first.
+    for expiration in ("+60000", "-0", "0060000"):
         publish(accepted, q, expiration, expiration=expiration)
 
     assert observed == {
         value: (406, f"PRECONDITION_FAILED - invalid expiration '{value}': {detail}")
         for value, detail in cases.items()
     }
-    assert _bodies(accepted, q) == ["+60000", "007"]  # "-0" is a TTL of 0: expired
+    assert _bodies(accepted, q) == ["+60000", "0060000"]  # "-0" is a TTL of 0: expired
 
 
 def test_ttl_3_and_6_expiry_only_at_the_head_and_policy_not_retroactive(target):
