@@ -166,7 +166,9 @@ def test_a_failed_build_stops_the_run_with_its_log_and_exit_code(
 @pytest.mark.parametrize("stop", ["interrupt", "failed level"])
 def test_a_run_that_stops_early_leaves_no_build_process(tmp_path: Path, stop: str) -> None:
     complete_cache(tmp_path / "cache")
-    before_wait = "sleep 300" if stop == "interrupt" else "echo level failed; false"
+    go_on = tmp_path / "fail-now"  # the level fails only once the build is seen running
+    failing = f"until [ -e {go_on} ]; do sleep 0.05; done; echo level failed; false"
+    before_wait = "sleep 300" if stop == "interrupt" else failing
     env = environment(tmp_path, "fake", FAKE_GO_DELAY="300", BEFORE_WAIT=before_wait)
     driver = subprocess.Popen(  # SIGINT as a terminal's shell has it, even if ours ignores it
         ["env", "--default-signal=INT", "bash", "-c", DRIVER], env=env, text=True,
@@ -187,6 +189,8 @@ def test_a_run_that_stops_early_leaves_no_build_process(tmp_path: Path, stop: st
         assert groups_left(tmp_path) != []
         if stop == "interrupt":  # Ctrl-C: the terminal signals the run's process group
             os.killpg(driver.pid, signal.SIGINT)
+        else:  # a level that failed at once could stop the build before it was seen running
+            go_on.touch()
         out, err = driver.communicate(timeout=60)
     finally:
         if driver.poll() is None:
