@@ -7,6 +7,7 @@ exceptions: a test asserts the status and the body RabbitMQ-compatible clients w
 
 from __future__ import annotations
 
+import copy
 import json
 import urllib.error
 import urllib.parse
@@ -60,6 +61,15 @@ class Management:
         self.auth = probes.basic_auth(*broker.credentials)
         self.timeout = timeout
         self.context = getattr(broker, "ssl_context", None)
+
+    def on_port(self, port: int) -> Management:
+        """The same broker's API on another port of its host, with the same credentials: a
+        vhost worker's (``hutch-broker --vhost-workers``: worker i on http-port + i)."""
+        other = copy.copy(self)
+        parts = urllib.parse.urlsplit(self.base)
+        host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+        other.base = parts._replace(netloc=f"{host}:{port}").geturl()
+        return other
 
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None

@@ -77,3 +77,23 @@ def free_ports(count: int) -> list[int]:
 def free_port() -> int:
     """Return one TCP port that was free on 127.0.0.1 a moment ago."""
     return free_ports(1)[0]
+
+
+def even_pair(taken: set[int] | frozenset[int] = frozenset()) -> int:
+    """An even port p with p and p + 1 both free a moment ago and outside ``taken``: for a
+    hutch-broker with ``--vhost-workers 2``, whose worker i's management API listens on
+    http-port + i. p + 1 stays in p's shard (``port >> 1``) only when p is even: an odd http
+    port handed its worker 1 a port of another pytest worker's shard, which one of its brokers
+    could hold (a fresh-clone CI run: worker 1's API never answered)."""
+    for _ in range(200):
+        port = free_port() & ~1
+        if {port, port + 1} & taken:
+            continue
+        try:
+            with socket.socket() as first, socket.socket() as second:
+                first.bind((LOOPBACK, port))
+                second.bind((LOOPBACK, port + 1))
+        except OSError:
+            continue
+        return port
+    raise OSError("no two adjacent free ports found")

@@ -25,7 +25,6 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pika
@@ -44,40 +43,12 @@ TENANT = next(
 )
 
 
-@dataclass(frozen=True)
-class WorkerApi:
-    """What ``Management`` needs to reach one worker's management API."""
-
-    http_url: str
-    credentials: tuple[str, str] = ("guest", "guest")
-
-
-def _even_port_pair(taken: set[int]) -> int:
-    """An even port p with p and p + 1 both free a moment ago and outside ``taken``: worker i's
-    management API listens on http-port + i, and p + 1 stays in p's shard of the ports
-    (``hutch_demo.ports`` shards by ``port >> 1``) only when p is even. An odd http port handed
-    its worker 1 a port of the other pytest worker's shard, which one of its brokers could hold
-    (a fresh-clone CI run: worker 1's API never answered)."""
-    for _ in range(200):
-        port = ports.free_port() & ~1
-        if {port, port + 1} & taken:
-            continue
-        try:
-            with socket.socket() as first, socket.socket() as second:
-                first.bind((ports.LOOPBACK, port))
-                second.bind((ports.LOOPBACK, port + 1))
-        except OSError:
-            continue
-        return port
-    raise OSError("no two adjacent free ports found")
-
-
 @contextlib.contextmanager
 def _vhost_broker(work_dir: Path, *extra: str) -> Iterator[brokers.HutchBroker]:
     started = brokers.HutchBroker(
         work_dir=work_dir, extra_args=["--vhost-workers", str(WORKERS), *extra]
     )
-    started.http_port = _even_port_pair({started.amqp_port})
+    started.http_port = ports.even_pair({started.amqp_port})
     try:
         yield started.start()
     finally:
@@ -110,7 +81,7 @@ def apis(broker) -> list[Management]:
 def _worker_apis(broker) -> list[Management]:
     """Each worker's management API, once it answers (the factory waited for worker 0's) and
     lists no connection (an earlier test's closed ones leave the listing on the worker's loop)."""
-    found = [Management(WorkerApi(f"http://127.0.0.1:{broker.http_port + i}")) for i in range(2)]
+    found = [Management(broker).on_port(broker.http_port + i) for i in range(2)]
     deadline = time.monotonic() + 20
     for api in found:
         while not _answers(api) or api.get("/connections").body:
@@ -283,7 +254,7 @@ def test_a_stuck_worker_is_killed_and_restarted_but_a_busy_one_is_not(watched_br
 
     # Busy: one import of thousands of queues keeps the worker's loop working for several
     # bounds, a slice per turn; it answers between slices and is not killed.
-    slow = Management(WorkerApi(f"http://127.0.0.1:{broker.http_port + victim}"), timeout=300)
+    slow = Management(broker, timeout=300).on_port(broker.http_port + victim)
     size, took = 8000, 0.0
     while took <= 2 * LIVENESS_BOUND_S:  # doubled until the import lasts two bounds at least
         queues = [
