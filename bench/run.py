@@ -37,6 +37,12 @@ so a change's cost or gain is read against the code before it on the same machin
 time (the table adds a Hutch/base column, paired by round as the RabbitMQ ratio is).
 ``--hutch-config`` starts both hutch-brokers with one config file, so a setting whose default
 differs between the two trees (``stamp_message_id``, say) is the same for both.
+
+``--vhost-workers N`` starts ``hutch`` (not ``hutch-base``) with ``--vhost-workers N``: a listener
+and N vhost worker processes (docs/broker.md). A worker's management API knows only its own
+vhosts, so scenario 5's vhosts are created through the API of the worker that owns each. With
+``--baseline`` naming a checkout of the same commit, the workers and one loop run in the same
+alternating rounds.
 """
 
 from __future__ import annotations
@@ -58,14 +64,15 @@ import proccpu
 import report
 import rounds
 import scenarios
+from hutch_broker.server import listener  # the vhost -> worker rule, for --vhost-workers
 
 REPO = Path(__file__).resolve().parents[1]
 try:
-    from hutch_demo import management, processes
+    from hutch_demo import management, ports, processes
     from hutch_testing import brokers, rabbitmq
 except ImportError:  # a plain checkout: the testing package is not installed
     sys.path.insert(0, str(REPO / "testing"))
-    from hutch_demo import management, processes
+    from hutch_demo import management, ports, processes
     from hutch_testing import brokers, rabbitmq
 
 log = logging.getLogger("bench")
@@ -106,6 +113,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="another source tree (its root or its broker/ folder): adds hutch-base to --brokers",
     )
     parser.add_argument("--baseline-label", default="", help="what --baseline is (a commit)")
+    parser.add_argument(
+        "--vhost-workers",
+        type=_workers,
+        default=0,
+        metavar="N",
+        help="start hutch (not hutch-base) with --vhost-workers N (default 0: one process)",
+    )
     parser.add_argument(
         "--hutch-config", type=_config_file, help="a config file for hutch and hutch-base"
     )
@@ -171,6 +185,16 @@ def _source_tree(text: str) -> Path:
         if (candidate / "hutch_broker" / "__main__.py").is_file():
             return candidate
     raise argparse.ArgumentTypeError(f"{text} holds no broker/hutch_broker/__main__.py")
+
+
+def _workers(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"a number of workers, 0 or more: {text!r}")
+    return count
 
 
 def _numbers(text: str) -> list[int]:
@@ -243,13 +267,42 @@ def run_loadgen(url: str, scenario: scenarios.Scenario, duration: int) -> dict[s
     return {key: result[key] for key in (*LOADGEN_FIELDS, "pairs") if key in result}
 
 
-def create_vhosts(broker: processes.Addressed, scenario: scenarios.Scenario) -> None:
+def api_for(broker: processes.Addressed, vhost: str, vhost_workers: int) -> management.Management:
+    """The management API that can create ``vhost``: the broker's, or with ``vhost_workers``
+    the one of the worker that owns it (its HTTP port plus the worker's index), since a
+    worker's API knows only its own vhosts (docs/broker.md)."""
+    api = management.Management(broker)
+    if not vhost_workers:
+        return api
+    return api.on_port(broker.http_port + listener.worker_for(vhost, vhost_workers))
+
+
+def wait_for_workers(broker: processes.Addressed, vhost_workers: int, timeout: float) -> None:
+    """Until every worker's management API answers: the broker's start waited for worker 0's
+    only, and scenario 5 creates a vhost through each."""
+    deadline = time.monotonic() + timeout
+    for index in range(vhost_workers):
+        api = management.Management(broker).on_port(broker.http_port + index)
+        while True:
+            try:
+                if api.get("/overview").status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise BenchError(f"vhost worker {index}'s API ({api.base}) did not answer")
+            time.sleep(0.1)
+
+
+def create_vhosts(
+    broker: processes.Addressed, scenario: scenarios.Scenario, vhost_workers: int = 0
+) -> None:
     """The scenario's vhosts, with the bench's user allowed everything in them, through the
     management API both brokers share (an existing vhost is kept as it is)."""
-    api = management.Management(broker)
     user = broker.credentials[0]
     everything = {"configure": ".*", "write": ".*", "read": ".*"}
     for vhost in scenario.vhosts:
+        api = api_for(broker, vhost, vhost_workers)
         steps = [
             (f"/vhosts/{management.quote(vhost)}", {}),
             (f"/permissions/{management.quote(vhost)}/{management.quote(user)}", everything),
@@ -324,9 +377,11 @@ def one_run(
     perftest_lib: Path | BaseException | None,
     round_index: int = 0,
     offered_rate: int | None = None,
+    vhost_workers: int = 0,
 ) -> dict[str, Any]:
     """One scenario with one tool on one broker; errors become the run's `error`.
-    ``offered_rate`` makes it a latency cell: PerfTest publishing that many msg/s."""
+    ``offered_rate`` makes it a latency cell: PerfTest publishing that many msg/s;
+    ``vhost_workers`` is the broker's ``--vhost-workers`` (0: one process)."""
     record: dict[str, Any] = {
         "broker": name,
         "scenario": scenario.number,
@@ -348,7 +403,8 @@ def one_run(
             raise BenchError(f"a fixed rate is PerfTest's (--rate), not {tool}'s")
         if tool == "perftest" and not isinstance(perftest_lib, Path):
             raise BenchError(f"PerfTest unavailable: {perftest_lib}")
-        create_vhosts(broker, scenario)  # outside the broker's CPU window, as the setup
+        # outside the broker's CPU window, as the setup
+        create_vhosts(broker, scenario, vhost_workers)
         if tool == "perftest":
             setup_for_perftest(broker.amqp_url, scenario)  # outside the broker's CPU window
             perftest_ready = True
@@ -464,7 +520,7 @@ class BaselineBroker(brokers.HutchBroker):
 
 
 def make_broker(
-    name: str, baseline: Path | None = None, config: Path | None = None
+    name: str, baseline: Path | None = None, config: Path | None = None, vhost_workers: int = 0
 ) -> processes.BrokerProcess:
     if name == "rabbitmq":
         return rabbitmq.RabbitMQ()
@@ -473,7 +529,18 @@ def make_broker(
         if baseline is None:
             raise BenchError("hutch-base needs --baseline")
         return BaselineBroker(baseline, extra_args)
-    return brokers.HutchBroker(extra_args=extra_args)
+    if not vhost_workers:
+        return brokers.HutchBroker(extra_args=extra_args)
+    broker = brokers.HutchBroker(extra_args=[*extra_args, "--vhost-workers", str(vhost_workers)])
+    # Worker i's API listens on http-port + i: a port whose neighbour is free too (beyond two
+    # workers a taken port shows as a worker whose API does not answer: wait_for_workers).
+    broker.http_port = ports.even_pair({broker.amqp_port})
+    return broker
+
+
+def workers_of(name: str, args: argparse.Namespace) -> int:
+    """The ``--vhost-workers`` broker ``name`` runs with: only ``hutch`` takes the option."""
+    return args.vhost_workers if name == "hutch" else 0
 
 
 def bench_broker(
@@ -483,13 +550,14 @@ def bench_broker(
     round_index: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Start one broker, run every cell of `plan` on it, stop it."""
-    broker = make_broker(name, args.baseline, args.hutch_config)
+    broker = make_broker(name, args.baseline, args.hutch_config, workers_of(name, args))
     info: dict[str, Any] = {}
     cells = plan(args)
     try:
         try:
             broker.start()
-        except processes.BrokerStartError as error:
+            wait_for_workers(broker, workers_of(name, args), timeout=60)
+        except (processes.BrokerStartError, BenchError) as error:
             info["error"] = str(error)
             return info, [
                 _not_run(name, cell, f"{name} did not start: {error}", round_index)
@@ -513,6 +581,7 @@ def bench_broker(
                     perftest_lib=perftest_lib,
                     round_index=round_index,
                     offered_rate=offered_rate,
+                    vhost_workers=workers_of(name, args),
                 )
             )
             time.sleep(args.settle)
@@ -640,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline": str(args.baseline) if args.baseline else None,
             "baseline_label": args.baseline_label or None,
             "hutch_config": args.hutch_config.read_text() if args.hutch_config else None,
+            "vhost_workers": args.vhost_workers,
         },
         "baseline_commit": _git_commit(args.baseline) if args.baseline else None,
         "machine": machine(perftest_lib),

@@ -110,7 +110,9 @@ def topic_queue(index: int) -> str:
 
 
 PAIRS = 4
-PAIR_VHOSTS = ("bench-v0", "bench-v1")
+# Named so that hutch-broker --vhost-workers 2 (or 4) puts them in different workers (CRC-32 of
+# the name modulo the workers, server/listener.py): "bench-v0" and "bench-v1" share one in both.
+PAIR_VHOSTS = ("bench-one", "bench-two")
 
 
 def pair_queues(number: int) -> tuple[str, ...]:

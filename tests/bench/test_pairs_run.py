@@ -4,7 +4,7 @@ Why: it proves the scenario runs and that every one of the four pairs delivers, 
 it belongs to; it measures no speed. The vhosts are created by the bench itself, through the
 management API, as on RabbitMQ.
 
-The three runs share one broker (a hutch-broker start is 1.4-2.1 s on a loaded CI machine):
+The first three runs share one broker (a hutch-broker start is 1.4-2.1 s on a loaded CI machine):
 after each, what the scenarios make (their vhosts, scenario 4's queues in "/") is deleted and
 checked gone, so every run creates its vhosts and queues itself and a queue the next one finds
 is its own.
@@ -65,10 +65,10 @@ def test_the_split_pairs_run_as_the_bench_runs_them_and_every_pair_delivers(brok
     record = run.one_run(broker, "hutch", scenario, "loadgen", duration=2, perftest_lib=None)
     assert "error" not in record, record
     assert [(pair["vhost"], pair["queue"]) for pair in record["pairs"]] == [
-        ("bench-v0", "bench.s5.q0"),
-        ("bench-v0", "bench.s5.q1"),
-        ("bench-v1", "bench.s5.q2"),
-        ("bench-v1", "bench.s5.q3"),
+        ("bench-one", "bench.s5.q0"),
+        ("bench-one", "bench.s5.q1"),
+        ("bench-two", "bench.s5.q2"),
+        ("bench-two", "bench.s5.q3"),
     ]
     assert all(pair["consumed"] > 0 for pair in record["pairs"]), record["pairs"]
     assert sum(pair["consumed"] for pair in record["pairs"]) == record["consumed"]
@@ -102,3 +102,22 @@ def test_each_pair_receives_exactly_what_its_producer_sent_to_its_own_queue(
         assert api.get(f"/queues/{quote(vhost)}/{quote(queue)}").status == 200, (vhost, queue)
         if vhost != "/":
             assert api.get(f"/queues/%2F/{quote(queue)}").status == 404, queue
+
+
+def test_the_split_pairs_run_on_two_vhost_workers_as_the_bench_runs_them() -> None:
+    """``bench/run.py --vhost-workers 2``: its own broker of a listener and two workers, the
+    vhosts created through each owner's API (with both through worker 0's, ``bench-one``
+    would not exist in worker 1 and its pairs' connections would be refused)."""
+    args = run.parse_args(
+        [
+            *("--scenarios", "5", "--tools", "loadgen", "--brokers", "hutch"),
+            *("--duration", "2", "--settle", "0", "--vhost-workers", "2"),
+        ]
+    )
+    info, records = run.bench_broker("hutch", args, perftest_lib=None)
+    assert "error" not in info, info
+    [record] = records
+    assert "error" not in record, record
+    assert {pair["vhost"] for pair in record["pairs"]} == set(scenarios.PAIR_VHOSTS)
+    assert all(pair["consumed"] > 0 for pair in record["pairs"]), record["pairs"]
+    assert record["broker_cores"] > 0

@@ -24,6 +24,8 @@ import loadgen  # noqa: E402
 import perftest  # noqa: E402
 import run  # noqa: E402
 import scenarios  # noqa: E402
+from hutch_broker.server.listener import worker_for  # noqa: E402
+from hutch_demo.processes import Addressed  # noqa: E402
 from pamqp import commands, frame  # noqa: E402
 
 URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -48,8 +50,8 @@ def test_four_pairs_as_scenario_1_otherwise() -> None:
 def test_the_vhost_variant_puts_two_pairs_in_each_of_two_vhosts() -> None:
     assert FOUR.queues_by_vhost() == {None: list(FOUR.queues)}
     assert FOUR_V.queues_by_vhost() == {
-        "bench-v0": ["bench.s5.q0", "bench.s5.q1"],
-        "bench-v1": ["bench.s5.q2", "bench.s5.q3"],
+        "bench-one": ["bench.s5.q0", "bench.s5.q1"],
+        "bench-two": ["bench.s5.q2", "bench.s5.q3"],
     }
 
 
@@ -84,8 +86,8 @@ def test_the_other_scenarios_keep_one_vhost_and_their_keys() -> None:
 
 def test_loadgen_params_switch_vhost_and_keep_the_rest() -> None:
     params = loadgen.ConnectParams.from_url("amqp://u:p@127.0.0.1:5999/%2F")
-    moved = params.in_vhost("bench-v1")
-    assert (moved.vhost, moved.port, moved.username) == ("bench-v1", 5999, "u")
+    moved = params.in_vhost("bench-two")
+    assert (moved.vhost, moved.port, moved.username) == ("bench-two", 5999, "u")
     assert params.in_vhost(None) is params
 
 
@@ -105,8 +107,8 @@ def test_perftest_runs_the_four_pairs_in_one_instance_by_queue_pattern() -> None
 def test_perftest_runs_one_instance_per_vhost_for_the_split_pairs() -> None:
     commands_ = perftest.commands(Path("/lib"), URL, FOUR_V, 10)
     assert [_option(c, "--uri") for c in commands_] == [
-        "amqp://guest:guest@127.0.0.1:5672/bench-v0",
-        "amqp://guest:guest@127.0.0.1:5672/bench-v1",
+        "amqp://guest:guest@127.0.0.1:5672/bench-one",
+        "amqp://guest:guest@127.0.0.1:5672/bench-two",
     ]
     assert [
         (_option(c, "--queue-pattern-from"), _option(c, "--queue-pattern-to")) for c in commands_
@@ -175,3 +177,45 @@ def test_a_count_drain_ends_once_every_message_came_not_after_the_idle_wait(monk
 
 def _option(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_the_two_vhosts_land_in_different_vhost_workers(workers: int) -> None:
+    """Else scenario 5 on hutch-broker --vhost-workers would run both vhosts on one core."""
+    first, second = scenarios.PAIR_VHOSTS
+    assert worker_for(first, workers) != worker_for(second, workers)
+
+
+@dataclasses.dataclass
+class _Broker(Addressed):
+    host: str = "127.0.0.1"
+    amqp_port: int = 5999
+    http_port: int = 16000
+    username: str = "guest"
+    password: str = "guest"
+
+
+def test_each_vhost_is_created_through_the_api_of_the_worker_that_owns_it() -> None:
+    broker = _Broker()
+    for vhost in ("bench-one", "bench-two", "/"):
+        assert run.api_for(broker, vhost, 0).base == "http://127.0.0.1:16000"
+        assert (
+            run.api_for(broker, vhost, 2).base == f"http://127.0.0.1:{16000 + worker_for(vhost, 2)}"
+        )
+    assert {run.api_for(broker, vhost, 2).base for vhost in scenarios.PAIR_VHOSTS} == {
+        "http://127.0.0.1:16000",
+        "http://127.0.0.1:16001",
+    }
+
+
+def test_only_hutch_takes_vhost_workers() -> None:
+    args = run.parse_args(["--vhost-workers", "2", "--brokers", "rabbitmq,hutch"])
+    assert [run.workers_of(name, args) for name in ("hutch", "rabbitmq", run.BASELINE)] == [2, 0, 0]
+    assert run.parse_args([]).vhost_workers == 0
+
+
+@pytest.mark.parametrize("text", ["-1", "two", ""])
+def test_a_bad_worker_count_is_refused(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run.parse_args(["--vhost-workers", text])
+    assert "a number of workers, 0 or more" in capsys.readouterr().err
