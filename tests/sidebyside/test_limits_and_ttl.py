@@ -268,11 +268,14 @@ def test_ttl_5_requeue_keeps_the_original_expiry(target):
     ch = target.channel()
     dl = _with_dlq(target, ch)
     q = target.name("q")
-    ch.queue_declare(q, arguments={"x-message-ttl": 300, **dl})
+    # 1.5 s, not the 0.3 s it was: the get must come before the TTL, on a loaded machine too.
+    ch.queue_declare(q, arguments={"x-message-ttl": 1500, **dl})
     published = time.monotonic()
     publish(ch, q, "m")
-    method = get(ch, q, auto_ack=False)[0]
-    sleep_until(published + 0.5)
+    got = get(ch, q, auto_ack=False)
+    assert got is not None, "the message expired before the get: the machine stalled 1.5 s"
+    method = got[0]
+    sleep_until(published + 1.8)
 
     ch.basic_nack(method.delivery_tag, requeue=True)
     _arrived(ch, target.name("dlq"))
@@ -304,12 +307,18 @@ def test_exp_2_unused_queue_goes_with_its_messages_and_publishing_does_not_renew
     q, renewed = target.name("q"), target.name("renewed")
     dl = _with_dlq(target, ch)
     ch.queue_declare(q, arguments={"x-expires": 400, **dl})
-    ch.queue_declare(renewed, arguments={"x-expires": 400})
+    # ``renewed``'s lease is longer than q's (it was the same 400 ms) and the loop renews it
+    # with a passive declare each turn until past that lease: a turn is an HTTP call, a publish
+    # and a declare, and 400 ms between two renewals is a stall a loaded machine can have.
+    ch.queue_declare(renewed, arguments={"x-expires": 1500})
     declared = time.monotonic()
 
-    while target.api.queue_exists(q):
+    q_gone = False
+    while not q_gone or time.monotonic() - declared < 2.0:
         assert time.monotonic() - declared < 10, "the queue never expired"
-        publish(ch, q, "does-not-renew")
+        q_gone = q_gone or not target.api.queue_exists(q)
+        if not q_gone:
+            publish(ch, q, "does-not-renew")
         ch.queue_declare(renewed, passive=True)
         time.sleep(0.05)
 

@@ -159,8 +159,10 @@ def test_recovered_bodies_come_back_for_expiry_dead_lettering_and_priorities(hut
     channel.exchange_declare("dlx", "fanout", durable=True)
     channel.queue_declare("dead", durable=True)
     channel.queue_bind("dead", "dlx")
+    # 8 s: the messages must outlive the publishes, a SIGKILL, a restart and a management query
+    # (the 4 s this was left little room for a restart on a loaded machine, 1.4-2.1 s).
     channel.queue_declare(
-        "ttl", durable=True, arguments={"x-message-ttl": 4000, "x-dead-letter-exchange": "dlx"}
+        "ttl", durable=True, arguments={"x-message-ttl": 8000, "x-dead-letter-exchange": "dlx"}
     )
     channel.queue_declare("prio", durable=True, arguments={"x-max-priority": 5})
     for n in range(5):
@@ -178,7 +180,7 @@ def test_recovered_bodies_come_back_for_expiry_dead_lettering_and_priorities(hut
     assert [(props.priority, body) for _, props, body in served] == [
         (n % 3 * 2, b"prio %d " % n * 500) for n in (2, 1, 4, 0, 3)
     ]
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 20
     while Management(hutch_broker).queue("dead")["messages"] < 5:
         assert time.monotonic() < deadline, "the recovered messages did not expire"
         time.sleep(0.1)
