@@ -684,6 +684,12 @@ def _git_commit(tree: Path) -> str | None:
     return completed.stdout.strip() or None
 
 
+def _tree_label(tree: Path) -> str:
+    """What the results say of ``--baseline``'s tree: its commit and folder's name."""
+    commit = _git_commit(tree)
+    return f"a tree of {commit[:7] if commit else 'no git commit'} ({tree.name}/)"
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
@@ -706,7 +712,8 @@ def main(argv: list[str] | None = None) -> int:
             "brokers": args.brokers,
             "repeat": args.repeat,
             "latency_rates": args.latency_rates,
-            "baseline": str(args.baseline) if args.baseline else None,
+            # Not its path: results files are kept in docs/bench/, which holds no machine's path.
+            "baseline": _tree_label(args.baseline) if args.baseline else None,
             "baseline_label": args.baseline_label or None,
             "hutch_config": args.hutch_config.read_text() if args.hutch_config else None,
             "vhost_workers": args.vhost_workers,
