@@ -68,11 +68,11 @@ from hutch_broker.server import listener  # the vhost -> worker rule, for --vhos
 
 REPO = Path(__file__).resolve().parents[1]
 try:
-    from hutch_demo import management, ports, processes
+    from hutch_demo import management, ports, probes, processes, waiting
     from hutch_testing import brokers, rabbitmq
 except ImportError:  # a plain checkout: the testing package is not installed
     sys.path.insert(0, str(REPO / "testing"))
-    from hutch_demo import management, ports, processes
+    from hutch_demo import management, ports, probes, processes, waiting
     from hutch_testing import brokers, rabbitmq
 
 log = logging.getLogger("bench")
@@ -280,18 +280,20 @@ def api_for(broker: processes.Addressed, vhost: str, vhost_workers: int) -> mana
 def wait_for_workers(broker: processes.Addressed, vhost_workers: int, timeout: float) -> None:
     """Until every worker's management API answers: the broker's start waited for worker 0's
     only, and scenario 5 creates a vhost through each."""
-    deadline = time.monotonic() + timeout
+    username, password = broker.credentials
     for index in range(vhost_workers):
-        api = management.Management(broker).on_port(broker.http_port + index)
-        while True:
-            try:
-                if api.get("/overview").status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise BenchError(f"vhost worker {index}'s API ({api.base}) did not answer")
-            time.sleep(0.1)
+        port = broker.http_port + index
+        try:
+            waiting.wait_for(
+                lambda port=port: probes.overview(
+                    broker.host, port, username=username, password=password
+                ),
+                timeout=timeout,
+                interval=0.1,
+                what=f"vhost worker {index}'s management API on port {port}",
+            )
+        except AssertionError as error:
+            raise BenchError(str(error)) from error
 
 
 def create_vhosts(
