@@ -278,9 +278,10 @@ def test_ttl_5_requeue_keeps_the_original_expiry(target):
     sleep_until(published + 1.8)
 
     ch.basic_nack(method.delivery_tag, requeue=True)
+    # At once, before any wait: a requeue that restarted the TTL would still hold the message here.
+    assert get(ch, q) is None, "the requeued message outlived the expiry it had before the requeue"
     _arrived(ch, target.name("dlq"))
 
-    assert get(ch, q) is None
     assert _deaths(ch, target.name("dlq")) == [("m", [(q, "expired", 1)])]
 
 
