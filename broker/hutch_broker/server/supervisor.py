@@ -81,9 +81,11 @@ class Supervisor:
         *,
         max_waiting: int = workerlink.MAX_WAITING,
         timeout_s: float = liveness.TIMEOUT_S,
+        start_s: float = liveness.START_S,
     ) -> None:
         liveness.check_timeout(timeout_s)
         self._timeout_s = timeout_s
+        self._start_s = start_s
         self._command = command
         self._slots = [
             _Slot(workerlink.WorkerLink(index, loop, max_waiting=max_waiting))
@@ -135,7 +137,9 @@ class Supervisor:
             theirs.close()
         slot.started_at = now
         slot.link.attach(ours)
-        slot.watch = liveness.Watch(self._timeout_s, answers=slot.link.answers)
+        slot.watch = liveness.Watch(
+            self._timeout_s, answers=slot.link.answers, started_at=now, start_s=self._start_s
+        )
         log.info("vhost worker %d started, pid %d", index, slot.process.pid)
 
     def _watch(self, slot: _Slot, now: float) -> None:
@@ -147,11 +151,16 @@ class Supervisor:
             slot.link.ask(now)
         elif verdict is liveness.Verdict.STUCK:
             slot.watch = None  # the next tick reaps it and starts the restart
+            if watch.heard_at is None:
+                why = (f"not a byte in {watch.silent_s(now):.1f} s since its start "
+                       f"(bound {watch.start_bound_s:.1f} s)")  # fmt: skip
+            else:
+                why = (f"silent for {watch.silent_s(now):.1f} s, no answer within "
+                       f"{self._timeout_s:.1f} s")  # fmt: skip
             log.error(
-                "vhost worker %d (pid %d) is stuck: silent for %.1f s, no answer within %.1f s; "
-                "killing it (SIGKILL) to restart it (%d waiting connections)",
-                slot.link.index, process.pid, watch.silent_s(now), self._timeout_s,
-                slot.link.waiting(),
+                "vhost worker %d (pid %d) is stuck: %s; killing it (SIGKILL) to restart it "
+                "(%d waiting connections)",
+                slot.link.index, process.pid, why, slot.link.waiting(),
             )  # fmt: skip
             process.kill()
 

@@ -15,9 +15,9 @@ Nothing crosses workers yet: each worker's management API shows its own vhosts, 
 statistics, each worker creates the default user and vhost "/" on first boot as a broker does,
 and the listener knows the users from the same configuration (the default user) only. The
 listener never waits for a worker: each has a bounded queue of connections
-(server/workerlink.py), and a worker that exits, or is stuck (server/liveness.py), is restarted
-with a backoff (server/supervisor.py). TLS listeners are refused with this option (a TLS session
-cannot move between processes).
+(server/workerlink.py), and a worker that exits, or is stuck (server/liveness.py; a starting
+one beats for itself, server/startbeat.py), is restarted with a backoff (server/supervisor.py).
+TLS listeners are refused with this option (a TLS session cannot move between processes).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from hutch_broker import __version__, memory
 from hutch_broker.config import BrokerConfig
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import handshakes, identity
-from hutch_broker.server import handover, liveness, supervisor
+from hutch_broker.server import handover, liveness, startbeat, supervisor
 from hutch_broker.server.app import BrokerServer
 from hutch_broker.server.listener import Listener
 
@@ -72,9 +72,16 @@ def check(config: BrokerConfig) -> None:
 
 async def serve_worker(config: BrokerConfig, index: int, handover_fd: int) -> bool:
     """Run worker ``index`` until it stops (or the listener goes); False after a failed write."""
-    server = BrokerServer(worker_config(config, index))
-    server.install_signal_handlers()
-    await server.start()
+    channel = socket.socket(fileno=handover_fd)
+    # Until the loop reads the socket, a thread tells the listener the start goes on
+    # (server/startbeat.py): the store's recovery runs on this thread, as long as it takes.
+    beat = startbeat.StartBeat(channel).start()
+    try:
+        server = BrokerServer(worker_config(config, index))
+        server.install_signal_handlers()
+        await server.start()
+    finally:
+        beat.stop()
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()  # held until done, as asyncio asks
 
@@ -94,7 +101,6 @@ async def serve_worker(config: BrokerConfig, index: int, handover_fd: int) -> bo
             log.info("vhost worker %d: the listener is gone, stopping", index)
             run(server.stop())
 
-    channel = socket.socket(fileno=handover_fd)
     receiver = handover.Receiver(channel, adopt, listener_gone)
     loop.add_reader(receiver.fileno(), receiver.readable)
     log.info("vhost worker %d ready (management port %s)", index, server.config.http_port)

@@ -39,13 +39,42 @@ def run(watch: liveness.Watch, start: float, end: float, answers: int, step: flo
     return verdicts
 
 
-def test_a_starting_worker_is_asked_once_and_never_judged_before_its_first_answer():
-    watch = liveness.Watch(10.0)
+def test_a_worker_that_never_says_a_byte_is_stuck_past_the_start_bound():
+    """It hangs before its first byte (its start beat comes right after its imports)."""
+    watch = liveness.Watch(10.0, started_at=0.0)
     assert watch.step(0.0, 0) is ASK
-    assert {verdict for _, verdict in run(watch, 0.25, 600.0, 0)} == {WAIT}  # recovering
-    assert watch.silent_s(600.0) == 0.0
-    assert watch.step(600.25, 1) is WAIT  # the first answer: judged from now on
-    assert watch.silent_s(601.0) == pytest.approx(0.75)
+    verdicts = run(watch, 0.25, 40.0, 0)
+    assert {verdict for now, verdict in verdicts if now <= 30.0} == {WAIT}
+    assert next(now for now, verdict in verdicts if verdict is STUCK) == pytest.approx(30.25)
+    assert watch.silent_s(30.25) == pytest.approx(30.25)
+    assert liveness.Watch(60.0).start_bound_s == 60.0  # never under the bound itself
+
+
+def test_a_starting_worker_that_beats_is_heard_however_long_its_start_and_stuck_once_silent():
+    """Its store's recovery takes ten minutes, with a beat a second; then the beats stop (the
+    recovery hangs): stuck by the usual bound, counted from the question after the last beat."""
+    watch = liveness.Watch(10.0, started_at=0.0)
+    beats, now = 0, 0.0
+    while now < 600.0:
+        if now >= beats + 0.5:  # a beat at 0.5, 1.5, 2.5, ...
+            beats += 1
+        assert watch.step(now, beats) is not STUCK, now
+        now += 0.25
+    assert beats == 600
+    verdicts = run(watch, 600.0, 620.0, beats)
+    asked = [now for now, verdict in verdicts if verdict is ASK]
+    stuck = [now for now, verdict in verdicts if verdict is STUCK]
+    assert asked == [600.5]  # a second after the last beat
+    assert stuck[0] == pytest.approx(610.75)  # the first tick past 600.5 + 10 s
+
+
+def test_a_listener_held_while_a_worker_starts_restarts_the_start_clock():
+    watch = liveness.Watch(10.0, started_at=0.0)
+    watch.step(0.0, 0)
+    assert watch.step(29.0, 0) is WAIT  # 29 s since the listener last looked: its own stall
+    assert watch.step(40.0, 0) is WAIT  # 11 s: held again, so the clock starts here
+    assert [v for _, v in run(watch, 40.25, 70.0, 0)] == [WAIT] * 120
+    assert watch.step(70.25, 0) is STUCK
 
 
 def test_a_silent_worker_is_stuck_once_a_question_went_unanswered_for_the_bound():
@@ -261,6 +290,40 @@ def test_the_supervisor_kills_a_worker_that_stops_answering_and_restarts_it(capl
         assert second is not None and second != first
         watched.tick(now)  # the new worker is asked afresh and answers
         turn_until(loop, lambda: link.answers == 2)
+    finally:
+        watched.close_links()
+        for pid in watched.pids():
+            if pid is not None:
+                os.kill(pid, 9)
+        watched.stop_processes()
+        loop.close()
+
+
+NEVER_SPEAKS = "import time; time.sleep(600)"  # hangs before its first byte
+
+
+@pytest.mark.broker
+def test_the_supervisor_kills_a_worker_that_never_says_a_byte_past_the_start_bound(caplog):
+    loop = asyncio.new_event_loop()
+    watched = supervisor.Supervisor(
+        1, lambda index, fd: [sys.executable, "-c", NEVER_SPEAKS], loop, timeout_s=1.0, start_s=2.0
+    )
+    caplog.set_level(logging.INFO, logger="hutch_broker.server.supervisor")
+    now = 100.0
+    watched.start(now)
+    first = watched.pids()[0]
+    try:
+        while watched.pids()[0] == first:
+            now += 0.25
+            watched.tick(now)
+            loop.run_until_complete(asyncio.sleep(0.005))
+        stuck = [r.getMessage() for r in caplog.records if "is stuck" in r.getMessage()]
+        assert len(stuck) == 1
+        # Judged at the first tick past the 2 s start bound, 2.25 s after the start.
+        assert stuck[0] == (
+            f"vhost worker 0 (pid {first}) is stuck: not a byte in 2.2 s since its start "
+            "(bound 2.0 s); killing it (SIGKILL) to restart it (0 waiting connections)"
+        )
     finally:
         watched.close_links()
         for pid in watched.pids():

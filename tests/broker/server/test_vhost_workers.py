@@ -304,6 +304,59 @@ def test_a_stuck_worker_is_killed_and_restarted_but_a_busy_one_is_not(watched_br
     canary.close()
 
 
+def test_a_worker_whose_store_recovery_hangs_is_restarted_until_it_can_read_its_store(
+    watched_broker,
+):
+    """The worker's definitions journal is swapped for a FIFO nobody writes while it is down:
+    each start beats once and then blocks opening it, for good (as on a disk that stopped
+    answering). Each is killed as stuck and started again, while a canary on the other worker
+    goes on; once the journal is back, the next start recovers every confirmed message."""
+    broker = watched_broker
+    victim = worker_for(TENANT, WORKERS)
+    _tenant_with_kept_messages(broker, victim).close()
+    first = _worker_pid(broker, victim)
+    journal = broker.data_dir / f"worker-{victim}" / "definitions.log"
+    kept = journal.with_name("definitions.log.kept")
+    os.kill(first, signal.SIGSTOP)  # down while its store changes under it
+    journal.rename(kept)
+    os.mkfifo(journal)
+    os.kill(first, signal.SIGKILL)
+
+    canary = clients.connect(broker)
+    channel = canary.channel()
+    channel.queue_declare("canary", exclusive=True)
+    served, hung = 0, []
+    deadline = time.monotonic() + 120
+    while len(hung) < 2:  # two starts that hung, each killed
+        assert time.monotonic() < deadline, f"hung starts killed: {hung}"
+        channel.basic_publish("", "canary", f"c{served}".encode())
+        assert clients.drain(channel, "canary") == [f"c{served}".encode()]
+        served += 1
+        logged = broker.console_log.read_text(errors="replace")
+        hung = [
+            pid for pid in _started_pids(logged, victim)[1:]
+            if f"vhost worker {victim} (pid {pid}) is stuck: silent for " in logged
+        ]  # fmt: skip
+    assert served > 0
+    journal.unlink()
+    kept.rename(journal)
+    after, refusals = _connect_until_served(broker, TENANT)
+    assert set(refusals) <= {
+        f"access to vhost '{TENANT}' refused for user 'guest': vhost '{TENANT}' is down"
+    }
+    assert clients.drain(after.channel(), "kept") == [f"m{n}".encode() for n in range(20)]
+    after.close()
+    canary.close()
+
+
+def _started_pids(logged: str, index: int) -> list[int]:
+    """Worker ``index``'s pids in the order the listener logged their starts."""
+    marker = f"vhost worker {index} started, pid "
+    return [
+        int(line.split(marker, 1)[1].split()[0]) for line in logged.splitlines() if marker in line
+    ]
+
+
 def _worker_pid_or_none(broker, index: int) -> int | None:
     """Worker ``index``'s pid, or None between its kill and its restart."""
     try:
