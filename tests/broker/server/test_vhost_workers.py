@@ -13,7 +13,10 @@ clients reconnect through the new one and find the durable messages confirmed be
 but stuck (SIGSTOP, and no SIGCONT) is found by the listener's liveness question, logged, killed
 and restarted while a canary connection on the other worker goes on, and keeps every message
 confirmed before; a worker merely busy with a long sliced operation (a definitions import of
-thousands of queues) is not killed (its own broker, with a short bound).
+thousands of queues) is not killed (its own broker, with a short bound). A worker whose store
+recovery hangs (its journal swapped for a FIFO nobody writes) is killed at each start, and one
+whose recovery works for several bounds (tens of thousands of queues) is spared: its start beat
+speaks for it while the loop cannot.
 """
 
 from __future__ import annotations
@@ -347,6 +350,54 @@ def test_a_worker_whose_store_recovery_hangs_is_restarted_until_it_can_read_its_
     assert clients.drain(after.channel(), "kept") == [f"m{n}".encode() for n in range(20)]
     after.close()
     canary.close()
+
+
+def test_a_worker_whose_recovery_works_longer_than_the_bound_is_not_killed(watched_broker):
+    """A start that recovers thousands of queues, so its loop answers nothing for several
+    liveness bounds: the worker's start beat speaks for it while the recovery progresses, and
+    the listener lets it finish. The queues are doubled until one recovery outlasts the time
+    a silent start would have been given (the first question a second after the first byte,
+    and the bound after it), twice over."""
+    broker = watched_broker
+    victim = worker_for(TENANT, WORKERS)
+    _tenant_with_kept_messages(broker, victim).close()
+    api = Management(broker, timeout=300).on_port(broker.http_port + victim)
+    silent_start_s = 1.0 + LIVENESS_BOUND_S
+    declared, size, took, kills = 0, 20000, 0.0, 0
+    while took <= 2 * silent_start_s:
+        queues = [
+            {"name": f"recovered-{n}", "vhost": TENANT, "durable": True,
+             "auto_delete": False, "arguments": {}}
+            for n in range(declared, declared + size)
+        ]  # fmt: skip
+        assert api.post("/definitions", {"queues": queues}).status in (200, 201, 204)
+        declared += size
+        killed = _worker_pid(broker, victim)
+        os.kill(killed, signal.SIGKILL)
+        kills += 1
+        after, _refusals = _connect_until_served(broker, TENANT)
+        after.close()
+        took = _last_start_s(broker.console_log.read_text(errors="replace"), victim)
+        size = declared  # doubles the total
+    logged = broker.console_log.read_text(errors="replace")
+    assert "is stuck" not in logged
+    assert len(_started_pids(logged, victim)) == 1 + kills  # no start but the kills' restarts
+    assert len(api.get(f"/queues/{quote(TENANT)}?columns=name").body) == declared + 1
+
+
+def _last_start_s(logged: str, index: int) -> float:
+    """Seconds from worker ``index``'s last logged start to its ready line after it."""
+    started = f"vhost worker {index} started, pid "
+    ready = f"vhost worker {index} ready "
+    stamps = {started: 0.0, ready: 0.0}
+    for line in logged.splitlines():
+        for marker in stamps:
+            if marker in line:
+                clock = line.split()[1]  # "04:33:51,518"
+                hours, minutes, seconds = clock.replace(",", ".").split(":")
+                stamps[marker] = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    assert stamps[started] and stamps[ready], f"worker {index}: no start or no ready logged"
+    return (stamps[ready] - stamps[started]) % 86400  # a start before midnight, ready after
 
 
 def _started_pids(logged: str, index: int) -> list[int]:
