@@ -197,7 +197,11 @@ class Plane:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.shm_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "shm-dir").write_text(str(self.shm_dir))
-        (self.run_dir / "pids").write_text(f"owner {os.getpid()} {supervision.self_exe()}\n")
+        # Whole or absent: another pytest process's reaper (supervision.reap_stale_runs) may
+        # read it at any moment, and an empty one would read as a run whose owner is gone.
+        partial = self.run_dir / "pids.new"
+        partial.write_text(f"owner {os.getpid()} {supervision.self_exe()}\n")
+        os.replace(partial, self.run_dir / "pids")
         pki.make_pki(self.pki, realnode.NODE_IP)
         self.kubeconfig.write_text(pki.kubeconfig_text(self.server, self.pki))
 
