@@ -112,12 +112,17 @@ def ready_pod(plane: Any, ns: str, name: str, not_uid: str = "") -> dict[str, An
 
 
 def container_cgroup(plane: Any, pod: dict[str, Any], controller: str) -> Path:
-    """The container's own cgroup dir under the node's cgroup root (any QoS class)."""
+    """The container's own cgroup dir under the node's cgroup root, by the Pod's QoS class
+    (the kubelet's layout: ``kubepods/[burstable|besteffort/]pod<uid>/<container>``). Named,
+    not globbed: a walk of kubepods/ meets an earlier test's Pod cgroups as the kubelet removes
+    them, and Python's ``**`` raises on a directory gone between its listing and its descent."""
     container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     root = Path("/sys/fs/cgroup", controller, plane.node_layout.cgroup_name)
-    matches = list(root.glob(f"kubepods/**/pod{pod['metadata']['uid']}/{container_id}"))
-    assert len(matches) == 1, (root, container_id, matches)
-    return matches[0]
+    qos = pod["status"]["qosClass"]
+    tier = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}[qos]
+    found = root / f"kubepods/{tier}pod{pod['metadata']['uid']}" / container_id
+    assert found.is_dir(), (qos, found)
+    return found
 
 
 def cluster_ip(plane: Any, ns: str, service: str) -> str:

@@ -117,6 +117,15 @@ def test_mounts_under_a_volume_are_found() -> None:
 # --- on the node ---------------------------------------------------------------------------
 
 
+def _content(path: Path) -> str:
+    """The file's text once it ends its first line, "" before (not there, or being written)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return ""
+    return text if text.endswith("\n") else ""
+
+
 def _wait(what: str, probe: Any, timeout: float = 90) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -178,7 +187,8 @@ def test_a_claim_naming_no_class_is_provisioned_on_the_node_and_cleaned_up(
     assert volume["metadata"]["annotations"][provisioner.PROVISIONED_BY] == provisioner.PROVISIONER
     directory = Path(volume["spec"]["local"]["path"])
     assert directory == node.node_layout.volumes_dir.resolve() / volume_name
-    _wait("the Pod's file on the node's disk", (directory / "file").is_file)
+    # Its content, not its existence: the shell creates the file before echo writes to it.
+    _wait("the Pod's line in its file on the node's disk", lambda: _content(directory / "file"))
     assert (directory / "file").read_text() == "written\n"
     assert directory.stat().st_gid == 1000  # kubelet applied fsGroup to the volume
     events = node.kubectl("get", "events", "-n", ns, "-o", "json").stdout

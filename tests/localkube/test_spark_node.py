@@ -468,13 +468,15 @@ def _maps_class_data(cluster: clusters.Cluster, ns: str, pod: str, within: float
     """Whether a process in ``pod`` has the image's class-data archive mapped, asked until
     ``within`` seconds have passed. A Running executor Pod may still be in the entrypoint
     (Python, before it execs the JVM) while the other executor has committed batches; a JVM
-    that refused the archive unmaps it, so waiting does not hide a refusal."""
+    that refused the archive unmaps it, so waiting does not hide a refusal. A process that
+    exits between the shell's listing of /proc and grep's read of its maps (a PySpark worker)
+    makes grep exit 2 even when another file matched: a named file is the answer, not the code."""
     archive = "spark-classes.jsa"  # spark/jobs/Dockerfile's HUTCH_SPARK_CLASS_DATA
-    script = f"grep -l {archive} /proc/[0-9]*/maps"
+    script = f"grep -l {archive} /proc/[0-9]*/maps 2>/dev/null"
     deadline = time.monotonic() + within
     while True:
         result = cluster.kubectl("exec", "-n", ns, pod, "--", "sh", "-c", script, check=False)
-        if result.returncode == 0 and "/maps" in result.stdout:
+        if "/maps" in result.stdout:
             return True
         if time.monotonic() >= deadline:
             return False
