@@ -291,12 +291,17 @@ def test_the_supervisor_kills_a_worker_that_stops_answering_and_restarts_it(capl
         watched.tick(now)  # the new worker is asked afresh and answers
         turn_until(loop, lambda: link.answers == 2)
     finally:
-        watched.close_links()
-        for pid in watched.pids():
-            if pid is not None:
-                os.kill(pid, 9)
-        watched.stop_processes()
-        loop.close()
+        _stop(watched, loop)
+
+
+def _stop(watched: supervisor.Supervisor, loop: asyncio.AbstractEventLoop) -> None:
+    """The test's workers killed and reaped, its links and loop closed."""
+    watched.close_links()
+    for pid in watched.pids():
+        if pid is not None:
+            os.kill(pid, 9)
+    watched.stop_processes()
+    loop.close()
 
 
 NEVER_SPEAKS = "import time; time.sleep(600)"  # hangs before its first byte
@@ -325,9 +330,4 @@ def test_the_supervisor_kills_a_worker_that_never_says_a_byte_past_the_start_bou
             "(bound 2.0 s); killing it (SIGKILL) to restart it (0 waiting connections)"
         )
     finally:
-        watched.close_links()
-        for pid in watched.pids():
-            if pid is not None:
-                os.kill(pid, 9)
-        watched.stop_processes()
-        loop.close()
+        _stop(watched, loop)
