@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import datetime
 import os
 import signal
 import socket
@@ -393,15 +394,14 @@ def _last_start_s(logged: str, index: int) -> float:
     """Seconds from worker ``index``'s last logged start to its ready line after it."""
     started = f"vhost worker {index} started, pid "
     ready = f"vhost worker {index} ready "
-    stamps = {started: 0.0, ready: 0.0}
+    stamps: dict[str, datetime.datetime] = {}
     for line in logged.splitlines():
-        for marker in stamps:
-            if marker in line:
-                clock = line.split()[1]  # "04:33:51,518"
-                hours, minutes, seconds = clock.replace(",", ".").split(":")
-                stamps[marker] = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-    assert stamps[started] and stamps[ready], f"worker {index}: no start or no ready logged"
-    return (stamps[ready] - stamps[started]) % 86400  # a start before midnight, ready after
+        for marker in (started, ready):
+            if marker in line:  # "2026-11-30 04:33:51,518 INFO ..."
+                when = line[:23] + " +0000"  # the log's own clock: only the difference counts
+                stamps[marker] = datetime.datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f %z")
+    assert started in stamps and ready in stamps, f"worker {index}: no start or no ready logged"
+    return (stamps[ready] - stamps[started]).total_seconds()
 
 
 def _started_pids(logged: str, index: int) -> list[int]:
