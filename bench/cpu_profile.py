@@ -221,6 +221,18 @@ def sampled_pids(broker: processes.BrokerProcess, vhost_workers: int) -> list[in
     return found
 
 
+def io_calls(text: str) -> tuple[int, int]:
+    """The read and write system calls so far, from a ``/proc/<pid>/io`` text (``syscr``,
+    ``syscw``): how many messages share a syscall is what batching per loop turn decides."""
+    counters = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    return int(counters["syscr"]), int(counters["syscw"])
+
+
+def _io_calls_of(pids: list[int]) -> tuple[int, int]:
+    calls = [io_calls(Path(f"/proc/{pid}/io").read_text()) for pid in pids]
+    return sum(read for read, _ in calls), sum(write for _, write in calls)
+
+
 def _cpu_of(pids: list[int]) -> float:
     return proccpu.total_seconds(
         [proccpu.read_stat(pid) for pid in pids], proccpu.clock_ticks(), children=False
@@ -256,6 +268,7 @@ def profile_scenario(
             raws = [Path(tmp) / f"stacks-{pid}.txt" for pid in pids]
             run.create_vhosts(broker, scenario, vhost_workers)  # before the CPU window
             cpu_before, sampled_before = run.cpu_seconds(broker), _cpu_of(pids)
+            io_before = _io_calls_of(pids)
             samplers = [
                 _sampler(py_spy, pid, raw, rate, duration)
                 for pid, raw in zip(pids, raws, strict=True)
@@ -265,6 +278,7 @@ def profile_scenario(
             finally:
                 errors = [sampler.communicate(timeout=duration + 60)[1] for sampler in samplers]
             cpu_after, sampled_after = run.cpu_seconds(broker), _cpu_of(pids)
+            io_after = _io_calls_of(pids)
             counts: Counter[str] = Counter()
             for pid, sampler, raw, err in zip(pids, samplers, raws, errors, strict=True):
                 if sampler.returncode != 0 or not raw.exists():
@@ -289,6 +303,10 @@ def profile_scenario(
         "cpu_us_per_message": round(cpu_us, 2),
         # The processes not sampled (a workers' listener): their CPU is in the total only.
         "unsampled_us_per_message": round(cpu_us - sampled_us, 2),
+        # System calls of the sampled processes per consumed message (py-spy reads the
+        # broker's memory from its own process, so it adds none of these).
+        "read_calls_per_message": round((io_after[0] - io_before[0]) / result["consumed"], 3),
+        "write_calls_per_message": round((io_after[1] - io_before[1]) / result["consumed"], 3),
         "samples": sum(counts.values()),
         # Shares of the sampled processes' samples, scaled to their own CPU per message.
         "stages": breakdown(counts, sampled_us),
@@ -314,6 +332,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
     if any(r.get("vhost_workers") for r in results):
         unsampled = " | ".join(f"{r.get('unsampled_us_per_message', 0):.2f} µs" for r in results)
         lines.append(f"| not sampled: the workers' listener | {unsampled} |")
+    for key, label in (("read_calls_per_message", "read"), ("write_calls_per_message", "write")):
+        if all(key in r for r in results):
+            calls = " | ".join(f"{r[key]:.3f}" for r in results)
+            lines.append(f"| {label} system calls per consumed message | {calls} |")
     total = " | ".join(f"**{r['cpu_us_per_message']:.2f} µs**" for r in results)
     lines.append(f"| **broker CPU per consumed message** | {total} |")
     rates = " | ".join(f"{r['consumed_per_s']:,}/s" for r in results)

@@ -156,3 +156,15 @@ def test_worker_counts_that_are_not_counts_are_refused(given: str, capsys) -> No
     with pytest.raises(SystemExit):
         broker_profile.main(["--vhost-workers", given])
     assert "--vhost-workers:" in capsys.readouterr().err
+
+
+def test_system_calls_come_from_the_io_file_and_show_as_rows() -> None:
+    text = "rchar: 10\nwchar: 20\nsyscr: 7\nsyscw: 9\nread_bytes: 0\n"
+    assert broker_profile.io_calls(text) == (7, 9)
+    counts = Counter({broker_profile.OTHER: 1})
+    result = {"scenario": 5, "cpu_us_per_message": 4.0, "consumed_per_s": 1000,
+              "read_calls_per_message": 0.25, "write_calls_per_message": 0.125,
+              "stages": broker_profile.breakdown(counts, 4.0)}  # fmt: skip
+    text = broker_profile.markdown([result])
+    assert "| read system calls per consumed message | 0.250 |" in text
+    assert "| write system calls per consumed message | 0.125 |" in text
