@@ -9,7 +9,14 @@ a publish, to a consumer that was waiting, counts as delivery), and a stage's mi
 message are its share of the samples times the broker's CPU per consumed message.
 
     python bench/cpu_profile.py [--scenarios 1,2,3] [--duration 15] [--rate 250]
-                            [--hutch-config FILE] [--json out.json] [--markdown out.md]
+                            [--vhost-workers N] [--hutch-config FILE] [--json out.json]
+                            [--markdown out.md]
+
+With ``--vhost-workers N`` the broker runs its vhosts in N worker processes (docs/broker.md):
+one py-spy samples each worker and their samples are summed, since the workers do the
+messages' work; the listener, which only hands connections over, is not sampled, and its CPU
+per message is reported on its own. N samplers cost N times one sampler's CPU on a machine
+whose cores the broker and the load already share, so compare the shares, not the rates.
 
 py-spy comes from PyPI (``pip install py-spy``; Linux needs ptrace rights, root here). The
 figures depend on the machine; the shares much less, and they are what docs/bench/profile.md
@@ -19,6 +26,7 @@ reports.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import shutil
@@ -32,8 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import proccpu
 import run
 import scenarios
+from hutch_demo import processes
 
 # Stages in the order a message meets them, each with the frames that mark it: (function name,
 # or "" for any function, and the source file's path suffix). A sample belongs to the stage of
@@ -187,6 +197,56 @@ def breakdown(counts: Counter[str], cpu_us_per_message: float) -> list[dict[str,
     return rows
 
 
+WORKER_FLAG = b"--vhost-worker-index"
+
+
+def is_vhost_worker(arguments: list[bytes]) -> bool:
+    """Whether a command line (``/proc/<pid>/cmdline`` split at NULs) is a vhost worker's."""
+    return WORKER_FLAG in arguments[:-1]  # the flag and the index after it
+
+
+def sampled_pids(broker: processes.BrokerProcess, vhost_workers: int) -> list[int]:
+    """The processes whose stacks hold a message's work: the broker's one, or its workers."""
+    if not vhost_workers:
+        if broker.pid is None:
+            raise run.BenchError("hutch-broker has no process id")
+        return [broker.pid]
+    found = []
+    for pid in broker.group_pids():
+        with contextlib.suppress(OSError):
+            if is_vhost_worker(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")):
+                found.append(pid)
+    if len(found) != vhost_workers:
+        raise run.BenchError(f"{len(found)} vhost workers running, not {vhost_workers}")
+    return found
+
+
+def io_calls(text: str) -> tuple[int, int]:
+    """The read and write system calls so far, from a ``/proc/<pid>/io`` text (``syscr``,
+    ``syscw``): how many messages share a syscall is what batching per loop turn decides."""
+    counters = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    return int(counters["syscr"]), int(counters["syscw"])
+
+
+def _io_calls_of(pids: list[int]) -> tuple[int, int]:
+    calls = [io_calls(Path(f"/proc/{pid}/io").read_text()) for pid in pids]
+    return sum(read for read, _ in calls), sum(write for _, write in calls)
+
+
+def _cpu_of(pids: list[int]) -> float:
+    return proccpu.total_seconds(
+        [proccpu.read_stat(pid) for pid in pids], proccpu.clock_ticks(), children=False
+    )
+
+
+def _sampler(py_spy: str, pid: int, raw: Path, rate: int, duration: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [py_spy, "record", "--gil", "--format", "raw", "--rate", str(rate),
+         "--duration", str(duration), "--output", str(raw), "--pid", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def profile_scenario(
     scenario: scenarios.Scenario,
     duration: int,
@@ -194,51 +254,73 @@ def profile_scenario(
     config: Path | None,
     py_spy: str,
     raw_dir: Path | None = None,
+    vhost_workers: int = 0,
 ) -> dict[str, Any]:
-    """One hutch-broker, loadgen for ``duration`` seconds, py-spy sampling it meanwhile."""
-    broker = run.make_broker("hutch", None, config)
+    """One hutch-broker, loadgen for ``duration`` seconds, py-spy sampling it (or each of its
+    vhost workers) meanwhile."""
+    broker = run.make_broker("hutch", None, config, vhost_workers)
     broker.start()
     try:
+        if vhost_workers:
+            run.wait_for_workers(broker, vhost_workers, timeout=60)
         with tempfile.TemporaryDirectory(prefix="hutch-profile-") as tmp:
-            raw = Path(tmp) / "stacks.txt"
-            pid = broker.pid
-            if pid is None:
-                raise run.BenchError("hutch-broker has no process id")
-            run.create_vhosts(broker, scenario)  # scenario 5's, before the CPU window
-            cpu_before = run.cpu_seconds(broker)
-            sampler = subprocess.Popen(
-                [py_spy, "record", "--gil", "--format", "raw", "--rate", str(rate),
-                 "--duration", str(duration), "--output", str(raw), "--pid", str(pid)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
+            pids = sampled_pids(broker, vhost_workers)
+            raws = [Path(tmp) / f"stacks-{pid}.txt" for pid in pids]
+            run.create_vhosts(broker, scenario, vhost_workers)  # before the CPU window
+            cpu_before, sampled_before = run.cpu_seconds(broker), _cpu_of(pids)
+            io_before = _io_calls_of(pids)
+            samplers = [
+                _sampler(py_spy, pid, raw, rate, duration)
+                for pid, raw in zip(pids, raws, strict=True)
+            ]
             try:
                 result = run.run_loadgen(broker.amqp_url, scenario, duration)
             finally:
-                _, err = sampler.communicate(timeout=duration + 60)
-            cpu_after = run.cpu_seconds(broker)
-            if sampler.returncode != 0 or not raw.exists():
-                raise run.BenchError(f"py-spy failed ({sampler.returncode}): {err.strip()[-300:]}")
-            counts = stage_samples(raw.read_text().splitlines())
-            if raw_dir is not None:
-                shutil.copy(raw, raw_dir / f"scenario{scenario.number}.txt")
+                errors = [sampler.communicate(timeout=duration + 60)[1] for sampler in samplers]
+            cpu_after, sampled_after = run.cpu_seconds(broker), _cpu_of(pids)
+            io_after = _io_calls_of(pids)
+            counts: Counter[str] = Counter()
+            for pid, sampler, raw, err in zip(pids, samplers, raws, errors, strict=True):
+                if sampler.returncode != 0 or not raw.exists():
+                    raise run.BenchError(
+                        f"py-spy failed ({sampler.returncode}): {err.strip()[-300:]}"
+                    )
+                counts += stage_samples(raw.read_text().splitlines())
+                if raw_dir is not None:
+                    kept = f"scenario{scenario.number}" + (f"-pid{pid}" if vhost_workers else "")
+                    shutil.copy(raw, raw_dir / f"{kept}.txt")
     finally:
         broker.stop()
     if cpu_before is None or cpu_after is None or not result.get("consumed"):
         raise run.BenchError(f"scenario {scenario.number}: no CPU figure or nothing consumed")
     cpu_us = (cpu_after - cpu_before) / result["consumed"] * 1e6
+    sampled_us = (sampled_after - sampled_before) / result["consumed"] * 1e6
     return {
         "scenario": scenario.number,
         "title": scenario.title,
+        "vhost_workers": vhost_workers,
         "consumed_per_s": round(result["consume_rate"]),
         "cpu_us_per_message": round(cpu_us, 2),
+        # The processes not sampled (a workers' listener): their CPU is in the total only.
+        "unsampled_us_per_message": round(cpu_us - sampled_us, 2),
+        # System calls of the sampled processes per consumed message (py-spy reads the
+        # broker's memory from its own process, so it adds none of these).
+        "read_calls_per_message": round((io_after[0] - io_before[0]) / result["consumed"], 3),
+        "write_calls_per_message": round((io_after[1] - io_before[1]) / result["consumed"], 3),
         "samples": sum(counts.values()),
-        "stages": breakdown(counts, cpu_us),
+        # Shares of the sampled processes' samples, scaled to their own CPU per message.
+        "stages": breakdown(counts, sampled_us),
     }
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
     """One table: a row per stage, a column per scenario (µs per consumed message, share)."""
-    head = "| stage | " + " | ".join(f"scenario {r['scenario']}" for r in results) + " |"
+
+    def title(result: dict[str, Any]) -> str:
+        workers = result.get("vhost_workers", 0)
+        return f"scenario {result['scenario']}" + (f", {workers} vhost workers" if workers else "")
+
+    head = "| stage | " + " | ".join(title(r) for r in results) + " |"
     lines = [head, "|---|" + "---|" * len(results)]
     stages = [row["stage"] for row in results[0]["stages"]] if results else []
     for index, stage in enumerate(stages):
@@ -247,6 +329,13 @@ def markdown(results: list[dict[str, Any]]) -> str:
             for r in results
         ]
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    if any(r.get("vhost_workers") for r in results):
+        unsampled = " | ".join(f"{r.get('unsampled_us_per_message', 0):.2f} µs" for r in results)
+        lines.append(f"| not sampled: the workers' listener | {unsampled} |")
+    for key, label in (("read_calls_per_message", "read"), ("write_calls_per_message", "write")):
+        if all(key in r for r in results):
+            calls = " | ".join(f"{r[key]:.3f}" for r in results)
+            lines.append(f"| {label} system calls per consumed message | {calls} |")
     total = " | ".join(f"**{r['cpu_us_per_message']:.2f} µs**" for r in results)
     lines.append(f"| **broker CPU per consumed message** | {total} |")
     rates = " | ".join(f"{r['consumed_per_s']:,}/s" for r in results)
@@ -263,7 +352,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--raw-dir", type=Path, default=None, help="keep py-spy's stacks here")
+    parser.add_argument(
+        "--vhost-workers",
+        default="0",
+        help="comma-separated worker counts, each scenario profiled with each (0: one process)",
+    )
     args = parser.parse_args(argv)
+    try:
+        worker_counts = [int(n) for n in args.vhost_workers.split(",") if n]
+    except ValueError:
+        parser.error(f"--vhost-workers: not a list of numbers: {args.vhost_workers!r}")
+    if not worker_counts or any(n < 0 for n in worker_counts):
+        parser.error(f"--vhost-workers: counts of 0 or more, not {args.vhost_workers!r}")
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         parser.error("py-spy is not installed: pip install py-spy")
@@ -280,12 +380,14 @@ def main(argv: list[str] | None = None) -> int:
             args.hutch_config,
             py_spy,
             args.raw_dir,
+            workers,
         )
         for n in numbers
+        for workers in worker_counts
     ]
     document = {
         "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "arguments": {"duration": args.duration, "rate": args.rate},
+        "arguments": {"duration": args.duration, "rate": args.rate, "vhost_workers": worker_counts},
         "load_average": Path("/proc/loadavg").read_text().split()[:3],
         "results": results,
         "seconds": round(time.monotonic() - began, 1),

@@ -127,3 +127,44 @@ def test_the_table_has_a_row_per_stage_and_the_totals() -> None:
     assert "| read: socket and frame parsing | 6.00 µs (75%) |" in text
     assert "**8.00 µs**" in text
     assert len(text.splitlines()) == 2 + len(broker_profile.STAGES) + 1 + 2
+
+
+def test_a_vhost_worker_is_known_by_its_index_flag() -> None:
+    worker = [b"python", b"-m", b"hutch_broker", b"--vhost-workers", b"2",
+              b"--vhost-worker-index", b"1", b"--handover-fd", b"5", b""]  # fmt: skip
+    listener = [b"python", b"-m", b"hutch_broker", b"--vhost-workers", b"2", b""]
+    assert broker_profile.is_vhost_worker(worker)
+    assert not broker_profile.is_vhost_worker(listener)
+    assert not broker_profile.is_vhost_worker([b"--vhost-worker-index"])  # no index after it
+
+
+def test_a_workers_column_is_titled_and_shows_what_was_not_sampled() -> None:
+    counts = Counter({broker_profile.STAGES[0][0]: 1})
+    one = {"scenario": 5, "cpu_us_per_message": 4.0, "consumed_per_s": 1000,
+           "unsampled_us_per_message": 0.0, "stages": broker_profile.breakdown(counts, 4.0)}  # fmt: skip
+    workers = {**one, "vhost_workers": 2, "cpu_us_per_message": 5.0,
+               "unsampled_us_per_message": 0.5, "stages": broker_profile.breakdown(counts, 4.5)}  # fmt: skip
+    text = broker_profile.markdown([one, workers])
+    assert text.splitlines()[0] == "| stage | scenario 5 | scenario 5, 2 vhost workers |"
+    assert "| read: socket and frame parsing | 4.00 µs (100%) | 4.50 µs (100%) |" in text
+    assert "| not sampled: the workers' listener | 0.00 µs | 0.50 µs |" in text
+    assert "| **broker CPU per consumed message** | **4.00 µs** | **5.00 µs** |" in text
+
+
+@pytest.mark.parametrize("given", ["x", "2,-1", ","])
+def test_worker_counts_that_are_not_counts_are_refused(given: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        broker_profile.main(["--vhost-workers", given])
+    assert "--vhost-workers:" in capsys.readouterr().err
+
+
+def test_system_calls_come_from_the_io_file_and_show_as_rows() -> None:
+    text = "rchar: 10\nwchar: 20\nsyscr: 7\nsyscw: 9\nread_bytes: 0\n"
+    assert broker_profile.io_calls(text) == (7, 9)
+    counts = Counter({broker_profile.OTHER: 1})
+    result = {"scenario": 5, "cpu_us_per_message": 4.0, "consumed_per_s": 1000,
+              "read_calls_per_message": 0.25, "write_calls_per_message": 0.125,
+              "stages": broker_profile.breakdown(counts, 4.0)}  # fmt: skip
+    text = broker_profile.markdown([result])
+    assert "| read system calls per consumed message | 0.250 |" in text
+    assert "| write system calls per consumed message | 0.125 |" in text

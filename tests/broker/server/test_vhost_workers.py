@@ -35,7 +35,7 @@ import pika
 import pika.exceptions
 import pytest
 from hutch_broker.server.listener import worker_for
-from hutch_demo import ports
+from hutch_demo import ports, probes, waiting
 from hutch_demo.management import Management, quote
 from hutch_testing import brokers, clients, levels
 from pamqp import commands
@@ -85,20 +85,17 @@ def apis(broker) -> list[Management]:
 def _worker_apis(broker) -> list[Management]:
     """Each worker's management API, once it answers (the factory waited for worker 0's) and
     lists no connection (an earlier test's closed ones leave the listing on the worker's loop)."""
-    found = [Management(broker).on_port(broker.http_port + i) for i in range(2)]
-    deadline = time.monotonic() + 20
-    for api in found:
-        while not _answers(api) or api.get("/connections").body:
-            assert time.monotonic() < deadline, f"{api.base} did not answer with no connections"
-            time.sleep(0.1)
-    return found
+    username, password = broker.credentials
+    api_ports = [broker.http_port + index for index in range(WORKERS)]
 
+    def idle(port: int) -> bool:
+        answers = probes.overview(broker.host, port, username=username, password=password)
+        return answers is not None and not Management(broker).on_port(port).get("/connections").body
 
-def _answers(api: Management) -> bool:
-    try:
-        return api.get("/overview").status == 200
-    except OSError:
-        return False
+    for port in api_ports:
+        waiting.wait_for(lambda port=port: idle(port), timeout=20, interval=0.1,
+                         what=f"worker API on port {port} answering with no connections")  # fmt: skip
+    return [Management(broker).on_port(port) for port in api_ports]
 
 
 def _connection_vhosts(api: Management) -> list[str]:
