@@ -43,6 +43,7 @@ from typing import Any
 import proccpu
 import run
 import scenarios
+from hutch_broker.server import startbeat
 from hutch_demo import processes
 
 # Stages in the order a message meets them, each with the frames that mark it: (function name,
@@ -224,8 +225,8 @@ def sampled_pids(broker: processes.BrokerProcess, vhost_workers: int) -> list[in
 def io_calls(text: str) -> tuple[int, int]:
     """The read and write system calls so far, from a ``/proc/<pid>/io`` text (``syscr``,
     ``syscw``): how many messages share a syscall is what batching per loop turn decides."""
-    counters = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    return int(counters["syscr"]), int(counters["syscw"])
+    counters = startbeat.io_counters(text)
+    return counters["syscr"], counters["syscw"]
 
 
 def _io_calls_of(pids: list[int]) -> tuple[int, int]:

@@ -51,6 +51,13 @@ def progressed(before: Sample | None, after: Sample | None) -> bool:
     return after != before
 
 
+def io_counters(io: str) -> dict[str, int]:
+    """The counters of a ``/proc/<pid>[/task/<tid>]/io`` text by name (``ValueError`` if one
+    is not a number): ``rchar``/``wchar`` bytes moved, ``syscr``/``syscw`` read and write calls."""
+    pairs = (line.split(": ", 1) for line in io.splitlines() if ": " in line)
+    return {name: int(value) for name, value in pairs}
+
+
 def parse(stat: str, io: str) -> Sample:
     """A sample from a thread's ``stat`` and ``io`` files (``ValueError`` if malformed).
 
@@ -59,11 +66,11 @@ def parse(stat: str, io: str) -> Sample:
     ``wchar``, the bytes the thread's read and write calls moved (the page cache's too).
     """
     fields = stat[stat.rindex(")") + 2 :].split()
-    counters = dict(line.split(": ", 1) for line in io.splitlines() if ": " in line)
+    counters = io_counters(io)
     return Sample(
         cpu_ticks=int(fields[11]) + int(fields[12]),
-        read_bytes=int(counters["rchar"]),
-        written_bytes=int(counters["wchar"]),
+        read_bytes=counters["rchar"],
+        written_bytes=counters["wchar"],
     )
 
 
