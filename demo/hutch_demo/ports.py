@@ -18,6 +18,15 @@ Within one process, a port handed out is not handed out again while it is among 
 then a TLS broker's two more, then RabbitMQ's distribution port) would otherwise get the same
 port twice now and then, since the first call's sockets are closed by then. A CI run saw it:
 RabbitMQ refused to start with its HTTPS port equal to its HTTP port ("incompatible_listeners").
+
+Ports are picked outside the kernel's ephemeral range (``ip_local_port_range``), by binding a
+random candidate of this process's shard. Inside it, any process's ``bind`` to port 0 or
+``connect`` may take the port in the window before its broker binds, whatever the shards:
+another worker's own ``free_ports`` held the sockets it drew outside its shard until it was
+done, and every client, JVM and test server on the machine draws there (a CI run: a broker
+failed with "address already in use" on a port handed out a moment before). Outside it only an
+explicit ``bind`` can. The range read is the machine's own; when it leaves nothing to pick
+from, the kernel picks as before (``bind`` to port 0).
 """
 
 from __future__ import annotations
@@ -25,8 +34,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import random
 import socket
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 SHARD_ENV = "HUTCH_PORT_SHARD"
@@ -34,6 +46,12 @@ _MAX_TRIES = 1000  # a shard of n holds 1/n of the ports: n * count tries on ave
 RECENT = 256  # ports this process handed out last, not handed out again (module docstring)
 _recent: collections.deque[int] = collections.deque(maxlen=RECENT)
 _recent_lock = threading.Lock()
+_rng = random.Random()  # its own, so a test that seeds ``random`` does not fix the ports
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST = 10300  # below: well-known services, Kubernetes' components (10248-10259), etcd
+#: Never handed out though outside the ephemeral range: Kubernetes NodePorts (its default
+#: range) and the ports a RabbitMQ installed as a service listens on.
+AVOID = (range(30000, 32768), range(15670, 15693), range(25672, 25673))
 
 
 def shard(value: str | None) -> tuple[int, int]:
@@ -54,19 +72,75 @@ def in_shard(port: int, k: int, n: int) -> bool:
     return (port >> 1) % n == k
 
 
+def ephemeral_range(text: str) -> range:
+    """The ports the kernel picks from for ``bind`` to 0 and ``connect``, from the text of
+    ``ip_local_port_range`` ("32768\t60999")."""
+    low, high = (int(field) for field in text.split())
+    return range(low, high + 1)
+
+
+def pickable(ephemeral: range) -> list[range]:
+    """The ranges ``free_ports`` draws from: ``LOWEST`` to 65535 but the ephemeral range and
+    ``AVOID`` (pure)."""
+    edges = sorted([ephemeral, *AVOID], key=lambda taken: taken.start)
+    ranges, start = [], LOWEST
+    for taken in edges:
+        if taken.start > start:
+            ranges.append(range(start, min(taken.start, 65536)))
+        start = max(start, taken.stop)
+    if start < 65536:
+        ranges.append(range(start, 65536))
+    return [candidates for candidates in ranges if candidates]
+
+
+def _pickable_here() -> list[range]:
+    try:
+        return pickable(ephemeral_range(EPHEMERAL.read_text()))
+    except (OSError, ValueError):
+        return []
+
+
+def candidates(ranges: list[range], k: int, n: int, rng: random.Random) -> Iterator[int]:
+    """Ports of shard ``k`` of ``n`` drawn at random from ``ranges`` (weighted by size), for
+    ever; none at all when ``ranges`` is empty."""
+    total = sum(map(len, ranges))
+    while total:
+        index = rng.randrange(total)
+        for candidates in ranges:
+            if index < len(candidates):
+                port = candidates[index]
+                break
+            index -= len(candidates)
+        if in_shard(port, k, n):
+            yield port
+
+
+def _bind(sock: socket.socket, port: int) -> int | None:
+    """``sock`` bound to ``port`` on loopback (0: the kernel's pick): the port, or None if it
+    is taken."""
+    try:
+        sock.bind((LOOPBACK, port))
+    except OSError:
+        if port == 0:
+            raise
+        return None
+    return int(sock.getsockname()[1])
+
+
 def free_ports(count: int) -> list[int]:
     """Return `count` distinct TCP ports that were free on 127.0.0.1 a moment ago (in this
-    process's shard, ``HUTCH_PORT_SHARD``)."""
+    process's shard, ``HUTCH_PORT_SHARD``; outside the ephemeral range where it can)."""
     k, n = shard(os.environ.get(SHARD_ENV))
+    drawn = candidates(_pickable_here(), k, n, _rng)
     with _recent_lock, contextlib.ExitStack() as stack:
         ports: list[int] = []
         for _ in range(_MAX_TRIES):
             if len(ports) == count:
                 break
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((LOOPBACK, 0))  # held until the end: never handed out twice
-            port = sock.getsockname()[1]
-            if in_shard(port, k, n) and port not in _recent:
+            # Held until the end: never handed out twice.
+            port = _bind(sock, next(drawn, 0))
+            if port is not None and in_shard(port, k, n) and port not in _recent:
                 ports.append(port)
         if len(ports) != count:
             raise OSError(f"no {count} free ports in shard {k}/{n} after {_MAX_TRIES} tries")

@@ -97,6 +97,7 @@ def test_a_port_handed_out_is_not_handed_out_again_by_the_next_call(monkeypatch)
     monkeypatch.delenv(ports.SHARD_ENV, raising=False)
     monkeypatch.setattr(ports, "_recent", ports.collections.deque(maxlen=ports.RECENT))
     monkeypatch.setattr(ports, "socket", scripted_socket_module())
+    monkeypatch.setattr(ports, "_pickable_here", list)  # the kernel picks (bind to port 0)
     ScriptedSocket.script = [40001, 40003, 40003, 40001, 40005, 40007]
     assert ports.free_ports(2) == [40001, 40003]
     assert ports.free_ports(2) == [40005, 40007]  # the kernel offered 40003 and 40001 again
@@ -107,5 +108,51 @@ def test_the_ports_kept_back_are_only_the_last_ones(monkeypatch):
     monkeypatch.delenv(ports.SHARD_ENV, raising=False)
     monkeypatch.setattr(ports, "_recent", ports.collections.deque(maxlen=2))
     monkeypatch.setattr(ports, "socket", scripted_socket_module())
+    monkeypatch.setattr(ports, "_pickable_here", list)
     ScriptedSocket.script = [40001, 40003, 40005, 40001]
     assert [ports.free_port() for _ in range(4)] == [40001, 40003, 40005, 40001]
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_s_text():
+    assert ports.ephemeral_range("32768\t60999\n") == range(32768, 61000)
+    with pytest.raises(ValueError, match="values to unpack"):
+        ports.ephemeral_range("32768")
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "expected"),
+    [
+        (
+            range(32768, 61000),  # Linux's default
+            [range(10300, 15670), range(15693, 25672), range(25673, 30000), range(61000, 65536)],
+        ),
+        (range(1024, 65536), []),  # nothing left: the kernel picks
+        (range(20000, 65536), [range(10300, 15670), range(15693, 20000)]),
+        (range(5000, 12000), [range(12000, 15670), range(15693, 25672), range(25673, 30000),
+                              range(32768, 65536)]),
+    ],
+)  # fmt: skip
+def test_ports_are_picked_outside_the_ephemeral_range_and_what_is_avoided(ephemeral, expected):
+    assert ports.pickable(ephemeral) == expected
+
+
+def test_candidates_keep_to_their_ranges_and_shard():
+    ranges = [range(10300, 10310), range(61000, 61004)]
+    drawn = ports.candidates(ranges, 1, 2, ports.random.Random(7))
+    picked = [next(drawn) for _ in range(200)]
+    assert all(ports.in_shard(port, 1, 2) for port in picked)
+    assert set(picked) == {port for r in ranges for port in r if ports.in_shard(port, 1, 2)}
+    assert list(ports.candidates([], 0, 1, ports.random.Random(7))) == []
+
+
+@pytest.mark.broker  # binds sockets
+def test_free_ports_are_outside_this_machine_s_ephemeral_range(monkeypatch):
+    """Where any process's bind to port 0 or connect could take them before the broker binds
+    (a CI run: "address already in use" on a port handed out a moment before)."""
+    monkeypatch.setenv(ports.SHARD_ENV, "1/2")
+    ephemeral = ports.ephemeral_range(ports.EPHEMERAL.read_text())
+    assert ports.pickable(ephemeral), "this machine leaves no port outside its ephemeral range"
+    picked = [port for _ in range(50) for port in ports.free_ports(2)]
+    assert not [port for port in picked if port in ephemeral or port < ports.LOWEST], picked
+    assert not [port for port in picked for avoided in ports.AVOID if port in avoided]
+    assert all(ports.in_shard(port, 1, 2) for port in picked)
