@@ -355,16 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw-dir", type=Path, default=None, help="keep py-spy's stacks here")
     parser.add_argument(
         "--vhost-workers",
-        default="0",
+        type=run.worker_counts,
+        default=[0],
         help="comma-separated worker counts, each scenario profiled with each (0: one process)",
     )
     args = parser.parse_args(argv)
-    try:
-        worker_counts = [int(n) for n in args.vhost_workers.split(",") if n]
-    except ValueError:
-        parser.error(f"--vhost-workers: not a list of numbers: {args.vhost_workers!r}")
-    if not worker_counts or any(n < 0 for n in worker_counts):
-        parser.error(f"--vhost-workers: counts of 0 or more, not {args.vhost_workers!r}")
+    worker_counts = args.vhost_workers
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         parser.error("py-spy is not installed: pip install py-spy")

@@ -112,13 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", type=int, default=5)
     parser.add_argument("--duration", type=int, default=15)
-    parser.add_argument("--vhost-workers", default="0,2")
+    parser.add_argument("--vhost-workers", type=run.worker_counts, default=[0, 2])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.scenario not in scenarios.SCENARIOS:
         parser.error(f"unknown scenario {args.scenario}; known: {sorted(scenarios.SCENARIOS)}")
-    workers = [int(n) for n in args.vhost_workers.split(",") if n]
+    workers = args.vhost_workers
     runs = []
     for round_index in range(args.rounds):
         for count in workers:

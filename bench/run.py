@@ -197,6 +197,15 @@ def _workers(text: str) -> int:
     return count
 
 
+def worker_counts(text: str) -> list[int]:
+    """An argparse type: comma-separated ``--vhost-workers`` counts, each 0 or more (0: one
+    process), at least one; for the scripts that compare forms (cpu_profile, flush_stats)."""
+    counts = [_workers(item.strip()) for item in text.split(",") if item.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError(f"one or more worker counts, e.g. 0,2: {text!r}")
+    return counts
+
+
 def _numbers(text: str) -> list[int]:
     numbers = [int(item) for item in text.split(",") if item.strip()]
     unknown = set(numbers) - set(scenarios.SCENARIOS)

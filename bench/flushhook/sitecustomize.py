@@ -66,7 +66,7 @@ def _install(folder: Path) -> None:
 
     def flush(self: amqp.AMQPConnection) -> None:
         session, transport = self.session, self.transport
-        pieces = session.proto._outbound if session is not None else []
+        pieces = session.proto.pending_output if session is not None else ()
         if not pieces or transport is None or transport.is_closing():
             original_flush(self)
             return

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import random
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
@@ -90,27 +91,29 @@ def pickable(ephemeral: range) -> list[range]:
         start = max(start, taken.stop)
     if start < 65536:
         ranges.append(range(start, 65536))
-    return [candidates for candidates in ranges if candidates]
+    return [span for span in ranges if span]
 
 
-def _pickable_here() -> list[range]:
+@functools.cache
+def _pickable_here() -> tuple[range, ...]:
+    """This machine's ``pickable`` ranges, read once per process (a sysctl set at boot)."""
     try:
-        return pickable(ephemeral_range(EPHEMERAL.read_text()))
+        return tuple(pickable(ephemeral_range(EPHEMERAL.read_text())))
     except (OSError, ValueError):
-        return []
+        return ()
 
 
-def candidates(ranges: list[range], k: int, n: int, rng: random.Random) -> Iterator[int]:
+def candidates(ranges: Sequence[range], k: int, n: int, rng: random.Random) -> Iterator[int]:
     """Ports of shard ``k`` of ``n`` drawn at random from ``ranges`` (weighted by size), for
     ever; none at all when ``ranges`` is empty."""
     total = sum(map(len, ranges))
     while total:
         index = rng.randrange(total)
-        for candidates in ranges:
-            if index < len(candidates):
-                port = candidates[index]
+        for span in ranges:
+            if index < len(span):
+                port = span[index]
                 break
-            index -= len(candidates)
+            index -= len(span)
         if in_shard(port, k, n):
             yield port
 

@@ -9,6 +9,7 @@ to loadgen's connections and to PerfTest's arguments; test_pairs_run.py runs it 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import sys
@@ -219,3 +220,12 @@ def test_a_bad_worker_count_is_refused(text: str, capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         run.parse_args(["--vhost-workers", text])
     assert "a number of workers, 0 or more" in capsys.readouterr().err
+
+
+def test_the_comparing_scripts_take_a_list_of_worker_counts() -> None:
+    """cpu_profile's and flush_stats' ``--vhost-workers 0,2``: one parser for both."""
+    assert run.worker_counts("0,2") == [0, 2]
+    assert run.worker_counts(" 2 ,") == [2]
+    for text in ("", ",", "0,-1", "0,two"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            run.worker_counts(text)

@@ -959,6 +959,12 @@ class Connection:
 
     # -- output ----------------------------------------------------------------------------
 
+    @property
+    def pending_output(self) -> tuple[bytes, ...]:
+        """The frames ``data_to_send`` would hand over now, copied (for measurements such as
+        bench/flush_stats.py; the hot path never calls it)."""
+        return tuple(self._outbound)
+
     def data_to_send(self) -> list[bytes]:
         """Everything queued since the last call, in order; the list is handed over.
 

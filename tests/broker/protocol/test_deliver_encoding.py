@@ -172,3 +172,15 @@ def test_output_past_the_join_bound_stays_in_pieces_and_in_order(running):
     want = [expected(1, "c", n, False, "", "q", PROPERTIES[0], b, 131072) for n, b in
             ((1, big), (2, big), (3, b"small"))]  # fmt: skip
     assert b"".join(data) == b"".join(want)
+
+
+def test_pending_output_shows_the_frames_without_taking_them(running):
+    """What bench/flush_stats.py's hook reads before a flush: a copy, the queue untouched."""
+    raw = PROPERTIES[0].marshal()
+    running.conn.send_deliver(1, "c", 1, False, "", "q", raw, b"one")
+    running.conn.send_deliver(1, "c", 2, False, "", "q", raw, b"two")
+    pending = running.conn.pending_output
+    assert len(pending) == 2
+    assert running.conn.pending_output == pending  # reading it takes nothing
+    assert running.conn.data_to_send() == [b"".join(pending)]
+    assert running.conn.pending_output == ()
