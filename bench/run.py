@@ -569,6 +569,8 @@ def bench_broker(
             broker.start()
             wait_for_workers(broker, workers_of(name, args), timeout=60)
         except (processes.BrokerStartError, BenchError) as error:
+            log.error("%s did not start, its cells of round %d are not run: %s", name,
+                      round_index + 1, error)  # fmt: skip
             info["error"] = str(error)
             return info, [
                 _not_run(name, cell, f"{name} did not start: {error}", round_index)
@@ -701,6 +703,19 @@ def _tree_label(tree: Path) -> str:
     return f"a tree of {commit[:7] if commit else 'no git commit'} ({tree.name}/)"
 
 
+def missing_brokers(names: list[str]) -> list[str]:
+    """Why each broker of ``names`` that cannot be started on this machine cannot be: checked
+    before the first round, so a fresh machine without RabbitMQ is told at once, not after a
+    quarter of an hour of Hutch's cells beside empty ones."""
+    problems = []
+    if "rabbitmq" in names and not rabbitmq.installed():
+        problems.append(
+            "rabbitmq: RabbitMQ 3.10.8 is not installed (as root: bash scripts/install-rabbitmq.sh;"
+            " or leave it out with --brokers hutch)"
+        )
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
@@ -712,6 +727,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("\n" + report.context(args.report))
         return 0
+    missing = missing_brokers(args.brokers)
+    if missing:
+        for problem in missing:
+            print(f"run.py: error: {problem}", file=sys.stderr)
+        return 2
     started = datetime.datetime.now(datetime.UTC)
     perftest_lib = prepare_perftest(args.tools, args.latency_rates)
     document: dict[str, Any] = {
