@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import machineinfo
 import matplotlib as mpl
 import matplotlib.ticker
 import report
@@ -96,7 +97,7 @@ def machine() -> dict[str, str]:
     """The machine this report was written on (the benchmarks ran on it too, via bench/all.py)."""
     facts = {
         "CPUs (nproc)": str(os.cpu_count()),
-        "CPU model": _cpuinfo("model name") or platform.processor() or "unknown",
+        "CPU model": machineinfo.this_cpu_model() or platform.processor() or "unknown",
         "Memory": f"{_meminfo_kib('MemTotal') / 2**20:.1f} GiB",
         "Kernel": platform.release(),
         "OS": _os_release() or platform.platform(),
@@ -110,16 +111,6 @@ def machine() -> dict[str, str]:
     if commit:
         facts["Git commit"] = commit
     return facts
-
-
-def _cpuinfo(key: str) -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(key):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return None
 
 
 def _meminfo_kib(key: str) -> float:

@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import machineinfo
 import perftest
 import proccpu
 import report
@@ -669,6 +670,8 @@ def prepare_perftest(
 def machine(perftest_lib: Path | BaseException | None) -> dict[str, Any]:
     return {
         "cpus": os.cpu_count(),
+        "cpu_model": machineinfo.this_cpu_model(),
+        "python_loop_ms": machineinfo.python_loop_ms(),
         "memory_bytes": _total_memory(),
         "python": platform.python_version(),
         "perftest": perftest.version(perftest_lib) if isinstance(perftest_lib, Path) else None,
