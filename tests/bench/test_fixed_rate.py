@@ -341,6 +341,7 @@ def test_a_bench_run_writes_the_cells_summary_and_prints_the_table(
     monkeypatch.setattr(run, "bench_broker", bench_broker)
     monkeypatch.setattr(run, "prepare_perftest", lambda tools, rates: None)
     monkeypatch.setattr(run, "machine", lambda lib: {"cpus": 2})
+    monkeypatch.setattr(run.rabbitmq, "installed", lambda: True)  # made up: no broker starts
     output = tmp_path / "out.json"
     argv = ["--scenarios", "1", "--tools", "", "--latency-rates", "10000,50000", "--repeat", "2"]
     assert run.main([*argv, "--output", str(output)]) == 0
