@@ -3,7 +3,7 @@ runs Python.
 
 Why: the same bench gave Hutch 107.6k msg/s at 9.2 µs of broker CPU a message in scenario 1 on
 one 2-core machine (an Intel Xeon) and 27.2k at 37 µs on another (an AMD EPYC at 2 GHz), while
-RabbitMQ's CPU a message grew 2.6x between them, not 4x. Without the CPU's name and a figure
+RabbitMQ's CPU a message grew 2.8x between them, not 4x. Without the CPU's name and a figure
 for its Python speed in the JSON, two results files cannot say whether a change or the machine
 moved a figure. ``python_loop_ms`` is the CPU time of one fixed pure-Python loop (the best of
 three), a rough scale for the interpreter's speed on that machine, not a benchmark of its own.

@@ -175,17 +175,17 @@ QUEUES = 30  # with as many Bindings: enough that a Pod deleted after the first 
 EARLY_QUEUES = 10  # applied before the Pod goes; the rest after it (``_topology``)
 
 
-def _topology(queues: range, *, bindings: bool, exchange: bool) -> str:
-    """The Exchange ``events``, Queues ``q<n>`` for ``queues`` and, with ``bindings``, every
-    Binding ``b<n>`` (one per Queue of all ``QUEUES``)."""
+def _topology(*, first: bool) -> str:
+    """The first part (``first``): the Exchange ``events``, every Binding ``b<n>`` and the
+    Queues below ``EARLY_QUEUES``; else the other Queues."""
     objects = []
-    if exchange:
+    if first:
         spec = {"brokerRef": {"name": "hutch"}, "type": "topic"}
         objects.append(clusters.cr("Exchange", "events", spec))
-    for n in queues:
+    for n in range(EARLY_QUEUES) if first else range(EARLY_QUEUES, QUEUES):
         spec = {"brokerRef": {"name": "hutch"}, "limits": {"maxLength": 1000 + n}}
         objects.append(clusters.cr("Queue", f"q{n:02d}", spec))
-    for n in range(QUEUES) if bindings else ():
+    for n in range(QUEUES) if first else ():
         binding = {"brokerRef": {"name": "hutch"}, "source": "events", "destination": f"q{n:02d}",
                    "routingKey": f"events.{n}"}  # fmt: skip
         objects.append(clusters.cr("Binding", f"b{n:02d}", binding))
@@ -264,14 +264,13 @@ def _check_replaced_operator(
     and retries) change nothing and are allowed.
     """
     first = operator.wait_ready()
-    cluster.apply(namespace, _topology(range(EARLY_QUEUES), bindings=True, exchange=True))
+    cluster.apply(namespace, _topology(first=True))
     clusters.wait_for(lambda: _ready_paths(cluster, namespace), "a first object Ready",
                       timeout=60, interval=0.1)  # fmt: skip
     recorded = _ready_paths(cluster, namespace)
     cluster.kubectl("delete", "pod", "-n", namespace, first["metadata"]["name"],
                     "--wait=false")  # fmt: skip
-    cluster.apply(namespace, _topology(range(EARLY_QUEUES, QUEUES), bindings=False,
-                                       exchange=False))  # fmt: skip
+    cluster.apply(namespace, _topology(first=False))
     # Ready then: the Exchange, the early Queues and their Bindings at most.
     assert len(recorded) <= 1 + 2 * EARLY_QUEUES, recorded
 
