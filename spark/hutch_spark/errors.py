@@ -7,7 +7,8 @@ names the option, queue or batch it is about, so it reads well inside Spark's wr
 
     HutchSparkError
      +-- HutchOptionError(ValueError)   an option is missing, malformed or out of range
-     +-- HutchOffsetError               a checkpointed offset belongs to another queue
+     +-- HutchOffsetError               a checkpointed offset belongs to another queue, or
+     |                                  a stream holds nothing at or after its starting moment
      +-- HutchDataLossError             a stream no longer holds offsets a query needs
      +-- HutchConnectionError           the broker is unreachable for too long, refused us,
      |                                  or cancelled our consumer (queue deleted)
@@ -26,7 +27,9 @@ class HutchOptionError(HutchSparkError, ValueError):
 
 
 class HutchOffsetError(HutchSparkError):
-    """A streaming offset does not belong to this source (for example another queue)."""
+    """A streaming offset does not belong to this source (for example another queue), or a
+    stream holds no message at or after its starting moment
+    (`startingOffsetsByTimestampStrategy` `error`)."""
 
 
 class HutchDataLossError(HutchSparkError):

@@ -20,8 +20,9 @@ most 500 whose filter stays within `NAME_BUDGET` characters: one request for any
 ordinary names, one more per group beyond.
 
 The requests go over a `streamhttp.Session`: a reader keeps one for its life, so a query's
-plans share one connection; a call without one (a batch read's plan, a super stream's
-partitions) opens one for its request. Credentials, as for AMQP (connections.py), come from the
+plans (and a super stream's partitions, listed again at each plan) share one connection; a
+call without one (a batch read's plan, a super stream's partitions when a query starts) opens
+one for its request. Credentials, as for AMQP (connections.py), come from the
 process that connects: the `managementUri`'s user, else the AMQP URI's, else
 `HUTCH_AMQP_USERNAME`/`HUTCH_AMQP_PASSWORD`, else guest/guest (pika's default). The user needs a
 management tag (`monitoring` or `management` with access to the vhost) to read the queue object.
@@ -163,10 +164,14 @@ def fetch_one(settings: StreamOptions, stream: str, session: Session) -> Bounds:
     return bounds_of(item, stream, vhost, settings.management_uri)
 
 
-def partitions(settings: StreamOptions, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+def partitions(
+    settings: StreamOptions,
+    env: Mapping[str, str] | None = None,
+    session: Session | None = None,
+) -> tuple[str, ...]:
     """The streams of `superStream`: the queues bound to that exchange, in the order of their
     bindings' `x-stream-partition-order` (as RabbitMQ's super streams declare them), then by
-    name. Found when a query starts; a partition added later needs a new checkpoint."""
+    name. Found when a query starts, and by a running query at each plan (streamsource.py)."""
     name = settings.super_stream
     assert name is not None  # noqa: S101 - only called for a superStream
     vhost = pika.URLParameters(settings.uri).virtual_host
@@ -174,8 +179,8 @@ def partitions(settings: StreamOptions, env: Mapping[str, str] | None = None) ->
         f"/api/exchanges/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
         "/bindings/source"
     )
-    with _using(None, settings, env) as session:
-        bindings = session.get(path, f"super stream (exchange) {name!r}", vhost)
+    with _using(session, settings, env) as management:
+        bindings = management.get(path, f"super stream (exchange) {name!r}", vhost)
     if not isinstance(bindings, list):
         bindings = []
     ranked: dict[str, tuple[int, int, str]] = {}

@@ -4,12 +4,20 @@ Why a module of its own: a stream is read by offset, not consumed and acked, so 
 classic source's options (`prefetch` as back-pressure, `durableBatches`, `batchMode`, ...) mean
 nothing here, and the options that do mean something are Spark's Kafka source's, with its names
 and meanings where the concept is the same (docs/spark.md, "Reading stream queues"):
-`startingOffsets`, `endingOffsets`, `maxOffsetsPerTrigger`, `failOnDataLoss`. Keeping the rules
+`startingOffsets`, `startingTimestamp`, `startingOffsetsByTimestamp`, `endingOffsets`,
+`endingTimestamp`, `endingOffsetsByTimestamp`, `startingOffsetsByTimestampStrategy`,
+`maxOffsetsPerTrigger`, `failOnDataLoss`. Keeping the rules
 pure lets table tests cover each without Spark or a broker, and a mistake fails when the query is
 defined with a message naming the option and the allowed values.
 
 Offsets given in JSON use Kafka's markers: -2 is the earliest offset the stream holds, -1 the
-latest (its next offset); `{"orders-0": 120, "orders-1": -2}`.
+latest (its next offset); `{"orders-0": 120, "orders-1": -2}`. Moments in JSON are milliseconds
+since the epoch, one per stream: `{"orders-0": 1700000000000, "orders-1": 1700000060000}`.
+
+Where Kafka's source takes several ways of giving one bound and lets one win
+(`startingTimestamp` over `startingOffsetsByTimestamp` over `startingOffsets`), this source
+refuses two at once: a query that names both almost always has a stale one, and the error
+says which.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ EARLIEST = -2  # Kafka's JSON markers
 LATEST = -1
 MAX_STREAMS = 256
 MAX_OFFSET = 2**63 - 1
+MAX_MOMENT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the calendar's last moment
 
 STREAM_OPTIONS = (
     "streams",
@@ -36,7 +45,11 @@ STREAM_OPTIONS = (
     "managementUri",
     "startingOffsets",
     "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
     "maxOffsetsPerTrigger",
     "failOnDataLoss",
     "numPartitions",
@@ -46,6 +59,10 @@ STREAM_OPTIONS = (
 
 # An offset spec: "earliest", "latest", or one offset (or marker) per stream.
 OffsetSpec = str | dict[str, int]
+# A moment spec: one moment (ms since the epoch) for every stream, or one per stream.
+Moments = int | dict[str, int]
+
+STRATEGIES = ("error", "latest")  # startingOffsetsByTimestampStrategy, as Kafka's
 
 
 @dataclass(frozen=True)
@@ -63,7 +80,9 @@ class StreamOptions:
     prefetch: int
     read_timeout_ms: int
     ca_file: str | None = None
-    starting_timestamp_ms: int | None = None  # instead of startingOffsets
+    starting_timestamp: Moments | None = None  # instead of startingOffsets
+    ending_timestamp: Moments | None = None  # instead of endingOffsets; batch reads only
+    timestamp_strategy: str = "error"  # no message at or after a starting moment: fail
     super_stream: str | None = None  # streams are its partitions, found when the query starts
 
 
@@ -87,9 +106,13 @@ def parse_stream_options(raw_options: Mapping[str, str]) -> StreamOptions:
     uri = options._uri(raw)
     starting = raw.get("startingOffsets")
     ending = raw.get("endingOffsets")
-    if starting is not None and "startingTimestamp" in raw:
+    _one_of(raw, ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp"))
+    _one_of(raw, ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"))
+    strategy = raw.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+    if strategy not in STRATEGIES:
         raise HutchOptionError(
-            "hutch: give either option 'startingOffsets' or option 'startingTimestamp', not both"
+            f"hutch: option 'startingOffsetsByTimestampStrategy' = "
+            f"{raw['startingOffsetsByTimestampStrategy'][:40]!r} must be 'error' or 'latest'"
         )
     max_offsets = raw.get("maxOffsetsPerTrigger")
     return StreamOptions(
@@ -108,9 +131,9 @@ def parse_stream_options(raw_options: Mapping[str, str]) -> StreamOptions:
             raw, "readTimeoutMs", default=60_000, low=100, high=3_600_000
         ),
         ca_file=options._ca_file(raw),
-        starting_timestamp_ms=None
-        if "startingTimestamp" not in raw
-        else options._integer(raw, "startingTimestamp", default=0, low=0, high=MAX_OFFSET),
+        starting_timestamp=_moments(raw, "startingTimestamp", streams),
+        ending_timestamp=_moments(raw, "endingTimestamp", streams),
+        timestamp_strategy=strategy,
         super_stream=super_stream,
     )
 
@@ -124,17 +147,38 @@ def with_streams(settings: StreamOptions, streams: tuple[str, ...]) -> StreamOpt
     ):
         if isinstance(spec, dict):
             _check_names(name, spec, streams, ending=name == "endingOffsets")
+    for name, moments in (
+        ("startingOffsetsByTimestamp", settings.starting_timestamp),
+        ("endingOffsetsByTimestamp", settings.ending_timestamp),
+    ):
+        if isinstance(moments, dict):
+            _check_names(name, moments, streams, ending=False, what="moment")
     return dataclasses.replace(settings, streams=streams)
 
 
+def moments_of(spec: Moments, streams: tuple[str, ...]) -> dict[str, int]:
+    """Each stream's moment: the one moment of `startingTimestamp`/`endingTimestamp` for every
+    stream, or the JSON's own per stream."""
+    if isinstance(spec, int):
+        return dict.fromkeys(streams, spec)
+    return {stream: spec[stream] for stream in streams}
+
+
 def check_streaming(settings: StreamOptions) -> None:
-    """`endingOffsets` belongs to batch reads: a stream has no end (Kafka refuses it too)."""
+    """An end belongs to batch reads: a stream has no end (Kafka refuses it too)."""
     if settings.ending_offsets is not None:
-        raise HutchOptionError(
-            "hutch: option 'endingOffsets' is for batch reads (spark.read) only; a streaming "
-            "query reads until it is stopped (use trigger(availableNow=True) to stop at the "
-            "streams' ends)"
-        )
+        name = "endingOffsets"
+    elif isinstance(settings.ending_timestamp, int):
+        name = "endingTimestamp"
+    elif settings.ending_timestamp is not None:
+        name = "endingOffsetsByTimestamp"
+    else:
+        return
+    raise HutchOptionError(
+        f"hutch: option {name!r} is for batch reads (spark.read) only; a streaming "
+        "query reads until it is stopped (use trigger(availableNow=True) to stop at the "
+        "streams' ends)"
+    )
 
 
 def check_batch(settings: StreamOptions) -> None:
@@ -199,7 +243,12 @@ def _offsets(text: str, streams: tuple[str, ...], *, ending: bool) -> OffsetSpec
 
 
 def _check_names(
-    name: str, parsed: Mapping[str, object], streams: tuple[str, ...], *, ending: bool
+    name: str,
+    parsed: Mapping[str, object],
+    streams: tuple[str, ...],
+    *,
+    ending: bool,
+    what: str = "offset",
 ) -> None:
     markers = "-1 (latest)" if ending else "-2 (earliest), -1 (latest)"
     extra = sorted(set(parsed) - set(streams))
@@ -210,10 +259,53 @@ def _check_names(
             f"{list(streams)!r}"
         )
     if missing:
+        allowed = f" ({markers} allowed)" if what == "offset" else ""
         raise HutchOptionError(
-            f"hutch: option {name!r} gives no offset for stream(s) {missing!r}; give one for "
-            f"every stream ({markers} allowed)"
+            f"hutch: option {name!r} gives no {what} for stream(s) {missing!r}; "
+            f"give one for every stream{allowed}"
         )
+
+
+def _one_of(raw: Mapping[str, str], names: tuple[str, ...]) -> None:
+    """At most one way of giving a bound (Kafka lets one win; here both are refused)."""
+    given = [name for name in names if name in raw]
+    if len(given) > 1:
+        raise HutchOptionError(
+            f"hutch: give only one of the options {', '.join(repr(n) for n in names)} "
+            f"(got {' and '.join(repr(n) for n in given)})"
+        )
+
+
+def _moments(raw: Mapping[str, str], name: str, streams: tuple[str, ...]) -> Moments | None:
+    """`startingTimestamp` (one moment, milliseconds since the epoch) or
+    `startingOffsetsByTimestamp` (JSON, one per stream), and the same for the end."""
+    if name in raw:
+        return options._integer(raw, name, default=0, low=0, high=MAX_MOMENT_MS)
+    by_stream = name.replace("Timestamp", "OffsetsByTimestamp")
+    text = raw.get(by_stream)
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    example = json.dumps(streams[0]) if streams else '"orders-0"'
+    if not isinstance(parsed, dict):
+        raise HutchOptionError(
+            f"hutch: option {by_stream!r} = {text[:80]!r} must be a JSON object of a moment "
+            f"(milliseconds since the epoch) per stream, such as {{{example}: 1700000000000}}"
+        )
+    if streams:  # a superStream's partitions are checked once they are known
+        _check_names(by_stream, parsed, streams, ending=False, what="moment")
+    result: dict[str, int] = {}
+    for stream, value in parsed.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MOMENT_MS:
+            raise HutchOptionError(
+                f"hutch: option {by_stream!r} gives stream {stream!r} the moment {value!r}: it "
+                f"must be milliseconds since the epoch, 0 to {MAX_MOMENT_MS}"
+            )
+        result[stream] = value
+    return result
 
 
 def _check_name(option: str, name: str) -> None:

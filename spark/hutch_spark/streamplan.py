@@ -18,7 +18,8 @@ The rules are Spark's Kafka source's where the concept is the same:
 
 The checkpointed offset is `{"stream": next offset to read, ...}`, one entry per stream. A new
 query's start (`initial`) may hold Kafka's markers, -1 (latest) and -2 (earliest), for a stream
-not resolved yet: see `initial` for why.
+not resolved yet: see `initial` for why. A super stream's offset may leave out partitions added
+after it was written, which start at offset 0 (`with_added`).
 """
 
 from __future__ import annotations
@@ -110,18 +111,33 @@ def batch_starts(starts: Mapping[str, int], ends: Mapping[str, int]) -> dict[str
 
 
 def parse_offset(
-    offset: Mapping[str, object], streams: tuple[str, ...], *, start: bool = False
+    offset: Mapping[str, object],
+    streams: tuple[str, ...],
+    *,
+    start: bool = False,
+    grows: bool = False,
 ) -> dict[str, int]:
     """A checkpointed offset of this source; one of other streams is an error, not a reset.
-    A `start` may also be a new query's `initial`, with unresolved streams (-1 or -2)."""
-    if set(offset) != set(streams):
+    A `start` may also be a new query's `initial`, with unresolved streams (-1 or -2). With
+    `grows` (a super stream's partitions) the offset may leave out streams: partitions added
+    after it was written (`with_added`)."""
+    names = set(offset)
+    if names != set(streams) and not (grows and names <= set(streams)):
+        removed = sorted(names - set(streams))
+        why = (
+            f"partition(s) {removed!r} are no longer bound to the super stream"
+            if grows
+            else f"this source reads streams {sorted(streams)!r}"
+        )
         raise HutchOffsetError(
-            f"hutch: the checkpoint holds offsets of streams {sorted(offset)!r}, but this "
-            f"source reads streams {sorted(streams)!r}; use a new checkpointLocation"
+            f"hutch: the checkpoint holds offsets of streams {sorted(offset)!r}, but {why}; "
+            "use a new checkpointLocation"
         )
     low = EARLIEST if start else 0
     result: dict[str, int] = {}
     for stream in streams:
+        if stream not in offset:
+            continue
         value = offset[stream]
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             allowed = (
@@ -132,6 +148,15 @@ def parse_offset(
             )
         result[stream] = value
     return result
+
+
+def with_added(offset: Mapping[str, int], streams: Sequence[str]) -> dict[str, int]:
+    """`offset` with each stream it leaves out (a super stream's partition added after it was
+    written) at offset 0, the partition's first offset ever: as Kafka's source reads a
+    partition it discovers from its earliest, and a head that retention already removed is
+    data loss like any other (`readable_start`). Offset 0 rather than the first offset held
+    now, so that a replayed batch reads the same range."""
+    return {stream: offset.get(stream, 0) for stream in streams}
 
 
 def readable_start(stream: str, start: int, held: Bounds, *, fail_on_data_loss: bool) -> int:

@@ -21,6 +21,12 @@ of that stream on every attempt, also after the driver died inside it, and batch
 the logged end, so a head that retention removed in between is data loss as for any later
 batch (streamplan.initial says why this, and not a file of our own beside the checkpoint).
 
+A super stream (`superStream`) is listed again at every plan that asks the broker (one more
+request a trigger): a partition bound to it since is read from offset 0, as Kafka's source
+reads a partition it discovers from its earliest (streamplan.with_added), and one no longer
+bound fails the query, whose checkpoint holds offsets that would stop moving. availableNow
+reads the partitions it found when it started.
+
 While a query finds nothing new, it asks again at most every `IDLE_S`: Spark's default trigger
 calls `latestOffset` about every 10 ms, 67 requests a second on an idle stream (measured); the
 calls in between answer "nothing new" from the last look, at no cost to the broker, and the
@@ -32,6 +38,7 @@ Both readers pickle to executors with their settings only.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from time import monotonic
@@ -53,7 +60,7 @@ from hutch_spark import (
     streamreads,
     streamtimes,
 )
-from hutch_spark.errors import HutchOptionError
+from hutch_spark.errors import HutchOffsetError, HutchOptionError
 from hutch_spark.streamoptions import StreamOptions
 from hutch_spark.streamplan import Bounds, Slice
 
@@ -88,6 +95,7 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._unused: dict[str, Bounds] | None = None  # read at the start, not yet planned with
         self._quiet: tuple[dict[str, int], float] | None = None  # nothing new from here, then
         self._management: streamhttp.Session | None = None  # the kept connection, once asked
+        self._grows = settings.super_stream is not None  # partitions may be added
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         # Spark asks for a new query's start to plan batch 0's end, again to plan its start, and
@@ -97,8 +105,8 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:
             settings = self._settings
             spec = settings.starting_offsets or "latest"
-            if settings.starting_timestamp_ms is not None:
-                spec = "latest"  # unresolved too: resolved at the timestamp by latestOffset
+            if settings.starting_timestamp is not None:
+                spec = "latest"  # unresolved too: resolved at the moment by latestOffset
             self._initial = streamplan.initial(spec, settings.streams)
             log.info("hutch: a new query starts reading streams at %s", self._initial)
         return dict(self._initial)
@@ -113,14 +121,19 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("hutch: availableNow reads the streams up to %s", self._available_now)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        settings = self._settings
-        starts = streamplan.parse_offset(start, settings.streams, start=True)
-        if starts == self._available_now:
-            return dict(starts)  # availableNow has read all it is to read: nothing to ask
+        given = streamplan.parse_offset(
+            start, self._settings.streams, start=True, grows=self._grows
+        )
+        if given == self._available_now:
+            return dict(given)  # availableNow has read all it is to read: nothing to ask
         quiet = self._quiet
-        if quiet is not None and quiet[0] == starts and monotonic() - quiet[1] < IDLE_S:
-            return dict(starts)  # nothing new a moment ago: no request yet
+        if quiet is not None and quiet[0] == given and monotonic() - quiet[1] < IDLE_S:
+            return dict(given)  # nothing new a moment ago: no request yet
         self._quiet = None
+        if self._grows and self._available_now is None:
+            self._discover()
+        settings = self._settings
+        starts = streamplan.with_added(given, settings.streams)
         bounds = self._unused if self._unused is not None else self._bounds()
         self._unused = None  # each later trigger asks the broker: the streams move
         unresolved = {
@@ -142,14 +155,15 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = streamplan.limit_ends(readable, tails, max_rows)
         if not resolved and all(ends[stream] == readable[stream] for stream in ends):
             if self._available_now is None:
-                self._quiet = (starts, monotonic())
-            return dict(starts)  # nothing new: no batch (and no batch only to skip a loss)
+                self._quiet = (given, monotonic())
+            return dict(given)  # nothing new: no batch (and no batch only to skip a loss)
         return dict(ends)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        streams = self._settings.streams
-        ends = streamplan.parse_offset(end, streams)
-        starts = streamplan.batch_starts(streamplan.parse_offset(start, streams, start=True), ends)
+        streams, grows = self._settings.streams, self._grows
+        ends = streamplan.parse_offset(end, streams, grows=grows)
+        given = streamplan.parse_offset(start, streams, start=True, grows=grows)
+        starts = streamplan.batch_starts(streamplan.with_added(given, tuple(ends)), ends)
         planned = streamplan.plan_slices(starts, ends, self._settings.num_partitions)
         return [StreamSlice(slice_) for slice_ in planned]
 
@@ -165,28 +179,54 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._management is not None:
             self._management.close()
 
-    def _bounds(self) -> dict[str, Bounds]:
+    def _session(self) -> streamhttp.Session:
         if self._management is None:
             self._management = streamhttp.Session(self._settings)
-        return streambounds.fetch(self._settings, session=self._management)
+        return self._management
+
+    def _bounds(self) -> dict[str, Bounds]:
+        return streambounds.fetch(self._settings, session=self._session())
+
+    def _discover(self) -> None:
+        """The super stream's partitions now (module doc): added ones join the streams read,
+        after the known ones; one no longer bound fails the query."""
+        settings = self._settings
+        listed = streambounds.partitions(settings, session=self._session())
+        known = settings.streams
+        removed = [stream for stream in known if stream not in listed]
+        if removed:
+            raise HutchOffsetError(
+                f"hutch: partition(s) {removed!r} are no longer bound to super stream "
+                f"{settings.super_stream!r}; this query's checkpoint holds their offsets, so it "
+                "cannot go on without them: bind them again, or use a new checkpointLocation"
+            )
+        added = tuple(stream for stream in listed if stream not in known)
+        if added:
+            log.info(
+                "hutch: super stream %r has new partition(s) %s: read from offset 0",
+                settings.super_stream,
+                list(added),
+            )
+            self._settings = dataclasses.replace(settings, streams=known + added)
 
     def _resolve_start(
         self, markers: Mapping[str, int], bounds: Mapping[str, Bounds]
     ) -> dict[str, int]:
         """Where the streams a new query left unresolved start: their first offset held for
-        earliest, their end now for latest, or their offset at `startingTimestamp` (one short
-        consumer each)."""
+        earliest, their end now for latest, or their offset at their starting moment
+        (streamtimes: one short consumer each)."""
         if not markers:
             return {}
-        timestamp_ms = self._settings.starting_timestamp_ms
-        if timestamp_ms is None:
+        moments = self._settings.starting_timestamp
+        if moments is None:
             found = {
                 stream: streamplan.resolve_start(marker, bounds[stream])
                 for stream, marker in markers.items()
             }
         else:
             held = {stream: bounds[stream] for stream in markers}
-            found = streamtimes.offsets_at(self._settings, timestamp_ms, held)
+            at = streamoptions.moments_of(moments, tuple(markers))
+            found = streamtimes.starts_at(self._settings, at, held)
         log.info("hutch: the first batch ends where the query starts reading: %s", found)
         return found
 
@@ -217,7 +257,7 @@ class HutchStreamsBatchReader(DataSourceReader):
         settings = self._settings
         bounds = streambounds.fetch(settings)
         starts = starting_offsets(settings, bounds, default="earliest")
-        ends = streamplan.resolve(settings.ending_offsets or "latest", bounds)
+        ends = ending_offsets(settings, bounds)
         return [StreamSlice(slice_) for slice_ in plan_batch(settings, bounds, starts, ends)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -238,11 +278,22 @@ def resolved(settings: StreamOptions) -> StreamOptions:
 def starting_offsets(
     settings: StreamOptions, bounds: Mapping[str, Bounds], *, default: str
 ) -> dict[str, int]:
-    """Where a new query or a batch read starts: startingTimestamp, startingOffsets, or the
-    default (Kafka's: latest for a stream, earliest for a batch read)."""
-    if settings.starting_timestamp_ms is not None:
-        return streamtimes.offsets_at(settings, settings.starting_timestamp_ms, bounds)
+    """Where a new query or a batch read starts: its starting moments (startingTimestamp,
+    startingOffsetsByTimestamp), startingOffsets, or the default (Kafka's: latest for a stream,
+    earliest for a batch read)."""
+    if settings.starting_timestamp is not None:
+        moments = streamoptions.moments_of(settings.starting_timestamp, settings.streams)
+        return streamtimes.starts_at(settings, moments, bounds)
     return streamplan.resolve(settings.starting_offsets or default, bounds)
+
+
+def ending_offsets(settings: StreamOptions, bounds: Mapping[str, Bounds]) -> dict[str, int]:
+    """Where a batch read ends: its ending moments (endingTimestamp, endingOffsetsByTimestamp),
+    endingOffsets, or latest."""
+    if settings.ending_timestamp is not None:
+        moments = streamoptions.moments_of(settings.ending_timestamp, settings.streams)
+        return streamtimes.ends_at(settings, moments, bounds)
+    return streamplan.resolve(settings.ending_offsets or "latest", bounds)
 
 
 def plan_batch(

@@ -33,8 +33,28 @@ OK: list[tuple[dict[str, str], str, Any]] = [
         "starting_offsets",
         {"orders-0": 5, "orders-1": -2},
     ),
-    (S, "starting_timestamp_ms", None),
-    ({**S, "startingTimestamp": "1700000000123"}, "starting_timestamp_ms", 1700000000123),
+    (S, "starting_timestamp", None),
+    ({**S, "startingTimestamp": "1700000000123"}, "starting_timestamp", 1700000000123),
+    (
+        {**S, "startingOffsetsByTimestamp": '{"orders-0": 1700000000000, "orders-1": 0}'},
+        "starting_timestamp",
+        {"orders-0": 1_700_000_000_000, "orders-1": 0},
+    ),
+    ({**S, "startingtimestamp": "253402300799999"}, "starting_timestamp", 253402300799999),
+    (S, "timestamp_strategy", "error"),
+    ({**S, "startingOffsetsByTimestampStrategy": " Latest "}, "timestamp_strategy", "latest"),
+    (S, "ending_timestamp", None),
+    ({**S, "endingTimestamp": "1700000000000"}, "ending_timestamp", 1_700_000_000_000),
+    (
+        {**S, "endingOffsetsByTimestamp": '{"orders-1": 5, "orders-0": 6}'},
+        "ending_timestamp",
+        {"orders-0": 6, "orders-1": 5},
+    ),
+    (
+        {"superStream": "o", "endingOffsetsByTimestamp": '{"o-0": 7}'},
+        "ending_timestamp",
+        {"o-0": 7},
+    ),
     (S, "ending_offsets", None),
     ({**S, "endingOffsets": "latest"}, "ending_offsets", "latest"),
     (
@@ -93,6 +113,52 @@ BAD: list[tuple[dict[str, str], str]] = [
         {**S, "endingOffsets": '{"orders-0": -2, "orders-1": 0}'},
         "must be an offset >= 0 or -1 (latest)",
     ),
+    (
+        {**S, "startingOffsets": "earliest", "startingTimestamp": "5"},
+        "give only one of the options 'startingOffsets', 'startingTimestamp', "
+        "'startingOffsetsByTimestamp' (got 'startingOffsets' and 'startingTimestamp')",
+    ),
+    (
+        {**S, "startingTimestamp": "5", "startingOffsetsByTimestamp": "{}"},
+        "(got 'startingTimestamp' and 'startingOffsetsByTimestamp')",
+    ),
+    (
+        {**S, "endingOffsets": "latest", "endingOffsetsByTimestamp": "{}"},
+        "(got 'endingOffsets' and 'endingOffsetsByTimestamp')",
+    ),
+    ({**S, "startingTimestamp": "-1"}, "'startingTimestamp' = -1 is out of range"),
+    ({**S, "endingTimestamp": "now"}, "'endingTimestamp' = 'now' is not an integer"),
+    (
+        {**S, "startingTimestamp": "253402300800000"},
+        "'startingTimestamp' = 253402300800000 is out of range (allowed: 0 to 253402300799999)",
+    ),
+    (
+        {**S, "startingOffsetsByTimestamp": "1700000000000"},
+        "'startingOffsetsByTimestamp' = '1700000000000' must be a JSON object of a moment "
+        '(milliseconds since the epoch) per stream, such as {"orders-0": 1700000000000}',
+    ),
+    (
+        {**S, "startingOffsetsByTimestamp": '{"orders-0": 1}'},
+        "'startingOffsetsByTimestamp' gives no moment for stream(s) ['orders-1']; give one "
+        "for every stream",
+    ),
+    (
+        {**S, "endingOffsetsByTimestamp": '{"orders-0": 1, "orders-1": 1, "x": 1}'},
+        "'endingOffsetsByTimestamp' names ['x'], which are not among the streams read",
+    ),
+    (
+        {**S, "endingOffsetsByTimestamp": '{"orders-0": -1, "orders-1": 1}'},
+        "gives stream 'orders-0' the moment -1: it must be milliseconds since the epoch",
+    ),
+    (
+        {**S, "startingOffsetsByTimestamp": '{"orders-0": 1.5, "orders-1": 1}'},
+        "the moment 1.5",
+    ),
+    ({**S, "startingOffsetsByTimestamp": '{"orders-0": false, "orders-1": 1}'}, "moment False"),
+    (
+        {**S, "startingOffsetsByTimestampStrategy": "earliest"},
+        "'startingOffsetsByTimestampStrategy' = 'earliest' must be 'error' or 'latest'",
+    ),
     ({**S, "maxOffsetsPerTrigger": "0"}, "'maxOffsetsPerTrigger' = 0 is out of range"),
     ({**S, "failOnDataLoss": "yes"}, "'failOnDataLoss' = 'yes' must be true or false"),
     ({**S, "numPartitions": "0"}, "'numPartitions' = 0 is out of range (allowed: 1 to 256)"),
@@ -139,11 +205,40 @@ def test_a_super_streams_offsets_must_name_its_partitions() -> None:
         streamoptions.with_streams(settings, ("o-0",))
 
 
-def test_ending_offsets_are_for_batch_reads_only() -> None:
-    settings = streamoptions.parse_stream_options({**S, "endingOffsets": "latest"})
-    with pytest.raises(HutchOptionError, match="'endingOffsets' is for batch reads"):
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("endingOffsets", "latest"),
+        ("endingTimestamp", "1700000000000"),
+        ("endingOffsetsByTimestamp", '{"orders-0": 1, "orders-1": 2}'),
+    ],
+)
+def test_an_end_is_for_batch_reads_only(option: str, value: str) -> None:
+    settings = streamoptions.parse_stream_options({**S, option: value})
+    with pytest.raises(HutchOptionError, match=f"'{option}' is for batch reads"):
         streamoptions.check_streaming(settings)
     streamoptions.check_streaming(streamoptions.parse_stream_options(S))
+    streamoptions.check_batch(settings)
+
+
+def test_moments_per_stream() -> None:
+    streams = ("a", "b")
+    assert streamoptions.moments_of(7, streams) == {"a": 7, "b": 7}
+    assert streamoptions.moments_of({"b": 2, "a": 1}, streams) == {"a": 1, "b": 2}
+
+
+def test_a_super_streams_moments_must_name_its_partitions() -> None:
+    settings = streamoptions.parse_stream_options(
+        {"superStream": "o", "startingOffsetsByTimestamp": '{"o-0": 3, "o-1": 4}'}
+    )
+    assert streamoptions.with_streams(settings, ("o-0", "o-1")).starting_timestamp == {
+        "o-0": 3,
+        "o-1": 4,
+    }
+    with pytest.raises(HutchOptionError, match=r"no moment for stream\(s\) \['o-2'\]"):
+        streamoptions.with_streams(settings, ("o-0", "o-1", "o-2"))
+    one = streamoptions.parse_stream_options({"superStream": "o", "endingTimestamp": "3"})
+    assert streamoptions.with_streams(one, ("o-0", "o-9")).ending_timestamp == 3
 
 
 def test_max_offsets_per_trigger_is_for_streaming_only() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from hutch_spark import streambounds, streamoptions, streamsource, streamtimes
-from hutch_spark.errors import HutchDataLossError
+from hutch_spark.errors import HutchDataLossError, HutchOffsetError
 from hutch_spark.streamplan import Bounds
 from hutch_spark.streamsource import HutchStreamsReader, StreamSlice
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -149,18 +149,31 @@ def test_a_head_removed_before_batch_0s_replay_is_data_loss(
     assert "stream 'a': offsets from 0 are no longer held (it holds [30, 100))" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "moments"),
+    [
+        ("startingTimestamp", "1700000000000", {"a": 1_700_000_000_000, "b": 1_700_000_000_000}),
+        ("startingOffsetsByTimestamp", '{"b": 7, "a": 5}', {"a": 5, "b": 7}),
+    ],
+)
 def test_a_timestamp_is_resolved_when_batch_0_is_planned(
-    broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+    broker: FakeBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    option: str,
+    value: str,
+    moments: dict[str, int],
 ) -> None:
     asked: list[dict[str, Bounds]] = []
 
-    def offsets_at(_settings: Any, moment: int, bounds: dict[str, Bounds]) -> dict[str, int]:
-        assert moment == 1_700_000_000_000
+    def starts_at(
+        _settings: Any, given: dict[str, int], bounds: dict[str, Bounds]
+    ) -> dict[str, int]:
+        assert given == moments
         asked.append(dict(bounds))
         return {stream: held.next - 10 for stream, held in bounds.items()}
 
-    monkeypatch.setattr(streamtimes, "offsets_at", offsets_at)
-    source = reader(startingTimestamp="1700000000000")
+    monkeypatch.setattr(streamtimes, "starts_at", starts_at)
+    source = reader(**{option: value})
     initial = source.initialOffset()
     assert initial == {"a": -1, "b": -1}
     assert asked == []  # no consumer when Spark merely asks where the query starts
@@ -170,7 +183,7 @@ def test_a_timestamp_is_resolved_when_batch_0_is_planned(
     assert len(asked) == 1
     end1 = source.latestOffset(end0, ReadAllAvailable())
     assert ranges(source, end0, end1) == [("a", 90, 100), ("b", 30, 40)]
-    restarted = reader(startingTimestamp="1700000000000")
+    restarted = reader(**{option: value})
     assert ranges(restarted, restarted.initialOffset(), end0) == []
     assert len(asked) == 1  # the replay resolves nothing again
 
@@ -266,3 +279,119 @@ def test_available_now_is_never_answered_from_an_idle_look(
     assert end == {"a": 100, "b": 40}
     assert source.latestOffset(end, ReadAllAvailable()) == end  # its ends: no request
     assert broker.requests == 2
+
+
+class FakeSuperStream:
+    """The partitions the management API lists for a super stream, and how often it was asked."""
+
+    def __init__(self, *partitions: str) -> None:
+        self.partitions = list(partitions)
+        self.requests = 0
+
+    def list(self, settings: streamoptions.StreamOptions, **_: object) -> tuple[str, ...]:
+        assert settings.super_stream == "o"
+        self.requests += 1
+        return tuple(self.partitions)
+
+
+@pytest.fixture
+def super_stream(monkeypatch: pytest.MonkeyPatch) -> FakeSuperStream:
+    fake = FakeSuperStream("a", "b")
+    monkeypatch.setattr(streambounds, "partitions", fake.list)
+    return fake
+
+
+def super_reader(streams: tuple[str, ...], **options: str) -> HutchStreamsReader:
+    """A superStream reader as streamsource.resolved makes it: its partitions listed then."""
+    settings = streamoptions.parse_stream_options({"superStream": "o", **options})
+    return HutchStreamsReader(streamoptions.with_streams(settings, streams))
+
+
+def test_a_partition_added_to_a_running_super_stream_is_read_from_offset_0(
+    broker: FakeBroker, super_stream: FakeSuperStream, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = super_reader(("a", "b"), startingOffsets="latest")
+    start = source.initialOffset()
+    end0 = source.latestOffset(start, ReadAllAvailable())
+    assert end0 == {"a": 100, "b": 40}
+    assert super_stream.requests == 1  # each plan lists the partitions once
+    broker.held["c"] = Bounds(0, 7)  # bound since, with 7 messages
+    super_stream.partitions.append("c")
+    broker.publish("a", 3)
+    with caplog.at_level(logging.INFO, logger="hutch_spark.streamsource"):
+        end1 = source.latestOffset(end0, ReadAllAvailable())
+    assert end1 == {"a": 103, "b": 40, "c": 7}
+    assert "super stream 'o' has new partition(s) ['c']: read from offset 0" in caplog.text
+    assert ranges(source, end0, end1) == [("a", 100, 103), ("c", 0, 7)]
+    # A driver restarted on that checkpoint lists c among the partitions and replays the
+    # batch with the same ranges; the next plan starts c where the batch ended.
+    restarted = super_reader(("a", "b", "c"))
+    assert ranges(restarted, end0, end1) == [("a", 100, 103), ("c", 0, 7)]
+    broker.publish("c", 2)
+    assert restarted.latestOffset(end1, ReadAllAvailable()) == {"a": 103, "b": 40, "c": 9}
+
+
+def test_an_empty_partition_added_makes_no_batch_until_it_holds_messages(
+    broker: FakeBroker, super_stream: FakeSuperStream, clock: Clock
+) -> None:
+    source = super_reader(("a", "b"), startingOffsets="latest")
+    end0 = source.latestOffset(source.initialOffset(), ReadAllAvailable())
+    broker.held["c"] = Bounds(0, 0)
+    super_stream.partitions.append("c")
+    assert source.latestOffset(end0, ReadAllAvailable()) == end0  # nothing new: no batch
+    assert super_stream.requests == 2
+    broker.publish("c", 4)
+    clock.now += streamsource.IDLE_S  # the idle look is over: the next call asks
+    end1 = source.latestOffset(end0, ReadAllAvailable())
+    assert end1 == {"a": 100, "b": 40, "c": 4}
+    assert ranges(source, end0, end1) == [("c", 0, 4)]
+
+
+def test_a_partition_added_after_retention_removed_its_head_is_data_loss(
+    broker: FakeBroker, super_stream: FakeSuperStream, caplog: pytest.LogCaptureFixture
+) -> None:
+    end0 = {"a": 100, "b": 40}
+    broker.held["c"] = Bounds(5, 9)
+    super_stream.partitions.append("c")
+    with pytest.raises(HutchDataLossError, match=r"removed offsets \[0, 5\) of stream 'c'"):
+        super_reader(("a", "b")).latestOffset(end0, ReadAllAvailable())
+    with caplog.at_level(logging.WARNING, logger="hutch_spark.streamsource"):
+        lenient = super_reader(("a", "b"), failOnDataLoss="false")
+        end1 = lenient.latestOffset(end0, ReadAllAvailable())
+    assert end1 == {"a": 100, "b": 40, "c": 9}
+    assert "stream 'c': offsets from 0 are no longer held (it holds [5, 9))" in caplog.text
+
+
+def test_a_partition_no_longer_bound_fails_the_query(
+    broker: FakeBroker, super_stream: FakeSuperStream
+) -> None:
+    source = super_reader(("a", "b"), startingOffsets="latest")
+    end0 = source.latestOffset(source.initialOffset(), ReadAllAvailable())
+    super_stream.partitions.remove("b")
+    with pytest.raises(HutchOffsetError, match=r"partition\(s\) \['b'\] are no longer bound"):
+        source.latestOffset(end0, ReadAllAvailable())
+    # And a driver restarted without it finds the checkpoint's offsets of b.
+    with pytest.raises(HutchOffsetError, match=r"partition\(s\) \['b'\] are no longer bound"):
+        super_reader(("a",)).latestOffset(end0, ReadAllAvailable())
+
+
+def test_a_streams_query_is_not_listed_and_keeps_its_exact_streams(
+    broker: FakeBroker, super_stream: FakeSuperStream
+) -> None:
+    source = reader()
+    with pytest.raises(HutchOffsetError, match="this source reads streams"):
+        source.latestOffset({"a": 1}, ReadAllAvailable())
+    source.latestOffset({"a": 1, "b": 5}, ReadAllAvailable())
+    assert super_stream.requests == 0
+
+
+def test_available_now_reads_the_partitions_it_started_with(
+    broker: FakeBroker, super_stream: FakeSuperStream
+) -> None:
+    source = super_reader(("a", "b"), startingOffsets="earliest")
+    source.prepareForTriggerAvailableNow()
+    super_stream.partitions.append("c")
+    end0 = source.latestOffset(source.initialOffset(), ReadAllAvailable())
+    end1 = source.latestOffset(end0, ReadAllAvailable())
+    assert end1 == {"a": 100, "b": 40}
+    assert super_stream.requests == 0

@@ -296,6 +296,60 @@ def test_a_super_stream_is_read_through_its_partitions(spark: Any, streams: Stre
     ]
 
 
+def test_a_partition_added_to_a_running_super_stream_is_read_from_its_start(
+    spark: Any, streams: Streams, tmp_path: Path
+) -> None:
+    channel = streams.channel
+    channel.exchange_declare("parts", "direct", durable=True, arguments={"x-super-stream": True})
+
+    def partition(n: int) -> None:
+        name = streams.declare(f"parts-{n}")
+        args = {"x-stream-partition-order": n}
+        channel.queue_bind(name, "parts", routing_key=str(n), arguments=args)
+
+    def publish(n: int, count: int) -> None:
+        for _ in range(count):  # through the exchange, as a super-stream producer routes
+            offset = streams.counts[f"parts-{n}"]
+            properties = pika.BasicProperties(message_id=f"parts-{n}-{offset}")
+            channel.basic_publish("parts", str(n), b"{}", properties)
+            streams.counts[f"parts-{n}"] += 1
+
+    partition(0)
+    partition(1)
+    publish(0, 10)
+    publish(1, 10)
+    rows: list[tuple[str, int, str]] = []
+
+    def collect(frame: Any, _batch: int) -> None:
+        rows.extend(offsets_and_ids(frame))
+
+    frame = (
+        spark.readStream.format("hutch")
+        .option("uri", streams.url)
+        .option("managementUri", streams.management_url)
+        .option("superStream", "parts")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        frame.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        querywaits.wait_count("20 rows", lambda: len(rows), 20, query, "rows", active=True)
+        partition(2)  # bound while the query runs, already holding messages when it is seen
+        publish(2, 15)
+        publish(0, 5)
+        querywaits.wait_count("40 rows", lambda: len(rows), 40, query, "rows", active=True)
+    finally:
+        query.stop()
+    assert sorted(rows) == (
+        expected("parts-0", 0, 15) + expected("parts-1", 0, 10) + expected("parts-2", 0, 15)
+    )
+
+
 def test_batch_read_from_a_timestamp(spark: Any, streams: Streams) -> None:
     # AMQP timestamps are whole seconds: the second group starts in a later second than the
     # first group's last publish, and the moment given is inside that later second.
@@ -306,6 +360,67 @@ def test_batch_read_from_a_timestamp(spark: Any, streams: Streams) -> None:
     streams.publish(name, 15)
     frame = reader(spark, streams, name, startingTimestamp=str(moment_ms))
     assert offsets_and_ids(frame) == expected(name, 20, 35)
+
+
+def next_second() -> int:
+    """Sleeps to 0.1 s into the next whole second (AMQP timestamps are seconds) and returns
+    that moment in milliseconds since the epoch."""
+    time.sleep(1.1 - time.time() % 1)
+    return int(time.time() * 1000)
+
+
+def test_batch_read_between_moments_per_stream(spark: Any, streams: Streams) -> None:
+    # Kafka's startingOffsetsByTimestamp and endingTimestamp / endingOffsetsByTimestamp: each
+    # stream from its own moment, to the first offset at or after the end's (excluded), or to
+    # its end when nothing is that recent.
+    a, b = streams.declare("a"), streams.declare("b")
+    streams.publish(a, 10)
+    streams.publish(b, 10)
+    first = next_second()
+    streams.publish(a, 5)  # a: 10-14
+    streams.publish(b, 5)  # b: 10-14
+    second = next_second()
+    streams.publish(a, 5)  # a: 15-19
+    streams.publish(b, 5)  # b: 15-19
+    starts = {"a": first, "b": second}
+    frame = reader(
+        spark, streams, "a,b", startingOffsetsByTimestamp=starts, endingTimestamp=str(second)
+    )
+    assert offsets_and_ids(frame) == expected(a, 10, 15)  # b: [15, 15)
+    later = second + 60_000
+    frame = reader(
+        spark,
+        streams,
+        "a,b",
+        startingTimestamp=str(first),
+        endingOffsetsByTimestamp={"a": second, "b": later},
+    )
+    assert offsets_and_ids(frame) == expected(a, 10, 15) + expected(b, 10, 20)
+
+
+def test_a_start_with_nothing_after_its_moment_follows_the_strategy(
+    spark: Any, streams: Streams
+) -> None:
+    a, b = streams.declare("a"), streams.declare("b")
+    streams.publish(a, 3)
+    moment = next_second()
+    streams.publish(b, 4)
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - Spark wraps our errors
+        reader(spark, streams, "a,b", startingTimestamp=str(moment)).collect()
+    text = str(caught.value)
+    assert "HutchOffsetError" in text, text[:2000]
+    assert (
+        "no message was published at or after the starting moment in stream(s) 'a' "
+        f"(moment {moment}, " in text
+    ), text[:2000]
+    frame = reader(
+        spark,
+        streams,
+        "a,b",
+        startingTimestamp=str(moment),
+        startingOffsetsByTimestampStrategy="latest",
+    )
+    assert offsets_and_ids(frame) == expected(b, 0, 4)  # a starts at its end, 3
 
 
 def test_batch_read_errors_name_the_stream(spark: Any, streams: Streams, vhost: str) -> None:
