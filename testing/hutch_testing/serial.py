@@ -106,6 +106,10 @@ NOT_SERIAL: dict[str, str] = {
         "the clock is an allowance: at most one request per idle interval of the time measured"
     ),
     "tests/levels/test_measures.py": "pure: the markers' own tests, whose sources are strings",
+    "tests/spark/test_streamtimes.py": (
+        "the clock is an allowance: one wait of 1 s against the five a wait per stream takes,"
+        " with 2 s of room for the set-up"
+    ),
     "tests/operator/test_hutch_topology.py": _NODE_LEVEL,
     "tests/broker/amqp/test_paging.py": (
         "the peak RSS of a broker of its own, which samples its memory by the bytes it is sent"

@@ -64,7 +64,7 @@ def test_each_stream_from_its_own_moment_with_one_wait_for_all(
     hutch_broker: Any, channel: Any
 ) -> None:
     a, b = declare(channel, "a"), declare(channel, "b")
-    late = [declare(channel, f"late-{n}") for n in range(3)]
+    late = [declare(channel, f"late-{n}") for n in range(5)]
     empty = declare(channel, "empty")
     publish(channel, a, 5)
     publish(channel, b, 3)
@@ -82,9 +82,9 @@ def test_each_stream_from_its_own_moment_with_one_wait_for_all(
     found = streamtimes.first_offsets(settings(hutch_broker), moments, bounds)
     took = time.monotonic() - started
     assert found == {a: 5, b: 9, empty: None} | dict.fromkeys(late, None)
-    # Three streams with nothing after their moment, found in one wait: one per stream would
-    # take three.
-    assert WAIT_S <= took < 2 * WAIT_S, took
+    # Five streams with nothing after their moment, found in one wait: one per stream would
+    # take five (the 2 s above one wait are room for the set-up on a loaded machine).
+    assert WAIT_S <= took < 3 * WAIT_S, took
 
 
 def test_a_message_published_after_the_plan_is_not_one_it_held(
