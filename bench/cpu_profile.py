@@ -360,7 +360,6 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated worker counts, each scenario profiled with each (0: one process)",
     )
     args = parser.parse_args(argv)
-    worker_counts = args.vhost_workers
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         parser.error("py-spy is not installed: pip install py-spy")
@@ -380,11 +379,15 @@ def main(argv: list[str] | None = None) -> int:
             workers,
         )
         for n in numbers
-        for workers in worker_counts
+        for workers in args.vhost_workers
     ]
     document = {
         "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "arguments": {"duration": args.duration, "rate": args.rate, "vhost_workers": worker_counts},
+        "arguments": {
+            "duration": args.duration,
+            "rate": args.rate,
+            "vhost_workers": args.vhost_workers,
+        },
         "load_average": Path("/proc/loadavg").read_text().split()[:3],
         "results": results,
         "seconds": round(time.monotonic() - began, 1),

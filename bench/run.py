@@ -670,8 +670,7 @@ def prepare_perftest(
 def machine(perftest_lib: Path | BaseException | None) -> dict[str, Any]:
     return {
         "cpus": os.cpu_count(),
-        "cpu_model": machineinfo.this_cpu_model(),
-        "python_loop_ms": machineinfo.python_loop_ms(),
+        **machineinfo.facts(),
         "memory_bytes": _total_memory(),
         "python": platform.python_version(),
         "perftest": perftest.version(perftest_lib) if isinstance(perftest_lib, Path) else None,

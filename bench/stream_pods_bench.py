@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import machineinfo
 import nodesetup
 import rounds
 
@@ -536,6 +537,7 @@ def main() -> None:
     # stop the rounds and run the cleanups (operator uninstall, the plane's stop).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     load_before = rounds.load()
+    machine = machineinfo.facts()  # before the plane starts: the machine as the rounds find it
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     output = args.output or BENCH / "results" / f"stream-pods-{stamp}.json"
 
@@ -543,6 +545,7 @@ def main() -> None:
         found["summary"] = summary(found["runs"]) if found["runs"] else {}
         found["arguments"] = {k: str(v) for k, v in vars(args).items()}
         found["cpus"] = os.cpu_count()
+        found.update(machine)
         found["machine_load"] = rounds.busiest([{"load": load_before}, *found["runs"]])
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(found, indent=2))

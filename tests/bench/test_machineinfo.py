@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -37,3 +39,12 @@ def test_the_loop_figure_is_a_positive_time_that_grows_with_the_work() -> None:
     small = machineinfo.python_loop_ms(iterations=20_000, repeats=3)
     large = machineinfo.python_loop_ms(iterations=400_000, repeats=1)
     assert 0 < small < large
+
+
+@pytest.mark.broker  # it starts processes
+def test_the_parallel_figure_compares_processes_at_once_with_one_alone() -> None:
+    # One process "at once" is the loop alone again: about 1, whatever the machine (wide
+    # bounds: the test's neighbours move both timings).
+    assert 0.3 < machineinfo.parallel_slowdown(iterations=200_000, workers=1) < 3
+    assert machineinfo.parallel_slowdown(iterations=200_000, workers=2) > 0.3
+    assert set(machineinfo.facts()) == {"cpu_model", "python_loop_ms", "parallel_slowdown"}
