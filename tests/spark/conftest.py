@@ -100,6 +100,17 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture
+def channel(hutch_broker: Any) -> Iterator[Any]:
+    """A channel in confirm mode on the module's hutch-broker (its test's vhost), for tests that
+    declare and fill stream queues without Spark."""
+    connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    yield channel
+    connection.close()
+
+
 @pytest.fixture(params=["hutch", "rabbitmq"])
 def broker(request: pytest.FixtureRequest) -> Any:
     """hutch-broker or the reference RabbitMQ; both expose amqp_url and http_url."""

@@ -31,15 +31,6 @@ LOGGER = "hutch_spark.streamreads"
 pytestmark = pytest.mark.shared_broker
 
 
-@pytest.fixture
-def channel(hutch_broker: Any) -> Iterator[Any]:
-    connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
-    channel = connection.channel()
-    channel.confirm_delivery()
-    yield channel
-    connection.close()
-
-
 def stream(channel: Any, name: str, count: int, **arguments: Any) -> str:
     channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream", **arguments})
     for n in range(count):

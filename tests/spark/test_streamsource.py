@@ -103,14 +103,18 @@ def streams(hutch_broker: Any) -> Iterator[Streams]:
     helper.close()
 
 
-def reader(spark: Any, streams: Streams, names: str, *, batch: bool = True, **options: Any) -> Any:
+def reader(
+    spark: Any, streams: Streams, names: str | None, *, batch: bool = True, **options: Any
+) -> Any:
+    """A stream read of `names` (None: the options name a superStream instead)."""
     base = spark.read if batch else spark.readStream
     frame = (
         base.format("hutch")
         .option("uri", streams.url)
         .option("managementUri", streams.management_url)
-        .option("streams", names)
     )
+    if names is not None:
+        frame = frame.option("streams", names)
     for key, value in options.items():
         frame = frame.option(key, value if isinstance(value, str) else json.dumps(value))
     return frame.load()
@@ -280,15 +284,12 @@ def test_a_super_stream_is_read_through_its_partitions(spark: Any, streams: Stre
     for n in range(30):  # through the exchange, as a super-stream producer routes
         properties = pika.BasicProperties(message_id=f"i-{n}")
         channel.basic_publish("invoices", str(n % 3), b"{}", properties)
-    frame = (
-        spark.read.format("hutch")
-        .option("uri", streams.url)
-        .option("managementUri", streams.management_url)
-        .option("superStream", "invoices")
-        .option(
-            "startingOffsets", json.dumps({"invoices-0": 2, "invoices-1": -2, "invoices-2": -1})
-        )
-        .load()
+    frame = reader(
+        spark,
+        streams,
+        None,
+        superStream="invoices",
+        startingOffsets={"invoices-0": 2, "invoices-1": -2, "invoices-2": -1},
     )
     rows = offsets_and_ids(frame)
     assert rows == [("invoices-0", n // 3, f"i-{n}") for n in range(6, 30, 3)] + [
@@ -323,13 +324,8 @@ def test_a_partition_added_to_a_running_super_stream_is_read_from_its_start(
     def collect(frame: Any, _batch: int) -> None:
         rows.extend(offsets_and_ids(frame))
 
-    frame = (
-        spark.readStream.format("hutch")
-        .option("uri", streams.url)
-        .option("managementUri", streams.management_url)
-        .option("superStream", "parts")
-        .option("startingOffsets", "earliest")
-        .load()
+    frame = reader(
+        spark, streams, None, batch=False, superStream="parts", startingOffsets="earliest"
     )
     query = (
         frame.writeStream.foreachBatch(collect)

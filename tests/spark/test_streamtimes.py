@@ -9,10 +9,8 @@ bounds is not taken for one that was there.
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pika
 import pytest
 from hutch_spark import streamoptions, streamtimes
 from hutch_spark.errors import HutchOffsetError
@@ -21,15 +19,6 @@ from hutch_spark.streamplan import Bounds
 pytestmark = pytest.mark.shared_broker
 
 WAIT_S = 1.0  # the test's wait for a stream that has nothing at or after its moment
-
-
-@pytest.fixture
-def channel(hutch_broker: Any) -> Iterator[Any]:
-    connection = pika.BlockingConnection(pika.URLParameters(hutch_broker.amqp_url))
-    channel = connection.channel()
-    channel.confirm_delivery()
-    yield channel
-    connection.close()
 
 
 @pytest.fixture(autouse=True)
