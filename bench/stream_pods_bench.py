@@ -30,7 +30,12 @@ ratio measures the machine, not the source. A benchmark, not a test: nothing her
 
     python bench/stream_pods_bench.py [--messages 1000000] [--max-per-trigger 250000]
         [--body-size 200] [--streams 4] [--partitions 2] [--repeat 3] [--executor-cpu 0.4]
-        [--broker-cpu 1] [--node-cpu-shares 8192]
+        [--broker-cpu 1] [--node-cpu-shares 8192] [--warm-up 2000]
+
+`--warm-up` is the offsets per stream of the job's warm-up batch read (8,000 messages with the
+defaults). On a slow CPU (an AMD EPYC at 2 GHz, docs/bench/report.md) one executor at 0.4 CPU
+was still warming its JVM through the whole timed query (16 s to 8 s a batch), which flatters
+the ratio: a larger warm-up measures nearer the steady rate.
 
 The defaults make each task a slice of 31,250 messages: at 6,250 (200,000 messages, 50,000 a
 batch) the executors spent 2.7x the CPU per message on each task's start, which hides the
@@ -504,7 +509,7 @@ def submission(
         arguments=(
             "--streams", ",".join(streams), "--messages", str(args.messages),
             "--executors", str(executors), "--partitions", str(args.partitions),
-            "--max-per-trigger", str(args.max_per_trigger),
+            "--max-per-trigger", str(args.max_per_trigger), "--warm-up", str(args.warm_up),
             "--checkpoint", f"{mount}/checkpoints/{app}", "--output", f"{mount}/{app}.json",
         ),
     )  # fmt: skip
@@ -518,6 +523,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=2, help="slices per stream per batch")
     parser.add_argument("--max-per-trigger", type=int, default=250_000)
     parser.add_argument("--repeat", type=int, default=3, help="rounds of 1 and 2 executors")
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=None,
+        help="offsets per stream the job reads before its clock runs (a batch read); "
+        "default 2000, or what a stream holds if less",
+    )
     parser.add_argument("--executor-cpu", default="0.4", help="each executor's request = limit")
     parser.add_argument("--broker-cpu", default="1", help="the broker's request = limit")
     parser.add_argument("--node-cpu-shares", type=int, default=8192,
@@ -528,6 +540,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--node-cpu-shares must be 0 or 2-262144 (the kernel's range)")
     if args.messages < 1 or args.streams < 1 or args.repeat < 1 or args.partitions < 1:
         parser.error("--messages, --streams, --partitions and --repeat must be at least 1")
+    if args.warm_up is None:
+        args.warm_up = min(2_000, max(args.messages // args.streams, 1))
+    if not 1 <= args.warm_up <= args.messages // args.streams:
+        parser.error("--warm-up must be 1 to the messages a stream holds (--messages / --streams)")
     return args
 
 

@@ -132,11 +132,21 @@ def test_the_submission_sets_each_executors_cpu_share_and_the_jobs_arguments() -
     assert words[words.index("--streams") + 1] == "bench-stream-0,bench-stream-1,bench-stream-2"
     assert words[words.index("--executors") + 1] == "2"
     assert words[words.index("--messages") + 1] == "1000"
+    assert words[words.index("--warm-up") + 1] == "333"  # what a stream holds, under 2,000
+    assert bench.parse_args([]).warm_up == 2_000
 
 
-def test_bad_arguments_are_refused() -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--repeat", "0"],
+        ["--warm-up", "0"],
+        ["--messages", "1000", "--streams", "4", "--warm-up", "251"],
+    ],
+)
+def test_bad_arguments_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
-        bench.parse_args(["--repeat", "0"])
+        bench.parse_args(argv)
 
 
 def test_the_brokers_cpu_is_capped_and_its_request_leaves_room_for_two_executors(
