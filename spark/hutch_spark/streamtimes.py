@@ -52,10 +52,7 @@ def starts_at(
     missing = [stream for stream, offset in found.items() if offset is None]
     if missing and settings.timestamp_strategy == "error":
         raise HutchOffsetError(no_message_error(missing, moments, bounds))
-    return {
-        stream: bounds[stream].next if offset is None else offset
-        for stream, offset in found.items()
-    }
+    return _or_end(found, bounds)
 
 
 def ends_at(
@@ -63,7 +60,11 @@ def ends_at(
 ) -> dict[str, int]:
     """Where each stream's batch read ends for its moment: its first offset at or after it
     (excluded, as `endingOffsets` is), or its end when it has none (as Kafka's source)."""
-    found = first_offsets(settings, moments, bounds)
+    return _or_end(first_offsets(settings, moments, bounds), bounds)
+
+
+def _or_end(found: Mapping[str, int | None], bounds: Mapping[str, Bounds]) -> dict[str, int]:
+    """Each offset found, or its stream's end where none was."""
     return {
         stream: bounds[stream].next if offset is None else offset
         for stream, offset in found.items()
