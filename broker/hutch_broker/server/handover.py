@@ -8,7 +8,9 @@ descriptor travels as SCM_RIGHTS (``socket.send_fds`` / ``socket.recv_fds``), th
 The kernel does not join data carrying descriptors with the data before it in one read, so the
 worker pairs each whole frame with the next descriptor in arrival order. An empty frame, with
 no descriptor, is the listener's liveness question (server/liveness.py): the worker's loop
-answers it with one byte on the same socket, the only bytes that go the other way.
+answers it with one byte (``ANSWER``) on the same socket. The other way go only those answers
+(and a starting worker's beats, the same byte, server/startbeat.py) and, once, ``READY``: the
+worker's loop reads the socket now, and the listener writes nothing to it before.
 
 The listener's side is server/workerlink.py: a bounded queue per worker, written whenever the
 worker's socket is writable, so a worker that reads nothing holds up only its own vhosts. This
@@ -45,6 +47,7 @@ def frame(record: bytes) -> bytes:
 
 QUESTION = frame(b"")  # "are you there?": no record, no descriptor
 ANSWER = b"\x01"
+READY = b"\x02"  # once, when the worker's loop starts reading: frames may come now
 
 
 class Receiver:
@@ -124,6 +127,18 @@ class Receiver:
             refuse(client, f"the broker could not take over this connection: {exc}")
             return
         self._adopt(client, handshake)
+
+    def ready(self) -> None:
+        """Tell the listener this loop reads now (register ``readable`` first): until this
+        byte it holds the worker's connections (server/workerlink.py). Sent blocking: the
+        listener always reads its end, and a worker that cannot say it is never handed a
+        connection and, never answering a question, is restarted as stuck."""
+        with contextlib.suppress(OSError):
+            self._sock.setblocking(True)
+            try:
+                self._sock.sendall(READY)
+            finally:
+                self._sock.setblocking(False)
 
     def _answer(self) -> None:
         """One byte back from this loop: the listener counts it (a full socket means the

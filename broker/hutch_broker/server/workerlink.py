@@ -4,7 +4,8 @@ Why a queue and not a send: the listener's one loop accepts every vhost's connec
 must never wait for one worker. A connection that reached connection.open is put in its
 worker's queue (the listener keeps a duplicate of its descriptor, the asyncio transport lets
 its own go) and the queue is written to the worker's handover socket whenever that socket is
-writable (server/handover.py has the frame). A worker that reads nothing, or is down while the
+writable and the worker said it is ready (server/handover.py has the frame). A worker that
+reads nothing, or is down while the
 listener restarts it (server/supervisor.py), only lets its own queue grow; the other workers'
 connections go on at once. The queue is bounded (``max_waiting``): past it, ``submit`` raises
 ``QueueFullError`` and the listener refuses the connection (``vhost_down``); a connection that
@@ -14,6 +15,13 @@ Every descriptor the queue holds is closed on every path: after its frame's firs
 (the worker then holds its own copy), or with a refusal. A frame that went out in part when
 the worker died is lost with it; the frames behind it wait for the next worker, whose socket
 starts a fresh stream.
+
+Why wait for the worker's ``READY`` byte (sent once its loop reads the socket) before writing
+anything: a starting worker recovers its store first, as long as that takes, and one whose
+recovery hangs is killed as stuck (server/liveness.py). A connection written into its socket
+before then would die unread with it, and its client would see its stream end instead of
+RabbitMQ's answer for a vhost that is down. Held here, it goes to the next worker that is
+ready, or is refused with that answer after the handshake timeout.
 
 The link also carries the supervisor's liveness question (``ask``, server/liveness.py): an
 empty frame put at the head of the queue (behind a frame that went out in part, so frames stay
@@ -87,23 +95,28 @@ class WorkerLink:
         self._loop = loop
         self._queue: collections.deque[_Waiting] = collections.deque()
         self._sock: socket.socket | None = None
+        self._ready = False  # the attached worker said READY: its loop reads the socket
         self._writing = False
 
     @property
     def attached(self) -> bool:
         return self._sock is not None
 
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
     def waiting(self) -> int:
         """Connections in the queue (not the question)."""
         return len(self._queue) - self._asking
 
     def attach(self, sock: socket.socket) -> None:
-        """A (re)started worker's end of the handover pair: the queue drains into it."""
+        """A (re)started worker's end of the handover pair: the queue drains into it once the
+        worker says it is ready."""
         self.detach()
         sock.setblocking(False)
         self._sock = sock
-        self._loop.add_reader(sock.fileno(), self._read_answers)
-        self._flush()
+        self._loop.add_reader(sock.fileno(), self.read_answers)
 
     def detach(self) -> None:
         """The worker is gone: close its socket; a frame it got in part is lost with it."""
@@ -113,6 +126,7 @@ class WorkerLink:
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
         self._sock = None
+        self._ready = False
         if self._asking:  # the next worker is asked afresh
             self._asking = False
             self._queue = collections.deque(item for item in self._queue if not item.question)
@@ -129,12 +143,13 @@ class WorkerLink:
             raise QueueFullError(f"vhost worker {self.index} has {len(self._queue)} waiting")
         fd = os.dup(client_fd)
         self._queue.append(_Waiting(fd, handover.frame(record), now, vhost, user))
-        if self._sock is not None and not self._writing:
+        if self._ready and not self._writing:
             self._flush()
 
     def ask(self, now: float) -> bool:
         """Put the liveness question at the head of the queue, once; False when no worker is
-        attached to hear it."""
+        attached to hear it. A worker not ready yet hears it once it is (its start beats
+        answer meanwhile, server/startbeat.py)."""
         if self._sock is None:
             return False
         if not self._asking:
@@ -142,7 +157,7 @@ class WorkerLink:
             at = 1 if queue and queue[0].sent else 0
             queue.insert(at, _Waiting(-1, handover.QUESTION, now, "", "", question=True))
             self._asking = True
-            if not self._writing:
+            if self._ready and not self._writing:
                 self._flush()
         return True
 
@@ -201,7 +216,8 @@ class WorkerLink:
                     self.handed_over += 1
         self._want_write(False)
 
-    def _read_answers(self) -> None:
+    def read_answers(self) -> None:
+        """The loop's reader: count the worker's bytes; its ``READY`` starts the queue's flow."""
         sock = self._sock
         if sock is None:
             return
@@ -216,6 +232,12 @@ class WorkerLink:
                 self._loop.remove_reader(sock.fileno())
                 return
             self.answers += len(data)
+            if not self._ready and handover.READY in data:
+                self._ready = True
+                if not self._writing:
+                    self._flush()
+                if self._sock is not sock:  # the flush found the worker gone
+                    return
 
     def _want_write(self, wanted: bool) -> None:
         if wanted == self._writing or self._sock is None:

@@ -103,6 +103,7 @@ async def serve_worker(config: BrokerConfig, index: int, handover_fd: int) -> bo
 
     receiver = handover.Receiver(channel, adopt, listener_gone)
     loop.add_reader(receiver.fileno(), receiver.readable)
+    receiver.ready()  # the listener hands connections over from now on
     log.info("vhost worker %d ready (management port %s)", index, server.config.http_port)
     memory.settle_startup_heap()
     await server.wait_stopped()

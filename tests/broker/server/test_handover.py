@@ -82,12 +82,27 @@ def loop(fds_checked):
 def channel(loop):
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     link, worker = workerlink.WorkerLink(0, loop), Worker(theirs)
-    link.attach(ours)
+    attach_ready(link, ours, worker)
     yield link, worker
     link.close()
     worker.receiver.close()
     for client, _ in worker.adopted:
         client.close()
+
+
+def attach_ready(link: workerlink.WorkerLink, ours: socket.socket, worker: Worker) -> None:
+    """Attach a worker whose loop reads: it says READY and the link hears it."""
+    link.attach(ours)
+    worker.receiver.ready()
+    link.read_answers()
+    assert link.ready
+
+
+def ready_but_reading_nothing(link: workerlink.WorkerLink, theirs: socket.socket) -> None:
+    """A worker that said READY and then read nothing more."""
+    theirs.send(handover.READY)
+    link.read_answers()
+    assert link.ready
 
 
 def submit(link: workerlink.WorkerLink, fd: int, record: bytes, *, now: float = 0.0) -> None:
@@ -162,19 +177,54 @@ def test_a_record_that_does_not_decode_closes_the_client_with_a_reason(tcp_pair,
 def test_a_dead_workers_connections_wait_for_the_next_worker(tcp_pair, loop):
     client, accepted = tcp_pair
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    theirs.close()
     link = workerlink.WorkerLink(0, loop)
     link.attach(ours)
+    ready_but_reading_nothing(link, theirs)
+    theirs.close()  # then died: the next write finds it gone
     submit(link, accepted.fileno(), handshakes.encode(RECORD))
     assert (link.attached, link.waiting(), link.handed_over) == (False, 1, 0)  # detached
     accepted.close()  # the link holds its own descriptor: the client is still connected
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     worker = Worker(theirs)
-    link.attach(ours)  # the restarted worker
+    attach_ready(link, ours, worker)  # the restarted worker
     worker.receiver.readable()
     ((adopted, record),) = worker.adopted
     assert record == RECORD
     assert (link.waiting(), link.handed_over) == (0, 1)
+    adopted.sendall(b"open-ok")
+    assert client.recv(100) == b"open-ok"
+    adopted.close()
+    link.close()
+    worker.receiver.close()
+
+
+def test_a_starting_worker_is_handed_nothing_so_its_death_loses_no_connection(tcp_pair, loop):
+    """A worker whose store recovery hangs is killed before its loop ever reads: the
+    connections that came meanwhile were never written to it, so they go to the next worker
+    whole, and no client sees its stream end."""
+    client, accepted = tcp_pair
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    theirs.setblocking(False)
+    link = workerlink.WorkerLink(0, loop)
+    link.attach(ours)
+    theirs.send(handover.ANSWER)  # its start beats: alive, recovering
+    link.read_answers()
+    submit(link, accepted.fileno(), handshakes.encode(RECORD))
+    accepted.close()
+    assert (link.ready, link.waiting(), link.handed_over) == (False, 1, 0)
+    with pytest.raises(BlockingIOError):
+        theirs.recv(100)  # nothing written to it
+    theirs.close()  # killed as stuck
+    link.detach()  # as the supervisor does on its exit
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    worker = Worker(theirs)
+    link.attach(ours)
+    assert link.waiting() == 1  # still held: the new one is not ready either
+    worker.receiver.ready()
+    link.read_answers()
+    worker.receiver.readable()
+    ((adopted, record),) = worker.adopted
+    assert record == RECORD
     adopted.sendall(b"open-ok")
     assert client.recv(100) == b"open-ok"
     adopted.close()
@@ -194,6 +244,7 @@ def test_a_worker_that_reads_nothing_fills_its_queue_and_then_refuses(loop):
     ours, theirs = stuck_pair()
     link = workerlink.WorkerLink(0, loop, max_waiting=3)
     link.attach(ours)
+    ready_but_reading_nothing(link, theirs)
     clients: list[socket.socket] = []
     with pytest.raises(workerlink.QueueFullError):
         submit_until_refused(link, clients)
@@ -293,8 +344,11 @@ async def test_a_worker_that_reads_nothing_holds_up_only_its_own_vhosts():
     live_end, live_peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     links[0].attach(stuck_end)
     links[1].attach(live_end)
+    stuck_peer.send(handover.READY)  # worker 0 said it reads, then reads nothing
     live = Worker(live_peer)
     loop.add_reader(live_peer.fileno(), live.receiver.readable)
+    live.receiver.ready()
+    await until(lambda: links[0].ready and links[1].ready)
     listener = Listener({"server_properties": {}}, users, links)
     await listener.start("127.0.0.1", 0)
     clients: list[asyncio.StreamWriter] = []

@@ -181,17 +181,20 @@ def test_the_worker_answers_each_question_and_connections_pair_as_before(loop):
     record = handshakes.encode(RECORD)
     clients = [socket.socketpair() for _ in range(3)]
     try:
+        worker.receiver.ready()
+        turn_until(loop, lambda: link.ready)
+        assert link.answers == 1  # READY is a byte heard too
         link.submit(clients[0][0].fileno(), record, vhost="v", user="guest", now=0.0)
         assert link.ask(0.0) is True
         link.submit(clients[1][0].fileno(), record, vhost="v", user="guest", now=0.0)
         assert link.waiting() == 0  # all written: the socket had room
         worker.receiver.readable()
         assert len(worker.adopted) == 2
-        turn_until(loop, lambda: link.answers == 1)
+        turn_until(loop, lambda: link.answers == 2)
         assert link.ask(1.0) is True
         link.submit(clients[2][0].fileno(), record, vhost="v", user="guest", now=1.0)
         worker.receiver.readable()
-        turn_until(loop, lambda: link.answers == 2)
+        turn_until(loop, lambda: link.answers == 3)
         assert [handshake for _, handshake in worker.adopted] == [RECORD] * 3
         for (adopted, _), (_, peer) in zip(worker.adopted, clients, strict=True):
             adopted.send(b"x")  # each adopted socket is its client's, in order
@@ -213,6 +216,8 @@ def test_a_question_skips_ahead_of_waiting_connections_and_never_expires_or_coun
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     link = workerlink.WorkerLink(0, loop, max_waiting=100_000)
     link.attach(ours)
+    theirs.send(handover.READY)  # its loop said it reads, then read nothing
+    link.read_answers()
     record = handshakes.encode(RECORD)
     client, peer = socket.socketpair()
     try:
@@ -241,11 +246,38 @@ def test_a_question_skips_ahead_of_waiting_connections_and_never_expires_or_coun
 def test_an_answer_is_one_byte_and_a_question_carries_no_descriptor():
     assert handover.QUESTION == b"\x00\x00\x00\x00"
     assert handover.ANSWER == b"\x01"
+    assert handover.READY == b"\x02"  # not an answer's byte: the link tells them apart
+
+
+def test_a_worker_not_ready_is_asked_nothing_until_it_is(loop):
+    """A starting worker's loop reads nothing yet: the question waits in the link, its start
+    beats count meanwhile, and it goes out behind READY."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    theirs.setblocking(False)
+    link = workerlink.WorkerLink(0, loop)
+    link.attach(ours)
+    try:
+        assert link.ask(0.0) is True
+        with pytest.raises(BlockingIOError):
+            theirs.recv(4)
+        theirs.send(handover.ANSWER)  # a start beat
+        link.read_answers()
+        assert (link.answers, link.ready) == (1, False)
+        with pytest.raises(BlockingIOError):
+            theirs.recv(4)
+        theirs.send(handover.READY)
+        link.read_answers()
+        assert (link.answers, link.ready) == (2, True)
+        assert theirs.recv(4) == handover.QUESTION
+    finally:
+        link.close()
+        theirs.close()
 
 
 ANSWER_ONCE = """
 import socket, sys, time
 channel = socket.socket(fileno=int(sys.argv[1]))
+channel.send(b"\\2")  # ready
 assert channel.recv(4) == b"\\0\\0\\0\\0"
 channel.send(b"\\1")
 time.sleep(600)  # alive, and never answers again
@@ -268,7 +300,7 @@ def test_the_supervisor_kills_a_worker_that_stops_answering_and_restarts_it(capl
     link = watched.links[0]
     try:
         watched.tick(now)  # the first question
-        turn_until(loop, lambda: link.answers == 1)
+        turn_until(loop, lambda: link.answers == 2)  # READY and its answer
         while watched.pids()[0] == first:  # ticks four a second on the hand-driven clock
             now += 0.25
             watched.tick(now)
@@ -289,7 +321,7 @@ def test_the_supervisor_kills_a_worker_that_stops_answering_and_restarts_it(capl
         second = watched.pids()[0]
         assert second is not None and second != first
         watched.tick(now)  # the new worker is asked afresh and answers
-        turn_until(loop, lambda: link.answers == 2)
+        turn_until(loop, lambda: link.answers == 4)
     finally:
         _stop(watched, loop)
 

@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import datetime
 import os
+import re
 import signal
 import socket
 import time
@@ -311,7 +312,9 @@ def test_a_worker_whose_store_recovery_hangs_is_restarted_until_it_can_read_its_
     """The worker's definitions journal is swapped for a FIFO nobody writes while it is down:
     each start beats once and then blocks opening it, for good (as on a disk that stopped
     answering). Each is killed as stuck and started again, while a canary on the other worker
-    goes on; once the journal is back, the next start recovers every confirmed message."""
+    goes on and a client of the tenant keeps trying: it hears only RabbitMQ's answer for a
+    vhost that is down (never its stream's end: a hung start is handed no connection) until,
+    once the journal is back, the next start recovers every confirmed message and takes it."""
     broker = watched_broker
     victim = worker_for(TENANT, WORKERS)
     _tenant_with_kept_messages(broker, victim).close()
@@ -322,6 +325,8 @@ def test_a_worker_whose_store_recovery_hangs_is_restarted_until_it_can_read_its_
     journal.rename(kept)
     os.mkfifo(journal)
     os.kill(first, signal.SIGKILL)
+    tenant = concurrent.futures.ThreadPoolExecutor(1)
+    trying = tenant.submit(_connect_until_served, broker, TENANT, within_s=240)
 
     canary = clients.connect(broker)
     channel = canary.channel()
@@ -339,9 +344,12 @@ def test_a_worker_whose_store_recovery_hangs_is_restarted_until_it_can_read_its_
             if f"vhost worker {victim} (pid {pid}) is stuck: silent for " in logged
         ]  # fmt: skip
     assert served > 0
+    assert not trying.done()
     journal.unlink()
     kept.rename(journal)
-    after, refusals = _connect_until_served(broker, TENANT)
+    after, refusals = trying.result()
+    tenant.shutdown()
+    assert refusals  # it tried while the hung starts were up
     assert set(refusals) <= {
         f"access to vhost '{TENANT}' refused for user 'guest': vhost '{TENANT}' is down"
     }
@@ -425,10 +433,10 @@ def _declare_through(broker, vhost: str) -> str:
     return vhost
 
 
-def _connect_until_served(broker, vhost: str):
+def _connect_until_served(broker, vhost: str, *, within_s: float = 60):
     """A connection to ``vhost`` once its worker serves it, and the refusals heard before."""
     refusals = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + within_s
     while True:
         try:
             return clients.connect(broker, vhost=vhost), refusals
@@ -439,10 +447,15 @@ def _connect_until_served(broker, vhost: str):
 
 
 def _refusal_text(exc: Exception) -> str:
-    """The reply text of a connection.close pika reports, or the exception's words."""
+    """The reply text of a connection.close pika reports, or the exception's words. A close
+    that comes before connection.open-ok pika reports as ``ProbableAccessDeniedError`` holding
+    the close's repr, ``ConnectionClosedByBroker: (541) "<reply text>"``."""
     reply = getattr(exc, "reply_text", None)
     if reply is None and exc.args and isinstance(exc.args[-1], BaseException):
         reply = getattr(exc.args[-1], "reply_text", None)
+    if reply is None and isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
+        said = re.fullmatch(r'ConnectionClosedByBroker: \(\d+\) "(.*)"', str(exc.args[0]))
+        reply = said and said.group(1)
     return str(reply if reply is not None else exc).removeprefix("INTERNAL_ERROR - ")
 
 
