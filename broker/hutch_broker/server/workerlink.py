@@ -5,11 +5,11 @@ must never wait for one worker. A connection that reached connection.open is put
 worker's queue (the listener keeps a duplicate of its descriptor, the asyncio transport lets
 its own go) and the queue is written to the worker's handover socket whenever that socket is
 writable and the worker said it is ready (server/handover.py has the frame). A worker that
-reads nothing, or is down while the
-listener restarts it (server/supervisor.py), only lets its own queue grow; the other workers'
-connections go on at once. The queue is bounded (``max_waiting``): past it, ``submit`` raises
-``QueueFullError`` and the listener refuses the connection (``vhost_down``); a connection that
-waits longer than the listener's handshake timeout is refused the same way (``expire``).
+reads nothing, or is down while the listener restarts it (server/supervisor.py), only lets its
+own queue grow; the other workers' connections go on at once. The queue is bounded
+(``max_waiting``): past it, ``submit`` raises ``QueueFullError`` and the listener refuses the
+connection (``vhost_down``); a connection that waits longer than the listener's handshake
+timeout is refused the same way (``expire``).
 
 Every descriptor the queue holds is closed on every path: after its frame's first byte went
 (the worker then holds its own copy), or with a refusal. A frame that went out in part when
