@@ -1,0 +1,190 @@
+"""The broker's dispatch path in one process, no sockets: CPU per message of two hot paths.
+
+    PYTHONPATH=broker python bench/inprocess_bench.py [--rounds 3] [--messages 100000]
+
+Why: ``bench/run.py`` measures whole brokers over sockets beside RabbitMQ, where a change of a
+tenth of the broker's CPU hides in the load generator's and the kernel's share; and
+``protocol_bench`` covers the frame codec alone. This drives a real ``Session`` over a real
+``Broker`` (the dispatch, model and store layers, the protocol core) with bytes a client would
+send, and reads what it would write, so every Python layer a message crosses is counted and
+nothing else. Two paths, each in process CPU time per message (``time.process_time``):
+
+* ``one-flow``: scenario 1's path, 1 KiB transient messages published on channel 1 in reads of
+  200 (one 64 KiB-ish read each) to a queue whose consumer on channel 2 (prefetch 1000) takes
+  them at once, the output taken after each read and the read acked with one multiple ack;
+* ``stream``: a stream consumer reading a stream of 200 B messages from ``first`` with
+  prefetch 2000, as the Spark executors' reader does, an ack for all it has after each pass of
+  the loop's parked turns; the stream is filled and made durable before the clock runs.
+
+Its use: measuring a change to the hot path before and after, or another build of the same
+tree (``PYTHONPATH`` pointing at a tree whose modules were compiled, say); it prints which
+``hutch_broker`` it measured and which of its modules are extension modules. The paths are
+what the broker runs, but the loop's own costs (the turn's socket writes, epoll, the kernel)
+are not here: a figure is a floor of the broker's CPU per message over sockets, not that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import hutch_broker
+from hutch_broker.dispatch.context import Context
+from hutch_broker.dispatch.sessions import Session
+from hutch_broker.model.broker import Broker
+from hutch_broker.protocol import connection as proto_connection
+from hutch_broker.store.messages import MessageStore
+from pamqp import body, commands, frame, header
+
+FRAME_MAX = 131072
+READ = 200  # publishes per read of the one-flow path
+ONE_FLOW_BODY = b"x" * 1024
+STREAM_BODY = b"x" * 200
+STREAM_PREFETCH = 2000
+
+
+class Client:
+    """An open connection with channels 1 and 2 on a broker of its own."""
+
+    def __init__(self, data_dir: Path | None) -> None:
+        broker = Broker(message_logs=None if data_dir is None else MessageStore(data_dir))
+        broker.create_defaults()
+        self.context = Context(broker, clock=lambda: 1_000)
+        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
+        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
+        tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=FRAME_MAX, heartbeat=0)
+        self.session.handle_data(
+            b"AMQP\x00\x00\x09\x01"
+            + frame.marshal(commands.Connection.StartOk(response="\0guest\0guest"), 0)
+            + frame.marshal(tune_ok, 0)
+            + frame.marshal(commands.Connection.Open(virtual_host="/"), 0)
+        )
+        self.send(commands.Channel.Open(), 1)
+        self.send(commands.Channel.Open(), 2)
+        self.output()
+
+    def send(self, method: object, channel: int) -> None:
+        self.session.handle_data(frame.marshal(method, channel))
+
+    def output(self) -> int:
+        """What the connection would write now, in bytes (the turn's end releases confirms)."""
+        self.context.commits.release()
+        return sum(len(chunk) for chunk in self.proto.data_to_send())
+
+    def turns(self) -> None:
+        """The loop's turns until its parked work is done (a stream's reading goes on there)."""
+        turns = self.context.turns
+        while turns.parked:
+            turns.end_of_turn()
+
+
+def publishes(routing_key: str, payload: bytes, count: int, properties: object) -> bytes:
+    one = (
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key=routing_key), 1)
+        + frame.marshal(header.ContentHeader(0, len(payload), properties), 1)
+        + frame.marshal(body.ContentBody(payload), 1)
+    )
+    return one * count
+
+
+def one_flow(messages: int) -> float:
+    """µs of CPU per message published, delivered and acked."""
+    client = Client(None)
+    client.send(commands.Queue.Declare(queue="q"), 1)
+    client.send(commands.Basic.Qos(prefetch_count=1000), 2)
+    client.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
+    read = publishes("q", ONE_FLOW_BODY, READ, commands.Basic.Properties(delivery_mode=1))
+    client.session.handle_data(read)  # warm: first-use paths
+    client.output()
+    channel = client.session.channels[2]
+    client.send(commands.Basic.Ack(delivery_tag=channel.next_delivery_tag - 1, multiple=True), 2)
+    reads = max(1, messages // READ)
+    started = time.process_time()
+    for _ in range(reads):
+        client.session.handle_data(read)
+        client.output()
+        last = channel.next_delivery_tag - 1
+        client.send(commands.Basic.Ack(delivery_tag=last, multiple=True), 2)
+    spent = time.process_time() - started
+    if channel.unacked or channel.next_delivery_tag - 1 != (reads + 1) * READ:
+        raise RuntimeError("the one-flow path did not deliver and settle every message")
+    return spent / (reads * READ) * 1e6
+
+
+def stream(messages: int, data_dir: Path) -> float:
+    """µs of CPU per stream message delivered and acked (the fill is not timed)."""
+    client = Client(data_dir)
+    arguments = {"x-queue-type": "stream"}
+    client.send(commands.Queue.Declare(queue="s", durable=True, arguments=arguments), 1)
+    read = publishes("s", STREAM_BODY, 1000, commands.Basic.Properties(delivery_mode=2))
+    for _ in range(max(1, messages // 1000)):
+        client.session.handle_data(read)
+        client.output()
+    total = max(1, messages // 1000) * 1000
+    commits = client.context.commits  # the group commit: sync, then the stream may deliver
+    generation = commits.start(periodic=True)
+    if generation is None or client.context.broker.message_logs is None:
+        raise RuntimeError("the stream's store did not start a commit")
+    client.context.broker.message_logs.sync()
+    commits.finished(generation)
+    commits.release()
+    client.output()
+    channel = client.session.channels[2]
+    started = time.process_time()
+    client.send(commands.Basic.Qos(prefetch_count=STREAM_PREFETCH), 2)
+    offset = {"x-stream-offset": "first"}
+    client.send(commands.Basic.Consume(queue="s", consumer_tag="c", arguments=offset), 2)
+    acked = 0
+    while True:
+        client.turns()
+        client.output()
+        last = channel.next_delivery_tag - 1
+        if last >= total or last == acked:  # all, or a pass that delivered nothing
+            break
+        client.send(commands.Basic.Ack(delivery_tag=last, multiple=True), 2)
+        acked = last
+    spent = time.process_time() - started
+    if last != total:
+        raise RuntimeError(f"the stream delivered {last} of {total} messages")
+    return spent / total * 1e6
+
+
+def compiled_modules() -> list[str]:
+    """The ``hutch_broker`` modules loaded from extension modules, not from source."""
+    return sorted(
+        name
+        for name, module in sys.modules.items()
+        if name.startswith("hutch_broker.")
+        and str(getattr(module, "__file__", "") or "").endswith((".so", ".pyd"))
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=100_000)
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.messages < 1000:
+        parser.error("--rounds must be 1 or more and --messages 1000 or more")
+    figures: dict[str, list[float]] = {"one-flow": [], "stream": []}
+    for _ in range(args.rounds):
+        figures["one-flow"].append(one_flow(args.messages))
+        with tempfile.TemporaryDirectory(prefix="hutch-inprocess-") as scratch:
+            figures["stream"].append(stream(args.messages, Path(scratch) / "data"))
+    print(f"hutch_broker: {Path(hutch_broker.__file__).parent}")
+    compiled = compiled_modules()
+    print(f"extension modules: {len(compiled)}" + (f" ({', '.join(compiled)})" if compiled else ""))
+    for path, values in figures.items():
+        print(
+            f"{path:9} {statistics.median(values):6.2f} µs/message CPU "
+            f"({min(values):.2f}-{max(values):.2f}, {len(values)} rounds of {args.messages:,})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
