@@ -4,12 +4,21 @@
 # volume at /var/lib/hutch, the config at /etc/hutch and an emptyDir at /tmp).
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
+# A C compiler and zlib's headers for the broker's C extension (broker/setup.py, optional in a
+# pip install but built here: the stage fails if it cannot be). python:3.11-slim has Python's
+# headers; the node tier's stand-in base (a Debian python3, docs/real-node.md) needs python3-dev.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev zlib1g-dev \
+    && if [ ! -e "$(python3 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ]; \
+       then apt-get install -y --no-install-recommends python3-dev; fi \
+    && rm -rf /var/lib/apt/lists/*
 # Only the broker's distribution (broker/pyproject.toml) and hutch_cli's (cli/pyproject.toml:
 # hutchctl, and the load generator `kubectl hutch perf-test` runs as a Job in this image): no
 # operator or Spark code, and a change outside broker/ and cli/ neither reaches it nor rebuilds it.
 COPY broker/ broker/
 COPY cli/ cli/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ./broker ./cli
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ./broker ./cli \
+    && python3 -m zipfile -l /wheels/hutch_broker-*.whl | grep -q 'hutch_broker/store/_runs\.[^ ]*\.so '
 
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

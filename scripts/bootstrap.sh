@@ -21,10 +21,21 @@ VENV=.venv
 STAMP="$VENV/.hutch-stamp"
 BASE_LINK="$VENV/.hutch-base"
 want="$(cat pyproject.toml localkube/pyproject.toml demo/pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
+# The broker's C extension (broker/setup.py) is built in place by the editable install of the
+# root project: a change to its sources or declaration re-runs that install alone (seconds).
+NATIVE_STAMP="$VENV/.hutch-native-stamp"
+native_want="$(cat setup.py broker/setup.py broker/hutch_broker/store/*.c | sha256sum | cut -c1-16)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] \
   && { [[ ! -f "$BASE_LINK" ]] || [[ -f "$(cat "$BASE_LINK")/complete" ]]; }; then
+  if [[ "$(cat "$NATIVE_STAMP" 2>/dev/null)" != "$native_want" ]]; then
+    echo "==> bootstrap: rebuilding the broker's C extension"
+    PYTHON="$PY" bash scripts/install-build-deps.sh
+    "$VENV/bin/pip" install --quiet --no-deps -e .
+    echo "$native_want" > "$NATIVE_STAMP"
+  fi
   exit 0
 fi
+PYTHON="$PY" bash scripts/install-build-deps.sh
 CACHE="${HUTCH_CACHE:-$HOME/.cache/hutch}/venv"
 BASE="$CACHE/$want"
 pyver="$($PY -c 'import sys; print("python%d.%d" % sys.version_info[:2])')"
@@ -92,4 +103,5 @@ done
 # of the wheel and images.
 "$VENV/bin/pip" install --quiet --no-deps -e . -e localkube -e demo -e testing
 echo "$want" > "$STAMP"
+echo "$native_want" > "$NATIVE_STAMP"
 echo "==> bootstrap: done ($("$VENV/bin/python" --version))"

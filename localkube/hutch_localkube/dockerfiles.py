@@ -33,6 +33,15 @@ DEFAULT_ENV = {
 }
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 SKIP_NAMES = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+# Build leftovers by suffix: setuptools' metadata, and the C extension the development install
+# builds in place (broker/hutch_broker/store/_runs.*.so, for the host's Python): an image
+# builds its own.
+SKIP_SUFFIXES = (".egg-info", ".so")
+
+
+def skipped(name: str) -> bool:
+    """True for a file or directory name no COPY takes (the repository's .dockerignore)."""
+    return name in SKIP_NAMES or name.endswith(SKIP_SUFFIXES)
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,7 @@ def _cp(src: str, dst: str) -> None:
 
 def _ignored(_directory: str, names: list[str]) -> set[str]:
     """Mirrors the repository's .dockerignore: caches and build leftovers stay out."""
-    return {n for n in names if n in SKIP_NAMES or n.endswith(".egg-info")}
+    return {n for n in names if skipped(n)}
 
 
 def do_copy(

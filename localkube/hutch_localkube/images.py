@@ -236,7 +236,7 @@ def _tree_digest(path: Path) -> str:
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     for file in files:
         rel = file.relative_to(path.parent)
-        if any(part in dockerfiles.SKIP_NAMES or part.endswith(".egg-info") for part in rel.parts):
+        if any(dockerfiles.skipped(part) for part in rel.parts):
             continue
         h.update(str(rel).encode() + b"\0" + file.read_bytes())
     return h.hexdigest()

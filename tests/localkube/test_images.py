@@ -106,7 +106,8 @@ def test_dockerignore_and_the_interpreter_skip_the_same_names():
     ignored = (REPO / ".dockerignore").read_text()
     for name in dockerfiles.SKIP_NAMES:
         assert f"**/{name}" in ignored
-    assert "**/*.egg-info" in ignored
+    for suffix in dockerfiles.SKIP_SUFFIXES:
+        assert f"**/*{suffix}" in ignored
 
 
 @pytest.mark.broker  # starts processes (hutch_testing.levels)

@@ -37,7 +37,7 @@ from hutch_broker.protocol import errors, handshakes, identity
 from hutch_broker.server import tlsreload
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
-from hutch_broker.store import DefinitionsStore, MessageStore, QueueStore, StoreError
+from hutch_broker.store import DefinitionsStore, MessageStore, QueueStore, StoreError, records
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -419,6 +419,12 @@ class BrokerServer:
             )
             self._servers.append(server)
             log.info("%s listener on %s:%d", label, self.config.bind, port)
+        log.info(
+            "stream reads decode records in %s",
+            "C (hutch_broker.store._runs)"
+            if records.NATIVE_RUNS
+            else "Python: the C extension is not built, or HUTCH_BROKER_PURE_PYTHON is set",
+        )
         await self._start_http()
         self.loop.create_task(self._timers())
         self.loop.create_task(self._expiry_timer())
@@ -458,6 +464,7 @@ class BrokerServer:
             started_at_ms=int(self.started_at * 1000),
             data_dir=str(config.data_dir),
             disk_free_limit=config.disk_free_limit,
+            native=("hutch_broker.store._runs",) if records.NATIVE_RUNS else (),
         )
         app = make_app(
             self.context,

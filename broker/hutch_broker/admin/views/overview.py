@@ -88,6 +88,9 @@ class NodeInfo:
     disk_free_limit: int = 50_000_000
     os_pid: int = field(default_factory=os.getpid)
     processors: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # The C extensions this process runs (docs/broker.md "Native code"): each is one of
+    # /api/nodes' "applications", so a user can see the fallback to the Python twin.
+    native: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +263,11 @@ def node(name: str, info: NodeInfo, sample: NodeSample) -> dict[str, Any]:
         "exchange_types": _named(EXCHANGE_TYPES),
         "auth_mechanisms": _named(AUTH_MECHANISMS),
         "applications": [
-            {"name": "hutch_broker", "description": "Hutch broker", "version": __version__}
+            {"name": "hutch_broker", "description": "Hutch broker", "version": __version__},
+            *(
+                {"name": name, "description": "Hutch broker, C extension", "version": __version__}
+                for name in info.native
+            ),
         ],
         "contexts": contexts(name, info),
         "log_files": ["<stdout>"],

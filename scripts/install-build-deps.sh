@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# What building the broker's C extension takes (broker/setup.py, hutch_broker.store._runs): a C
+# compiler, zlib's headers and Python's. scripts/bootstrap.sh calls this before the editable
+# install that builds it; a second run is a no-op.
+#
+# The extension is optional to pip (an install without a compiler still succeeds, and the broker
+# runs the Python twin of its loop), so without root this only warns; the tests then fail in
+# tests/broker/store/test_runs_native.py, saying why. Python's headers come with pyenv's and
+# python.org's builds; Debian's python3 needs python3-dev.
+set -euo pipefail
+PY=${PYTHON:-python3}
+
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+[[ -e /usr/include/zlib.h ]] || missing+=(zlib1g-dev)
+include="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("include"))')"
+[[ -e "$include/Python.h" ]] || missing+=(python3-dev)
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-build-deps: not installing ${missing[*]} (needs root): the broker's C extension" \
+        "will not build and the broker runs its Python twin; as root: bash scripts/install-build-deps.sh" >&2
+    exit 0
+fi
+start=$SECONDS
+echo "install-build-deps: apt-get install ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+echo "install-build-deps: phase=apt seconds=$((SECONDS - start))" >&2
