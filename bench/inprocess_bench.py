@@ -33,53 +33,20 @@ import time
 from pathlib import Path
 
 import hutch_broker
-from hutch_broker.dispatch.context import Context
-from hutch_broker.dispatch.sessions import Session
-from hutch_broker.model.broker import Broker
-from hutch_broker.protocol import connection as proto_connection
-from hutch_broker.store.messages import MessageStore
+from hutch_testing.storesession import StoreSession
 from pamqp import body, commands, frame, header
 
-FRAME_MAX = 131072
 READ = 200  # publishes per read of the one-flow path
 ONE_FLOW_BODY = b"x" * 1024
 STREAM_BODY = b"x" * 200
 STREAM_PREFETCH = 2000
 
 
-class Client:
-    """An open connection with channels 1 and 2 on a broker of its own."""
-
-    def __init__(self, data_dir: Path | None) -> None:
-        broker = Broker(message_logs=None if data_dir is None else MessageStore(data_dir))
-        broker.create_defaults()
-        self.context = Context(broker, clock=lambda: 1_000)
-        self.proto = proto_connection.Connection(server_properties={"product": "Hutch"})
-        self.session = Session(self.context, self.proto, peer_host="127.0.0.1")
-        tune_ok = commands.Connection.TuneOk(channel_max=16, frame_max=FRAME_MAX, heartbeat=0)
-        self.session.handle_data(
-            b"AMQP\x00\x00\x09\x01"
-            + frame.marshal(commands.Connection.StartOk(response="\0guest\0guest"), 0)
-            + frame.marshal(tune_ok, 0)
-            + frame.marshal(commands.Connection.Open(virtual_host="/"), 0)
-        )
-        self.send(commands.Channel.Open(), 1)
-        self.send(commands.Channel.Open(), 2)
-        self.output()
-
-    def send(self, method: object, channel: int) -> None:
-        self.session.handle_data(frame.marshal(method, channel))
-
-    def output(self) -> int:
-        """What the connection would write now, in bytes (the turn's end releases confirms)."""
-        self.context.commits.release()
-        return sum(len(chunk) for chunk in self.proto.data_to_send())
-
-    def turns(self) -> None:
-        """The loop's turns until its parked work is done (a stream's reading goes on there)."""
-        turns = self.context.turns
-        while turns.parked:
-            turns.end_of_turn()
+def opened(data_dir: Path | None) -> StoreSession:
+    """An open connection with channels 1 and 2 on a broker of its own, its output taken."""
+    client = StoreSession(data_dir)
+    client.output()
+    return client
 
 
 def publishes(routing_key: str, payload: bytes, count: int, properties: object) -> bytes:
@@ -93,7 +60,7 @@ def publishes(routing_key: str, payload: bytes, count: int, properties: object) 
 
 def one_flow(messages: int) -> float:
     """µs of CPU per message published, delivered and acked."""
-    client = Client(None)
+    client = opened(None)
     client.send(commands.Queue.Declare(queue="q"), 1)
     client.send(commands.Basic.Qos(prefetch_count=1000), 2)
     client.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
@@ -117,7 +84,7 @@ def one_flow(messages: int) -> float:
 
 def stream(messages: int, data_dir: Path) -> float:
     """µs of CPU per stream message delivered and acked (the fill is not timed)."""
-    client = Client(data_dir)
+    client = opened(data_dir)
     arguments = {"x-queue-type": "stream"}
     client.send(commands.Queue.Declare(queue="s", durable=True, arguments=arguments), 1)
     read = publishes("s", STREAM_BODY, 1000, commands.Basic.Properties(delivery_mode=2))

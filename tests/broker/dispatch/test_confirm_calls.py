@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 from hutch_testing import inmemory
+from hutch_testing.storesession import StoreSession
 from pamqp import body, commands, frame, header
 
-from tests.broker.dispatch.storesession import StoreSession
 from tests.broker.dispatch.test_publish_calls import Counted
 
 MESSAGES = 200

@@ -29,9 +29,8 @@ from typing import Any
 
 import pytest
 from hutch_testing import inmemory
+from hutch_testing.storesession import StoreSession
 from pamqp import body, commands, frame, header
-
-from tests.broker.dispatch.storesession import StoreSession
 
 MESSAGES = 200
 PAYLOAD = b"x" * 1024

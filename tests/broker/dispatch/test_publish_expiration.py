@@ -16,9 +16,8 @@ import pytest
 from hutch_broker.model.messages import Message
 from hutch_broker.protocol import properties
 from hutch_testing import inmemory
+from hutch_testing.storesession import StoreSession
 from pamqp import body, commands, frame, header
-
-from tests.broker.dispatch.storesession import StoreSession
 
 NOW = 1_000  # the session's clock
 

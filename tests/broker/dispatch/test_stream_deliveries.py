@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 from hutch_testing import inmemory
+from hutch_testing.storesession import StoreSession
 from pamqp import body, commands, encode, frame, header
 
-from tests.broker.dispatch.storesession import StoreSession
 from tests.broker.dispatch.test_publish_calls import Counted
 
 FRAME_MAX = 131072  # inmemory.handshake_frames' tune-ok

@@ -1,9 +1,11 @@
 """One in-memory AMQP connection over a broker, with a real message store or none, for the
-dispatch tests that count the Python work of a path: through the store (a confirmed persistent
-publish, a stream's deliveries) or in memory only (a transient publish, its delivery and ack).
+dispatch tests that count the Python work of a path (through the store: a confirmed persistent
+publish, a stream's deliveries; or in memory only: a transient publish, its delivery and ack)
+and for bench/inprocess_bench.py, which times the same paths.
 
-Why a module of its own: those tests drive the same session (the handshake, channels 1 and 2
-open, frames in, frames out) and differ only in what they declare and send after it.
+Why a module of its own: those tests and the benchmark drive the same session (the handshake,
+channels 1 and 2 open, frames in, frames out, the loop's parked turns) and differ only in what
+they declare and send after it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from hutch_broker.dispatch.sessions import Session
 from hutch_broker.model.broker import Broker
 from hutch_broker.protocol import connection as proto_connection
 from hutch_broker.store.messages import MessageStore
+from pamqp import base, commands, frame
+
 from hutch_testing import inmemory
-from pamqp import commands, frame
 
 
 class StoreSession:
@@ -34,5 +37,16 @@ class StoreSession:
         self.send(commands.Channel.Open())
         self.send(commands.Channel.Open(), 2)
 
-    def send(self, method: object, channel: int = 1) -> None:
+    def send(self, method: base.Frame, channel: int = 1) -> None:
         self.session.handle_data(frame.marshal(method, channel))
+
+    def output(self) -> int:
+        """What the connection would write now, in bytes (the turn's end releases confirms)."""
+        self.context.commits.release()
+        return sum(len(chunk) for chunk in self.proto.data_to_send())
+
+    def turns(self) -> None:
+        """The loop's turns until its parked work is done (a stream's reading goes on there)."""
+        turns = self.context.turns
+        while turns.parked:
+            turns.end_of_turn()
