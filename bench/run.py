@@ -66,6 +66,7 @@ import report
 import rounds
 import scenarios
 from hutch_broker.server import listener  # the vhost -> worker rule, for --vhost-workers
+from hutch_broker.store import records
 
 REPO = Path(__file__).resolve().parents[1]
 try:
@@ -675,6 +676,8 @@ def machine(perftest_lib: Path | BaseException | None) -> dict[str, Any]:
         "python": platform.python_version(),
         "perftest": perftest.version(perftest_lib) if isinstance(perftest_lib, Path) else None,
         "git_commit": _git_commit(REPO),
+        # the broker's C loop or its Python twin (docs/broker.md "Native code")
+        "broker_decode_run": "C" if records.NATIVE_RUNS else "Python",
     }
 
 

@@ -59,6 +59,7 @@ import kafka
 import pika
 import pyspark
 import rounds
+from hutch_broker.store import records
 from hutch_spark import checkpoints, streamoptions, streamreads
 from hutch_spark.streamplan import Slice
 from pyspark.sql import SparkSession
@@ -455,6 +456,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "spark_sql_kafka": connector if lib else None,
         "kafka": kafka.KAFKA_VERSION if lib else None,
         "cpus": os.cpu_count(),
+        # which loop decodes the stream's records in the broker it starts (docs/broker.md
+        # "Native code"): C, or its Python twin under HUTCH_BROKER_PURE_PYTHON
+        "broker_decode_run": "C" if records.NATIVE_RUNS else "Python",
     }
     samples: dict[str, list[dict[str, Any]]] = {system: [] for system in args.systems}
 

@@ -1,9 +1,10 @@
 /* hutch_broker.store._runs: records.decode_run's loop in C, its results and refusals the same.
  *
- * Why C, and why only this loop: a stream delivery spent about 4.9 us of its ~20 us of broker
- * CPU in records.decode_run (unpacking each record's header and fields, one CRC call per record
- * with its seed, five slices and a tuple), all of it interpreter work around a few bytes. The
- * same loop here costs under 1 us a record (docs/bench/profile.md). The rest of the broker stays
+ * Why C, and why only this loop: a stream delivery spent about 4.9 us of its ~18 us of broker
+ * CPU (in process) in records.decode_run (unpacking each record's header and fields, one CRC
+ * call per record with its seed, five slices and a tuple), all of it interpreter work around a
+ * few bytes. The same loop here costs under 1 us a record, and the whole broker spends a fifth
+ * less CPU per stream delivery (docs/bench/profile.md). The rest of the broker stays
  * Python; records.decode_run_python is this loop's twin, used when the extension is not built
  * (or HUTCH_BROKER_PURE_PYTHON is set), and tests/broker/store/test_runs_native.py holds the two
  * equal on real, damaged and cut runs.
@@ -142,7 +143,9 @@ static PyObject *decode_run(PyObject *module, PyObject *const *args, Py_ssize_t 
         Py_ssize_t length = PyLong_AsSsize_t(length_obj);
         if (length == -1 && PyErr_Occurred()) {
             Py_DECREF(length_obj);
-            goto fail;
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) goto fail;
+            PyErr_Clear(); /* no record is that long: a length that disagrees, as below */
+            break;
         }
         /* size - at >= 0 always holds: at only grows by whole records that ended in the chunk. */
         if (size - at < HEADER_SIZE) {

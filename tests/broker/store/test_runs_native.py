@@ -157,7 +157,7 @@ def test_index_lengths_that_disagree_with_the_records_end_the_run(decode_native)
     """The lengths come from the store's index: one that is not the record's framed length
     (too short, too long, zero, negative, huge) ends the run there, never a read elsewhere."""
     chunk, lengths = a_run(MESSAGES)
-    for wrong in (lengths[1] - 1, lengths[1] + 1, 0, -lengths[0], 1 << 62):
+    for wrong in (lengths[1] - 1, lengths[1] + 1, 0, -lengths[0], 1 << 62, 1 << 70, -(1 << 70)):
         changed = [*lengths[:1], wrong, *lengths[2:]]
         python, c = both(decode_native, chunk, changed)
         assert c == python, wrong
