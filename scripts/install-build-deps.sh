@@ -23,9 +23,4 @@ if [ "$(id -u)" -ne 0 ]; then
         "will not build and the broker runs its Python twin; as root: bash scripts/install-build-deps.sh" >&2
     exit 0
 fi
-start=$SECONDS
-echo "install-build-deps: apt-get install ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-echo "install-build-deps: phase=apt seconds=$((SECONDS - start))" >&2
+exec bash "$(dirname "$0")/apt-install.sh" install-build-deps "${missing[@]}"

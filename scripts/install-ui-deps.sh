@@ -33,9 +33,4 @@ if [ "$(id -u)" -ne 0 ]; then
         "as root: bash scripts/install-ui-deps.sh" >&2
     exit 0
 fi
-start=$SECONDS
-echo "install-ui-deps: apt-get install ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-echo "install-ui-deps: phase=apt seconds=$((SECONDS - start))" >&2
+exec bash "$(dirname "$0")/apt-install.sh" install-ui-deps "${missing[@]}"
