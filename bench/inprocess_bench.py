@@ -92,13 +92,7 @@ def stream(messages: int, data_dir: Path) -> float:
         client.session.handle_data(read)
         client.output()
     total = max(1, messages // 1000) * 1000
-    commits = client.context.commits  # the group commit: sync, then the stream may deliver
-    generation = commits.start(periodic=True)
-    if generation is None or client.context.broker.message_logs is None:
-        raise RuntimeError("the stream's store did not start a commit")
-    client.context.broker.message_logs.sync()
-    commits.finished(generation)
-    commits.release()
+    client.make_durable()  # the group commit: sync, then the stream may deliver
     client.output()
     channel = client.session.channels[2]
     started = time.process_time()

@@ -45,6 +45,16 @@ class StoreSession:
         self.context.commits.release()
         return sum(len(chunk) for chunk in self.proto.data_to_send())
 
+    def make_durable(self) -> None:
+        """The server's group commit: sync the log, then let the stream see its records."""
+        commits = self.context.commits
+        generation = commits.start(periodic=True)
+        if generation is None or self.store is None:
+            raise RuntimeError("no group commit to run: a sync is running, or there is no store")
+        self.store.sync()
+        commits.finished(generation)
+        commits.release()
+
     def turns(self) -> None:
         """The loop's turns until its parked work is done (a stream's reading goes on there)."""
         turns = self.context.turns

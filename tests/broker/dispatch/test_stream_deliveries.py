@@ -54,26 +54,11 @@ class Client(StoreSession):
             data += frame.marshal(body.ContentBody(payload[start : start + FRAME_MAX - 8]), 1)
         self.session.handle_data(data)
 
-    def make_durable(self) -> None:
-        """The server's group commit: sync the log, then let the stream see its records."""
-        commits = self.context.commits
-        generation = commits.start(periodic=True)
-        assert generation is not None
-        self.store.sync()
-        commits.finished(generation)
-        commits.release()
-
     def consume(self, prefetch: int) -> None:
         self.send(commands.Basic.Qos(prefetch_count=prefetch), 2)
         self.proto.data_to_send()
         arguments = {"x-stream-offset": "first"}
         self.send(commands.Basic.Consume(queue="s", consumer_tag="c", arguments=arguments), 2)
-
-    def turns(self) -> None:
-        """Loop turns until the stream's parked reading is done (the server's end of turn)."""
-        turns = self.context.turns
-        while turns.parked:
-            turns.end_of_turn()
 
     def output(self) -> bytes:
         return b"".join(self.proto.data_to_send())
