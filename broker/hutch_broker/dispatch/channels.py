@@ -20,6 +20,8 @@ redelivery: the encoded frame has its own copy, and a return reads it back from 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from itertools import groupby, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Protocol
 
@@ -31,6 +33,7 @@ from hutch_broker.model.messages import Entry
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors
+from hutch_broker.protocol.connection import DeliverRecord
 
 
 class ChannelOwner(Member, Protocol):
@@ -84,7 +87,10 @@ DROP_STORED_BODY_FROM = 4096
 DELIVERY_OVERHEAD = 1024
 # An unacked delivery's (queue, entry, consumer) -> its entry -> the body it holds (empty once
 # dropped for the store's copy): C getters, so summing a multiple ack's bodies runs no Python.
+# A consumer whose prefetch is unlimited (and a channel without a global one): ``credit``.
+UNBOUNDED_CREDIT = 1 << 30
 _entry_of = itemgetter(1)
+_queue_and_consumer = itemgetter(0, 2)
 _body_of = attrgetter("message.body")
 
 
@@ -154,6 +160,63 @@ class Channel:
             stats.redelivers += 1
         if not session.dirty:  # once per turn; the deliveries after it need no call
             session.context.mark_dirty(session)
+
+    def credit(self, consumer: Consumer) -> int:
+        """How many deliveries ``consumer`` may take now: ``has_capacity`` as a count (its
+        prefetch room and the channel's, 0 when the channel or the connection can take none).
+        For a stream's runs (``deliver_run``), whose consumers always ack."""
+        session = self.session
+        if not self.flow_active or not session.writable:
+            return 0
+        if session.held_bytes >= session.held_budget:
+            return 0
+        room = consumer.prefetch - consumer.unacked if consumer.prefetch else UNBOUNDED_CREDIT
+        if self.prefetch_count:
+            room = min(room, self.prefetch_count - len(self.unacked))
+        return room if room > 0 else 0
+
+    def deliver_run(
+        self,
+        consumer: Consumer,
+        queue: Queue,
+        run: Sequence[DeliverRecord],
+        count: int,
+        entries: Iterable[Entry],
+    ) -> int:
+        """A stream's next ``count`` records (``run``'s first) to ``consumer``, within its
+        ``credit``; returns how many went, fewer when the connection's output slice filled.
+
+        ``deliver`` for a run of records: one protocol call encodes them all
+        (``send_deliver_run``) and the channel's bookkeeping is added once. ``entries`` are
+        what the acks hand back to the queue, one per record in order (the stream's body-less
+        entries: it reads nothing back, so no body is held for redelivery and ``held_bytes``
+        does not grow). The queue counts its own side (its consumer's and its unacked)."""
+        session = self.session
+        tag = self.next_delivery_tag
+        pending = session.output_pending
+        sent, body_bytes = session.proto.send_deliver_run(
+            self.number,
+            consumer.tag,
+            tag,
+            run,
+            count,
+            session.output_slice - pending,
+            DELIVERY_OVERHEAD,
+        )
+        self.next_delivery_tag = tag + sent
+        pending += body_bytes + sent * DELIVERY_OVERHEAD
+        session.output_pending = pending
+        if pending >= session.output_slice:
+            session.writable = False  # until the end of the turn writes it (server/amqp.py)
+        # ``entries`` may hold more than went: zip stops at the tags, taking no more of them
+        deliveries = zip(repeat(queue), entries, repeat(consumer))
+        self.unacked.update(zip(range(tag, tag + sent), deliveries, strict=False))
+        stats = session.context.stats
+        stats.delivers += sent
+        stats.deliveries["deliver"] += sent
+        if not session.dirty:
+            session.context.mark_dirty(session)
+        return sent
 
     def cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: tell the client if it understands (consumer_cancel_notify)."""
@@ -247,17 +310,17 @@ class Channel:
         return taken, over and session.held_bytes < session.held_budget
 
     def settle(self, tag: int, multiple: bool, now_ms: int) -> None:
-        """basic.ack: one pass over the deliveries it names."""
+        """basic.ack: the deliveries it names, settled a run of one queue and consumer at a
+        time (``Queue.settle_all``): a multiple ack of a stream reader's or a busy consumer's
+        deliveries is mostly one run, its counters changed once."""
         taken, resume = self.take_unacked(tag, multiple)
         touched: set[Queue] = set()
-        last = None
-        for queue, entry, consumer in taken:
-            queue.settle(entry)
+        for (queue, consumer), deliveries in groupby(taken, _queue_and_consumer):
+            entries = list(map(_entry_of, deliveries))
+            queue.settle_all(entries)
             if consumer is not None:
-                consumer.unacked -= 1
-            if queue is not last:
-                touched.add(queue)
-                last = queue
+                consumer.unacked -= len(entries)
+            touched.add(queue)
         session = self.session
         session.context.stats.acks += len(taken)
         self._drain(touched, now_ms)

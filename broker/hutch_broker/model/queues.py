@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hutch_broker.model import consumers as consumers_mod
@@ -25,6 +26,7 @@ from hutch_broker.model.messages import Entry, Message
 
 if TYPE_CHECKING:
     from hutch_broker.model.storage import QueueLog
+    from hutch_broker.protocol.connection import DeliverRecord
 
 
 class DeliveryTarget(Protocol):
@@ -33,6 +35,20 @@ class DeliveryTarget(Protocol):
     def has_capacity(self, consumer: Consumer) -> bool: ...
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None: ...
+
+    def credit(self, consumer: Consumer) -> int:
+        """``has_capacity`` as a count: how many deliveries ``consumer`` may take now."""
+
+    def deliver_run(
+        self,
+        consumer: Consumer,
+        queue: Queue,
+        run: Sequence[DeliverRecord],
+        count: int,
+        entries: Iterable[Entry],
+    ) -> int:
+        """A stream's next ``count`` records (``run``'s first, within ``credit``), with the
+        entries acks return; how many went (fewer when the connection's output filled)."""
 
     def cancelled_by_broker(self, consumer: Consumer) -> None: ...
 
@@ -77,6 +93,8 @@ class Consumer:
 # new queues, which may be turns later (``model.deadletter``); only then may the dying
 # message's own record be acked, so a crash in between brings it back instead of losing it.
 DeadLetterHook = Callable[["Queue", Entry, str, Callable[[], None]], None]
+
+size_of = attrgetter("size")  # an entry's body size, kept apart from its body (``Entry``)
 
 PUBLISH_OK = 0  # enqueued or delivered, nothing written; confirm now
 PUBLISH_SYNC = 1  # a store record was written (enqueued or delivered); confirm after its fsync
@@ -463,11 +481,20 @@ class Queue:
 
     def settle(self, entry: Entry) -> None:
         """An unacked message was acknowledged."""
-        self.stats_ack += 1
-        self.unacked_count -= 1
-        self.unacked_bytes -= entry.size
-        if entry.store_id is not None:  # _forget's own test: a transient entry has no record
-            self._forget(entry)
+        self.settle_all([entry])
+
+    def settle_all(self, entries: list[Entry]) -> None:
+        """Unacked messages of this queue were acknowledged (one ack's, in delivery order):
+        the counters once, the store's records each (a transient entry has none)."""
+        self.stats_ack += len(entries)
+        self.unacked_count -= len(entries)
+        self.unacked_bytes -= sum(map(size_of, entries))
+        store = self.store
+        if store is not None:
+            for entry in entries:
+                if entry.store_id is not None:  # ``_forget``, written out
+                    store.ack(entry.store_id)
+                    entry.store_id = None
 
     def requeue(self, entry: Entry) -> None:
         """Back to its original position, flagged redelivered (Q-4).

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from itertools import islice
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -49,11 +50,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A record read from the store (a pread, a checksum, a decode, a delivery's frames: ~35 us
-# measured) costs about what this many routing steps do (``dispatch.turns``): ~30 deliveries
-# per turn's allowance. At 48 (~100 per allowance) another connection's round trip during a
-# 100k-message read from ``first`` took 7.2 ms at the median; at 160, 5.4 ms (2 cores, load 9).
-READ_STEPS: Final = 160
+# A delivery of a record read ahead (its share of the pread and decode, its frames, the
+# bookkeeping of a run: ~5 us in process, bench/inprocess_bench.py; ~7 us of the broker's CPU
+# over a socket) costs about what this many routing steps do (``dispatch.turns``): ~100
+# deliveries per turn's allowance. It was 160 when a delivery cost ~35 us. Measured when
+# deliveries went by the run (a Spark executor's reader taking 100,000 messages of 100 B from
+# ``first`` while another connection's ``queue.declare`` round trips are timed, 3 rounds of
+# 48 and 160 interleaved): the round trips the same (p50 0.84-1.00 ms against 0.85-1.11), the
+# broker's CPU a message 6.5-6.8 us against 7.0-9.4 (fewer turns, fewer and larger writes).
+READ_STEPS: Final = 48
 # What a cursor reads from its segment in one pread: ~600 records of 200 B, a bounded buffer
 # per consumer (a record larger than this is read alone, whole).
 READ_AHEAD_BYTES: Final = 128 * 1024
@@ -105,8 +110,9 @@ class Cursor:
         self.msg_id: int | None = None  # where the record of ``offset`` is, once known
         self.since_ms = since_ms  # a timestamp start: skip records published before it
         self.skip_to = 0  # records below this offset are read for their length only
-        # records read ahead of ``msg_id`` in one pread (``QueueStore.read_run``)
-        self.ahead: collections.deque[RunRecord] = collections.deque()
+        # records read ahead from ``msg_id`` on in one pread (``QueueStore.read_run``), a list
+        # taken from its front by whole deliveries (``deliver_run``)
+        self.ahead: list[RunRecord] = []
         self.ahead_bytes = 0  # their lengths' sum, counted in ``StreamHooks.read_ahead``
 
 
@@ -330,15 +336,17 @@ class StreamQueue(queues.Queue):
     def _pump(self, meter: budgets.Meter) -> tuple[int, bool]:
         """Deliver round-robin while ``meter`` lasts: (delivered, True once nobody can go on).
 
-        Each step takes the cursor's next record: one read ahead is taken as it is (it is the
-        cursor's next, same msg_id, in a segment still held: retention clears what it drops,
-        ``_retain``); otherwise ``_refill`` reads a run from the cursor. A record is passed
-        over on the way to a start inside a segment (``skip_to``) or when published before a
-        timestamp start, else delivered. The step and the delivery are written out here, not
-        called per record, and the delivery counters are added once a pump: a stream's
-        deliveries are the broker's hot loop when Spark reads (docs/bench/profile.md), and
-        each call a delivery was a seventh of its Python calls
-        (tests/broker/dispatch/test_stream_deliveries.py)."""
+        Each step takes the cursor's next records: those read ahead are taken as they are (the
+        first is the cursor's next, same msg_id, in a segment still held: retention clears
+        what it drops, ``_retain``); otherwise ``_refill`` reads a run from the cursor. Records
+        are passed over on the way to a start inside a segment (``skip_to``: as many a step as
+        the meter allows) and, one a step, when published before a timestamp start. Otherwise
+        the step delivers as many of the records read ahead as the consumer's ``credit``, the
+        durable end and the meter allow, in one ``deliver_run``: a stream's deliveries are the
+        broker's hot loop when Spark reads (docs/bench/profile.md), and a call or an object
+        per delivery was most of its Python work
+        (tests/broker/dispatch/test_stream_deliveries.py). A step's records go to one
+        consumer; the turn's first step is the next cursor's, so consumers still take turns."""
         delivered = 0
         try:
             order = self._order
@@ -351,10 +359,12 @@ class StreamQueue(queues.Queue):
                 order.rotate(-1)
                 consumer = cursor.consumer
                 channel = consumer.channel
-                if cursor.offset >= self.visible_end:
+                offset = cursor.offset
+                if offset >= self.visible_end:
                     idle += 1
                     continue
-                if not channel.has_capacity(consumer):
+                credit = channel.credit(consumer)
+                if not credit:
                     if cursor.ahead_bytes and hooks.read_ahead > READ_AHEAD_TOTAL // 2:
                         self._drop_ahead(cursor)  # cursors that can go on need the room more
                     idle += 1
@@ -368,41 +378,68 @@ class StreamQueue(queues.Queue):
                     if not refilled:
                         idle = 0
                         continue
-                idle = 0
-                meter.left -= READ_STEPS
-                record = ahead.popleft()
-                length = record.length
-                cursor.ahead_bytes -= length
-                hooks.read_ahead -= length
-                offset = cursor.offset
-                # The next record's place; past the segment's end ``_position`` sees another
-                # segment number there and goes to that segment's first record.
-                cursor.offset = offset + 1
-                cursor.msg_id = record.msg_id + length
-                if offset < cursor.skip_to:
-                    continue
-                if cursor.since_ms is not None:
-                    if record.enqueued_at_ms < cursor.since_ms:
+                    ahead = cursor.ahead
+                    offset = cursor.offset  # placed by the read: a seek mark, a segment's start
+                    if offset >= self.visible_end:
+                        idle += 1
                         continue
-                    cursor.since_ms = None
-                body = record.body
-                message = Message(
-                    record.exchange,
-                    record.routing_key,
-                    record.raw_properties,
-                    body,
-                    persistent=True,
+                idle = 0
+                since = cursor.since_ms
+                if offset < cursor.skip_to:  # on the way to a start inside a segment
+                    passed = min(cursor.skip_to - offset, len(ahead), -(-meter.left // READ_STEPS))
+                    meter.left -= passed * READ_STEPS
+                    last = ahead[passed - 1]
+                    first_msg_id = ahead[0].msg_id
+                    del ahead[:passed]
+                    self._passed(
+                        cursor, first_msg_id, last.msg_id + last.length - first_msg_id, passed
+                    )
+                    continue
+                if since is not None:  # a timestamp start: records published before it
+                    record = ahead[0]
+                    if record.enqueued_at_ms < since:
+                        meter.left -= READ_STEPS
+                        del ahead[0]
+                        self._passed(cursor, record.msg_id, record.length, 1)
+                        continue
+                    cursor.since_ms = None  # this one and every later one is delivered
+                count = min(
+                    credit,
+                    len(ahead),
+                    self.visible_end - offset,
+                    -(-meter.left // READ_STEPS),  # a delivery while any step is left
                 )
-                consumer.unacked += 1
-                self.unacked_count += 1
-                self.unacked_bytes += len(body)
-                channel.deliver(consumer, self, Entry(offset, message, store_id=record.msg_id))
-                delivered += 1
+                sent = channel.deliver_run(
+                    consumer, self, ahead, count, map(_entry_for, map(len, map(_body, ahead)))
+                )
+                if not sent:  # a channel that took none after all: it has no room
+                    idle += 1
+                    continue
+                meter.left -= sent * READ_STEPS
+                last = ahead[sent - 1]
+                body_bytes = sum(map(len, map(_body, islice(ahead, sent))))
+                first_msg_id = ahead[0].msg_id
+                del ahead[:sent]
+                self._passed(cursor, first_msg_id, last.msg_id + last.length - first_msg_id, sent)
+                consumer.unacked += sent
+                self.unacked_count += sent
+                self.unacked_bytes += body_bytes
+                delivered += sent
             return delivered, True
         finally:
             if delivered:
                 self.stats_deliver += delivered
                 self.stats_deliveries["deliver"] += delivered
+
+    def _passed(self, cursor: Cursor, first_msg_id: int, span: int, count: int) -> None:
+        """``count`` records from ``first_msg_id``, ``span`` bytes in their segment, were taken
+        from the cursor's read-ahead: it is past them. The next record's place; past the
+        segment's end ``_position`` sees another segment number there and goes to that
+        segment's first record."""
+        cursor.ahead_bytes -= span
+        self.hooks.read_ahead -= span
+        cursor.offset += count
+        cursor.msg_id = first_msg_id + span
 
     def _refill(self, cursor: Cursor, meter: budgets.Meter) -> bool | None:
         """Read a run of records from the cursor's place into its read-ahead: True if read,
@@ -425,7 +462,7 @@ class StreamQueue(queues.Queue):
             cursor.offset, cursor.msg_id = segment.end, None
             meter.left -= READ_STEPS
             return False
-        cursor.ahead.extend(run)
+        cursor.ahead = run
         last = run[-1]  # consecutive records: their lengths add up to this span
         held = last.msg_id + last.length - run[0].msg_id
         cursor.ahead_bytes = held
@@ -434,7 +471,7 @@ class StreamQueue(queues.Queue):
 
     def _drop_ahead(self, cursor: Cursor) -> None:
         """Give back what ``cursor`` read ahead (``READ_AHEAD_TOTAL``)."""
-        cursor.ahead.clear()
+        cursor.ahead = []
         self.hooks.read_ahead -= cursor.ahead_bytes
         cursor.ahead_bytes = 0
 
@@ -488,9 +525,10 @@ class StreamQueue(queues.Queue):
 
     # -- settling: an ack only returns credit ---------------------------
 
-    def settle(self, entry: Entry) -> None:
-        self.stats_ack += 1
-        self._returned(entry)
+    def settle_all(self, entries: list[Entry]) -> None:
+        self.stats_ack += len(entries)
+        self.unacked_count -= len(entries)
+        self.unacked_bytes -= sum(map(queues.size_of, entries))
 
     def requeue(self, entry: Entry) -> None:
         """A channel closed (or basic.recover) with deliveries unacked: the messages stay in
@@ -563,6 +601,32 @@ class StreamQueue(queues.Queue):
 
     def page_out_excess(self) -> int:
         return 0
+
+
+_NO_BODY: Final = Message("", "", b"", b"", persistent=True)
+_body = itemgetter(records.RunRecord._fields.index("body"))
+
+
+class _AckEntries(dict[int, Entry]):
+    """The entries a stream's deliveries are acked with, shared: one per body size.
+
+    What an ack, a close or a cancel does with a stream's delivery is return its consumer's
+    credit and take its size off the queue's unacked bytes (``_returned``); the message stays
+    in the log, so nothing is read back and no body is held. Such an entry is never changed
+    after it is made, so deliveries of one size can share it, and taking them for a run of
+    records (``deliver_run``) runs no Python while the sizes are known: at most
+    ``ACK_ENTRY_SIZES`` are kept (a stream of every size only makes entries again)."""
+
+    def __missing__(self, size: int) -> Entry:
+        if len(self) >= ACK_ENTRY_SIZES:
+            self.clear()
+        entry = self[size] = Entry(0, _NO_BODY)
+        entry.size = size
+        return entry
+
+
+ACK_ENTRY_SIZES: Final = 4096
+_entry_for = _AckEntries().__getitem__
 
 
 class _Pump:

@@ -83,6 +83,7 @@ passed its middle, so every byte is copied O(1) times however the input is split
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any, Final, Literal, cast
 
 from pamqp import base, commands, common
@@ -96,6 +97,10 @@ LOCALES = "en_US"
 # data_to_send joins a turn's output up to this size: above a connection's output slice
 # (memory.py, at most 1 MiB of deliveries a turn) plus a large last body.
 JOIN_UP_TO = 2 * 1024 * 1024
+# A record ``send_deliver_run`` delivers: the store's ``RunRecord`` (msg_id, enqueued_at_ms,
+# expire_at_ms, exchange, routing_key, raw_properties, body, length), of which the protocol
+# reads the four it sends. A shape, not an import: the protocol core knows no store.
+DeliverRecord = tuple[int, int, int, str, str, bytes, bytes, int]
 
 
 class NeedData(enum.Enum):
@@ -1066,6 +1071,104 @@ class Connection:
                 self._frame_max,
             )
         )
+
+    def send_deliver_run(
+        self,
+        channel: int,
+        consumer_tag: bytes | str,
+        first_tag: int,
+        run: Sequence[DeliverRecord],
+        count: int,
+        room: int,
+        per_delivery: int,
+    ) -> tuple[int, int]:
+        """Basic.Deliver of ``run``'s first ``count`` records to one consumer, tags from
+        ``first_tag`` on, none redelivered: (deliveries encoded, their bodies' bytes).
+
+        Stops early once the bodies plus ``per_delivery`` bytes each reach ``room``: the
+        delivery that reaches it is the last (the channel's output slice, as ``send_deliver``
+        and its caller count one delivery at a time). The bytes are ``send_deliver``'s for each
+        record; this is its loop, taken once per run of a stream consumer's records instead of
+        a call (and the consumer's head and route looked up) per record: the stream read's
+        hot loop (docs/bench/profile.md). ``DeliverRecord`` is the shape of the store's
+        ``RunRecord``; what else a record holds is not read here.
+        """
+        outbound = self._outbound
+        if channel not in self._channels and not self._may_send_content(channel):
+            outbound = []  # closing: counted as delivered, as send_deliver's callers count
+        append = outbound.append
+        head = self._deliver_heads.get((channel, consumer_tag))
+        if head is None:
+            head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
+        const, routes = head.const, head.routes
+        limit = self._frame_max - codec.FRAME_OVERHEAD
+        frame_end, frame_header, basic_class = (
+            codec.FRAME_END,
+            codec.FRAME_HEADER,
+            codec.BASIC_CLASS,
+        )
+        frame_body, frame_end_byte = codec.FRAME_BODY, codec.FRAME_END_BYTE
+        join = b"".join
+        last_exchange: str | None = None
+        last_key: str | None = None
+        packer, names, size = head.packer, b"", 0
+        tag = first_tag
+        body_bytes = 0
+        for index in range(count):
+            _, _, _, exchange, routing_key, raw_properties, body, _ = run[index]
+            if exchange != last_exchange or routing_key != last_key:
+                packer, names, size = routes.get((exchange, routing_key)) or head.route(
+                    exchange, routing_key
+                )
+                last_exchange, last_key = exchange, routing_key
+            body_size = len(body)
+            if 0 < body_size <= limit:
+                append(
+                    join(
+                        (
+                            packer.pack(
+                                1,
+                                channel,
+                                size,
+                                const,
+                                tag,
+                                False,
+                                names,
+                                frame_end,
+                                frame_header,
+                                channel,
+                                12 + len(raw_properties),
+                                basic_class,
+                                0,
+                                body_size,
+                            ),
+                            raw_properties,
+                            _pack_end_body_header(frame_end, frame_body, channel, body_size),
+                            body,
+                            frame_end_byte,
+                        )
+                    )
+                )
+            else:
+                append(
+                    codec.encode_deliver(
+                        head,
+                        channel,
+                        tag,
+                        False,
+                        exchange,
+                        routing_key,
+                        raw_properties,
+                        body,
+                        self._frame_max,
+                    )
+                )
+            tag += 1
+            body_bytes += body_size
+            room -= body_size + per_delivery
+            if room <= 0:
+                break
+        return tag - first_tag, body_bytes
 
     def forget_consumer(self, channel: int, consumer_tag: bytes | str) -> None:
         """Drop the pre-packed Deliver bytes of a cancelled consumer (optional; bounded memory).

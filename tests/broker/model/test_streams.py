@@ -159,7 +159,8 @@ def test_st_4_retention_drops_whole_old_segments_never_the_newest() -> None:
 
 
 class FakeChannel:
-    """A channel whose room is each consumer's prefetch, as a real one's is."""
+    """A channel whose room is each consumer's prefetch, as a real one's is. It keeps, per
+    delivery, (consumer tag, the size its ack entry carries, body, ``x-stream-offset``)."""
 
     def __init__(self) -> None:
         self.delivered: list[tuple[str, int, bytes, int | None]] = []
@@ -167,10 +168,22 @@ class FakeChannel:
     def has_capacity(self, consumer: Consumer) -> bool:
         return consumer.unacked < consumer.prefetch
 
+    def credit(self, consumer: Consumer) -> int:
+        return max(consumer.prefetch - consumer.unacked, 0)
+
     def deliver(self, consumer: Consumer, queue: Queue, entry: Entry) -> None:
-        headers = properties.decode_properties(entry.message.raw_properties).get("headers") or {}
-        offset = headers.get("x-stream-offset")
-        self.delivered.append((consumer.tag, entry.seq, entry.message.body, offset))
+        raise AssertionError("a stream delivers in runs (deliver_run)")
+
+    def deliver_run(
+        self, consumer: Consumer, queue: Queue, run: list[Any], count: int, entries: Any
+    ) -> int:
+        assert 0 < count <= self.credit(consumer)
+        for record, entry in zip(run[:count], entries, strict=False):
+            headers = properties.decode_properties(record.raw_properties).get("headers") or {}
+            offset = headers.get("x-stream-offset")
+            assert entry.size == len(record.body)
+            self.delivered.append((consumer.tag, entry.size, record.body, offset))
+        return count
 
     def cancelled_by_broker(self, consumer: Consumer) -> None:
         return None
@@ -298,6 +311,36 @@ def test_st_3_reading_is_sliced_per_loop_turn(store) -> None:
         2_000,
         sum(len(f"m{i}") for i in range(2_000)),
     )
+
+
+def test_st_3_readers_take_turns_a_turns_allowance_at_a_time(store) -> None:
+    """A step delivers a run of records to one consumer (``deliver_run``), as many as the
+    meter allows; the next turn begins with the next cursor, so two eager readers of one
+    stream alternate and neither gets ahead of the other by more than a turn's deliveries."""
+    scheduler = budgets.Scheduler()
+    parked: list[Any] = []
+    scheduler.park = parked.append
+    allowance = 5_000
+    scheduler.meter = budgets.Meter(allowance)
+    queue = _stream(store, StreamHooks(scheduler))
+    _publish(queue, *(f"m{i}".encode() for i in range(1_500)))
+    channel = FakeChannel()
+    _consumer(queue, channel, "a", "first", prefetch=10_000)
+    _consumer(queue, channel, "b", "first", prefetch=10_000)
+    queue.drain(0)
+    per_turn = allowance // READ_STEPS + 1
+    turns = 0
+    while parked:
+        job = parked.pop()
+        if not job.advance(budgets.Meter(allowance)):
+            parked.append(job)
+        turns += 1
+        got = {tag: sum(1 for t, *_ in channel.delivered if t == tag) for tag in "ab"}
+        assert abs(got["a"] - got["b"]) <= per_turn, (turns, got)
+        assert 0 < got["a"] + got["b"] <= per_turn * (turns + 1)
+    for tag in "ab":
+        assert [o for t, _, _, o in channel.delivered if t == tag] == list(range(1_500))
+    assert turns >= 3_000 // per_turn
 
 
 def test_st_2_a_start_inside_a_segment_reads_forward_from_its_first_record(store) -> None:

@@ -15,6 +15,7 @@ import random
 import pytest
 from hutch_broker.protocol import codec
 from hutch_broker.protocol import connection as proto_connection
+from hutch_broker.protocol import errors as proto_errors
 from pamqp import body, commands, header
 from pamqp import frame as pamqp_frame
 
@@ -184,3 +185,71 @@ def test_pending_output_shows_the_frames_without_taking_them(running):
     assert running.conn.pending_output == pending  # reading it takes nothing
     assert running.conn.data_to_send() == [b"".join(pending)]
     assert running.conn.pending_output == ()
+
+
+def _record(exchange: str, key: str, raw: bytes, payload: bytes) -> tuple:
+    """A record as ``send_deliver_run`` reads it: the store's ``RunRecord`` shape, the fields
+    it does not send filled with what it must not look at."""
+    return (None, None, None, exchange, key, raw, payload, None)
+
+
+@pytest.mark.parametrize("frame_max", [4096, 131072])
+def test_a_run_is_byte_identical_to_its_deliveries_one_by_one(make_driver, frame_max):
+    """``send_deliver_run``: the stream reader's loop; its bytes are ``send_deliver``'s, over
+    body sizes from empty to several frames, routes that change within the run, every
+    property set, and a consumer tag of every length."""
+    chunk = frame_max - 8
+    sizes = [0, 1, 200, chunk - 1, chunk, chunk + 1, 3 * chunk + 5]
+    routes = [("", "s"), ("", "s"), ("amq.topic", "a.b"), ("\u00fcber", "k" * 255), ("", "s")]
+    rng = random.Random(frame_max)
+    for tag in ["c", "ctag-\u2603", "t" * 255]:
+        run = [
+            _record(exchange, key, rng.choice(PROPERTIES).marshal(), rng.randbytes(size))
+            for size in sizes
+            for exchange, key in routes
+        ]
+        one_by_one = make_driver().handshake(frame_max=frame_max)
+        at_once = make_driver().handshake(frame_max=frame_max)
+        for driver in (one_by_one, at_once):
+            driver.open_channel(3)
+        for n, (_, _, _, exchange, key, raw, payload, _) in enumerate(run):
+            one_by_one.conn.send_deliver(3, tag, 41 + n, False, exchange, key, raw, payload)
+        sent = at_once.conn.send_deliver_run(3, tag, 41, run, len(run), 1 << 40, 1024)
+        assert sent == (len(run), sum(len(record[6]) for record in run))
+        want = b"".join(one_by_one.conn.data_to_send())
+        assert b"".join(at_once.conn.data_to_send()) == want
+        first = run[0]
+        assert want.startswith(
+            expected(3, tag, 41, False, first[3], first[4], _properties(first[5]), first[6],
+                     frame_max)
+        )  # fmt: skip
+
+
+def _properties(raw: bytes) -> commands.Basic.Properties:
+    return next(p for p in PROPERTIES if p.marshal() == raw)
+
+
+def test_a_run_takes_only_its_count_and_stops_at_the_delivery_that_fills_the_room(running):
+    """The room is the channel's output slice: the delivery whose body and ``per_delivery``
+    reach it is the last one sent, as ``Channel.deliver`` stops after that one."""
+    raw = PROPERTIES[0].marshal()
+    run = [_record("", "s", raw, bytes([n]) * 100) for n in range(10)]
+    assert running.conn.send_deliver_run(1, "c", 1, run, 3, 1 << 40, 50) == (3, 300)
+    # 150 a delivery: the third reaches 450, so it is the last
+    assert running.conn.send_deliver_run(1, "c", 4, run, 10, 450, 50) == (3, 300)
+    assert running.conn.send_deliver_run(1, "c", 7, run, 10, 451, 50) == (4, 400)
+    data = b"".join(running.conn.data_to_send())
+    want = [expected(1, "c", tag, False, "", "s", PROPERTIES[0], bytes([n]) * 100, 131072)
+            for tag, n in zip(range(1, 11), [0, 1, 2, 0, 1, 2, 0, 1, 2, 3], strict=True)]  # fmt: skip
+    assert data == b"".join(want)
+
+
+def test_a_run_to_a_closing_channel_is_counted_and_not_sent(running):
+    """As ``send_deliver`` on a channel the broker is closing: the peer must not see it, and
+    the caller's count of what went (its tags, its unacked) stays whole."""
+    running.open_channel(2)
+    running.conn.close_channel(2, proto_errors.AMQPError(406, "PRECONDITION_FAILED", 60, 80))
+    running.conn.data_to_send()  # the channel.close
+    run = [_record("", "s", PROPERTIES[0].marshal(), b"x" * 10)] * 4
+    assert running.conn.send_deliver_run(2, "c", 1, run, 4, 1 << 40, 0) == (4, 40)
+    assert running.conn.data_to_send() == []
