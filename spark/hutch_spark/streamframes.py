@@ -124,12 +124,58 @@ class SliceParser:
         self._columns = Columns()
         self._keys: dict[bytes, int] = {}
         self._templates: list[_Template] = []
+        # per template, where its offset's 8 bytes start after its properties' start (-1: the
+        # slow path decoded it); and the last delivery's, which the next one tries first
+        self._offset_at: list[int] = []
+        self._last_at = 0
 
     def feed(self, chunk: bytes, received_at_us: int) -> None:
         """Parse what `chunk` completes; the rest waits for the next call."""
         buf = self._rest + chunk if self._rest else chunk
-        size = len(buf)
+        cols = self._columns
+        rows_before = len(cols)
         pos = 0
+        while True:
+            pos = self._deliveries(buf, pos)
+            after = self._other_frame(buf, pos)
+            if after == pos:
+                break
+            pos = after
+        self._rest = buf[pos:]
+        cols.received_at_us.extend([received_at_us] * (len(cols) - rows_before))
+
+    def _other_frame(self, buf: bytes, pos: int) -> int:
+        """Past the frame at `pos` that is not a delivery (a heartbeat, another method), or
+        `pos` when it, or the delivery that starts there, is not complete yet."""
+        if pos + 8 > len(buf):
+            return pos
+        kind, channel, length = _FRAME.unpack_from(buf, pos)
+        end: int = pos + 7 + length
+        if end >= len(buf):
+            return pos
+        if buf[end] != FRAME_END:
+            raise FrameError(f"frame at byte {pos} does not end with 0xCE")
+        if kind == HEARTBEAT:
+            return end + 1
+        if kind != METHOD:
+            raise FrameError(f"unexpected frame type {kind} outside a delivery")
+        (class_method,) = _U32.unpack_from(buf, pos + 7)
+        if class_method == BASIC_DELIVER:
+            return pos  # its content has not all arrived
+        self.methods.append(
+            Method(channel, class_method >> 16, class_method & 0xFFFF, buf[pos + 11 : end])
+        )
+        return end + 1
+
+    def _deliveries(self, buf: bytes, pos: int) -> int:
+        """Parse the complete deliveries from `pos` on into the columns; where they stop: at
+        a frame of another kind, or one not complete yet (``_other_frame`` tells which).
+
+        The loop of a stream read: per delivery, its frames are walked with `unpack_from`, the
+        common content (one header frame, one body frame) taken here and anything else by
+        ``_content``; the offset is read where the last delivery had it when the bytes around
+        it are a known template's (below), else found by ``_offset_value_at``'s walk."""
+        size = len(buf)
         cols = self._columns
         offsets, templates, bodies = cols.offsets, cols.templates, cols.bodies
         keys = self._keys
@@ -137,48 +183,66 @@ class SliceParser:
         accept: Callable[[int], bool] = cursor.accept
         expected, done, end_offset = cursor.expected, cursor.done, cursor.slice.end
         first_offset, tag = self.first_offset, self.last_tag
-        rows_before = len(offsets)
         deliveries = 0
         unpack_frame, unpack_u64 = _FRAME.unpack_from, _U64.unpack_from
+        offset_at, last_at = self._offset_at, self._last_at
         while pos + 8 <= size:
-            kind, channel, length = unpack_frame(buf, pos)
+            kind, _, length = unpack_frame(buf, pos)
             end = pos + 7 + length
-            if end >= size:
+            if (
+                end >= size
+                or kind != METHOD
+                or buf[end] != FRAME_END
+                or _U32.unpack_from(buf, pos + 7)[0] != BASIC_DELIVER
+            ):
                 break
-            if buf[end] != FRAME_END:
-                raise FrameError(f"frame at byte {pos} does not end with 0xCE")
-            if kind != METHOD:
-                if kind == HEARTBEAT:
-                    pos = end + 1
-                    continue
-                raise FrameError(f"unexpected frame type {kind} outside a delivery")
-            (class_method,) = _U32.unpack_from(buf, pos + 7)
-            if class_method != BASIC_DELIVER:
-                self.methods.append(
-                    Method(channel, class_method >> 16, class_method & 0xFFFF, buf[pos + 11 : end])
-                )
-                pos = end + 1
-                continue
             # basic.deliver: consumer tag, delivery tag, redelivered, exchange, routing key
             p = pos + 12 + buf[pos + 11]
             (delivery_tag,) = unpack_u64(buf, p)
             route = p + 9
             route_end = route + 1 + buf[route]
             route_end += 1 + buf[route_end]
-            content = _content(buf, end + 1, size, pos)
+            head = end + 1
+            content = None
+            if head + 8 <= size:
+                kind, _, length = unpack_frame(buf, head)
+                head_end = head + 7 + length
+                if head_end + 8 < size and kind == HEADER and buf[head_end] == FRAME_END:
+                    (body_size,) = unpack_u64(buf, head + 11)
+                    kind, _, length = unpack_frame(buf, head_end + 1)
+                    nxt = head_end + 8 + length
+                    if (
+                        0 < length == body_size
+                        and kind == BODY
+                        and nxt < size
+                        and buf[nxt] == FRAME_END
+                    ):
+                        content = head + 19, head_end, buf[head_end + 8 : nxt], nxt + 1
             if content is None:
-                break
-            props, head_end, body, nxt = content
-            pos = nxt
+                content = _content(buf, head, size, pos)
+                if content is None:
+                    break
+            props, head_end, body, pos = content
             deliveries += 1
             tag = delivery_tag  # only once the delivery is complete: credit counts from it
-            value = _offset_value_at(buf, props, head_end)
-            if value < 0:
-                offset = self._slow_offset(buf[props:head_end])
-                key = buf[route:route_end] + buf[props:head_end]
+            # Where the last delivery's offset was, tried first: the key made by cutting the
+            # 8 bytes there names a template whose walk found its offset at the same place only
+            # if every other byte is that template's, so this walk would find it there too.
+            value = props + last_at
+            key = buf[route:route_end] + buf[props:value] + buf[value + 8 : head_end]
+            number = keys.get(key)
+            if number is None or offset_at[number] != last_at or value + 8 > head_end:
+                number = None
+                value = _offset_value_at(buf, props, head_end)
+                if value < 0:
+                    offset = self._slow_offset(buf[props:head_end])
+                    key = buf[route:route_end] + buf[props:head_end]
+                else:
+                    last_at = value - props
+                    key = buf[route:route_end] + buf[props:value] + buf[value + 8 : head_end]
+                    (offset,) = _I64.unpack_from(buf, value)
             else:
                 (offset,) = _I64.unpack_from(buf, value)
-                key = buf[route:route_end] + buf[props:value] + buf[value + 8 : head_end]
             if first_offset is None:
                 first_offset = offset
             if offset == expected and not done:
@@ -190,17 +254,19 @@ class SliceParser:
                 expected, done = cursor.expected, cursor.done
                 if not kept:
                     continue
-            number = keys.get(key)
             if number is None:
-                number = self._template(key, buf[route:route_end], buf[props:head_end])
+                number = keys.get(key)
+                if number is None:
+                    number = self._template(key, buf[route:route_end], buf[props:head_end])
+                    offset_at.append(value - props if value >= 0 else -1)
             offsets.append(offset)
             templates.append(number)
             bodies.append(body)
-        self._rest = buf[pos:]
         cursor.expected, cursor.done = expected, done
         self.first_offset, self.last_tag = first_offset, tag
+        self._last_at = last_at
         self.deliveries += deliveries
-        cols.received_at_us.extend([received_at_us] * (len(offsets) - rows_before))
+        return pos
 
     @property
     def rows(self) -> int:
@@ -216,6 +282,7 @@ class SliceParser:
         """The rows parsed so far as one record batch in streamrecords.SCHEMA; starts afresh."""
         cols, templates = self._columns, self._templates
         self._columns, self._keys, self._templates = Columns(), {}, []
+        self._offset_at = []
         return _record_batch(self.stream, cols, templates)
 
     def _slow_offset(self, raw_props: bytes) -> int:

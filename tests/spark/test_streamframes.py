@@ -203,6 +203,61 @@ def test_the_offsets_bytes_inside_a_property_or_a_header_value_are_not_the_offse
         assert [r["headers"]["x-stream-offset"] for r in found] == ["0", "1", "2"]
 
 
+def test_offsets_read_where_the_last_one_was_are_the_walks_over_mixed_templates() -> None:
+    """The parser reads a delivery's offset where the previous delivery's was when the bytes
+    around it are a known template's, and walks the headers otherwise. Deliveries whose
+    offsets sit at different places (headers of other lengths before it, properties after it,
+    lookalike bytes in values, a short-int offset on the slow path, other routes, empty and
+    two-frame bodies) in a random order give the rows each delivery alone gives."""
+    import random
+
+    fake = "\x0fx-stream-offsetl" + "AAAAAAAA"
+    shapes: list[dict[str, Any]] = [
+        {},
+        {"headers": {"a": "x"}},
+        {"headers": {"a": "xxxxxxxx"}},  # the same names, the offset 7 bytes further
+        {"headers": {"a": "x", "b": fake}, "message_id": fake},
+        {"headers": {"nested": {"x-stream-offset": 9}}},
+        {"message_id": "m", "app_id": "later"},
+        {"offset_type": "I"},
+        {"routing_key": "other"},
+        {"exchange": "ex", "headers": {"a": "x"}},
+    ]
+    rng = random.Random(28)
+    raws, alone = [], []
+    for offset in range(300):
+        shape = dict(rng.choice(shapes))
+        body = rng.choice([b"", b"b", b"z" * 5000])
+        raw = delivery(offset, body, **shape)
+        raws.append(raw)
+        single = parser(offset, offset + 1)
+        single.feed(raw, 7)
+        alone += rows(single)
+    raw = b"".join(raws)
+    for cuts in ([], [len(raw) // 3, 2 * len(raw) // 3], list(range(1, len(raw), 977))):
+        p = parser(0, 300)
+        feed_in(p, raw, cuts)
+        assert rows(p) == alone
+
+
+def test_a_template_matched_with_its_offset_elsewhere_is_walked_not_read_there() -> None:
+    """The one case where cutting the 8 bytes at the last offset's place gives a known
+    template's bytes though the offset is not there: T (offset 0, timestamp 2) teaches a
+    template; D (two 4-byte headers before its offset) moves the guess 8 bytes on; M (offset 2,
+    timestamp 12,345) cut there is T's bytes cut at T's offset. M's offset is where T's was;
+    read at the guess it would be M's timestamp."""
+    raw = (
+        delivery(0, b"t", timestamp=2)
+        + delivery(1, b"d", headers={"a": True, "b": True})
+        + delivery(2, b"m", timestamp=12_345)
+    )
+    p = parser(0, 3)
+    p.feed(raw, 7)
+    found = rows(p)
+    assert [r["offset"] for r in found] == [0, 1, 2]
+    assert [r["timestamp"] and r["timestamp"].timestamp() for r in found] == [2, None, 12_345]
+
+
 def test_the_end_offset_is_not_read_and_offsets_before_the_start_are_skipped() -> None:
     # A broker may start at the beginning of the chunk holding the start (RabbitMQ does).
     p = parser(5, 9)
