@@ -314,16 +314,16 @@ class Channel:
         time (``Queue.settle_all``): a multiple ack of a stream reader's or a busy consumer's
         deliveries is mostly one run, its counters changed once."""
         taken, resume = self.take_unacked(tag, multiple)
-        touched: set[Queue] = set()
+        settled: dict[Queue, list[Consumer | None]] = {}
         for (queue, consumer), deliveries in groupby(taken, _queue_and_consumer):
             entries = list(map(_entry_of, deliveries))
             queue.settle_all(entries)
             if consumer is not None:
                 consumer.unacked -= len(entries)
-            touched.add(queue)
+            settled.setdefault(queue, []).append(consumer)  # None: a basic.get's
         session = self.session
         session.context.stats.acks += len(taken)
-        self._drain(touched, now_ms)
+        self._drain(set(settled), now_ms, settled)
         if resume:
             session.resume_deliveries(now_ms)
 
@@ -365,14 +365,33 @@ class Channel:
         """Room appeared (qos, flow on, socket writable): every consumer's queue delivers."""
         self._drain({consumer.queue for consumer in self.consumers.values()}, now_ms)
 
-    def _drain(self, touched: set[Queue], now_ms: int) -> None:
-        """Freed prefetch room: let the affected queues deliver again."""
+    def _drain(
+        self,
+        touched: set[Queue],
+        now_ms: int,
+        credited: dict[Queue, list[Consumer | None]] | None = None,
+    ) -> None:
+        """Freed prefetch room: let the affected queues deliver again. With ``credited`` (an
+        ack's consumers, by queue) and no channel-wide prefetch, only those consumers have
+        more room; otherwise every consumer of this channel may (``Queue.wake``)."""
         queues = set(touched)
         if self.prefetch_count:
             queues.update(consumer.queue for consumer in self.consumers.values())
+            credited = None
         for queue in queues:
             if queue.consumers and not queue.deleted:
+                if queue.rests_consumers:  # a classic queue has nothing to wake: no call
+                    self._wake(queue, None if credited is None else credited[queue])
                 queue.drain(now_ms)
+
+    def _wake(self, queue: Queue, credited: list[Consumer | None] | None) -> None:
+        """``queue.wake`` for the consumers an ack credited, or for all of this channel's."""
+        if credited is None:
+            queue.wake(self)
+            return
+        for consumer in credited:
+            if consumer is not None:
+                queue.wake(self, consumer)
 
     # -- replies that wait for the group commit (dispatch/commits.py) ----
 

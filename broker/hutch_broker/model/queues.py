@@ -378,6 +378,16 @@ class Queue:
         """True when another consumer took over as the single active one: drain it soon."""
         return self.consumers.remove(consumer)
 
+    # Whether ``wake`` does anything: the channel skips the call for a queue whose ``drain``
+    # asks every consumer anyway (the single ack's path counts its calls: test_publish_calls).
+    rests_consumers = False
+
+    def wake(self, target: DeliveryTarget, consumer: Consumer | None = None) -> None:
+        """Room may have appeared on ``target``'s consumers (``consumer``'s alone when given);
+        ``drain`` follows. A classic queue asks every consumer at each ``drain``, so there is
+        nothing to do; a stream looks again only at the cursors that wait for that room
+        (``StreamQueue.wake``)."""
+
     def drain(self, now_ms: int) -> int:
         """Deliver ready messages to consumers with room; returns how many."""
         delivered = 0
@@ -489,11 +499,11 @@ class Queue:
         self.stats_ack += len(entries)
         self.unacked_count -= len(entries)
         self.unacked_bytes -= sum(map(size_of, entries))
-        store = self.store
-        if store is not None:
+        if self.store is not None:
+            ack = self.store.ack
             for entry in entries:
                 if entry.store_id is not None:  # ``_forget``, written out
-                    store.ack(entry.store_id)
+                    ack(entry.store_id)
                     entry.store_id = None
 
     def requeue(self, entry: Entry) -> None:

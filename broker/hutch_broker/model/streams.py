@@ -22,6 +22,8 @@ Rules (RabbitMQ 3.10.8's AMQP 0-9-1 surface, see ``model.streamargs`` for the re
 - delivering is bounded work per loop turn: ``drain`` delivers what the turn's allowance covers
   (``model.budgets``; a delivery reads a record from disk) and leaves the rest to a job parked
   for later turns, so a consumer reading a million messages from ``first`` never holds the loop;
+  a consumer that cannot go on waits out of the round-robin (for room on its channel, or for
+  new durable records), so thousands of idle consumers cost a publish or an ack nothing;
 - retention drops whole segments, oldest first, never the one being written
   (``SegmentIndex.to_drop``): by ``x-max-length-bytes`` after appends, by ``x-max-age`` on the
   vhost's tick; a segment is closed at ``x-stream-max-segment-size-bytes`` (or at the store's
@@ -102,7 +104,16 @@ class StreamHooks:
 class Cursor:
     """One consumer's place in the stream."""
 
-    __slots__ = ("ahead", "ahead_bytes", "consumer", "msg_id", "offset", "since_ms", "skip_to")
+    __slots__ = (
+        "ahead",
+        "ahead_bytes",
+        "consumer",
+        "msg_id",
+        "offset",
+        "rest",
+        "since_ms",
+        "skip_to",
+    )
 
     def __init__(self, consumer: queues.Consumer, offset: int, since_ms: int | None) -> None:
         self.consumer = consumer
@@ -114,10 +125,15 @@ class Cursor:
         # taken from its front by whole deliveries (``deliver_run``)
         self.ahead: list[RunRecord] = []
         self.ahead_bytes = 0  # their lengths' sum, counted in ``StreamHooks.read_ahead``
+        # where the cursor waits while it cannot go on (``StreamQueue._rest``): None when in
+        # the round-robin, ``AT_TAIL``, or the channel whose room it waits for
+        self.rest: object | None = None
 
 
 class StreamQueue(queues.Queue):
     """An ``x-queue-type: stream`` queue: always durable, so its vhost passes it a ``store``."""
+
+    rests_consumers = True  # cursors that cannot go on wait for ``wake`` (``_rest``)
 
     def __init__(self, name: str, *, hooks: StreamHooks | None = None, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
@@ -128,6 +144,10 @@ class StreamQueue(queues.Queue):
         self._waiting = False  # registered with the group commit
         self._cursors: dict[queues.Consumer, Cursor] = {}
         self._order: collections.deque[Cursor] = collections.deque()  # round-robin
+        # cursors that cannot go on, out of the round-robin until what they wait for changes:
+        # new durable records (``_at_tail``), room on their consumer's channel (``_resting``)
+        self._at_tail: list[Cursor] = []
+        self._resting: dict[object, dict[queues.Consumer, Cursor]] = {}
         self._parked = False
         self._tail: tuple[int, int] | None = None  # (offset, msg_id) of the newest record
         self._tail_next: int | None = None  # where a record after it would start, same segment
@@ -218,6 +238,7 @@ class StreamQueue(queues.Queue):
         end = self.index.next_offset
         if commits is None:
             self.visible_end = end
+            self._wake_tail()
             return
         generation = commits.wrote()
         marks = self._marks
@@ -236,6 +257,8 @@ class StreamQueue(queues.Queue):
         while marks and marks[0][0] <= durable_generation:
             self.visible_end = marks.popleft()[1]
             moved = True
+        if moved:
+            self._wake_tail()
         if not marks and self._waiting and self.hooks.commits is not None:
             self._waiting = False
             self.hooks.commits.done(self)
@@ -261,7 +284,7 @@ class StreamQueue(queues.Queue):
         for key in range(self._seek_low, low):  # marks in dropped segments: as many as dropped
             self._seek.pop(key, None)
         self._seek_low = max(self._seek_low, low)
-        for cursor in self._order:  # records read ahead from a dropped segment go with it
+        for cursor in self._cursors.values():  # what was read ahead from a dropped segment
             if cursor.offset < first:
                 self._drop_ahead(cursor)
         return count
@@ -311,7 +334,16 @@ class StreamQueue(queues.Queue):
     def remove_consumer(self, consumer: queues.Consumer) -> bool:
         cursor = self._cursors.pop(consumer, None)
         if cursor is not None:
-            self._order.remove(cursor)
+            rest = cursor.rest
+            if rest is None:
+                self._order.remove(cursor)
+            elif rest is AT_TAIL:
+                self._at_tail.remove(cursor)
+            else:
+                resting = self._resting[rest]
+                del resting[consumer]
+                if not resting:
+                    del self._resting[rest]
             self._drop_ahead(cursor)
         return super().remove_consumer(consumer)
 
@@ -346,7 +378,10 @@ class StreamQueue(queues.Queue):
         broker's hot loop when Spark reads (docs/bench/profile.md), and a call or an object
         per delivery was most of its Python work
         (tests/broker/dispatch/test_stream_deliveries.py). A step's records go to one
-        consumer; the turn's first step is the next cursor's, so consumers still take turns."""
+        consumer; the turn's first step is the next cursor's, so consumers still take turns.
+        A cursor that cannot go on (at the durable end, no credit) leaves the round-robin
+        (``_rest``) until what it waits for changes, so a pass costs what can be delivered,
+        not the number of consumers a client opened."""
         delivered = 0
         try:
             order = self._order
@@ -361,13 +396,13 @@ class StreamQueue(queues.Queue):
                 channel = consumer.channel
                 offset = cursor.offset
                 if offset >= self.visible_end:
-                    idle += 1
+                    self._rest(cursor, AT_TAIL)
                     continue
                 credit = channel.credit(consumer)
                 if not credit:
                     if cursor.ahead_bytes and hooks.read_ahead > READ_AHEAD_TOTAL // 2:
                         self._drop_ahead(cursor)  # cursors that can go on need the room more
-                    idle += 1
+                    self._rest(cursor, channel)
                     continue
                 ahead = cursor.ahead
                 if not ahead or ahead[0].msg_id != cursor.msg_id:
@@ -381,7 +416,7 @@ class StreamQueue(queues.Queue):
                     ahead = cursor.ahead
                     offset = cursor.offset  # placed by the read: a seek mark, a segment's start
                     if offset >= self.visible_end:
-                        idle += 1
+                        self._rest(cursor, AT_TAIL)
                         continue
                 idle = 0
                 since = cursor.since_ms
@@ -413,7 +448,7 @@ class StreamQueue(queues.Queue):
                     consumer, self, ahead, count, map(_entry_for, map(len, map(_body, ahead)))
                 )
                 if not sent:  # a channel that took none after all: it has no room
-                    idle += 1
+                    self._rest(cursor, channel)
                     continue
                 meter.left -= sent * READ_STEPS
                 last = ahead[sent - 1]
@@ -430,6 +465,49 @@ class StreamQueue(queues.Queue):
             if delivered:
                 self.stats_deliver += delivered
                 self.stats_deliveries["deliver"] += delivered
+
+    def _rest(self, cursor: Cursor, where: object) -> None:
+        """Take ``cursor`` out of the round-robin (``_pump`` just moved it to its end) until
+        ``where`` changes: ``AT_TAIL``, new durable records (``_wake_tail``); a channel, room
+        on it (``wake``). A pass of ``_pump`` thus looks only at cursors that may go on, not at
+        every consumer a client opened and left without credit or at the end."""
+        popped = self._order.pop()
+        assert popped is cursor  # noqa: S101 - the pump rotated it last
+        cursor.rest = where
+        if where is AT_TAIL:
+            self._at_tail.append(cursor)
+        else:
+            self._resting.setdefault(where, {})[cursor.consumer] = cursor
+
+    def _wake_tail(self) -> None:
+        """New durable records: the cursors at the end go back into the round-robin."""
+        at_tail = self._at_tail
+        if at_tail:
+            for cursor in at_tail:
+                cursor.rest = None
+            self._order.extend(at_tail)
+            self._at_tail = []
+
+    def wake(self, target: queues.DeliveryTarget, consumer: queues.Consumer | None = None) -> None:
+        """Room appeared on ``target`` (the channel calls this before ``drain``): for one of
+        its consumers (an ack of that consumer's deliveries), or for all of them (a qos, a
+        written socket, held bodies released): their cursors go back into the round-robin."""
+        resting = self._resting.get(target)
+        if not resting:
+            return
+        if consumer is not None:
+            cursor = resting.pop(consumer, None)
+            if cursor is None:
+                return
+            woken = [cursor]
+            if not resting:
+                del self._resting[target]
+        else:
+            woken = list(resting.values())
+            del self._resting[target]
+        for cursor in woken:
+            cursor.rest = None
+        self._order.extend(woken)
 
     def _passed(self, cursor: Cursor, first_msg_id: int, span: int, count: int) -> None:
         """``count`` records from ``first_msg_id``, ``span`` bytes in their segment, were taken
@@ -603,6 +681,7 @@ class StreamQueue(queues.Queue):
         return 0
 
 
+AT_TAIL: Final = object()  # ``Cursor.rest`` of a cursor waiting for new durable records
 _NO_BODY: Final = Message("", "", b"", b"", persistent=True)
 _body = itemgetter(records.RunRecord._fields.index("body"))
 

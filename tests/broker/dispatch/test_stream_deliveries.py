@@ -328,3 +328,54 @@ def test_a_stream_reader_stops_where_the_connections_output_slice_fills(tmp_path
         got += batch
     assert [d.delivery_tag for d in got] == list(range(11, 51))
     assert [d.delivery_tag for d in _deliveries(client)] == []
+
+
+def _idle_readers(data_dir: Path, consumers: int) -> tuple[Client, int]:
+    """``consumers`` stream consumers of prefetch 1 on channel 2 that took offset 0 and
+    never ack; the Python calls of 10 publishes made durable after that."""
+    client = Client(data_dir)
+
+    def publish_durable(count: int) -> None:
+        for _ in range(count):
+            client.publish(commands.Basic.Properties(), b"m")
+        client.make_durable()
+        client.turns()
+
+    publish_durable(1)
+    client.send(commands.Basic.Qos(prefetch_count=1), 2)
+    for n in range(consumers):
+        offset = {"x-stream-offset": "first"}
+        client.send(commands.Basic.Consume(queue="s", consumer_tag=f"c{n}", arguments=offset), 2)
+    client.turns()
+    publish_durable(1)  # every cursor at the end looks once, finds no credit, and waits
+    assert len(_deliveries(client)) == consumers
+    with Counted() as counted:
+        publish_durable(10)
+    assert _deliveries(client) == []
+    return client, counted.calls
+
+
+def test_consumers_without_credit_cost_a_publish_nothing_until_they_have_room(
+    tmp_path: Path,
+) -> None:
+    """A client's 500 stream consumers of prefetch 1 that never ack: once each waits for room,
+    10 publishes made durable cost the Python calls they cost with 5 such consumers (they used
+    to ask every consumer, ~3 calls each: 15,000 more); an ack wakes the acking consumer's
+    cursor alone, which gets its next message at once, for what an ack costs anyway."""
+    small, few = _idle_readers(tmp_path / "few", 5)
+    client, many = _idle_readers(tmp_path / "many", 500)
+    assert many <= few + 5, (many, few)
+
+    acks = []
+    for reader, tag in ((small, 6), (client, 501)):  # c3's next delivery: after every offset 0
+        channel = reader.session.channels[2]
+        first_of_c3 = next(
+            t for t, (_, _, c) in channel.unacked.items() if c is not None and c.tag == "c3"
+        )
+        with Counted() as ack:
+            reader.ack(first_of_c3, multiple=False)
+            reader.turns()
+        got = _deliveries(reader)
+        assert [(d.consumer_tag, d.delivery_tag) for d in got] == [("c3", tag)]
+        acks.append(ack.calls)
+    assert acks[1] <= acks[0] + 5, acks  # waking and asking all 500 would be 1,000 more

@@ -249,6 +249,7 @@ def test_st_3_consumers_read_from_their_offsets_with_their_own_credit(store) -> 
     assert by_tag == {"a": [0, 1], "b": [3, 4, 5], "c": [5]}
     queue.settle(Entry(0, Message("", "s", b"", b"")))  # an ack only returns credit
     first.unacked -= 1
+    queue.wake(channel)  # as the channel does before ``drain`` when it has room again
     queue.drain(0)
     assert [o for t, _, _, o in channel.delivered if t == "a"] == [0, 1, 2]
     assert queue.ready_count == 6  # nothing left the stream
@@ -343,6 +344,61 @@ def test_st_3_readers_take_turns_a_turns_allowance_at_a_time(store) -> None:
     assert turns >= 3_000 // per_turn
 
 
+class CountingChannel(FakeChannel):
+    """A ``FakeChannel`` that counts the credit questions a stream asks it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def credit(self, consumer: Consumer) -> int:
+        self.asked += 1
+        return super().credit(consumer)
+
+
+def test_st_3_cursors_that_cannot_go_on_are_not_asked_again_until_their_wait_ends(store) -> None:
+    """A client opening thousands of consumers that never ack (or that wait at the end) must
+    not make every later publish and ack cost a pass over all of them: a cursor without credit
+    waits out of the round-robin until its channel has room (``wake``), one at the end until
+    new records are durable. Two channels of 1,000 consumers of prefetch 1 each."""
+    queue = _stream(store)
+    _publish(queue, b"m0")
+    channels = [CountingChannel(), CountingChannel()]
+    consumers = [
+        _consumer(queue, channels[n % 2], f"c{n}", "first", prefetch=1) for n in range(2_000)
+    ]
+    queue.drain(0)
+    assert len(channels[0].delivered) + len(channels[1].delivered) == 2_000  # offset 0 each
+    _publish(queue, b"m1")  # new records: every cursor at the end is looked at once ...
+    queue.drain(0)
+    asked = channels[0].asked + channels[1].asked
+    for n in range(2, 102):  # ... and then not again: they wait for room on their channel
+        _publish(queue, f"m{n}".encode())
+        queue.drain(0)
+    assert channels[0].asked + channels[1].asked == asked
+    assert len(channels[0].delivered) + len(channels[1].delivered) == 2_000
+
+    for consumer in consumers[0::2]:  # channel 0's consumers ack
+        consumer.unacked = 0
+    queue.wake(channels[0])
+    queue.drain(0)
+    assert len(channels[0].delivered) == 2 * 1_000  # offset 1 each, then prefetch full again
+    assert len(channels[1].delivered) == 1_000  # channel 1 had no room: not woken, not asked
+    assert [o for t, _, _, o in channels[0].delivered if t == "c0"] == [0, 1]
+    asked = channels[1].asked
+    consumers[1].unacked = 0  # one consumer's ack: its cursor alone is woken and asked
+    queue.wake(channels[1], consumers[1])
+    queue.drain(0)
+    assert [o for t, _, _, o in channels[1].delivered if t == "c1"] == [0, 1]
+    assert len(channels[1].delivered) == 1_001
+    assert channels[1].asked - asked <= 3  # its delivery, the fake's own check, then none
+
+    for consumer in consumers:  # a cursor leaves whichever wait it is in
+        queue.remove_consumer(consumer)
+    assert (list(queue._order), queue._at_tail, queue._resting) == ([], [], {})
+    assert queue.hooks.read_ahead == 0
+
+
 def test_st_2_a_start_inside_a_segment_reads_forward_from_its_first_record(store) -> None:
     queue = _stream(store, **{"x-stream-max-segment-size-bytes": 2_000})
     _publish(queue, *(bytes([i]) * 300 for i in range(20)))
@@ -395,6 +451,7 @@ def test_st_4_records_read_ahead_from_a_dropped_segment_are_not_delivered(store)
     first = queue.first_offset
     assert first > 1
     consumer.unacked = 0
+    queue.wake(channel)
     queue.drain(0)
     assert [(o, body[:1]) for _, _, body, o in channel.delivered[1:]] == [
         (first, bytes([first if first < 20 else 100 + first - 20]))
