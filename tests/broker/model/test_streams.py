@@ -280,15 +280,21 @@ def test_st_6_a_message_is_delivered_only_once_durable(store) -> None:
     assert commits.waiters == set()  # nothing left to wait for
 
 
-def test_st_3_reading_is_sliced_per_loop_turn(store) -> None:
-    """A consumer reading 2,000 messages from ``first`` gets them over many turns, each turn
-    spending about its allowance, never all at once (docs/isolation/)."""
+def _sliced_stream(store: MessageStore, allowance: int) -> tuple[StreamQueue, list[Any]]:
+    """A stream whose deliveries are sliced by a turn's ``allowance``, and the list its
+    parked jobs go to (the loop's, as ``dispatch.turns`` keeps them)."""
     scheduler = budgets.Scheduler()
     parked: list[Any] = []
     scheduler.park = parked.append
-    allowance = 5_000
     scheduler.meter = budgets.Meter(allowance)
-    queue = _stream(store, StreamHooks(scheduler))
+    return _stream(store, StreamHooks(scheduler)), parked
+
+
+def test_st_3_reading_is_sliced_per_loop_turn(store) -> None:
+    """A consumer reading 2,000 messages from ``first`` gets them over many turns, each turn
+    spending about its allowance, never all at once (docs/isolation/)."""
+    allowance = 5_000
+    queue, parked = _sliced_stream(store, allowance)
     _publish(queue, *(f"m{i}".encode() for i in range(2_000)))
     channel = FakeChannel()
     _consumer(queue, channel, "a", "first", prefetch=10_000)
@@ -318,12 +324,8 @@ def test_st_3_readers_take_turns_a_turns_allowance_at_a_time(store) -> None:
     """A step delivers a run of records to one consumer (``deliver_run``), as many as the
     meter allows; the next turn begins with the next cursor, so two eager readers of one
     stream alternate and neither gets ahead of the other by more than a turn's deliveries."""
-    scheduler = budgets.Scheduler()
-    parked: list[Any] = []
-    scheduler.park = parked.append
     allowance = 5_000
-    scheduler.meter = budgets.Meter(allowance)
-    queue = _stream(store, StreamHooks(scheduler))
+    queue, parked = _sliced_stream(store, allowance)
     _publish(queue, *(f"m{i}".encode() for i in range(1_500)))
     channel = FakeChannel()
     _consumer(queue, channel, "a", "first", prefetch=10_000)
