@@ -85,10 +85,10 @@ DROP_STORED_BODY_FROM = 4096
 # above all its share of the loop turn, so a slice of tiny messages is about a thousand
 # deliveries (a few milliseconds of the loop), not ten thousand.
 DELIVERY_OVERHEAD = 1024
-# An unacked delivery's (queue, entry, consumer) -> its entry -> the body it holds (empty once
-# dropped for the store's copy): C getters, so summing a multiple ack's bodies runs no Python.
 # A consumer whose prefetch is unlimited (and a channel without a global one): ``credit``.
 UNBOUNDED_CREDIT = 1 << 30
+# An unacked delivery's (queue, entry, consumer) -> its entry -> the body it holds (empty once
+# dropped for the store's copy): C getters, so summing a multiple ack's bodies runs no Python.
 _entry_of = itemgetter(1)
 _queue_and_consumer = itemgetter(0, 2)
 _body_of = attrgetter("message.body")
@@ -182,9 +182,10 @@ class Channel:
         run: Sequence[DeliverRecord],
         count: int,
         entries: Iterable[Entry],
-    ) -> int:
+    ) -> tuple[int, int]:
         """A stream's next ``count`` records (``run``'s first) to ``consumer``, within its
-        ``credit``; returns how many went, fewer when the connection's output slice filled.
+        ``credit``; returns how many went (fewer when the connection's output slice filled)
+        and their bodies' bytes, which the queue adds to its unacked bytes.
 
         ``deliver`` for a run of records: one protocol call encodes them all
         (``send_deliver_run``) and the channel's bookkeeping is added once. ``entries`` are
@@ -216,7 +217,7 @@ class Channel:
         stats.deliveries["deliver"] += sent
         if not session.dirty:
             session.context.mark_dirty(session)
-        return sent
+        return sent, body_bytes
 
     def cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: tell the client if it understands (consumer_cancel_notify)."""

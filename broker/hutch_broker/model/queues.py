@@ -46,9 +46,10 @@ class DeliveryTarget(Protocol):
         run: Sequence[DeliverRecord],
         count: int,
         entries: Iterable[Entry],
-    ) -> int:
+    ) -> tuple[int, int]:
         """A stream's next ``count`` records (``run``'s first, within ``credit``), with the
-        entries acks return; how many went (fewer when the connection's output filled)."""
+        entries acks return; how many went (fewer when the connection's output filled) and
+        their bodies' bytes."""
 
     def cancelled_by_broker(self, consumer: Consumer) -> None: ...
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import logging
-from itertools import islice
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -444,7 +443,7 @@ class StreamQueue(queues.Queue):
                     self.visible_end - offset,
                     -(-meter.left // READ_STEPS),  # a delivery while any step is left
                 )
-                sent = channel.deliver_run(
+                sent, body_bytes = channel.deliver_run(
                     consumer, self, ahead, count, map(_entry_for, map(len, map(_body, ahead)))
                 )
                 if not sent:  # a channel that took none after all: it has no room
@@ -452,7 +451,6 @@ class StreamQueue(queues.Queue):
                     continue
                 meter.left -= sent * READ_STEPS
                 last = ahead[sent - 1]
-                body_bytes = sum(map(len, map(_body, islice(ahead, sent))))
                 first_msg_id = ahead[0].msg_id
                 del ahead[:sent]
                 self._passed(cursor, first_msg_id, last.msg_id + last.length - first_msg_id, sent)

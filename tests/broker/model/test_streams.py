@@ -176,14 +176,14 @@ class FakeChannel:
 
     def deliver_run(
         self, consumer: Consumer, queue: Queue, run: list[Any], count: int, entries: Any
-    ) -> int:
+    ) -> tuple[int, int]:
         assert 0 < count <= self.credit(consumer)
         for record, entry in zip(run[:count], entries, strict=False):
             headers = properties.decode_properties(record.raw_properties).get("headers") or {}
             offset = headers.get("x-stream-offset")
             assert entry.size == len(record.body)
             self.delivered.append((consumer.tag, entry.size, record.body, offset))
-        return count
+        return count, sum(len(record.body) for record in run[:count])
 
     def cancelled_by_broker(self, consumer: Consumer) -> None:
         return None
