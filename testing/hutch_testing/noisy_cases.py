@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import os
 import resource
+import select
 import socket
 import threading
 import time
@@ -47,6 +48,8 @@ class Broker(noisy.Reachable, Protocol):
     def rss_bytes(self) -> int: ...
 
     def group_pids(self) -> list[int]: ...
+
+    def cpu_seconds(self) -> float: ...
 
 
 @dataclass
@@ -745,5 +748,133 @@ CHURN = Case(
 )
 
 
-CASES = (POLICY, TOPIC, LISTING, SLOW_HTTP, STUCK_CONSUMER, FANOUT, IMPORT, CHANNELS, CHURN)
+# --- idle stream consumers: thousands of cursors that cannot go on ------------------------------
+
+STREAM_CONNECTIONS = 4
+STREAM_CONSUMERS_EACH = 500  # 2,000 consumers, each with one unacked delivery and prefetch 1
+STREAM_PUBLISHES = 1000
+# In CI: each publish is confirmed before the next (one group commit each), so a broker whose
+# every commit visits the idle cursors shows it on every one; 400 of them are enough.
+STREAM_PUBLISHES_CI = 400
+# The broker's CPU a confirmed publish to the stream with the idle consumers may cost, against
+# one to a stream without consumers, in the same attack (halves alternating). Measured
+# (2026-12-01, EPYC, #28): 0.8-1.3x with the cursors parked (about 1 ms a publish either way:
+# a confirm is a group commit of its own here); 5x when every group commit asked each of the
+# 2,000 for credit (6.4 against 1.3 ms). A ratio, so a slower or busier machine moves both.
+STREAM_CPU_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class _AmqpAs:
+    """The broker's AMQP port, as the tenant's user (what ``rawamqp.open_connection`` needs)."""
+
+    amqp_port: int
+    credentials: tuple[str, str]
+
+
+class _IdleReaders:
+    """The tenant and its consumers' sockets: one thread reads and discards what the broker
+    sends them (they never ack, but they read) until ``close``."""
+
+    def __init__(self, tenant: noisy.Tenant, sockets: list[socket.socket]) -> None:
+        self.tenant = tenant
+        self.sockets = sockets
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        for sock in self.sockets:
+            sock.setblocking(False)
+        while not self._stop.is_set():
+            readable, _, _ = select.select(self.sockets, [], [], 0.1)
+            for sock in readable:
+                with contextlib.suppress(BlockingIOError, OSError):
+                    sock.recv(1 << 20)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+        for sock in self.sockets:
+            sock.close()
+
+
+def _prepare_idle_stream(broker: Broker) -> _IdleReaders:
+    tenant = admin_tenant(broker, "streamer")
+    stream: dict[str, Any] = {"x-queue-type": "stream"}
+    with blocking(broker, tenant.vhost, tenant.credentials) as channel:
+        channel.queue_declare("log", durable=True, arguments=stream)
+        channel.queue_declare("quiet", durable=True, arguments=stream)  # the baseline's
+        channel.confirm_delivery()
+        channel.basic_publish("", "log", b"first")
+    first: dict[str, Any] = {"x-stream-offset": "first"}
+    consume: list[Any] = [commands.Basic.Qos(prefetch_count=1)]
+    consume += [
+        commands.Basic.Consume(queue="log", consumer_tag=f"i{index}", nowait=True, arguments=first)
+        for index in range(STREAM_CONSUMERS_EACH)
+    ]
+    sync = commands.Queue.Declare(queue="log", passive=True, durable=True, arguments=stream)
+    sockets = []
+    for _ in range(STREAM_CONNECTIONS):
+        sock = rawamqp.open_connection(
+            _AmqpAs(broker.amqp_port, tenant.credentials), vhost=tenant.vhost
+        )
+        rawamqp.pipelined(sock, consume, sync, commands.Queue.DeclareOk)
+        sockets.append(sock)
+    readers = _IdleReaders(tenant, sockets)
+    time.sleep(1.0)  # every consumer has its one delivery and waits for an ack that never comes
+    return readers
+
+
+def _attack_idle_stream(
+    broker: Broker,
+    readers: _IdleReaders,
+    publishes: int = STREAM_PUBLISHES,
+) -> tuple[Facts, list[str]]:
+    url = readers.tenant.amqp_url(broker, heartbeat=0)
+    cpu = {"log": 0.0, "quiet": 0.0}
+    confirmed = {"log": 0, "quiet": 0}
+    half = publishes // 2  # ``publishes`` to each stream, in two halves
+    try:
+        for stream in ("quiet", "log", "quiet", "log"):  # halves alternating: drift cancels
+            before = broker.cpu_seconds()
+            times = asyncio.run(publish_confirmed(url, "", [stream] * half, b"s" * 100, window=1))
+            cpu[stream] += broker.cpu_seconds() - before
+            confirmed[stream] += len(times)
+    finally:
+        readers.close()
+    per = {stream: cpu[stream] * 1000 / max(confirmed[stream], 1) for stream in cpu}
+    ratio = per["log"] / max(per["quiet"], 1e-6)
+    consumers = STREAM_CONNECTIONS * STREAM_CONSUMERS_EACH
+    facts = {"idle consumers": consumers,
+             "confirmed": f"{confirmed['log']}+{confirmed['quiet']}/{4 * half}",
+             "broker CPU a publish": f"{per['log']:.2f} ms (no consumers {per['quiet']:.2f})",
+             "ratio": f"{ratio:.2f}"}  # fmt: skip
+    problems = []
+    if sum(confirmed.values()) < 4 * half:
+        problems.append(f"only {confirmed} of {2 * half} publishes each confirmed")
+    if ratio > STREAM_CPU_RATIO:
+        problems.append(
+            f"a publish beside {consumers:,} idle stream consumers cost the broker {ratio:.1f}x "
+            f"the CPU of one to a stream without (bound {STREAM_CPU_RATIO}x): their cursors "
+            "are visited on every commit"
+        )
+    return facts, problems
+
+
+IDLE_STREAM = Case(
+    name="idle-stream-consumers",
+    title=f"read+write: {STREAM_PUBLISHES:,} confirmed publishes to a stream beside "
+    f"{STREAM_CONNECTIONS * STREAM_CONSUMERS_EACH:,} of its own consumers that never ack, "
+    "as many to one without",
+    prepare=_prepare_idle_stream,
+    attack=_attack_idle_stream,
+    ci_attack=functools.partial(_attack_idle_stream, publishes=STREAM_PUBLISHES_CI),
+)
+
+
+CASES = (
+    POLICY, TOPIC, LISTING, SLOW_HTTP, STUCK_CONSUMER, FANOUT, IMPORT, CHANNELS, CHURN,
+    IDLE_STREAM,
+)  # fmt: skip
 CI_CASES = tuple(case.for_ci() for case in CASES if case.in_ci)

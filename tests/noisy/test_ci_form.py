@@ -35,7 +35,14 @@ def _bench(name: str) -> noisy_cases.Case:
 
 
 def test_the_ci_form_changes_only_the_cases_that_say_why():
-    shortened = {"case2-topic", "case3-listing", "case4-slow-http", "case5-stuck-consumer", "churn"}
+    shortened = {
+        "case2-topic",
+        "case3-listing",
+        "case4-slow-http",
+        "case5-stuck-consumer",
+        "churn",
+        "idle-stream-consumers",
+    }
     for case in noisy_cases.CI_CASES:
         bench = _bench(case.name)
         assert case.prepare is bench.prepare
