@@ -21,14 +21,14 @@ VENV=.venv
 STAMP="$VENV/.hutch-stamp"
 BASE_LINK="$VENV/.hutch-base"
 want="$(cat pyproject.toml localkube/pyproject.toml demo/pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
-# The broker's C extension (broker/setup.py) is built in place by the editable install of the
-# root project: a change to its sources or declaration re-runs that install alone (seconds).
+# The C extensions (broker/setup.py, spark/setup.py) are built in place by the editable install
+# of the root project: a change to their sources or declarations re-runs that install alone.
 NATIVE_STAMP="$VENV/.hutch-native-stamp"
-native_want="$(cat setup.py broker/setup.py broker/hutch_broker/store/*.c | sha256sum | cut -c1-16)"
+native_want="$(cat setup.py broker/setup.py broker/hutch_broker/store/*.c spark/setup.py spark/hutch_spark/*.c | sha256sum | cut -c1-16)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] \
   && { [[ ! -f "$BASE_LINK" ]] || [[ -f "$(cat "$BASE_LINK")/complete" ]]; }; then
   if [[ "$(cat "$NATIVE_STAMP" 2>/dev/null)" != "$native_want" ]]; then
-    echo "==> bootstrap: rebuilding the broker's C extension"
+    echo "==> bootstrap: rebuilding the C extensions"
     PYTHON="$PY" bash scripts/install-build-deps.sh
     "$VENV/bin/pip" install --quiet --no-deps -e .
     echo "$native_want" > "$NATIVE_STAMP"

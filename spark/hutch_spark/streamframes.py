@@ -27,12 +27,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
 from pika import data
 
 from hutch_spark import properties, records, streamrecords
+from hutch_spark.framescan import scan
 
 FRAME_END = 0xCE
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
@@ -174,7 +176,10 @@ class SliceParser:
         The loop of a stream read: per delivery, its frames are walked with `unpack_from`, the
         common content (one header frame, one body frame) taken here and anything else by
         ``_content``; the offset is read where the last delivery had it when the bytes around
-        it are a known template's (below), else found by ``_offset_value_at``'s walk."""
+        it are a known template's (below), else found by ``_offset_value_at``'s walk. After a
+        delivery whose offset is where its template has it, the like deliveries that follow
+        go in one call of framescan's loop (in C when built), and this one takes the delivery
+        that stopped them."""
         size = len(buf)
         cols = self._columns
         offsets, templates, bodies = cols.offsets, cols.templates, cols.bodies
@@ -233,14 +238,8 @@ class SliceParser:
             number = keys.get(key)
             if number is None or offset_at[number] != last_at or value + 8 > head_end:
                 number = None
-                value = _offset_value_at(buf, props, head_end)
-                if value < 0:
-                    offset = self._slow_offset(buf[props:head_end])
-                    key = buf[route:route_end] + buf[props:head_end]
-                else:
-                    last_at = value - props
-                    key = buf[route:route_end] + buf[props:value] + buf[value + 8 : head_end]
-                    (offset,) = _I64.unpack_from(buf, value)
+                value, offset, key = self._walk(buf[route:route_end], buf, props, head_end)
+                last_at = value - props if value >= 0 else last_at
             else:
                 (offset,) = _I64.unpack_from(buf, value)
             if first_offset is None:
@@ -262,6 +261,18 @@ class SliceParser:
             offsets.append(offset)
             templates.append(number)
             bodies.append(body)
+            if offset_at[number] == last_at and not done:
+                # then the deliveries of its like that follow, as a run (framescan): bodies
+                # only, the offsets consecutive from `expected`, the template this one's
+                pos, got, last_tag = scan(buf, pos, key, last_at, expected, end_offset)
+                count = len(got)
+                offsets.extend(range(expected, expected + count))
+                templates.extend(repeat(number, count))
+                bodies.extend(got)
+                deliveries += count
+                expected += count
+                done = expected >= end_offset
+                tag = last_tag or tag
         cursor.expected, cursor.done = expected, done
         self.first_offset, self.last_tag = first_offset, tag
         self._last_at = last_at
@@ -284,6 +295,15 @@ class SliceParser:
         self._columns, self._keys, self._templates = Columns(), {}, []
         self._offset_at = []
         return _record_batch(self.stream, cols, templates)
+
+    def _walk(self, route: bytes, buf: bytes, props: int, head_end: int) -> tuple[int, int, bytes]:
+        """For a delivery not of the last one's template: where its offset's 8 bytes are (-1
+        when the slow path decoded them), the offset, and its template key."""
+        value = _offset_value_at(buf, props, head_end)
+        if value < 0:
+            return value, self._slow_offset(buf[props:head_end]), route + buf[props:head_end]
+        key = route + buf[props:value] + buf[value + 8 : head_end]
+        return value, _I64.unpack_from(buf, value)[0], key
 
     def _slow_offset(self, raw_props: bytes) -> int:
         headers = properties.decode(raw_props, 0).headers or {}

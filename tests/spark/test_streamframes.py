@@ -4,7 +4,9 @@ The frames are encoded by pika (an encoder independent of the parser), with `x-s
 last in the headers as a long, as RabbitMQ 3.10.8 and hutch-broker put it. However the bytes are
 cut (whole, split in two at every position, across several chunks, one byte at a time) the rows
 are the same, and the slice's cursor rules hold: offsets before the start skipped, the end
-offset not read, a gap left by retention is data loss.
+offset not read, a gap left by retention is data loss. Every test runs three ways: with the C
+loop that takes runs of like deliveries (framescan), with its Python twin, and with no runs at
+all (the parser's own path for every delivery), so the runs change no row.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import pika
 import pytest
-from hutch_spark import streamframes, streamrecords, streamwire
+from hutch_spark import framescan, streamframes, streamrecords, streamwire
 from hutch_spark.errors import HutchDataLossError
 from hutch_spark.streamframes import FrameError, SliceParser
 from hutch_spark.streamplan import Slice
@@ -25,37 +27,25 @@ from hutch_spark.streamreads import SliceCursor
 from pika import frame, spec
 from pyspark.sql.pandas.types import to_arrow_schema
 
-_BIG = 1 << 40  # encodes as 'l' in pika; patched to the real offset below
+from tests.spark.deliveries import delivery
 
 
-def delivery(
-    offset: int,
-    body: bytes = b"hello",
-    *,
-    tag: int | None = None,
-    exchange: str = "",
-    routing_key: str = "s",
-    frame_max: int = 4096,
-    offset_type: str = "l",
-    **props: Any,
-) -> bytes:
-    """One basic.deliver, its content header and body frames, as a broker sends them."""
-    headers = {**props.pop("headers", {}), "x-stream-offset": _BIG if offset_type == "l" else 1}
-    properties = spec.BasicProperties(headers=headers, **props)
-    deliver = spec.Basic.Deliver("ctag", tag or offset + 1, False, exchange, routing_key)
-    raw = frame.Method(1, deliver).marshal() + frame.Header(1, len(body), properties).marshal()
-    mark = b"\x0fx-stream-offset"
-    placeholder = b"l" + struct.pack(">q", _BIG) if offset_type == "l" else b"I" + b"\0\0\0\1"
-    at = raw.index(mark + placeholder) + len(mark)  # the broker's header, not a lookalike
-    if offset_type == "l":
-        raw = raw[: at + 1] + struct.pack(">q", offset) + raw[at + 9 :]
-    else:  # a short int, as a client may encode small numbers: the parser's slow path
-        assert raw[at : at + 1] == b"I"
-        raw = raw[: at + 1] + struct.pack(">i", offset) + raw[at + 5 :]
-    size = frame_max - 8
-    for low in range(0, len(body), size):
-        raw += frame.Body(1, body[low : low + size]).marshal()
-    return raw
+def no_runs(buf: bytes, pos: int, *_: Any) -> tuple[int, list[bytes], int]:
+    return pos, [], 0
+
+
+@pytest.fixture(autouse=True, params=["c", "python", "no runs"])
+def runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The parser's run loop for this test: the C one (failing where it is not built), its
+    Python twin, or none."""
+    if request.param == "c":
+        from hutch_spark import _framescan  # type: ignore[attr-defined]
+
+        chosen = _framescan.scan
+    else:
+        chosen = framescan.scan_python if request.param == "python" else no_runs
+    monkeypatch.setattr(streamframes, "scan", chosen)
+    return str(request.param)
 
 
 def parser(start: int, end: int, *, fail_on_data_loss: bool = True) -> SliceParser:
@@ -159,6 +149,41 @@ def test_every_split_of_the_bytes_gives_the_same_rows() -> None:
     feed_in(p, raw, list(range(1, len(raw))))  # one byte at a time
     assert rows(p) == reference
     assert p.pending == 0 and p.deliveries == 12 and p.last_tag == 12
+
+
+def test_a_stream_of_like_deliveries_goes_by_runs_after_its_first(
+    runs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The point of the runs: after the first delivery of a template, its like are taken by
+    the run loop, not one by one; a gap, a new template or the end stop a run, and the parser
+    takes the one that stopped it."""
+    taken: list[int] = []
+    loop = streamframes.scan
+
+    def counted(*args: Any) -> tuple[int, list[bytes], int]:
+        found = loop(*args)
+        taken.append(len(found[1]))
+        return found
+
+    monkeypatch.setattr(streamframes, "scan", counted)
+    raw = b"".join(delivery(n, b"b%d" % n, message_id="same") for n in range(100))
+    raw += delivery(100, b"other", message_id="another")  # a new template
+    raw += b"".join(delivery(n, b"b%d" % n, message_id="same") for n in range(101, 150))
+    raw += b"".join(delivery(n, b"b%d" % n, message_id="same") for n in range(152, 200))  # gap
+    p = parser(0, 190, fail_on_data_loss=False)
+    p.feed(raw, 7)
+    found = rows(p)
+    assert [r["offset"] for r in found] == [*range(150), *range(152, 190)]
+    assert [r["body"] for r in found] == [b"other" if n == 100 else b"b%d" % n
+                                          for n in [*range(150), *range(152, 190)]]  # fmt: skip
+    # every delivery counts for credit, also those from the end offset on (not rows)
+    assert p.deliveries == 198 and p.last_tag == 200
+    if runs == "no runs":
+        assert sum(taken) == 0
+    else:
+        # the parser's own path took offsets 0, 100, 101 (after a new template), 152 (a gap)
+        # and 190 on (the end offset): every other row came in a run
+        assert sum(taken) == 188 - 4
 
 
 def test_bodies_over_several_frames_and_chunk_boundaries() -> None:
