@@ -30,6 +30,14 @@ bench/kafka.py, KRaft, one node): load the messages, then
   another process, as bench/spark_phases.py does; Kafka: the record's CreateTime, set by Kafka's
   ProducerPerformance when it sends);
 - the broker's CPU seconds (user + system, /proc) during each read, per million messages.
+Before the timed reads each round primes Spark's Python workers with an untimed read of the
+first `PRIME_OFFSETS` offsets of each partition (`prime_seconds` in the sample; `--no-prime`
+skips it). Why: Spark kills a Python worker that has been idle for a minute (a constant in
+PythonWorkerFactory), and the next Python task forks a new one and imports the source again.
+Kafka's round with its latency phase lasts longer than that, so without priming the Hutch read
+after it, and only that one, paid for new workers (+0.7-1.0 s on the Xeon, about 2 s on the
+EPYC) and the batch ratio depended on the order of the round. `prime_seconds` keeps that cost
+visible: it is the first Spark read of each round.
 `--scaling` adds, in Hutch's rounds, the batch read with numPartitions 1 beside `--partitions`:
 local mode's two task threads, not executor Pods (bench/spark_node_bench.py runs Pods).
 
@@ -115,6 +123,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="also read Hutch with numPartitions 1 in each round")  # fmt: skip
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="skip the discarded warm-up read on each system")  # fmt: skip
+    parser.add_argument("--no-prime", dest="prime", action="store_false",
+                        help="skip each round's untimed priming read")  # fmt: skip
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.latency_seconds < 0:
@@ -304,6 +314,33 @@ class Kafka(System):
         self.broker.stop()
 
 
+PRIME_OFFSETS = 1_000  # offsets of each partition the priming read takes
+
+
+def prime_ends(system: str, stream: str, partitions: int, count: int) -> tuple[str, int]:
+    """The priming read's `endingOffsets` JSON and the rows it reads: the first
+    `PRIME_OFFSETS` of each partition (Kafka's topic partitions; Hutch's one stream, which
+    numPartitions slices), never more than a quarter of a partition's share of `count`."""
+    each = max(1, min(PRIME_OFFSETS, count // (4 * partitions)))
+    if system == "hutch":
+        return json.dumps({stream: each * partitions}), each * partitions
+    ends = {stream: {str(partition): each for partition in range(partitions)}}
+    return json.dumps(ends), each * partitions
+
+
+def prime(spark: Any, system: System, name: str) -> float:
+    """The untimed read before a round's timed ones (module doc): its seconds."""
+    args = system.args
+    ends, rows = prime_ends(system.name, name, args.partitions, args.messages)
+    began = time.perf_counter()
+    frame, _ = system.reader(spark, name, stream=False, partitions=args.partitions)
+    frame = frame.option("startingOffsets", "earliest").option("endingOffsets", ends).load()
+    read = frame.count()
+    if read != rows:
+        raise RuntimeError(f"{system.name}: the priming read read {read} rows of {rows}")
+    return time.perf_counter() - began
+
+
 def batch_read(spark: Any, system: System, name: str, count: int, partitions: int) -> dict:
     before = cpu_seconds(system.pids())
     began = time.perf_counter()
@@ -419,6 +456,8 @@ def measure(spark: Any, system: System, work: Path, *, warm_up: bool, index: int
     sample["load_seconds"] = time.perf_counter() - loaded
     if "plain" in args.modes and not warm_up:
         sample["plain_rate"] = system.plain_rate(name, args.messages)
+    if args.prime and ("batch" in args.modes or "available-now" in args.modes):
+        sample["prime_seconds"] = prime(spark, system, name)
     # With --scaling the two partition counts alternate which goes first, as the systems do.
     widths = [args.partitions]
     if args.scaling and system.name == "hutch":

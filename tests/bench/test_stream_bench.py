@@ -8,6 +8,7 @@ here starts Kafka, a broker or Spark.
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from pathlib import Path
@@ -30,7 +31,21 @@ def test_defaults_compare_both_systems_with_the_same_load() -> None:
     assert args.modes == ["plain", "batch", "available-now"]
     assert (args.messages, args.body_size, args.partitions, args.repeat) == (200_000, 200, 2, 3)
     assert args.warm_up is True
+    assert args.prime is True
     assert args.scaling is False
+    assert stream_bench.parse_args(["--no-prime"]).prime is False
+
+
+def test_the_priming_read_takes_the_same_first_offsets_of_each_partition_on_both_systems() -> None:
+    each = stream_bench.PRIME_OFFSETS
+    ends, rows = stream_bench.prime_ends("hutch", "s", 2, 200_000)
+    # One stream, sliced by numPartitions: [0, 2 * each) is each slice's `each`.
+    assert (json.loads(ends), rows) == ({"s": 2 * each}, 2 * each)
+    ends, rows = stream_bench.prime_ends("kafka", "t", 2, 200_000)
+    assert (json.loads(ends), rows) == ({"t": {"0": each, "1": each}}, 2 * each)
+    # A small load: a quarter of each partition's share at most, and never nothing.
+    assert stream_bench.prime_ends("kafka", "t", 2, 800) == ('{"t": {"0": 100, "1": 100}}', 200)
+    assert stream_bench.prime_ends("hutch", "s", 3, 5)[1] == 3
 
 
 def test_lists_are_parsed_and_deduplicated_in_order() -> None:
@@ -240,3 +255,18 @@ def test_the_progress_breakdown_sums_each_part_and_times_the_start() -> None:
     assert breakdown["batch_rows"] == [0, 50_000]
     assert breakdown["trigger_ms"] == [83, 1009]
     assert stream_bench.progress_breakdown([], started)["first_trigger_s"] is None
+
+
+def test_the_priming_reads_seconds_are_reported_beside_the_timed_figures() -> None:
+    samples = two_rounds()
+    for seconds, row in zip((1.6, 0.5), samples["hutch"], strict=True):
+        row["prime_seconds"] = seconds
+    for row in samples["kafka"]:
+        row["prime_seconds"] = 0.4
+    summary = stream_summary.summarize(samples)
+    assert summary["systems"]["hutch"]["prime_s"]["high"] == pytest.approx(1.6)
+    assert summary["hutch_over_kafka"]["prime_s"]["high"] == pytest.approx(4.0)
+    line = next(line for line in stream_summary.report_lines(summary) if "priming" in line)
+    assert "1.05 s (0.50-1.60, n=2)" in line
+    # A sample without it (an older results file) has no such row.
+    assert "prime_s" not in stream_summary.flatten(two_rounds()["hutch"][0])
