@@ -32,6 +32,9 @@ ratio measures the machine, not the source. A benchmark, not a test: nothing her
         [--body-size 200] [--streams 4] [--partitions 2] [--repeat 3] [--executor-cpu 0.4]
         [--broker-cpu 1] [--node-cpu-shares 8192] [--warm-up 2000]
 
+`--conf spark.KEY=VALUE` (repeatable) adds a spark-submit conf, e.g. the executors' JVM options
+(`spark.executor.extraJavaOptions`), to weigh what the executors' JIT costs at a small quota.
+
 `--warm-up` is the offsets per stream of the job's warm-up batch read (8,000 messages with the
 defaults). On a slow CPU (an AMD EPYC at 2 GHz, docs/bench/report.md) one executor at 0.4 CPU
 was still warming its JVM through the whole timed query (16 s to 8 s a batch); with a warm-up
@@ -505,6 +508,7 @@ def submission(
             **sparksubmit.executor_credentials(ADMIN_SECRET),
             "spark.kubernetes.executor.request.cores": cpu,
             "spark.kubernetes.executor.limit.cores": cpu,
+            **args.conf,
         },
         arguments=(
             "--streams", ",".join(streams), "--messages", str(args.messages),
@@ -534,8 +538,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--broker-cpu", default="1", help="the broker's request = limit")
     parser.add_argument("--node-cpu-shares", type=int, default=8192,
                         help="the node cgroup's cpu.shares (0: the plane's 1024)")  # fmt: skip
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="one more spark-submit --conf, e.g. executor JVM options")  # fmt: skip
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
+    confs = [text.partition("=") for text in args.conf]
+    if any(not key.startswith("spark.") or not sep for key, sep, _ in confs):
+        parser.error("--conf takes spark.KEY=VALUE")
+    args.conf = {key: value for key, _, value in confs}
     if args.node_cpu_shares and not 2 <= args.node_cpu_shares <= 262144:
         parser.error("--node-cpu-shares must be 0 or 2-262144 (the kernel's range)")
     if args.messages < 1 or args.streams < 1 or args.repeat < 1 or args.partitions < 1:

@@ -134,6 +134,19 @@ def test_the_submission_sets_each_executors_cpu_share_and_the_jobs_arguments() -
     assert words[words.index("--messages") + 1] == "1000"
     assert words[words.index("--warm-up") + 1] == "333"  # what a stream holds, under 2,000
     assert bench.parse_args([]).warm_up == 2_000
+    assert "spark.executor.extraJavaOptions" not in confs
+
+
+def test_extra_confs_reach_the_submission_and_bad_ones_are_refused() -> None:
+    option = "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -Da=b=c"
+    args = bench.parse_args(["--conf", option, "--conf", "spark.executor.memory=1g"])
+    sub = bench.submission("https://127.0.0.1:6443", "t.json", "img", "app", 1, ["s"], args)
+    confs = sparksubmit.confs(sub)
+    assert confs["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -Da=b=c"
+    assert confs["spark.executor.memory"] == "1g"  # over the submission's default
+    for bad in ("spark.executor.memory", "executor.memory=1g"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--conf", bad])
 
 
 @pytest.mark.parametrize(
