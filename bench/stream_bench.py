@@ -178,6 +178,11 @@ class System:
     def reader(self, spark: Any, name: str, *, stream: bool, partitions: int) -> Any:
         raise NotImplementedError
 
+    @staticmethod
+    def prime_ends(stream: str, partitions: int, each: int) -> str:
+        """The priming read's `endingOffsets` JSON: `each` offsets of every partition."""
+        raise NotImplementedError
+
     def publish_timed(self, name: str, seconds: float, rate: int) -> Any:
         raise NotImplementedError
 
@@ -254,6 +259,11 @@ class Hutch(System):
         )
         return frame, "body"
 
+    @staticmethod
+    def prime_ends(stream: str, partitions: int, each: int) -> str:
+        # One stream, which numPartitions slices: [0, partitions * each) gives each slice `each`.
+        return json.dumps({stream: each * partitions})
+
     def publish_timed(self, name: str, seconds: float, rate: int) -> Any:
         context = multiprocessing.get_context("spawn")  # never fork a process driving a JVM
         sent = context.Value("i", 0)
@@ -300,6 +310,10 @@ class Kafka(System):
         )
         return frame, "value"
 
+    @staticmethod
+    def prime_ends(stream: str, partitions: int, each: int) -> str:
+        return json.dumps({stream: {str(partition): each for partition in range(partitions)}})
+
     def publish_timed(self, name: str, seconds: float, rate: int) -> Any:
         count = int(seconds * rate)
         self.broker.produce(name, count, 32, rate)
@@ -317,21 +331,17 @@ class Kafka(System):
 PRIME_OFFSETS = 1_000  # offsets of each partition the priming read takes
 
 
-def prime_ends(system: str, stream: str, partitions: int, count: int) -> tuple[str, int]:
-    """The priming read's `endingOffsets` JSON and the rows it reads: the first
-    `PRIME_OFFSETS` of each partition (Kafka's topic partitions; Hutch's one stream, which
-    numPartitions slices), never more than a quarter of a partition's share of `count`."""
-    each = max(1, min(PRIME_OFFSETS, count // (4 * partitions)))
-    if system == "hutch":
-        return json.dumps({stream: each * partitions}), each * partitions
-    ends = {stream: {str(partition): each for partition in range(partitions)}}
-    return json.dumps(ends), each * partitions
+def prime_share(partitions: int, count: int) -> int:
+    """The offsets of each partition the priming read takes: the first `PRIME_OFFSETS`, never
+    more than a quarter of a partition's share of `count`, and never none."""
+    return max(1, min(PRIME_OFFSETS, count // (4 * partitions)))
 
 
 def prime(spark: Any, system: System, name: str) -> float:
     """The untimed read before a round's timed ones (module doc): its seconds."""
     args = system.args
-    ends, rows = prime_ends(system.name, name, args.partitions, args.messages)
+    each = prime_share(args.partitions, args.messages)
+    ends, rows = system.prime_ends(name, args.partitions, each), each * args.partitions
     began = time.perf_counter()
     frame, _ = system.reader(spark, name, stream=False, partitions=args.partitions)
     frame = frame.option("startingOffsets", "earliest").option("endingOffsets", ends).load()

@@ -17,17 +17,10 @@ from __future__ import annotations
 
 import importlib
 import os
-import struct
 from collections.abc import Callable
 from typing import Final
 
-FRAME_END = 0xCE
-METHOD, HEADER, BODY = 1, 2, 3
-BASIC_DELIVER = (60 << 16) | 60
-
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
+from hutch_spark.amqpframe import BASIC_DELIVER, BODY, FRAME_END, HEADER, I64, METHOD, U32, U64
 
 Scan = Callable[[bytes, int, bytes, int, int, int], tuple[int, list[bytes], int]]
 
@@ -61,11 +54,11 @@ def _like(buf: bytes, pos: int, key: bytes, at: int, offset: int) -> tuple[bytes
     size = len(buf)
     if pos + 11 > size or buf[pos] != METHOD:
         return None
-    frame_end = pos + 7 + _U32.unpack_from(buf, pos + 3)[0]
+    frame_end = pos + 7 + U32.unpack_from(buf, pos + 3)[0]
     if frame_end >= size or buf[frame_end] != FRAME_END or frame_end < pos + 11:
         return None
     q = pos + 11
-    if _U32.unpack_from(buf, pos + 7)[0] != BASIC_DELIVER or q >= frame_end:
+    if U32.unpack_from(buf, pos + 7)[0] != BASIC_DELIVER or q >= frame_end:
         return None
     q += 1 + buf[q]  # past the consumer tag: the delivery tag, redelivered, the route
     route = q + 9
@@ -78,24 +71,24 @@ def _like(buf: bytes, pos: int, key: bytes, at: int, offset: int) -> tuple[bytes
     head = frame_end + 1
     if route_end > frame_end or head + 7 > size or buf[head] != HEADER:
         return None
-    head_end = head + 7 + _U32.unpack_from(buf, head + 3)[0]
+    head_end = head + 7 + U32.unpack_from(buf, head + 3)[0]
     if head_end >= size or buf[head_end] != FRAME_END or head_end < head + 21:
         return None
     body_at = head_end + 1
     if body_at + 7 > size or buf[body_at] != BODY:
         return None
-    (length,) = _U32.unpack_from(buf, body_at + 3)
+    (length,) = U32.unpack_from(buf, body_at + 3)
     nxt = body_at + 7 + length
-    if length == 0 or length != _U64.unpack_from(buf, head + 11)[0]:
+    if length == 0 or length != U64.unpack_from(buf, head + 11)[0]:
         return None
     value = head + 19 + at  # the properties start after class, weight and body size
     if nxt >= size or buf[nxt] != FRAME_END or value + 8 > head_end:
         return None
     if buf[route:route_end] + buf[head + 19 : value] + buf[value + 8 : head_end] != key:
         return None
-    if _I64.unpack_from(buf, value)[0] != offset:
+    if I64.unpack_from(buf, value)[0] != offset:
         return None
-    return buf[body_at + 7 : nxt], _U64.unpack_from(buf, q)[0], nxt + 1
+    return buf[body_at + 7 : nxt], U64.unpack_from(buf, q)[0], nxt + 1
 
 
 def _load_native() -> Scan | None:

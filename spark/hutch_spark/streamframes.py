@@ -24,7 +24,6 @@ basic.deliver (handshake replies, a broker's close) are collected in `methods` f
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -34,11 +33,21 @@ import pyarrow as pa
 from pika import data
 
 from hutch_spark import properties, records, streamrecords
+from hutch_spark.amqpframe import (
+    BASIC_DELIVER,
+    BODY,
+    FRAME,
+    FRAME_END,
+    HEADER,
+    HEARTBEAT,
+    I64,
+    METHOD,
+    U16,
+    U32,
+    U64,
+)
 from hutch_spark.framescan import scan
 
-FRAME_END = 0xCE
-METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
-BASIC_DELIVER = (60 << 16) | 60
 OFFSET_HEADER = "x-stream-offset"
 _OFFSET_NAME_TYPED = OFFSET_HEADER.encode() + b"l"  # the name, then the long's type 'l'
 _OFFSET_NAME_SIZE = len(OFFSET_HEADER)
@@ -63,12 +72,6 @@ _FIXED_SIZES = {
     }.items()
 }
 _SIZED = frozenset(map(ord, "SFAx"))
-
-_FRAME = struct.Struct(">BHI")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_I64 = struct.Struct(">q")
 
 
 class FrameError(Exception):
@@ -151,7 +154,7 @@ class SliceParser:
         `pos` when it, or the delivery that starts there, is not complete yet."""
         if pos + 8 > len(buf):
             return pos
-        kind, channel, length = _FRAME.unpack_from(buf, pos)
+        kind, channel, length = FRAME.unpack_from(buf, pos)
         end: int = pos + 7 + length
         if end >= len(buf):
             return pos
@@ -161,7 +164,7 @@ class SliceParser:
             return end + 1
         if kind != METHOD:
             raise FrameError(f"unexpected frame type {kind} outside a delivery")
-        (class_method,) = _U32.unpack_from(buf, pos + 7)
+        (class_method,) = U32.unpack_from(buf, pos + 7)
         if class_method == BASIC_DELIVER:
             return pos  # its content has not all arrived
         self.methods.append(
@@ -189,7 +192,7 @@ class SliceParser:
         expected, done, end_offset = cursor.expected, cursor.done, cursor.slice.end
         first_offset, tag = self.first_offset, self.last_tag
         deliveries = 0
-        unpack_frame, unpack_u64 = _FRAME.unpack_from, _U64.unpack_from
+        unpack_frame, unpack_u64 = FRAME.unpack_from, U64.unpack_from
         offset_at, last_at = self._offset_at, self._last_at
         while pos + 8 <= size:
             kind, _, length = unpack_frame(buf, pos)
@@ -198,7 +201,7 @@ class SliceParser:
                 end >= size
                 or kind != METHOD
                 or buf[end] != FRAME_END
-                or _U32.unpack_from(buf, pos + 7)[0] != BASIC_DELIVER
+                or U32.unpack_from(buf, pos + 7)[0] != BASIC_DELIVER
             ):
                 break
             # basic.deliver: consumer tag, delivery tag, redelivered, exchange, routing key
@@ -241,7 +244,7 @@ class SliceParser:
                 value, offset, key = self._walk(buf[route:route_end], buf, props, head_end)
                 last_at = value - props if value >= 0 else last_at
             else:
-                (offset,) = _I64.unpack_from(buf, value)
+                (offset,) = I64.unpack_from(buf, value)
             if first_offset is None:
                 first_offset = offset
             if offset == expected and not done:
@@ -303,7 +306,7 @@ class SliceParser:
         if value < 0:
             return value, self._slow_offset(buf[props:head_end]), route + buf[props:head_end]
         key = route + buf[props:value] + buf[value + 8 : head_end]
-        return value, _I64.unpack_from(buf, value)[0], key
+        return value, I64.unpack_from(buf, value)[0], key
 
     def _slow_offset(self, raw_props: bytes) -> int:
         headers = properties.decode(raw_props, 0).headers or {}
@@ -340,7 +343,7 @@ def _offset_value_at(buf: bytes, props: int, head_end: int) -> int:
     value or a property after the headers (a message_id, a nested table), and a search would
     read the publisher's bytes as the offset. The walk visits only the top-level entries, and
     keeps the last one named `x-stream-offset`, as decoding the table into a dict does."""
-    (flags,) = _U16.unpack_from(buf, props)
+    (flags,) = U16.unpack_from(buf, props)
     if flags & 1 or not flags & 0x2000:
         return -1
     p = props + 2
@@ -348,7 +351,7 @@ def _offset_value_at(buf: bytes, props: int, head_end: int) -> int:
         p += 1 + buf[p]
     if flags & 0x4000:
         p += 1 + buf[p]
-    (length,) = _U32.unpack_from(buf, p)
+    (length,) = U32.unpack_from(buf, p)
     p += 4
     table_end = p + length
     if table_end > head_end:
@@ -365,7 +368,7 @@ def _offset_value_at(buf: bytes, props: int, head_end: int) -> int:
         if size is None:
             if kind not in _SIZED:
                 return -1
-            (size,) = _U32.unpack_from(buf, p)
+            (size,) = U32.unpack_from(buf, p)
             size += 4
         p += size
     return found if p == table_end else -1
@@ -377,13 +380,13 @@ def _content(buf: bytes, head: int, size: int, pos: int) -> tuple[int, int, byte
     has not arrived."""
     if head + 8 > size:
         return None
-    kind, _, length = _FRAME.unpack_from(buf, head)
+    kind, _, length = FRAME.unpack_from(buf, head)
     head_end = head + 7 + length
     if head_end >= size:
         return None
     if kind != HEADER or buf[head_end] != FRAME_END:
         raise FrameError(f"basic.deliver at byte {pos} is not followed by its header")
-    (body_size,) = _U64.unpack_from(buf, head + 11)
+    (body_size,) = U64.unpack_from(buf, head + 11)
     nxt = head_end + 1
     if body_size == 0:
         return head + 19, head_end, b"", nxt
@@ -392,7 +395,7 @@ def _content(buf: bytes, head: int, size: int, pos: int) -> tuple[int, int, byte
     while got < body_size:
         if nxt + 8 > size:
             return None
-        kind, _, length = _FRAME.unpack_from(buf, nxt)
+        kind, _, length = FRAME.unpack_from(buf, nxt)
         body_end = nxt + 7 + length
         if body_end >= size:
             return None

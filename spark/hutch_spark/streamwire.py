@@ -42,7 +42,8 @@ import pika
 import pika.exceptions
 from pika import data
 
-from hutch_spark.streamframes import FRAME_END, HEARTBEAT, METHOD, FrameError, Method, SliceParser
+from hutch_spark.amqpframe import CLASS_METHOD, FRAME, FRAME_END, HEARTBEAT, METHOD
+from hutch_spark.streamframes import FrameError, Method, SliceParser
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,6 @@ FRAME_MAX = 1 << 17  # what we ask for; the broker's own limit wins if lower
 CHANNEL = 1
 IDLE_PER_KEY = 2  # idle connections kept per broker/vhost/user: a worker runs one task at a time
 MAX_IDLE_S = 30.0  # how long an idle connection is kept, and never past one heartbeat interval
-
-_FRAME = struct.Struct(">BHI")
-_CLASS_METHOD = struct.Struct(">HH")
 
 
 class BrokerClosedError(Exception):
@@ -69,12 +67,12 @@ class BrokerClosedError(Exception):
 
 def frame(kind: int, channel: int, payload: bytes) -> bytes:
     """One frame with its header and end octet."""
-    return _FRAME.pack(kind, channel, len(payload)) + payload + bytes((FRAME_END,))
+    return FRAME.pack(kind, channel, len(payload)) + payload + bytes((FRAME_END,))
 
 
 def method(channel: int, class_id: int, method_id: int, *arguments: bytes) -> bytes:
     """A method frame whose argument bytes are already encoded."""
-    return frame(METHOD, channel, _CLASS_METHOD.pack(class_id, method_id) + b"".join(arguments))
+    return frame(METHOD, channel, CLASS_METHOD.pack(class_id, method_id) + b"".join(arguments))
 
 
 def short_string(text: str) -> bytes:

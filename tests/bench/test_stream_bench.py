@@ -38,14 +38,13 @@ def test_defaults_compare_both_systems_with_the_same_load() -> None:
 
 def test_the_priming_read_takes_the_same_first_offsets_of_each_partition_on_both_systems() -> None:
     each = stream_bench.PRIME_OFFSETS
-    ends, rows = stream_bench.prime_ends("hutch", "s", 2, 200_000)
+    assert stream_bench.prime_share(2, 200_000) == each
     # One stream, sliced by numPartitions: [0, 2 * each) is each slice's `each`.
-    assert (json.loads(ends), rows) == ({"s": 2 * each}, 2 * each)
-    ends, rows = stream_bench.prime_ends("kafka", "t", 2, 200_000)
-    assert (json.loads(ends), rows) == ({"t": {"0": each, "1": each}}, 2 * each)
+    assert json.loads(stream_bench.Hutch.prime_ends("s", 2, each)) == {"s": 2 * each}
+    assert json.loads(stream_bench.Kafka.prime_ends("t", 2, each)) == {"t": {"0": each, "1": each}}
     # A small load: a quarter of each partition's share at most, and never nothing.
-    assert stream_bench.prime_ends("kafka", "t", 2, 800) == ('{"t": {"0": 100, "1": 100}}', 200)
-    assert stream_bench.prime_ends("hutch", "s", 3, 5)[1] == 3
+    assert stream_bench.prime_share(2, 800) == 100
+    assert stream_bench.prime_share(3, 5) == 1
 
 
 def test_lists_are_parsed_and_deduplicated_in_order() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pika
 import pytest
-from hutch_spark import framescan, streamframes, streamrecords, streamwire
+from hutch_spark import amqpframe, framescan, streamframes, streamrecords, streamwire
 from hutch_spark.errors import HutchDataLossError
 from hutch_spark.streamframes import FrameError, SliceParser
 from hutch_spark.streamplan import Slice
@@ -323,7 +323,7 @@ def test_the_end_offset_after_a_gap_ends_the_slice_with_the_gap_lost() -> None:
 
 
 def test_heartbeats_and_other_methods_between_deliveries() -> None:
-    heartbeat = streamwire.frame(streamframes.HEARTBEAT, 0, b"")
+    heartbeat = streamwire.frame(amqpframe.HEARTBEAT, 0, b"")
     blocked = frame.Method(0, spec.Connection.Blocked("low on memory")).marshal()
     raw = delivery(0) + heartbeat + blocked + delivery(1)
     p = parser(0, 2)
