@@ -96,7 +96,7 @@ class Options:
 
 STEP_COUNT = 12  # and the stream job's step when Spark runs as Pods (not with --tls)
 STREAM_PER_STREAM = 5000  # messages in each of the two stream queues
-STREAM_MAX_OFFSETS = 2500  # a micro-batch's offsets over both: 4 batches after the empty first
+STREAM_MAX_OFFSETS = 2500  # a micro-batch's offsets over both: 4 batches
 TIER = "node"
 JOB_TIMEOUT = 900  # seconds
 

@@ -208,9 +208,9 @@ def run(
     child = launchers.spawn("spark-submit (stream job)", command, log, env)
     started(child)
     began = time.monotonic()
-    # batch 0 reads nothing: the source resolves `earliest` as its end, so that a driver dying
-    # inside it replays the same range (docs/spark.md, "A new query's first batch")
-    total = 1 + -(-len(STREAMS) * per_stream // max_offsets)
+    # batch 0 reads from `earliest` as resolved when it is planned, like any batch (and is
+    # planned even with nothing to read: docs/spark.md, "A new query's first batch")
+    total = max(1, -(-len(STREAMS) * per_stream // max_offsets))
     while child.running:
         elapsed = time.monotonic() - began
         if elapsed > timeout:

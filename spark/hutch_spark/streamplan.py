@@ -9,17 +9,18 @@ sinks need no dedupe (docs/spark.md, "Reading stream queues").
 
 The rules are Spark's Kafka source's where the concept is the same:
 - `startingOffsets` earliest/latest/JSON and `startingTimestamp` apply to a new query's first
-  batch; latest, earliest and a timestamp are resolved when that batch is planned, as its end
+  batch; latest, earliest and a timestamp are resolved when that batch is planned, in its end
   (see `initial` for why);
 - `maxOffsetsPerTrigger` is shared among the streams in proportion to what each has waiting;
 - `failOnDataLoss`: an offset the query still needs but retention already removed fails the
   query, naming the stream and the lost range; `false` skips to the first offset held, with a
   warning.
 
-The checkpointed offset is `{"stream": next offset to read, ...}`, one entry per stream. A new
-query's start (`initial`) may hold Kafka's markers, -1 (latest) and -2 (earliest), for a stream
-not resolved yet: see `initial` for why. A super stream's offset may leave out partitions added
-after it was written, which start at offset 0 (`with_added`).
+The checkpointed offset is `{"stream": next offset to read, ...}`, one entry per stream; in
+batch 0's end, a stream whose start that batch resolved and reads from is `[end, start]`
+(`logged_end`). A new query's start (`initial`) may hold Kafka's markers, -1 (latest) and -2
+(earliest), for a stream not resolved yet: see `initial` for why. A super stream's offset
+may leave out partitions added after it was written, which start at offset 0 (`with_added`).
 """
 
 from __future__ import annotations
@@ -76,11 +77,10 @@ def initial(spec: OffsetSpec, streams: Sequence[str]) -> dict[str, int]:
     batch would read another range, and a head that retention removed in between would be
     skipped without the data-loss error `failOnDataLoss` promises (Kafka's source keeps its
     resolved start in a file under the checkpoint, a path a Python source is not given). Left
-    unresolved, the start is resolved when batch 0 is planned and becomes batch 0's end, which
-    Spark does log: batch 0 reads nothing of that stream (`batch_starts`), on every attempt,
-    and batch 1 starts at the logged end, where a removed head is found like any other loss
-    (`readable_start`). A `startingTimestamp` start is unresolved for the same reason; an
-    explicit offset is the same on every attempt.
+    unresolved, the start is resolved when batch 0 is planned and goes into batch 0's end,
+    which Spark does log (`logged_end`): every attempt of batch 0 reads the same range from it
+    (`batch_starts`), and a removed head is found like any other loss. A `startingTimestamp`
+    start is unresolved for the same reason; an explicit offset is the same on every attempt.
     """
     result: dict[str, int] = {}
     for stream in streams:
@@ -101,12 +101,22 @@ def resolve_start(marker: int, held: Bounds) -> int:
     return held.first if marker == EARLIEST else held.next
 
 
-def batch_starts(starts: Mapping[str, int], ends: Mapping[str, int]) -> dict[str, int]:
+def logged_end(start: int, end: int) -> int | list[int]:
+    """Batch 0's end of a stream whose start it resolved (`initial`): `[end, start]` when the
+    batch reads something, so the offsets log carries the start its replay needs, else `end`
+    (the start is the end: from latest, or an empty stream)."""
+    return [end, start] if start < end else end
+
+
+def batch_starts(
+    starts: Mapping[str, int], ends: Mapping[str, int], carried: Mapping[str, int]
+) -> dict[str, int]:
     """A batch's start per stream: an unresolved start (batch 0 of a stream read from latest,
-    earliest or a timestamp) is the batch's end, so that batch reads nothing of it on any
-    attempt."""
+    earliest or a timestamp) is the start batch 0's logged end carries (`logged_end`), or its
+    end where it carries none (nothing to read), the same on every attempt."""
     return {
-        stream: ends[stream] if start in UNRESOLVED else start for stream, start in starts.items()
+        stream: carried.get(stream, ends[stream]) if start in UNRESOLVED else start
+        for stream, start in starts.items()
     }
 
 
@@ -120,7 +130,22 @@ def parse_offset(
     """A checkpointed offset of this source; one of other streams is an error, not a reset.
     A `start` may also be a new query's `initial`, with unresolved streams (-1 or -2). With
     `grows` (a super stream's partitions) the offset may leave out streams: partitions added
-    after it was written (`with_added`)."""
+    after it was written (`with_added`). Batch 0's `[end, start]` (`logged_end`) is its end
+    here; `carried_starts` has its start."""
+    return {stream: end for stream, (end, _) in _entries(offset, streams, start, grows).items()}
+
+
+def carried_starts(
+    offset: Mapping[str, object], streams: tuple[str, ...], *, grows: bool = False
+) -> dict[str, int]:
+    """The starts batch 0's logged end carries (`logged_end`), by stream."""
+    entries = _entries(offset, streams, False, grows)
+    return {stream: first for stream, (_, first) in entries.items() if first is not None}
+
+
+def _entries(
+    offset: Mapping[str, object], streams: tuple[str, ...], start: bool, grows: bool
+) -> dict[str, tuple[int, int | None]]:
     names = set(offset)
     if names != set(streams) and not (grows and names <= set(streams)):
         removed = sorted(names - set(streams))
@@ -134,20 +159,35 @@ def parse_offset(
             "use a new checkpointLocation"
         )
     low = EARLIEST if start else 0
-    result: dict[str, int] = {}
+    result: dict[str, tuple[int, int | None]] = {}
     for stream in streams:
         if stream not in offset:
             continue
         value = offset[stream]
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        if _offset(value, low):
+            assert isinstance(value, int)  # noqa: S101 - just checked
+            result[stream] = (value, None)
+        elif isinstance(value, list) and len(value) == 2 and all(_offset(v, 0) for v in value):
+            end, first = value
+            result[stream] = (end, first)
+            if first >= end:
+                raise HutchOffsetError(
+                    f"hutch: malformed offset {dict(offset)!r}: stream {stream!r} has batch 0's "
+                    f"[end, start] with a start {first} not below its end {end}"
+                )
+        else:
             allowed = (
                 "an offset >= 0, or -1 or -2 (not resolved yet)" if start else "an offset >= 0"
             )
             raise HutchOffsetError(
                 f"hutch: malformed offset {dict(offset)!r}: stream {stream!r} must have {allowed}"
+                ", or batch 0's [end, start]"
             )
-        result[stream] = value
     return result
+
+
+def _offset(value: object, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 def with_added(offset: Mapping[str, int], streams: Sequence[str]) -> dict[str, int]:

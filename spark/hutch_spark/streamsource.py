@@ -16,10 +16,11 @@ connection the reader keeps (streamhttp.py); the calls Spark makes around a quer
 (`prepareForTriggerAvailableNow`, `initialOffset` twice, the first `latestOffset`) share one,
 and availableNow's last call, at the ends it snapshotted, needs none.
 A new query from `latest`, `earliest` (or `startingTimestamp`) leaves its start unresolved and
-resolves it when it plans batch 0, whose end Spark logs before running it: batch 0 reads nothing
-of that stream on every attempt, also after the driver died inside it, and batch 1 plans from
-the logged end, so a head that retention removed in between is data loss as for any later
-batch (streamplan.initial says why this, and not a file of our own beside the checkpoint).
+resolves it when it plans batch 0, whose end Spark logs before running it; that end carries the
+resolved start too (`[end, start]`, streamplan.logged_end), so every attempt of batch 0, also
+after the driver died inside it, reads the same range, and a head that retention removed in
+between is data loss as for any later batch (streamplan.initial says why this, and not a file
+of our own beside the checkpoint). Batch 0 from earliest reads its share like any batch.
 
 A super stream (`superStream`) is listed again at every plan that asks the broker (one more
 request a trigger): a partition bound to it since is read from offset 0, as Kafka's source
@@ -124,11 +125,13 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         given = streamplan.parse_offset(
             start, self._settings.streams, start=True, grows=self._grows
         )
+        # "Nothing new" answers `start` itself, as Spark logged it (batch 0's end may carry
+        # its start, which `given` leaves out): Spark runs a batch when the two differ.
         if given == self._available_now:
-            return dict(given)  # availableNow has read all it is to read: nothing to ask
+            return dict(start)  # availableNow has read all it is to read: nothing to ask
         quiet = self._quiet
         if quiet is not None and quiet[0] == given and monotonic() - quiet[1] < IDLE_S:
-            return dict(given)  # nothing new a moment ago: no request yet
+            return dict(start)  # nothing new a moment ago: no request yet
         self._quiet = None
         if self._grows and self._available_now is None:
             self._discover()
@@ -149,21 +152,27 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tails = {stream: held.next for stream, held in bounds.items()}
         if self._available_now is not None:
             tails = {stream: min(tails[stream], self._available_now[stream]) for stream in tails}
-        for stream in resolved:  # batch 0 ends where such a stream starts: it reads none of it
-            readable[stream] = tails[stream] = min(resolved[stream], tails[stream])
+        for stream in resolved:  # batch 0 reads such a stream from its resolved start
+            readable[stream] = min(resolved[stream], tails[stream])
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         ends = streamplan.limit_ends(readable, tails, max_rows)
         if not resolved and all(ends[stream] == readable[stream] for stream in ends):
             if self._available_now is None:
                 self._quiet = (given, monotonic())
-            return dict(given)  # nothing new: no batch (and no batch only to skip a loss)
-        return dict(ends)
+            return dict(start)  # nothing new: no batch (and no batch only to skip a loss)
+        # A resolved start goes into the logged end (streamplan.initial): a batch 0 even with
+        # nothing to read, so that a restart reads from where this one resolved.
+        return {
+            stream: streamplan.logged_end(readable[stream], end) if stream in resolved else end
+            for stream, end in ends.items()
+        }
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         streams, grows = self._settings.streams, self._grows
         ends = streamplan.parse_offset(end, streams, grows=grows)
+        carried = streamplan.carried_starts(end, streams, grows=grows)
         given = streamplan.parse_offset(start, streams, start=True, grows=grows)
-        starts = streamplan.batch_starts(streamplan.with_added(given, tuple(ends)), ends)
+        starts = streamplan.batch_starts(streamplan.with_added(given, tuple(ends)), ends, carried)
         planned = streamplan.plan_slices(starts, ends, self._settings.num_partitions)
         return [StreamSlice(slice_) for slice_ in planned]
 

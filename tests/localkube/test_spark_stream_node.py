@@ -60,6 +60,7 @@ from hutch_demo import (
     streamjob,
     waiting,
 )
+from hutch_spark import streamplan
 
 REPO = clusters.REPO_ROOT
 JOB = streamjob.JOB
@@ -406,9 +407,11 @@ def _planned(checkpoint: Path) -> int:
 
 
 def _batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
-    """The source's end offsets of ``batch`` in Spark's offsets log (its last line)."""
+    """The source's end offsets of ``batch`` in Spark's offsets log (its last line; batch 0's
+    ``[end, start]`` of a stream it resolved as its end)."""
     lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    return dict(json.loads(lines[-1]))
+    logged = json.loads(lines[-1])
+    return streamplan.parse_offset(logged, tuple(logged))
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

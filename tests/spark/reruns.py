@@ -6,18 +6,18 @@ process of its own. What a restart is to the source is a new query on the killed
 checkpoint in a driver that never saw it, and this process's session is one: the source keeps
 nothing between queries but the checkpoint. The runs here write what stream_child.py writes
 (`--sink batches` or the Parquet file sink) and end as it does, once the commit log reaches
-every stream's end, or fail as a stalled query does in querywaits. What such a run logs on the
-driver side is read from a file (`driver_stderr`), not from a child's log.
+every stream's end, or fail as a stalled query does in querywaits.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from hutch_spark import streamplan
 
 from tests.spark import querywaits
 
@@ -25,12 +25,14 @@ TRIGGER = "200 milliseconds"  # stream_child.py's
 
 
 def committed_end(checkpoint: Path) -> dict[str, int] | None:
-    """The source offset of the newest batch in the commit log, from the offsets log."""
+    """The source offset of the newest batch in the commit log, from the offsets log (batch
+    0's `[end, start]` of a stream as its end)."""
     commits = [int(path.name) for path in (checkpoint / "commits").glob("[0-9]*")]
     if not commits:
         return None
     lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    return dict(json.loads(lines[-1]))
+    logged = json.loads(lines[-1])
+    return streamplan.parse_offset(logged, tuple(logged))
 
 
 def batch_files(output: Path) -> Callable[[Any, int], None]:
@@ -85,25 +87,3 @@ def run_to_failure(what: str, query: Any, checkpoint: Path) -> str:
     failure = query.exception()
     assert failure is not None, f"{what}: the query ended without failing"
     return str(failure)
-
-
-@contextlib.contextmanager
-def driver_stderr(spark: Any, path: Path) -> Iterator[Path]:
-    """Sends what the Python workers that the JVM starts inside the block write to stderr to
-    `path`, and restores the JVM's own stderr after it.
-
-    Why: a stream source's driver side (its offsets, its plan of each batch) runs in a Python
-    worker the JVM starts for each query, and what the source logs there, a data-loss warning,
-    goes to that worker's stderr, which the JVM copies to the `System.err` it has when it starts
-    the worker. That was the test process's captured stderr, so the warning was read from a
-    child driver's log. Start the query inside the block and stop it before the block ends.
-    """
-    jvm = spark._jvm
-    previous = jvm.java.lang.System.err
-    stream = jvm.java.io.PrintStream(jvm.java.io.FileOutputStream(str(path)), True)
-    jvm.java.lang.System.setErr(stream)
-    try:
-        yield path
-    finally:
-        jvm.java.lang.System.setErr(previous)
-        stream.close()

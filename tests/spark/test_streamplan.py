@@ -25,7 +25,7 @@ def test_a_checkpoint_of_other_streams_is_an_error() -> None:
     assert streamplan.parse_offset({"a": 3, "b": 0}, ("a", "b")) == {"a": 3, "b": 0}
     with pytest.raises(HutchOffsetError, match=r"streams \['a'\], but this source reads"):
         streamplan.parse_offset({"a": 3}, ("a", "b"))
-    with pytest.raises(HutchOffsetError, match="must have an offset >= 0"):
+    with pytest.raises(HutchOffsetError, match="must have an offset >= 0, or batch 0's"):
         streamplan.parse_offset({"a": -1, "b": 0}, ("a", "b"))
     with pytest.raises(HutchOffsetError, match="must have an offset >= 0"):
         streamplan.parse_offset({"a": True, "b": 0}, ("a", "b"))
@@ -42,20 +42,37 @@ def test_a_new_query_leaves_latest_and_earliest_unresolved() -> None:
     assert streamplan.resolve_start(-1, held) == 50
 
 
-def test_an_unresolved_start_is_its_batchs_end() -> None:
-    # Batch 0 of a stream read from latest or earliest reads nothing, whatever its logged end.
-    assert streamplan.batch_starts({"a": -1, "b": 3}, {"a": 70, "b": 9}) == {"a": 70, "b": 3}
-    assert streamplan.batch_starts({"a": -2, "b": -1}, {"a": 70, "b": 9}) == {"a": 70, "b": 9}
-    assert streamplan.batch_starts({"a": 5, "b": 3}, {"a": 70, "b": 9}) == {"a": 5, "b": 3}
+def test_an_unresolved_start_is_what_batch_0s_logged_end_carries() -> None:
+    # Batch 0 logs [end, start] for a stream it resolved and reads; a bare end reads nothing.
+    assert streamplan.logged_end(10, 60) == [60, 10]
+    assert streamplan.logged_end(60, 60) == 60
+    assert streamplan.batch_starts({"a": -2, "b": 3}, {"a": 60, "b": 9}, {"a": 10}) == {
+        "a": 10,
+        "b": 3,
+    }
+    assert streamplan.batch_starts({"a": -1, "b": 3}, {"a": 70, "b": 9}, {}) == {"a": 70, "b": 3}
+    assert streamplan.batch_starts({"a": -2, "b": -1}, {"a": 70, "b": 9}, {}) == {"a": 70, "b": 9}
+    assert streamplan.batch_starts({"a": 5, "b": 3}, {"a": 70, "b": 9}, {}) == {"a": 5, "b": 3}
+
+
+def test_batch_0s_end_is_its_end_to_the_next_batch_and_its_start_to_its_replay() -> None:
+    end0 = {"a": [60, 10], "b": 9}
+    assert streamplan.parse_offset(end0, ("a", "b")) == {"a": 60, "b": 9}
+    assert streamplan.parse_offset(end0, ("a", "b"), start=True) == {"a": 60, "b": 9}
+    assert streamplan.carried_starts(end0, ("a", "b")) == {"a": 10}
+    assert streamplan.carried_starts({"a": 60, "b": 9}, ("a", "b")) == {}
+    for bad in ([10, 10], [10, 60], [60], [60, 10, 1], [60, -1], [60, True], [60.0, 10]):
+        with pytest.raises(HutchOffsetError, match="stream 'a'"):
+            streamplan.parse_offset({"a": bad, "b": 9}, ("a", "b"))
 
 
 def test_a_start_may_be_unresolved_a_logged_end_may_not() -> None:
     for start in ({"a": -1, "b": 0}, {"a": -2, "b": 0}):
         assert streamplan.parse_offset(start, ("a", "b"), start=True) == start
-        with pytest.raises(HutchOffsetError, match=r"must have an offset >= 0$"):
+        with pytest.raises(HutchOffsetError, match=r"must have an offset >= 0, or batch 0's"):
             streamplan.parse_offset(start, ("a", "b"))
     for bad in (-3, True, "7", None, 1.5):
-        with pytest.raises(HutchOffsetError, match=r"or -1 or -2 \(not resolved yet\)$"):
+        with pytest.raises(HutchOffsetError, match=r"or -1 or -2 \(not resolved yet\), or batch"):
             streamplan.parse_offset({"a": bad, "b": 0}, ("a", "b"), start=True)
 
 

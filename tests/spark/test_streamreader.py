@@ -6,7 +6,7 @@ Spark's calls for a new availableNow query, in order: prepareForTriggerAvailable
 initialOffset, latestOffset, initialOffset again (to plan the first batch's start), then
 latestOffset per batch and once more to find nothing left. A driver restarted with batch 0 in
 the offsets log and not in the commit log makes a new reader and calls initialOffset, then
-partitions(initial offset, batch 0's logged end).
+partitions(initial offset, batch 0's logged end), which carries the start batch 0 resolved.
 """
 
 import logging
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from hutch_spark import streambounds, streamoptions, streamsource, streamtimes
 from hutch_spark.errors import HutchDataLossError, HutchOffsetError
-from hutch_spark.streamplan import Bounds
+from hutch_spark.streamplan import Bounds, Slice
+from hutch_spark.streamreads import SliceCursor
 from hutch_spark.streamsource import HutchStreamsReader, StreamSlice
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -102,51 +103,64 @@ def test_explicit_offsets_and_latest_in_one_query(broker: FakeBroker) -> None:
     assert ranges(restarted, restarted.initialOffset(), end0) == [("a", 90, 93)]
 
 
-def test_earliest_becomes_batch_0s_end_so_its_replay_reads_the_same(broker: FakeBroker) -> None:
+def test_earliest_is_resolved_into_batch_0s_end_so_its_replay_reads_the_same(
+    broker: FakeBroker,
+) -> None:
     source = reader(startingOffsets="earliest")
     initial = source.initialOffset()
     assert initial == {"a": -2, "b": -2}  # unresolved, no request
     assert broker.requests == 0
     end0 = source.latestOffset(initial, ReadMaxRows(10))
-    assert end0 == {"a": 0, "b": 5}  # the first offsets held now
-    assert ranges(source, initial, end0) == []
+    # Batch 0 reads from the first offsets held now (0 and 5), and its end carries them.
+    assert end0 == {"a": [8, 0], "b": [7, 5]}
+    assert ranges(source, initial, end0) == [("a", 0, 8), ("b", 5, 7)]
     end1 = source.latestOffset(end0, ReadMaxRows(10))
-    assert ranges(source, end0, end1) == [("a", 0, 8), ("b", 5, 7)]
+    assert ranges(source, end0, end1) == [("a", 8, 16), ("b", 7, 9)]
+    # The driver died inside batch 0; retention and publishers moved the stream on; a new
+    # driver plans batch 0 from the initial offset and the logged end: the same range.
+    broker.held["b"] = Bounds(6, 40)
     broker.publish("a", 9)
     restarted = reader(startingOffsets="earliest")
-    assert ranges(restarted, restarted.initialOffset(), end0) == []
-    assert ranges(restarted, end0, end1) == [("a", 0, 8), ("b", 5, 7)]
+    assert ranges(restarted, restarted.initialOffset(), end0) == [("a", 0, 8), ("b", 5, 7)]
+    assert ranges(restarted, end0, end1) == [("a", 8, 16), ("b", 7, 9)]
+    assert broker.requests == 2  # the replay asks nothing
 
 
 def test_a_head_removed_before_batch_0s_replay_is_data_loss(
     broker: FakeBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A driver from earliest dies inside batch 0 (logged, not committed); retention then
-    # removes the stream's head. The restarted driver asks for the initial offset again:
-    # resolved again, earliest was the new first offset and the replay skipped the removed
-    # head without an error. What batch 0 planned is its logged end, so the next batch's
-    # start is found to be lost, as for any later batch.
+    # removes the stream's head. Resolved again at the restart, earliest would be the new
+    # first offset and the replay would skip the removed head without an error. The replay
+    # reads the range batch 0's logged end carries, so the executor reading it finds the loss
+    # as in any batch (streamreads.SliceCursor, whose first delivery is then offset 30).
     first = reader(startingOffsets="earliest")
     end0 = first.latestOffset(first.initialOffset(), ReadAllAvailable())
     broker.held["a"] = Bounds(30, 100)  # retention dropped [0, 30)
 
-    def restart_and_plan(**options: str) -> list[tuple[str, int, int]]:
+    def replay(**options: str) -> list[Slice]:
         restarted = reader(startingOffsets="earliest", **options)
-        planned = ranges(restarted, restarted.initialOffset(), end0)  # batch 0's replay
-        end1 = restarted.latestOffset(end0, ReadAllAvailable())
-        return planned + ranges(restarted, end0, end1)
+        planned = restarted.partitions(restarted.initialOffset(), end0)
+        assert restarted.latestOffset(end0, ReadAllAvailable()) == end0  # then: no batch
+        return [part.slice for part in planned if isinstance(part, StreamSlice)]
 
+    slices = replay()
+    assert [(part.stream, part.start, part.end) for part in slices] == [
+        ("a", 0, 100),
+        ("b", 5, 40),
+    ]
     with pytest.raises(HutchDataLossError) as caught:
-        restart_and_plan()
+        SliceCursor(slices[0], fail_on_data_loss=True).accept(30)
     assert str(caught.value).startswith(
-        "hutch: retention removed offsets [0, 30) of stream 'a' before this query read them "
-        "(it needs them from offset 0; the stream now holds [30, 100))"
+        "hutch: stream 'a' no longer holds offsets [0, 30) of the slice [0, 100) being read: "
+        "retention removed them"
     )
-    # failOnDataLoss=false: a warning, and batch 1 reads on; its slice of a still starts at
-    # the logged 0, and the executor skips what is gone (streamreads.SliceCursor).
-    with caplog.at_level(logging.WARNING, logger="hutch_spark.streamsource"):
-        assert restart_and_plan(failOnDataLoss="false") == [("a", 0, 100), ("b", 5, 40)]
-    assert "stream 'a': offsets from 0 are no longer held (it holds [30, 100))" in caplog.text
+    # failOnDataLoss=false: a warning, and the executor reads on from what is held.
+    with caplog.at_level(logging.WARNING, logger="hutch_spark.streamreads"):
+        cursor = SliceCursor(replay(failOnDataLoss="false")[0], fail_on_data_loss=False)
+        assert cursor.accept(30)
+    assert cursor.lost == [(0, 30)]
+    assert "offsets [0, 30) of the slice [0, 100)" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -178,13 +192,14 @@ def test_a_timestamp_is_resolved_when_batch_0_is_planned(
     assert initial == {"a": -1, "b": -1}
     assert asked == []  # no consumer when Spark merely asks where the query starts
     end0 = source.latestOffset(initial, ReadAllAvailable())
-    assert end0 == {"a": 90, "b": 30}
-    assert ranges(source, initial, end0) == []
+    assert end0 == {"a": [100, 90], "b": [40, 30]}  # read from the moments' offsets
+    assert ranges(source, initial, end0) == [("a", 90, 100), ("b", 30, 40)]
     assert len(asked) == 1
+    broker.publish("a", 5)
     end1 = source.latestOffset(end0, ReadAllAvailable())
-    assert ranges(source, end0, end1) == [("a", 90, 100), ("b", 30, 40)]
+    assert ranges(source, end0, end1) == [("a", 100, 105)]
     restarted = reader(**{option: value})
-    assert ranges(restarted, restarted.initialOffset(), end0) == []
+    assert ranges(restarted, restarted.initialOffset(), end0) == [("a", 90, 100), ("b", 30, 40)]
     assert len(asked) == 1  # the replay resolves nothing again
 
 
@@ -194,7 +209,7 @@ def test_the_query_start_reads_the_bounds_once_and_each_batch_once(broker: FakeB
     start = source.initialOffset()
     assert start == {"a": -2, "b": -2}
     end = source.latestOffset(start, ReadMaxRows(30))
-    assert end == {"a": 0, "b": 5}
+    assert end == {"a": [23, 0], "b": [12, 5]}  # 30 shared as a's 100 and b's 35 wait
     assert broker.requests == 1  # prepare and the first plan share one read
     assert source.initialOffset() == start
     source.latestOffset(end, ReadMaxRows(30))
@@ -205,12 +220,10 @@ def test_available_now_asks_nothing_once_it_reached_its_ends(broker: FakeBroker)
     source = reader(startingOffsets="earliest")
     source.prepareForTriggerAvailableNow()
     end0 = source.latestOffset(source.initialOffset(), ReadAllAvailable())
-    assert end0 == {"a": 0, "b": 5}  # batch 0, from the snapshot's look: nothing to read
-    end = source.latestOffset(end0, ReadAllAvailable())
-    assert end == {"a": 100, "b": 40}
+    assert end0 == {"a": [100, 0], "b": [40, 5]}  # batch 0 reads all, from the snapshot's look
     broker.publish("a", 3)  # published after the availableNow snapshot: not for this query
-    assert source.latestOffset(end, ReadAllAvailable()) == end
-    assert broker.requests == 2
+    assert source.latestOffset(end0, ReadAllAvailable()) == end0  # as logged: no batch
+    assert broker.requests == 1
 
 
 def test_available_now_past_its_ends_still_asks_and_finds_the_loss(broker: FakeBroker) -> None:
@@ -274,8 +287,8 @@ def test_available_now_is_never_answered_from_an_idle_look(
 ) -> None:
     source = reader(startingOffsets="earliest", maxOffsetsPerTrigger="200")
     source.prepareForTriggerAvailableNow()
-    end0 = source.latestOffset(source.initialOffset(), ReadMaxRows(200))
-    end = source.latestOffset(end0, ReadMaxRows(200))
+    end0 = source.latestOffset(source.initialOffset(), ReadMaxRows(100))
+    end = source.latestOffset(end0, ReadMaxRows(100))
     assert end == {"a": 100, "b": 40}
     assert source.latestOffset(end, ReadAllAvailable()) == end  # its ends: no request
     assert broker.requests == 2
@@ -392,6 +405,6 @@ def test_available_now_reads_the_partitions_it_started_with(
     source.prepareForTriggerAvailableNow()
     super_stream.partitions.append("c")
     end0 = source.latestOffset(source.initialOffset(), ReadAllAvailable())
-    end1 = source.latestOffset(end0, ReadAllAvailable())
-    assert end1 == {"a": 100, "b": 40}
+    assert end0 == {"a": [100, 0], "b": [40, 5]}
+    assert source.latestOffset(end0, ReadAllAvailable()) == end0
     assert super_stream.requests == 0
