@@ -33,7 +33,10 @@ ratio measures the machine, not the source. A benchmark, not a test: nothing her
         [--broker-cpu 1] [--node-cpu-shares 8192] [--warm-up 2000]
 
 `--conf spark.KEY=VALUE` (repeatable) adds a spark-submit conf, e.g. the executors' JVM options
-(`spark.executor.extraJavaOptions`), to weigh what the executors' JIT costs at a small quota.
+(`spark.executor.extraJavaOptions`). The submission is docs/spark.md's, so executors below a
+whole core run their JIT at C1 only (`hutch_demo.sparksubmit.FRACTIONAL_EXECUTOR_JVM`);
+`--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=4` gives them the JVM's default
+tiers back, to weigh what C2 costs at a small quota.
 
 `--warm-up` is the offsets per stream of the job's warm-up batch read (8,000 messages with the
 defaults). On a slow CPU (an AMD EPYC at 2 GHz, docs/bench/report.md) one executor at 0.4 CPU

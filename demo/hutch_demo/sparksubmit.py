@@ -18,6 +18,13 @@ the docs can be checked against it. Choices that matter, and why:
 - CPU *requests* are fractions (``spark.kubernetes.*.request.cores``) while each executor
   still runs one task at a time (``spark.executor.cores=1``): the driver's and two executors'
   whole cores would not fit beside the broker on a 2-core node;
+- executors at a fraction of a core run their JVM with C1 only
+  (``spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1``, ``FRACTIONAL_EXECUTOR_JVM``):
+  the optimizing compiler, C2, runs on the executor's own quota, took about a third of an
+  executor's CPU through a 3-million-message stream read at 0.3 CPU, and each executor compiles
+  the same code again, so a second executor added less than 1.6x; with C1 alone one executor
+  read faster and two read 1.72x what one reads (docs/bench/report.md). ``extra_confs`` may
+  set the option otherwise;
 - a TLS Broker (``ca_secret`` set, as the chart's ``broker.tls``): the driver dials
   ``amqps://<broker>.<ns>.svc:5671`` and verifies it against ``ca.crt`` of that Secret, which
   the Pod template projects alone at ``/etc/hutch-ca`` (Spark's ``secrets.*`` confs would mount
@@ -52,6 +59,7 @@ MOUNT = "/data"
 NAMESPACE_MANIFEST = clusters.REPO_ROOT / "examples" / "spark-job-namespace.yaml"
 USER_JOB_DIR = "/opt/hutch/user"  # where a user's job ConfigMap is mounted
 USER_JOB_VOLUME = "hutch-user-job"
+FRACTIONAL_EXECUTOR_JVM = "-XX:TieredStopAtLevel=1"  # executors below a core: C1 only (above)
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,11 @@ def confs(sub: Submission) -> dict[str, str]:
         "spark.executor.cores": "1",
         "spark.executor.memory": sub.executor_memory,
         "spark.kubernetes.executor.request.cores": sub.request_cores,
+        **(
+            {"spark.executor.extraJavaOptions": FRACTIONAL_EXECUTOR_JVM}
+            if cores(sub.request_cores) < 1
+            else {}
+        ),
         "spark.kubernetes.executor.deleteOnTermination": "false",
         "spark.kubernetes.driverEnv.HUTCH_AMQP_URI": sub.amqp_uri,
         "spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_USERNAME": f"{secret}:username",
@@ -131,6 +144,16 @@ def confs(sub: Submission) -> dict[str, str]:
         ca_file = f"{clienttls.CA_MOUNT}/{clienttls.CA_KEY}"
         values["spark.kubernetes.driverEnv.HUTCH_AMQP_CA_FILE"] = ca_file
     return {**values, **sub.extra_confs}
+
+
+def cores(request: str) -> float:
+    """A Kubernetes CPU quantity as Spark's ``request.cores`` takes it (``200m``, ``0.3``,
+    ``1``) in cores."""
+    text = request.strip()
+    try:
+        return int(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        raise ValueError(f"not a CPU quantity: {request!r} (e.g. 200m, 0.5 or 1)") from None
 
 
 def executor_credentials(secret: str) -> dict[str, str]:

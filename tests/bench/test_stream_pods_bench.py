@@ -134,7 +134,8 @@ def test_the_submission_sets_each_executors_cpu_share_and_the_jobs_arguments() -
     assert words[words.index("--messages") + 1] == "1000"
     assert words[words.index("--warm-up") + 1] == "333"  # what a stream holds, under 2,000
     assert bench.parse_args([]).warm_up == 2_000
-    assert "spark.executor.extraJavaOptions" not in confs
+    # At a fraction of a core, the submission's own default: the executors' JIT at C1 only.
+    assert confs["spark.executor.extraJavaOptions"] == sparksubmit.FRACTIONAL_EXECUTOR_JVM
 
 
 def test_extra_confs_reach_the_submission_and_bad_ones_are_refused() -> None:
