@@ -242,7 +242,10 @@ def test_a_test_that_runs_helm_waits_for_the_build_outside_its_timeout(tmp_path:
             assert time.monotonic() < deadline, "the child pytest never collected its test"
             time.sleep(0.1)
         time.sleep(3)  # longer than the test's timeout: a wait inside it would time out
-        (build / "k8s-bins.rc").write_text("0\n")
+        # As background-build.sh writes it: whole, by a rename. A plain write raced the
+        # child's poll once (an empty file read between its creation and its bytes, CI).
+        (build / "k8s-bins.rc.tmp").write_text("0\n")
+        os.replace(build / "k8s-bins.rc.tmp", build / "k8s-bins.rc")
         out, _ = child.communicate(timeout=60)
     finally:
         if child.poll() is None:
