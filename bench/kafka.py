@@ -118,6 +118,13 @@ def cluster_id(seed: uuid.UUID | None = None) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def format_args(cluster: str, properties: Path) -> list[str]:
+    """StorageTool's arguments to format the log dirs for `cluster`: the id joined to its
+    option with `=`, since a random id may begin with `-` (base64url), which the tool's
+    parser otherwise reads as an option and refuses."""
+    return ["format", f"--cluster-id={cluster}", "--config", str(properties)]
+
+
 def server_properties(port: int, controller_port: int, log_dir: Path) -> str:
     """One node that is broker and controller (KRaft), plaintext on loopback, replication 1."""
     return "\n".join(
@@ -191,7 +198,7 @@ class KafkaBroker:
         properties.write_text(
             server_properties(self.port, self.controller_port, self.work_dir / "logs")
         )
-        self._java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(properties))
+        self._java("kafka.tools.StorageTool", *format_args(cluster_id(), properties))
         log = (self.work_dir / "broker.log").open("wb")
         self.process = subprocess.Popen(
             ["java", *JVM_OPTIONS, "-cp", f"{self.lib}/*", "kafka.Kafka", str(properties)],

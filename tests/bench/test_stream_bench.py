@@ -169,6 +169,14 @@ def test_cluster_id_is_kafkas_22_character_uuid() -> None:
     assert len(kafka.cluster_id()) == 22
 
 
+def test_a_cluster_id_beginning_with_a_dash_stays_the_options_value() -> None:
+    seed = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))  # base64url "-A..."
+    cluster = kafka.cluster_id(seed)
+    assert cluster.startswith("-")
+    args = kafka.format_args(cluster, Path("/w/server.properties"))
+    assert args == ["format", f"--cluster-id={cluster}", "--config", "/w/server.properties"]
+
+
 def test_the_pom_lists_each_dependency() -> None:
     text = kafka.pom("x", [("org.apache.kafka", "kafka_2.13", "4.1.1")])
     assert "<artifactId>kafka_2.13</artifactId><version>4.1.1</version>" in text
