@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from hutch_spark.errors import HutchDataLossError, HutchOffsetError
 from hutch_spark.streamoptions import EARLIEST, LATEST, OffsetSpec
@@ -131,16 +132,18 @@ def parse_offset(
     A `start` may also be a new query's `initial`, with unresolved streams (-1 or -2). With
     `grows` (a super stream's partitions) the offset may leave out streams: partitions added
     after it was written (`with_added`). Batch 0's `[end, start]` (`logged_end`) is its end
-    here; `carried_starts` has its start."""
+    here; `parse_end` also gives its start."""
     return {stream: end for stream, (end, _) in _entries(offset, streams, start, grows).items()}
 
 
-def carried_starts(
+def parse_end(
     offset: Mapping[str, object], streams: tuple[str, ...], *, grows: bool = False
-) -> dict[str, int]:
-    """The starts batch 0's logged end carries (`logged_end`), by stream."""
+) -> tuple[dict[str, int], dict[str, int]]:
+    """A batch's logged end as `parse_offset` reads it, and the starts batch 0's end carries
+    (`logged_end`), by stream: one parse of the end for `partitions`."""
     entries = _entries(offset, streams, False, grows)
-    return {stream: first for stream, (_, first) in entries.items() if first is not None}
+    ends = {stream: end for stream, (end, _) in entries.items()}
+    return ends, {stream: first for stream, (_, first) in entries.items() if first is not None}
 
 
 def _entries(
@@ -165,16 +168,15 @@ def _entries(
             continue
         value = offset[stream]
         if _offset(value, low):
-            assert isinstance(value, int)  # noqa: S101 - just checked
             result[stream] = (value, None)
         elif isinstance(value, list) and len(value) == 2 and all(_offset(v, 0) for v in value):
             end, first = value
-            result[stream] = (end, first)
             if first >= end:
                 raise HutchOffsetError(
                     f"hutch: malformed offset {dict(offset)!r}: stream {stream!r} has batch 0's "
                     f"[end, start] with a start {first} not below its end {end}"
                 )
+            result[stream] = (end, first)
         else:
             allowed = (
                 "an offset >= 0, or -1 or -2 (not resolved yet)" if start else "an offset >= 0"
@@ -186,7 +188,7 @@ def _entries(
     return result
 
 
-def _offset(value: object, low: int) -> bool:
+def _offset(value: object, low: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 

@@ -169,8 +169,7 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         streams, grows = self._settings.streams, self._grows
-        ends = streamplan.parse_offset(end, streams, grows=grows)
-        carried = streamplan.carried_starts(end, streams, grows=grows)
+        ends, carried = streamplan.parse_end(end, streams, grows=grows)
         given = streamplan.parse_offset(start, streams, start=True, grows=grows)
         starts = streamplan.batch_starts(streamplan.with_added(given, tuple(ends)), ends, carried)
         planned = streamplan.plan_slices(starts, ends, self._settings.num_partitions)

@@ -37,7 +37,6 @@ the job is open and the streams have no consumer.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 import time
@@ -60,7 +59,8 @@ from hutch_demo import (
     streamjob,
     waiting,
 )
-from hutch_spark import streamplan
+
+from tests.spark.reruns import batch_end
 
 REPO = clusters.REPO_ROOT
 JOB = streamjob.JOB
@@ -152,7 +152,7 @@ def _run(
         assert facts.containers and all(c.startswith("containerd://") for _, c in facts.containers)
 
     # The replay: the killed batch ran again with the range the first driver had logged.
-    assert _batch_offsets(checkpoint, killed.batch) == killed.end
+    assert batch_end(checkpoint, killed.batch) == killed.end
     committed = sorted(int(p.name) for p in (checkpoint / "commits").glob("[0-9]*"))
     _say(f"{len(committed)} micro-batches committed in all; batch {killed.batch} "
          f"[{killed.start} -> {killed.end}) replayed")  # fmt: skip
@@ -356,9 +356,7 @@ def _disrupt(
     assert ended and phase == "Failed", phase  # spark-submit itself may still exit 0
     logged = max(int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*"))
     assert not (checkpoint / "commits" / str(logged)).exists(), "killed between two batches"
-    killed = _Killed(
-        logged, _batch_offsets(checkpoint, logged - 1), _batch_offsets(checkpoint, logged)
-    )
+    killed = _Killed(logged, batch_end(checkpoint, logged - 1), batch_end(checkpoint, logged))
     _say(f"+{time.monotonic() - t0:.1f}s killed the driver (kill -9) inside batch {logged} "
          f"(seen in flight: {batch}; {killed.start} -> {killed.end}; "
          f"{feed.per_stream} published to each stream)")  # fmt: skip
@@ -403,15 +401,7 @@ def _planned(checkpoint: Path) -> int:
     """Offsets over both streams up to the end of the newest batch in the offsets log (0 before
     the first); Spark writes each log file whole (a rename), so a file seen is complete."""
     logged = [int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")]
-    return sum(_batch_offsets(checkpoint, max(logged)).values()) if logged else 0
-
-
-def _batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
-    """The source's end offsets of ``batch`` in Spark's offsets log (its last line; batch 0's
-    ``[end, start]`` of a stream it resolved as its end)."""
-    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    logged = json.loads(lines[-1])
-    return streamplan.parse_offset(logged, tuple(logged))
+    return sum(batch_end(checkpoint, max(logged)).values()) if logged else 0
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

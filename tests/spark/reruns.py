@@ -25,12 +25,15 @@ TRIGGER = "200 milliseconds"  # stream_child.py's
 
 
 def committed_end(checkpoint: Path) -> dict[str, int] | None:
-    """The source offset of the newest batch in the commit log, from the offsets log (batch
-    0's `[end, start]` of a stream as its end)."""
+    """The source offset of the newest batch in the commit log, from the offsets log."""
     commits = [int(path.name) for path in (checkpoint / "commits").glob("[0-9]*")]
-    if not commits:
-        return None
-    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
+    return batch_end(checkpoint, max(commits)) if commits else None
+
+
+def batch_end(checkpoint: Path, batch: int) -> dict[str, int]:
+    """The source's end offsets of `batch` in Spark's offsets log (its file's last line; batch
+    0's `[end, start]` of a stream it resolved as its end)."""
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
     logged = json.loads(lines[-1])
     return streamplan.parse_offset(logged, tuple(logged))
 

@@ -59,8 +59,8 @@ def test_batch_0s_end_is_its_end_to_the_next_batch_and_its_start_to_its_replay()
     end0 = {"a": [60, 10], "b": 9}
     assert streamplan.parse_offset(end0, ("a", "b")) == {"a": 60, "b": 9}
     assert streamplan.parse_offset(end0, ("a", "b"), start=True) == {"a": 60, "b": 9}
-    assert streamplan.carried_starts(end0, ("a", "b")) == {"a": 10}
-    assert streamplan.carried_starts({"a": 60, "b": 9}, ("a", "b")) == {}
+    assert streamplan.parse_end(end0, ("a", "b")) == ({"a": 60, "b": 9}, {"a": 10})
+    assert streamplan.parse_end({"a": 60, "b": 9}, ("a", "b")) == ({"a": 60, "b": 9}, {})
     for bad in ([10, 10], [10, 60], [60], [60, 10, 1], [60, -1], [60, True], [60.0, 10]):
         with pytest.raises(HutchOffsetError, match="stream 'a'"):
             streamplan.parse_offset({"a": bad, "b": 9}, ("a", "b"))
