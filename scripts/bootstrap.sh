@@ -8,7 +8,7 @@
 #
 # The third-party packages are installed once per key into a base venv kept with the other slow
 # builds (HUTCH_CACHE, ~/.cache/hutch/venv/<key>: pip's unpacking and byte-compiling of 1.2 GB,
-# and the pyspark zips' bytecode, about 80 s of CPU), and every clone's .venv is a small venv
+# about 80 s of CPU), and every clone's .venv is a small venv
 # layered on it: a .pth file adds the base's site-packages as a site directory (its own .pth
 # files included), the four editable installs are the clone's own, and .venv/bin holds the base's
 # entry points pointed at .venv's interpreter. A fresh clone's bootstrap then takes seconds. The
@@ -20,7 +20,10 @@ PY=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.hutch-stamp"
 BASE_LINK="$VENV/.hutch-base"
-want="$(cat pyproject.toml localkube/pyproject.toml demo/pyproject.toml testing/pyproject.toml | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
+# What build_base does beyond installing the pyproject files' packages; a change to it changes
+# the key, so no clone keeps a base built the old way.
+BASE_RECIPE="2: no Spark worker zips"
+want="$({ cat pyproject.toml localkube/pyproject.toml demo/pyproject.toml testing/pyproject.toml; echo "$BASE_RECIPE"; } | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version_info[:2])' | tr -d ' ()')"
 # The C extensions (broker/setup.py, spark/setup.py) are built in place by the editable install
 # of the root project: a change to their sources or declarations re-runs that install alone.
 NATIVE_STAMP="$VENV/.hutch-native-stamp"
@@ -52,17 +55,10 @@ build_base() {
   "$BASE/bin/pip" install --quiet --upgrade pip
   "$BASE/bin/pip" install --quiet -e '.[dev,operator,spark]'
   "$BASE/bin/pip" uninstall --quiet --yes hutch
-  # Bytecode inside the venv's pyspark.zip and py4j zip, as the hutch-spark image has it
-  # (spark/hutch_spark/zipbytecode.py, run from the source tree: the base has no Hutch package):
-  # Spark puts those zips first on the PYTHONPATH of every Python process it starts (each
-  # query's streaming runner, each worker daemon), and zipimport compiles every module it imports
-  # from a zip of sources: about 0.6 s of CPU a process. Local Spark tests and
-  # bench/stream_bench.py then start as the image does. pyspark's own test files raise syntax
-  # warnings when compiled: not ours, so not shown.
-  PYTHONPATH=spark "$BASE/bin/python" -W ignore::SyntaxWarning -W ignore::DeprecationWarning \
-    -m hutch_spark.zipbytecode \
-    "$(cd "$("$BASE/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
-    && pwd)"/python/lib/*.zip
+  # No pyspark.zip or py4j zip in the venv's pyspark, as in the hutch-spark image
+  # (spark/jobs/Dockerfile says why): Spark's Python processes then import the installed pyspark,
+  # so local Spark tests and bench/stream_bench.py start them as the image does.
+  rm "$("$BASE/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"/python/lib/{pyspark.zip,py4j-*-src.zip}
   touch "$BASE/complete"
 }
 
