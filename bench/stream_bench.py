@@ -68,7 +68,7 @@ import pika
 import pyspark
 import rounds
 from hutch_broker.store import records
-from hutch_spark import checkpoints, streamoptions, streamreads
+from hutch_spark import checkpoints, sessionconf, streamoptions, streamreads
 from hutch_spark.streamplan import Slice
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
@@ -495,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.jars", ",".join(str(jar) for jar in jars))
+        .config(sessionconf.PYTHON_SOCKETS, "true")  # as docs/spark.md has users start Spark
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hutch_spark import sessionconf
 
 from hutch_demo import clienttls, clusters
 
@@ -135,6 +136,7 @@ def confs(sub: Submission) -> dict[str, str]:
         "spark.kubernetes.driver.secretKeyRef.HUTCH_AMQP_PASSWORD": f"{secret}:password",
         "spark.sql.shuffle.partitions": str(sub.shuffle_partitions),
         "spark.ui.enabled": "false",
+        sessionconf.PYTHON_SOCKETS: "true",  # no 40 ms stall a Python task (sessionconf)
     }
     for role in ("driver", "executor"):
         prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.data"

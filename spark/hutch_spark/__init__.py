@@ -14,6 +14,7 @@ does not import pyspark (the option rules are usable without Spark).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,7 +24,14 @@ __all__ = ["register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Registers the `hutch` data source with `spark` (idempotent)."""
-    from hutch_spark.source import HutchDataSource  # noqa: PLC0415 - keeps pyspark optional
+    """Registers the `hutch` data source with `spark` (idempotent), with a warning when the
+    session's Python workers use TCP (`sessionconf.PYTHON_SOCKETS` says what that costs)."""
+    from hutch_spark import sessionconf  # noqa: PLC0415 - keeps pyspark optional
+    from hutch_spark.source import HutchDataSource  # noqa: PLC0415
 
     spark.dataSource.register(HutchDataSource)
+    advice = sessionconf.python_sockets_advice(
+        sessionconf.configured(spark, sessionconf.PYTHON_SOCKETS)
+    )
+    if advice is not None:
+        logging.getLogger(__name__).warning(advice)

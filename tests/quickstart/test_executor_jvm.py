@@ -48,3 +48,11 @@ def test_the_users_own_executor_options_win() -> None:
 def test_a_cpu_request_that_is_no_quantity_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="not a CPU quantity"):
         sparksubmit.cores(bad)
+
+
+def test_the_submission_gives_python_workers_a_unix_socket() -> None:
+    # hutch_spark.sessionconf.PYTHON_SOCKETS: no 40 ms wait for each Python task's input
+    confs = sparksubmit.confs(submission("1"))
+    assert confs["spark.python.unix.domain.socket.enabled"] == "true"
+    mine = submission("1", **{"spark.python.unix.domain.socket.enabled": "false"})
+    assert sparksubmit.confs(mine)["spark.python.unix.domain.socket.enabled"] == "false"

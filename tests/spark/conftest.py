@@ -92,6 +92,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.python.unix.domain.socket.enabled", "true")  # as docs/spark.md advises
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

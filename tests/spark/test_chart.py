@@ -110,6 +110,15 @@ def test_sparkapplication_wires_broker_secret_and_checkpoint() -> None:
 
 
 @pytest.mark.broker  # runs helm template (hutch_testing.levels)
+def test_python_workers_use_a_unix_socket_unless_the_user_says_otherwise() -> None:
+    key = "spark.python.unix.domain.socket.enabled"  # hutch_spark.sessionconf.PYTHON_SOCKETS
+    assert render(*BASE)["SparkApplication"]["spec"]["sparkConf"][key] == "true"
+    escaped = key.replace(".", "\\.")
+    mine = render(*BASE, f"sparkConf.{escaped}=false")["SparkApplication"]["spec"]["sparkConf"]
+    assert mine[key] == "false"
+
+
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_exchange_sink_gives_executors_the_credentials() -> None:
     spec = render(*BASE, "job.sink=exchange", "job.exchange=results", "broker.vhost=prod/eu")[
         "SparkApplication"

@@ -30,3 +30,10 @@ def test_a_value_set_on_the_session_counts_and_defaults_never_override(spark: An
         assert spark.conf.get(UNSET) == "7"
     finally:
         spark.conf.unset(UNSET)
+
+
+def test_the_sessions_python_socket_is_seen_so_register_gives_no_advice(spark: Any) -> None:
+    # tests/spark/conftest.py's builder enables it, as docs/spark.md has users start Spark
+    value = sessionconf.configured(spark, sessionconf.PYTHON_SOCKETS)
+    assert value == "true"
+    assert sessionconf.python_sockets_advice(value) is None
