@@ -58,7 +58,7 @@ build_base() {
   # No pyspark.zip or py4j zip in the venv's pyspark, as in the hutch-spark image
   # (spark/jobs/Dockerfile says why): Spark's Python processes then import the installed pyspark,
   # so local Spark tests and bench/stream_bench.py start them as the image does.
-  rm "$("$BASE/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"/python/lib/{pyspark.zip,py4j-*-src.zip}
+  rm -f "$("$BASE/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"/python/lib/{pyspark.zip,py4j-*-src.zip}
   touch "$BASE/complete"
 }
 
