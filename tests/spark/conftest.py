@@ -83,6 +83,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def spark() -> Iterator[Any]:
     """The session's SparkSession with the `hutch` data source registered."""
     import hutch_spark
+    from hutch_spark import sessionconf
     from pyspark.sql import SparkSession
 
     session = (
@@ -92,7 +93,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.python.unix.domain.socket.enabled", "true")  # as docs/spark.md advises
+        .config(sessionconf.PYTHON_SOCKETS, "true")  # as docs/spark.md advises
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
