@@ -34,7 +34,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, DataType, MapType, StringType, StructType
 
-from hutch_spark import connections
+from hutch_spark import connections, workergc
 from hutch_spark.errors import HutchOptionError, HutchPublishError
 from hutch_spark.options import SinkOptions
 from hutch_spark.publishing import ConfirmedPublisher, Outbound
@@ -67,6 +67,7 @@ class HutchBatchWriter(DataSourceArrowWriter):
         self._id_prefix = settings.id_prefix or uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        workergc.freeze_imports()
         context = _task_context()
         partition = context.partitionId()
         published = publish_partition(
@@ -100,6 +101,7 @@ class HutchStreamWriter(DataSourceStreamArrowWriter):
         self._settings = settings
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        workergc.freeze_imports()
         context = _task_context()
         partition = context.partitionId()
         query_id = context.getLocalProperty("sql.streaming.queryId") or "unknown-query"

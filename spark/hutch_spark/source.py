@@ -57,6 +57,7 @@ from hutch_spark import (
     streamoptions,
     streamrecords,
     streamsource,
+    workergc,
 )
 from hutch_spark.batchlog import BatchLog
 from hutch_spark.consumer import QueueConsumer
@@ -350,6 +351,7 @@ class HutchStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- executors --------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        workergc.freeze_imports()
         return read_partition(partition)
 
     # --- helpers ----------------------------------------------------------------------------
@@ -395,6 +397,7 @@ class HutchBatchReader(DataSourceReader):
         return [InputPartition(queue) for queue in self._settings.queues]  # one per queue
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        workergc.freeze_imports()
         return batchreads.read_queue(self._settings, partition.value)
 
 

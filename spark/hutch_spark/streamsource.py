@@ -60,6 +60,7 @@ from hutch_spark import (
     streamplan,
     streamreads,
     streamtimes,
+    workergc,
 )
 from hutch_spark.errors import HutchOffsetError, HutchOptionError
 from hutch_spark.streamoptions import StreamOptions
@@ -177,6 +178,7 @@ class HutchStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamSlice)  # noqa: S101 - Spark hands back our own
+        workergc.freeze_imports()
         return streamreads.read_slice(self._settings, partition.slice)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -270,6 +272,7 @@ class HutchStreamsBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamSlice)  # noqa: S101 - Spark hands back our own
+        workergc.freeze_imports()
         return streamreads.read_slice(self._settings, partition.slice)
 
 

@@ -31,6 +31,7 @@ import pika.exceptions
 import pytest
 from hutch_demo.management import quote
 from hutch_testing.relay import CountingRelay
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from tests.spark import querywaits
 from tests.spark.streamrows import expected, offsets_and_ids
@@ -502,3 +503,47 @@ def test_the_sink_publishes_into_a_stream(spark: Any, streams: Streams) -> None:
     rows = reader(spark, streams, name).select("offset", "body").collect()
     bodies = {row.offset: bytes(row.body).decode() for row in rows}
     assert bodies == {n: f"row-{n}" for n in range(50)}
+
+
+class _GcProbe(DataSource):
+    """Four partitions, each a row on the Python worker that read it: its pid, whether it read a
+    stream slice before, and how many objects its collections skip (gc.freeze)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "hutch-test-gc-probe"
+
+    def schema(self) -> str:
+        return "pid int, read_a_slice boolean, frozen long"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _GcProbeReader()
+
+
+class _GcProbeReader(DataSourceReader):
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(n) for n in range(4)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, bool, int]]:
+        import gc  # in the worker
+        import os
+        import sys
+
+        yield os.getpid(), "hutch_spark.streamreads" in sys.modules, gc.get_freeze_count()
+
+
+def test_a_worker_that_read_a_slice_has_frozen_its_imports(spark: Any, streams: Streams) -> None:
+    # docs/spark.md "What a Python worker spends between tasks": pyspark's daemon collects
+    # garbage after every task; the source's read() freezes what the worker tracks at its first
+    # task, so those collections skip the imports. Spark reuses the workers that read the slices
+    # for the next Python data source's tasks, which report on their process.
+    name = streams.declare("frozen")
+    streams.publish(name, 40)
+    assert offsets_and_ids(reader(spark, streams, name, numPartitions="2")) == expected(name, 0, 40)
+    spark.dataSource.register(_GcProbe)
+    seen = {tuple(row) for row in spark.read.format(_GcProbe.name()).load().collect()}
+    readers = [frozen for _pid, read, frozen in seen if read]
+    assert readers, f"no probe ran in a worker that read a slice: {seen}"
+    assert all(frozen > 0 for frozen in readers), seen
+    # the control: a worker Spark started for the probe alone has frozen nothing
+    assert all(frozen == 0 for _pid, read, frozen in seen if not read), seen
