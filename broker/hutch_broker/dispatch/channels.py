@@ -19,15 +19,16 @@ redelivery: the encoded frame has its own copy, and a return reads it back from 
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import groupby, repeat
+from itertools import groupby, islice
 from operator import attrgetter, itemgetter
 from typing import Any, Protocol
 
 from pamqp import commands
 
 from hutch_broker.dispatch.context import Context, Member
+from hutch_broker.dispatch.unacked import RunPiece, Single, Unacked
 from hutch_broker.model.access import User
 from hutch_broker.model.messages import Entry
 from hutch_broker.model.queues import Consumer, Queue
@@ -92,6 +93,7 @@ UNBOUNDED_CREDIT = 1 << 30
 _entry_of = itemgetter(1)
 _queue_and_consumer = itemgetter(0, 2)
 _body_of = attrgetter("message.body")
+_NO_PIECES: list[RunPiece] = []  # what an ack takes of runs when it takes none: never changed
 
 
 class Channel:
@@ -100,7 +102,7 @@ class Channel:
         self.number = number
         self.consumers: dict[str, Consumer] = {}
         self.reply_consumer: tuple[str, str] | None = None  # (tag, token): dispatch/replyto.py
-        self.unacked: OrderedDict[int, tuple[Queue, Entry, Consumer | None]] = OrderedDict()
+        self.unacked = Unacked()  # by tag; a stream's runs as one item each (dispatch/unacked.py)
         self.next_delivery_tag = 1
         self.prefetch_count = 0  # basic.qos global=true: the whole channel
         self.consumer_prefetch = 0  # basic.qos global=false: each new consumer
@@ -122,7 +124,7 @@ class Channel:
             return True
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
             return False
-        if self.prefetch_count and len(self.unacked) >= self.prefetch_count:
+        if self.prefetch_count and self.unacked.outstanding() >= self.prefetch_count:
             return False
         session = self.session
         return session.held_bytes < session.held_budget
@@ -172,7 +174,7 @@ class Channel:
             return 0
         room = consumer.prefetch - consumer.unacked if consumer.prefetch else UNBOUNDED_CREDIT
         if self.prefetch_count:
-            room = min(room, self.prefetch_count - len(self.unacked))
+            room = min(room, self.prefetch_count - self.unacked.outstanding())
         return room if room > 0 else 0
 
     def deliver_run(
@@ -209,9 +211,8 @@ class Channel:
         session.output_pending = pending
         if pending >= session.output_slice:
             session.writable = False  # until the end of the turn writes it (server/amqp.py)
-        # ``entries`` may hold more than went: zip stops at the tags, taking no more of them
-        deliveries = zip(repeat(queue), entries, repeat(consumer))
-        self.unacked.update(zip(range(tag, tag + sent), deliveries, strict=False))
+        if sent:  # ``entries`` may hold more than went: islice takes no more of them
+            self.unacked.add_run(tag, queue, consumer, list(islice(entries, sent)))
         stats = session.context.stats
         stats.delivers += sent
         stats.deliveries["deliver"] += sent
@@ -272,74 +273,86 @@ class Channel:
 
     # -- settlement ---------------------------------------------------
 
-    def take_unacked(
-        self, tag: int, multiple: bool
-    ) -> tuple[list[tuple[Queue, Entry, Consumer | None]], bool]:
+    def take_unacked(self, tag: int, multiple: bool) -> tuple[list[Single], list[RunPiece], bool]:
         """Remove the deliveries an ack/nack/reject names (CN-4); their bodies stop being held.
 
-        The one place unacked deliveries give back ``held_bytes``. Returns the deliveries,
-        and True when that brought the connection back under its budget: then all its
-        consumers may deliver again, not only this channel's (once the entries are settled or
-        back). The bytes are summed in C (``_body_of``): no Python line per delivery on the
-        hot ack path.
+        The one place unacked deliveries give back ``held_bytes``. Returns the single
+        deliveries, the pieces of a stream's runs (``dispatch/unacked.py``: their deliveries
+        hold no body), and True when that brought the connection back under its budget: then
+        all its consumers may deliver again, not only this channel's (once the entries are
+        settled or back). The bytes are summed in C (``_body_of``): no Python line per
+        delivery on the hot ack path. While no run is outstanding the singles are taken here,
+        as before runs existed, so a classic queue's ack costs what it did.
         """
         if multiple:
             unacked = self.unacked
-            if tag == 0:  # multiple with tag 0: everything outstanding
-                taken = list(unacked.values())
+            pieces = _NO_PIECES
+            if unacked.live_runs:
+                both = unacked.take_through(tag, newest=tag == self.next_delivery_tag - 1)
+                if both is None:
+                    raise errors.precondition_failed(f"unknown delivery tag {tag}")
+                taken, pieces = both
+            elif tag == 0:  # multiple with tag 0: everything outstanding
+                taken = list(unacked.values())  # type: ignore[arg-type]  # singles only
                 unacked.clear()
             elif tag not in unacked:
                 raise errors.precondition_failed(f"unknown delivery tag {tag}")
             elif tag == self.next_delivery_tag - 1:  # the newest: all of them, without a loop
-                taken = list(unacked.values())
+                taken = list(unacked.values())  # type: ignore[arg-type]  # singles only
                 unacked.clear()
             else:
                 taken = []
                 while True:
                     first, delivery = unacked.popitem(last=False)
-                    taken.append(delivery)
+                    taken.append(delivery)  # type: ignore[arg-type]  # singles only
                     if first == tag:
                         break
         else:
-            found = self.unacked.pop(tag, None)
-            if found is None:
+            found = self.unacked.pop(tag, None)  # a single's; a run's items are under -last
+            if found is None and (found := self.unacked.take_one(tag)) is None:
                 raise errors.precondition_failed(f"unknown delivery tag {tag}")
-            taken = [found]
+            taken, pieces = [found], _NO_PIECES  # type: ignore[list-item]  # a single, no run
         session = self.session
         over = session.held_bytes >= session.held_budget
         session.held_bytes -= sum(map(len, map(_body_of, map(_entry_of, taken))))
-        return taken, over and session.held_bytes < session.held_budget
+        return taken, pieces, over and session.held_bytes < session.held_budget
 
     def settle(self, tag: int, multiple: bool, now_ms: int) -> None:
         """basic.ack: the deliveries it names, settled a run of one queue and consumer at a
-        time (``Queue.settle_all``): a multiple ack of a stream reader's or a busy consumer's
-        deliveries is mostly one run, its counters changed once."""
-        taken, resume = self.take_unacked(tag, multiple)
+        time (``Queue.settle_all``): a multiple ack of a busy consumer's deliveries is mostly
+        one group, and a stream reader's a piece of a run or two, its counters changed once."""
+        singles, pieces, resume = self.take_unacked(tag, multiple)
         settled: dict[Queue, list[Consumer | None]] = {}
-        for (queue, consumer), deliveries in groupby(taken, _queue_and_consumer):
+        for (queue, consumer), deliveries in groupby(singles, _queue_and_consumer):
             entries = list(map(_entry_of, deliveries))
             queue.settle_all(entries)
             if consumer is not None:
                 consumer.unacked -= len(entries)
             settled.setdefault(queue, []).append(consumer)  # None: a basic.get's
         session = self.session
-        session.context.stats.acks += len(taken)
+        for queue, run_consumer, entries in pieces:
+            queue.settle_all(entries)
+            run_consumer.unacked -= len(entries)
+            session.context.stats.acks += len(entries)
+            settled.setdefault(queue, []).append(run_consumer)
+        session.context.stats.acks += len(singles)
         self._drain(set(settled), now_ms, settled)
         if resume:
             session.resume_deliveries(now_ms)
 
     def reject(self, tag: int, multiple: bool, requeue: bool, now_ms: int) -> None:
-        taken, resume = self.take_unacked(tag, multiple)
-        self._return_entries(taken, resume, requeue=requeue, now_ms=now_ms)
+        singles, pieces, resume = self.take_unacked(tag, multiple)
+        self._return_entries(singles, pieces, resume, requeue=requeue, now_ms=now_ms)
 
     def requeue_all(self, now_ms: int) -> None:
         """Channel close or basic.recover: every unacked message goes back (CN-4)."""
-        taken, resume = self.take_unacked(0, True)
-        self._return_entries(taken, resume, requeue=True, now_ms=now_ms)
+        singles, pieces, resume = self.take_unacked(0, True)
+        self._return_entries(singles, pieces, resume, requeue=True, now_ms=now_ms)
 
     def _return_entries(
         self,
-        taken: list[tuple[Queue, Entry, Consumer | None]],
+        singles: list[Single],
+        pieces: list[RunPiece],
         resume: bool,
         *,
         requeue: bool,
@@ -347,13 +360,21 @@ class Channel:
     ) -> None:
         touched: set[Queue] = set()
         # Latest delivery first, so a full ring drops the oldest re-added message (RING-4).
-        for queue, entry, consumer in reversed(taken) if requeue else taken:
+        for queue, entry, consumer in reversed(singles) if requeue else singles:
             if consumer is not None:
                 consumer.unacked -= 1
             if requeue:
                 queue.requeue(entry)
             else:
                 queue.reject(entry)
+            touched.add(queue)
+        # A stream's runs: its messages stay in its log, only the credit comes back (the
+        # order is the log's, not the ring's).
+        for queue, consumer, entries in pieces:
+            consumer.unacked -= len(entries)
+            give_back = queue.requeue if requeue else queue.reject
+            for entry in entries:
+                give_back(entry)
             touched.add(queue)
         for queue in touched:
             if requeue:

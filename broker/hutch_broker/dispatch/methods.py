@@ -445,15 +445,11 @@ def _refuse_stream_returns(channel: Channel, tag: int, multiple: bool) -> None:
     """basic.nack and basic.reject of a stream's delivery close the connection (540, 3.10.8)."""
     unacked = channel.unacked
     if multiple:
-        named = []
-        for delivery_tag, delivery in unacked.items():
-            if tag and delivery_tag > tag:
-                break
-            named.append(delivery)
+        named = list(unacked.queues(tag))
     else:
-        found = unacked.get(tag)
+        found = unacked.queue_of(tag)
         named = [found] if found is not None else []
-    for queue, _, _ in named:
+    for queue in named:
         if isinstance(queue, StreamQueue):
             raise streamargs.unsupported("basic.nack and basic.reject", queue.name, queue.vhost)
 
@@ -466,7 +462,7 @@ def basic_recover(
 ) -> None:
     if not m.requeue:
         raise errors.not_implemented("requeue=false")
-    if any(isinstance(queue, StreamQueue) for queue, _, _ in channel.unacked.values()):
+    if any(isinstance(queue, StreamQueue) for queue in channel.unacked.queues()):
         raise streamargs.internal_error()  # 3.10.8 fails on a stream's deliveries: 541
     channel.requeue_all(now_ms)
     if isinstance(m, commands.Basic.Recover):

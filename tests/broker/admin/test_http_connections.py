@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 from hutch_broker.dispatch.context import TLSInfo
+from hutch_broker.dispatch.unacked import Unacked
 from hutch_broker.model.queues import Consumer
 
 
@@ -14,7 +15,7 @@ class FakeChannel:
         self.session = session
         self.number = number
         self.consumers = {}
-        self.unacked = {}
+        self.unacked = Unacked()
         self.prefetch_count = 0
         self.consumer_prefetch = 10
         self.confirm_mode = True

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 from hutch_broker.admin.views import bindings, exchanges, overview, queues, users, vhosts
 from hutch_broker.dispatch.context import Stats
+from hutch_broker.dispatch.unacked import Unacked
 from hutch_broker.model import policies
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import Consumer
@@ -150,7 +151,8 @@ class FakeChannel:
         self.flow_active = True
         self.consumer_prefetch = self.prefetch_count = 0
         self.confirm_mode = self.transactional = False
-        self.consumers = self.unacked = {}
+        self.consumers = {}
+        self.unacked = Unacked()
 
     def has_capacity(self, consumer):
         return True

@@ -223,7 +223,11 @@ def test_a_stream_readers_unacked_deliveries_hold_no_bodies_and_acks_give_back_t
     consumer = channel.consumers["c"]
     assert [d.delivery_tag for d in _deliveries(client)] == list(range(1, 61))
     assert (stream.unacked_count, stream.unacked_bytes) == (60, sum(sizes[:60]))
-    assert (consumer.unacked, len(channel.unacked), client.session.held_bytes) == (60, 60, 0)
+    assert (consumer.unacked, channel.unacked.outstanding(), client.session.held_bytes) == (
+        60,
+        60,
+        0,
+    )
 
     client.ack(2, multiple=False)  # the 5000 B one: its credit back, one more delivered
     client.turns()
@@ -235,7 +239,7 @@ def test_a_stream_readers_unacked_deliveries_hold_no_bodies_and_acks_give_back_t
     assert [d.delivery_tag for d in _deliveries(client)] == list(range(62, 101))
     client.ack(100, multiple=True)
     assert (stream.unacked_count, stream.unacked_bytes, stream.stats_ack) == (0, 0, 100)
-    assert (consumer.unacked, len(channel.unacked), client.session.held_bytes) == (0, 0, 0)
+    assert (consumer.unacked, channel.unacked.outstanding(), client.session.held_bytes) == (0, 0, 0)
 
 
 def test_one_multiple_ack_settles_a_classic_queues_and_a_streams_deliveries_interleaved(
@@ -370,7 +374,7 @@ def test_consumers_without_credit_cost_a_publish_nothing_until_they_have_room(
     for reader, tag in ((small, 6), (client, 501)):  # c3's next delivery: after every offset 0
         channel = reader.session.channels[2]
         first_of_c3 = next(
-            t for t, (_, _, c) in channel.unacked.items() if c is not None and c.tag == "c3"
+            t for t, _, _, c in channel.unacked.deliveries() if c is not None and c.tag == "c3"
         )
         with Counted() as ack:
             reader.ack(first_of_c3, multiple=False)

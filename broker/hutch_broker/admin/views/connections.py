@@ -38,6 +38,13 @@ class SessionInfo(Protocol):
     def channels(self) -> Sized: ...
 
 
+class Outstanding(Protocol):
+    """A channel's unacked deliveries (dispatch ``Unacked``): a stream's run is one item of
+    many deliveries, so the count is asked for, not ``len()``."""
+
+    def outstanding(self) -> int: ...
+
+
 class ChannelInfo(Protocol):
     """What the views read of a dispatch ``Channel``."""
 
@@ -52,7 +59,7 @@ class ChannelInfo(Protocol):
     def consumers(self) -> Sized: ...
 
     @property
-    def unacked(self) -> Sized: ...
+    def unacked(self) -> Outstanding: ...
 
 
 @runtime_checkable
@@ -144,7 +151,7 @@ def channel_item(
             "peer_port": session.peer_port,
         },
         "consumer_count": len(channel.consumers),
-        "messages_unacknowledged": len(channel.unacked),
+        "messages_unacknowledged": channel.unacked.outstanding(),
         "prefetch_count": channel.consumer_prefetch,
         "global_prefetch_count": channel.prefetch_count,
         "confirm": channel.confirm_mode,
