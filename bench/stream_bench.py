@@ -48,6 +48,7 @@ The Kafka connector is the one Maven Central serves for this pyspark (bench/kafk
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime
 import json
 import multiprocessing
@@ -487,6 +488,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # hutch_spark with its bytecode, as the image installs it (pip's): where the environment sets
+    # PYTHONDONTWRITEBYTECODE, an editable install has none, and every Python process Spark
+    # starts (a query's runner, each worker) would compile the source's modules again.
+    compileall.compile_dir(Path(hutch_spark.__file__).parent, quiet=1)
     connector = kafka.connector_version(pyspark.__version__)
     jars = kafka.fetch_connector(connector) if "kafka" in args.systems else []
     lib = kafka.fetch_broker() if "kafka" in args.systems else None
