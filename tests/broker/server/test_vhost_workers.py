@@ -325,6 +325,10 @@ def test_a_worker_whose_store_recovery_hangs_is_restarted_until_it_can_read_its_
     journal.rename(kept)
     os.mkfifo(journal)
     os.kill(first, signal.SIGKILL)
+    # The tenant's client starts once the listener knows the ready worker is gone: a connection
+    # handed to a worker that was ready when it was handed over dies with it (its client sees
+    # its stream end), as on any crash. This test is about the starts after, which never are.
+    _wait_logged(broker, f"vhost worker {victim} (pid {first}) exited", within_s=30)
     tenant = concurrent.futures.ThreadPoolExecutor(1)
     trying = tenant.submit(_connect_until_served, broker, TENANT, within_s=240)
 
@@ -415,6 +419,14 @@ def _started_pids(logged: str, index: int) -> list[int]:
     return [
         int(line.split(marker, 1)[1].split()[0]) for line in logged.splitlines() if marker in line
     ]
+
+
+def _wait_logged(broker, text: str, *, within_s: float) -> None:
+    """Until the broker's console log has ``text``."""
+    deadline = time.monotonic() + within_s
+    while text not in broker.console_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"not logged within {within_s:g} s: {text!r}"
+        time.sleep(0.05)
 
 
 def _worker_pid_or_none(broker, index: int) -> int | None:
