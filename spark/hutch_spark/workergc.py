@@ -5,10 +5,10 @@ one the daemon calls `gc.collect()`, a full collection of every object the worke
 importing pyspark, pyarrow and this package that is about 56,000 objects, all of them modules,
 classes and functions that live as long as the process, and the collection frees none of them:
 27-32 ms each on the 2.6 GHz Xeon, once per task, so twice per micro-batch of a stream query read
-in two slices, on a machine whose two cores the query keeps busy (docs/spark.md "What a Python
-worker spends between tasks"). `gc.freeze()` moves every object tracked at the time to a
-permanent generation that collections skip: the same collection then walks the ~5,000 objects
-later tasks made, 0.7 ms.
+in two slices, on a machine whose two cores the query keeps busy (docs/spark.md, "Nothing for
+the worker's garbage collector to walk between tasks"). `gc.freeze()` moves every object
+tracked at the time to a permanent generation that collections skip: the same collection then
+walks the ~5,000 objects later tasks made, 0.7 ms.
 
 What it costs: the cycle collector never frees an object that was alive at the freeze
 (reference counting still does). The freeze happens once per process, at the first task's start

@@ -533,7 +533,7 @@ class _GcProbeReader(DataSourceReader):
 
 
 def test_a_worker_that_read_a_slice_has_frozen_its_imports(spark: Any, streams: Streams) -> None:
-    # docs/spark.md "What a Python worker spends between tasks": pyspark's daemon collects
+    # docs/spark.md "Nothing for the worker's garbage collector to walk": pyspark's daemon collects
     # garbage after every task; the source's read() freezes what the worker tracks at its first
     # task, so those collections skip the imports. Spark reuses the workers that read the slices
     # for the next Python data source's tasks, which report on their process.

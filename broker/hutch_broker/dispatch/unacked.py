@@ -100,7 +100,6 @@ class Unacked(OrderedDict[int, Union[Single, Run]]):  # noqa: UP007 - a runtime 
         self.runs: list[Run] = []  # by base; those with live == 0 are dead, kept until compacted
         self.live_runs = 0  # runs in the dict
         self.extra = 0  # what the runs in the dict add to len(): their live deliveries less one
-        self._dead = 0
 
     def outstanding(self) -> int:
         return len(self) + self.extra
@@ -146,14 +145,14 @@ class Unacked(OrderedDict[int, Union[Single, Run]]):  # noqa: UP007 - a runtime 
         singles: list[Single] = []
         pieces: list[RunPiece] = []
         while True:
-            key, item = self.popitem(last=False)
+            key = next(iter(self))  # the oldest item; a run leaves only once _took empties it
+            item = self[key]
             if isinstance(item, Run):
-                self[key] = item  # back in front until _took says it is done
-                self.move_to_end(key, last=False)
                 taken = item.take_through(tag)
                 pieces.append((item.queue, item.consumer, taken))
                 self._took(item, len(taken))
             else:
+                del self[key]
                 singles.append(item)
             if key == stop:
                 return singles, pieces
@@ -163,15 +162,17 @@ class Unacked(OrderedDict[int, Union[Single, Run]]):  # noqa: UP007 - a runtime 
         pieces: list[RunPiece] = []
         for item in self.values():
             if isinstance(item, Run):
-                taken = (
+                # without holes, the slice take_through would make, without its call (runs
+                # of big messages are short, and a call each showed in the pinned calls)
+                whole = (
                     item.entries[item.start :] if not item.holes else item.take_through(item.last)
                 )
-                pieces.append((item.queue, item.consumer, taken))
+                pieces.append((item.queue, item.consumer, whole))
             else:
                 singles.append(item)
         self.clear()
         self.runs.clear()
-        self.live_runs = self.extra = self._dead = 0
+        self.live_runs = self.extra = 0
         return singles, pieces
 
     def _took(self, run: Run, count: int) -> None:
@@ -183,10 +184,8 @@ class Unacked(OrderedDict[int, Union[Single, Run]]):  # noqa: UP007 - a runtime 
         self.extra -= count - 1
         del self[-run.last]
         self.live_runs -= 1
-        self._dead += 1
-        if self._dead * 2 > len(self.runs):
+        if self.live_runs * 2 < len(self.runs):  # more dead than live
             self.runs = [r for r in self.runs if r.live]
-            self._dead = 0
 
     def _run_holding(self, tag: int) -> Run | None:
         runs = self.runs
