@@ -39,6 +39,7 @@ the job is open and the streams have no consumer.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
 import sys
@@ -354,6 +355,15 @@ def _disrupt(
         logged = (checkpoint / "offsets" / str(done)).is_file()
         return done if logged and not (checkpoint / "commits" / str(done)).exists() else None
 
+    # The kill is armed before the batch is looked for: a shell in the driver's container that
+    # kills every process of it (kill -9 -1) when it reads a line. A batch is in flight for its
+    # reads and commit only, tens of milliseconds of the 1 s trigger, less than kubectl's own
+    # start-up, so a kill started once the batch is seen could land after its commit.
+    armed = subprocess.Popen(
+        [str(cluster.kubectl_path), f"--kubeconfig={cluster.kubeconfig}", "exec", "-i", "-n", ns,
+         sub.driver_pod, "--", "sh", "-c", "read _ && kill -9 -1"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
     try:
         batch = waiting.wait_for(lambda: in_flight(True), timeout=CATCH_A_READ_S,
                                  interval=POLL_S,
@@ -374,8 +384,11 @@ def _disrupt(
             ) from None
     # kill -9 of every process of the driver's container but its init (tini): the JVM and its
     # Python workers die at once, as in a node crash; the container then ends, and the Pod.
-    cluster.kubectl("exec", "-n", ns, sub.driver_pod, "--", "sh", "-c", "kill -9 -1",
-                    check=False)  # fmt: skip
+    assert armed.stdin is not None and armed.poll() is None, "the armed kill's exec ended early"
+    armed.stdin.write("kill\n")
+    armed.stdin.flush()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        armed.wait(timeout=60)  # its stream ends with the container
     ended = waiting.wait_for(lambda: watch.poll(sub.driver_pod), timeout=60, interval=POLL_S,
                              what="the killed driver Pod's end")  # fmt: skip
     phase = (pods.get_pod(cluster, ns, sub.driver_pod) or {}).get("status", {}).get("phase")
