@@ -16,7 +16,9 @@ order is an insertion-ordered dict.  Round-robin rotates full consumers to the b
 deque; across priorities a cursor remembers the highest priority that may still have room, so
 filling thousands of consumers of distinct priorities is linear, not quadratic.  Room only ever
 appears through an ack, a qos or flow change or a writable socket, and each of those drains the
-queue, which calls ``rescan`` first.
+queue, which calls ``rescan`` first. So a cursor at -1 says that no consumer has gained room
+since a scan found them all full: the publish path (``publishes.enqueue``) reads it and does
+not scan again for each message queued behind a full consumer.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Consumers(dict[Consumer, None]):
     iteration, which the publish path asks for on every message, stay C-level calls.
     """
 
-    __slots__ = ("_by_priority", "_cursor", "_priorities", "active", "single_active")
+    __slots__ = ("_by_priority", "_priorities", "active", "cursor", "single_active")
 
     def __init__(self, *, single_active: bool = False) -> None:
         super().__init__()
@@ -62,7 +64,9 @@ class Consumers(dict[Consumer, None]):
         self.active: Consumer | None = None  # the single active consumer, when single_active
         self._by_priority: dict[int, deque[Consumer]] = {}
         self._priorities: list[int] = []  # ascending; delivery walks it from the end
-        self._cursor = -1  # index into _priorities of the highest one that may have room
+        # Index into _priorities of the highest one that may have room; -1 once every one was
+        # found full, until ``rescan`` (read by ``publishes.enqueue``: nothing to drain then).
+        self.cursor = -1
 
     def add(self, consumer: Consumer) -> None:
         self[consumer] = None
@@ -103,7 +107,7 @@ class Consumers(dict[Consumer, None]):
 
     def rescan(self) -> None:
         """Room may have appeared anywhere: the next choice starts at the highest priority."""
-        self._cursor = len(self._priorities) - 1
+        self.cursor = len(self._priorities) - 1
 
     def next_with_room(self) -> Consumer | None:
         """The consumer for the next message, or None when every eligible one is blocked."""
@@ -112,12 +116,12 @@ class Consumers(dict[Consumer, None]):
             if active is not None and active.channel.has_capacity(active):
                 return active
             return None
-        while self._cursor >= 0:
-            ring = self._by_priority[self._priorities[self._cursor]]
+        while self.cursor >= 0:
+            ring = self._by_priority[self._priorities[self.cursor]]
             for _ in range(len(ring)):
                 consumer = ring[0]
                 ring.rotate(-1)
                 if consumer.channel.has_capacity(consumer):
                     return consumer
-            self._cursor -= 1  # all full at this priority until the next rescan
+            self.cursor -= 1  # all full at this priority until the next rescan
         return None

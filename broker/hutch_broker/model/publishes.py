@@ -178,8 +178,8 @@ def enqueue(exchange: Exchange, message: Message, queues: list[Queue], now_ms: i
             outcome.wrote = True
         elif result == PUBLISH_REJECTED:
             outcome.rejected = True
-        if queue.consumers and queue.ready_count:
-            queue.drain(now_ms)
+        if queue.consumers and queue.ready_count and queue.consumers.cursor >= 0:
+            queue.drain(now_ms)  # not when the last scan found every consumer full (consumers.py)
     return outcome
 
 
@@ -206,8 +206,8 @@ def _enqueue_steps(
             outcome.wrote = True
         elif result == PUBLISH_REJECTED:
             outcome.rejected = True
-        if queue.consumers and queue.ready_count:
-            queue.drain(now_ms)
+        if queue.consumers and queue.ready_count and queue.consumers.cursor >= 0:
+            queue.drain(now_ms)  # not when the last scan found every consumer full (consumers.py)
         done += ENQUEUE_STEPS
         if done >= budgets.CHUNK:
             yield done
