@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -398,11 +399,46 @@ class Queue:
             consumer = consumers.next_with_room()  # by priority, round-robin within one
             if consumer is None:
                 break
+            if len(consumers) == 1 and not consumer.no_ack and not self.quorum:
+                return delivered + self._drain_to(consumer, now_ms)
             entry = self._pop_live_head(now_ms)
             if entry is None:
                 break
             self._deliver(consumer, entry)
             delivered += 1
+        return delivered
+
+    def _drain_to(self, consumer: Consumer, now_ms: int) -> int:
+        """``drain`` to a queue's only consumer (acking, of a classic queue), found with room.
+
+        With nobody to take turns with, it takes messages until its channel says it has no
+        room, without choosing it again for each (``next_with_room``: a call, a rotation),
+        and ``_deliver``'s bookkeeping is inline: 5 calls a delivery instead of 8. Scenario 1
+        of the benchmark makes nearly every delivery here (docs/bench/profile.md). Without
+        messages that may expire, the head is taken as it is (``_pop_live_head``'s test).
+        """
+        channel = consumer.channel
+        has_capacity = channel.has_capacity
+        deliver = channel.deliver
+        pop = self._pop_ready if not self.may_expire else partial(self._pop_live_head, now_ms)
+        deliveries = self.stats_deliveries
+        delivered = 0
+        while self.ready_count:
+            entry = pop()
+            if entry is None:
+                break
+            self.stats_deliver += 1
+            deliveries["deliver"] += 1
+            if entry.redelivered:
+                self.stats_redeliver += 1
+            consumer.unacked += 1
+            self.unacked_count += 1
+            self.unacked_bytes += entry.size
+            deliver(consumer, self, entry)
+            delivered += 1
+            if self.ready_count and not has_capacity(consumer):
+                self.consumers.cursor = -1  # what next_with_room would find: nobody has room
+                break
         return delivered
 
     def _deliver(self, consumer: Consumer, entry: Entry) -> None:
