@@ -18,7 +18,8 @@ RUN apt-get update \
 COPY broker/ broker/
 COPY cli/ cli/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ./broker ./cli \
-    && python3 -m zipfile -l /wheels/hutch_broker-*.whl | grep -q 'hutch_broker/store/_runs\.[^ ]*\.so '
+    && python3 -m zipfile -l /wheels/hutch_broker-*.whl | grep -q 'hutch_broker/store/_runs\.[^ ]*\.so ' \
+    && python3 -m zipfile -l /wheels/hutch_broker-*.whl | grep -q 'hutch_broker/protocol/_content\.[^ ]*\.so '
 
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

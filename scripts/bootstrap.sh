@@ -27,7 +27,7 @@ want="$({ cat pyproject.toml localkube/pyproject.toml demo/pyproject.toml testin
 # The C extensions (broker/setup.py, spark/setup.py) are built in place by the editable install
 # of the root project: a change to their sources or declarations re-runs that install alone.
 NATIVE_STAMP="$VENV/.hutch-native-stamp"
-native_want="$(cat setup.py broker/setup.py broker/hutch_broker/store/*.c spark/setup.py spark/hutch_spark/*.c | sha256sum | cut -c1-16)"
+native_want="$(cat setup.py broker/setup.py broker/hutch_broker/*/*.c spark/setup.py spark/hutch_spark/*.c | sha256sum | cut -c1-16)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] \
   && { [[ ! -f "$BASE_LINK" ]] || [[ -f "$(cat "$BASE_LINK")/complete" ]]; }; then
   if [[ "$(cat "$NATIVE_STAMP" 2>/dev/null)" != "$native_want" ]]; then

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# What building the broker's C extension takes (broker/setup.py, hutch_broker.store._runs): a C
-# compiler, zlib's headers and Python's. scripts/bootstrap.sh calls this before the editable
-# install that builds it; a second run is a no-op.
+# What building the broker's C extensions takes (broker/setup.py, hutch_broker.store._runs and
+# hutch_broker.protocol._content): a C compiler, zlib's headers and Python's.
+# scripts/bootstrap.sh calls this before the editable install that builds them; a second run is
+# a no-op.
 #
-# The extension is optional to pip (an install without a compiler still succeeds, and the broker
-# runs the Python twin of its loop), so without root this only warns; the tests then fail in
-# tests/broker/store/test_runs_native.py, saying why. Python's headers come with pyenv's and
-# python.org's builds; Debian's python3 needs python3-dev.
+# The extensions are optional to pip (an install without a compiler still succeeds, and the
+# broker runs their Python twins), so without root this only warns; the tests then fail in
+# tests/broker/store/test_runs_native.py and tests/broker/protocol/test_content_native.py,
+# saying why. Python's headers come with pyenv's and python.org's builds; Debian's python3 needs
+# python3-dev.
 set -euo pipefail
 PY=${PYTHON:-python3}
 

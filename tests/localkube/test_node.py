@@ -215,12 +215,13 @@ def test_broker_pod_is_ready_in_its_memory_cgroup_and_serves_amqp(node, k8s_name
     assert node.kubectl("exec", "-n", ns, "broker", "--", "id", "-u").stdout.strip() == "1000"
     touch = node.kubectl("exec", "-n", ns, "broker", "--", "touch", "/x", check=False)
     assert "Read-only file system" in touch.stderr
-    # The image's build stage compiled the broker's C extension, and it loads in the image.
+    # The image's build stage compiled the broker's C extensions, and they load in the image.
     native = node.kubectl(
         "exec", "-n", ns, "broker", "--", "python3", "-c",
-        "from hutch_broker.store import records; print(records.NATIVE_RUNS)",
+        "from hutch_broker.store import records; from hutch_broker.protocol import contentscan;"
+        "print(records.NATIVE_RUNS, contentscan.NATIVE is not None)",
     )  # fmt: skip
-    assert native.stdout.strip() == "True", native
+    assert native.stdout.strip() == "True True", native
 
     assert service_endpoint(node, ns, "broker") == pod["status"]["podIP"]
     host = cluster_ip(node, ns, "broker")

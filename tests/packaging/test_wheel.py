@@ -54,8 +54,11 @@ def test_the_hutch_wheel_holds_the_product_packages_and_no_test_tooling(tmp_path
     assert "kubectl-hutch = hutch_cli.kubectl_hutch:main" in entry_points
     assert "hutch_cli/perftest.py" in names  # the perf-test Job runs it from the broker image
     assert "hutch_spark/jobs/windowed_counts.py" in names  # the job's module is in it
-    # the broker's C extension, compiled by the build (setup.py; optional only without a compiler)
+    # the broker's C extensions, compiled by the build (setup.py; optional only without a compiler)
     assert [n for n in names if n.startswith("hutch_broker/store/_runs.") and n.endswith(".so")]
+    assert [
+        n for n in names if n.startswith("hutch_broker/protocol/_content.") and n.endswith(".so")
+    ]
     # the Web UI's files are package data (pyproject's [tool.setuptools.package-data])
     assert {
         "hutch_broker/admin/ui/static/index.html",

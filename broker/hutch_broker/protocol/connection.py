@@ -89,7 +89,15 @@ from typing import Any, Final, Literal, cast
 from pamqp import base, commands, common
 from pamqp import frame as pamqp_frame
 
-from hutch_broker.protocol import codec, errors, events, handshakes, properties, sasl
+from hutch_broker.protocol import (
+    codec,
+    contentscan,
+    errors,
+    events,
+    handshakes,
+    properties,
+    sasl,
+)
 
 VERSION_MAJOR, VERSION_MINOR = 0, 9
 FRAME_MIN_SIZE = 4096
@@ -137,8 +145,8 @@ _unpack_frame_header = codec.FRAME_HEADER_STRUCT.unpack_from
 _unpack_uint32 = codec.UINT32.unpack_from
 _pack_end_body_header = codec.END_BODY_HEADER.pack
 # A content header frame's first 21 bytes: type, channel, size, class id, weight, body size.
-_unpack_content_header_start = codec.CONTENT_HEADER_START.unpack_from
-_CONTENT_HEADER_START_SIZE = codec.CONTENT_HEADER_START.size
+# A publish's content header and body frames in one call, in C when it is built (contentscan).
+_scan_content = contentscan.scan
 _VALID_PROPERTIES_KEPT = 256
 _PUBLISH_FIELDS_KEPT = 256
 
@@ -577,12 +585,13 @@ class Connection:
         """basic.publish, and the whole message with it when it is all in the buffer.
 
         The common publish arrives in one read: method, content header and one body frame (or
-        a few, split at frame_max).  This one call takes them all, with ``struct`` and slices,
-        when every frame is complete and sound (type, channel, size within frame_max, end
-        octet, class 60, body size within bounds, properties already seen valid, body frames
-        adding up to the announced size).  Anything else (a frame not yet read, a heartbeat or
-        another method in between, properties seen for the first time, any error) leaves the
-        content frames unread and goes the general way, ``_rest_of_message`` and the main
+        a few, split at frame_max).  This one call takes them all when every frame is complete
+        and sound (type, channel, size within frame_max, end octet, class 60, body size within
+        bounds, properties already seen valid, body frames adding up to the announced size):
+        the content frames with ``contentscan.scan``, one C call where it is built.  Anything
+        else (a frame not yet read, a heartbeat or another method in between, properties seen
+        for the first time, any error) leaves the content frames unread and goes the general
+        way, ``_rest_of_message`` and the main
         loop, which applies every rule and raises every error as before.
         """
         buffer = self._buffer
@@ -595,93 +604,23 @@ class Connection:
             fields = known if known is not None else self._decode_publish(start, end)
             channel.last_payload, channel.last_fields = payload, fields
         exchange, routing_key, mandatory = fields
-        number, frame_max, length = channel.number, self._frame_max, len(buffer)
-        pos = self._pos
-        if length - pos > _CONTENT_HEADER_START_SIZE:
-            frame_type, frame_channel, size, class_id, _, body_size = _unpack_content_header_start(
-                buffer, pos
-            )
-            end = pos + 7 + size
-            if (
-                frame_type == codec.FRAME_HEADER
-                and frame_channel == number
-                and 14 <= size <= frame_max
-                and end < length
-                and buffer[end] == codec.FRAME_END
-                and class_id == codec.BASIC_CLASS
-                and body_size <= self.max_body_size
-            ):
-                raw = channel.last_raw
-                if len(raw) != end - pos - 19 or not buffer.startswith(raw, pos + 19):
-                    raw = bytes(buffer[pos + 19 : end])
-                    if not (raw[0] or raw[1]) or raw in self._valid_properties:
-                        channel.last_raw = raw
-                    else:
-                        raw = b""  # seen for the first time: validated the general way
-                if raw:
-                    pos = end + 1
-                    if not body_size:
-                        self._pos = pos
-                        return events.PublishReceived(
-                            number, exchange, routing_key, mandatory, raw, b""
-                        )
-                    if length - pos >= codec.FRAME_OVERHEAD:
-                        frame_type, frame_channel, size = _unpack_frame_header(buffer, pos)
-                        end = pos + 7 + size
-                        if (
-                            frame_type == codec.FRAME_BODY
-                            and frame_channel == number
-                            and size <= frame_max
-                            and end < length
-                            and buffer[end] == codec.FRAME_END
-                        ):
-                            if size == body_size:
-                                self._pos = end + 1
-                                return events.PublishReceived(
-                                    number,
-                                    exchange,
-                                    routing_key,
-                                    mandatory,
-                                    raw,
-                                    bytes(buffer[pos + 7 : end]),
-                                )
-                            if size < body_size:
-                                body = self._split_body(number, body_size, pos)
-                                if body is not None:
-                                    return events.PublishReceived(
-                                        number, exchange, routing_key, mandatory, raw, body
-                                    )
+        number = channel.number
+        found = _scan_content(
+            buffer, self._pos, number, self._frame_max, self.max_body_size, channel.last_raw
+        )
+        if found is not None:
+            raw, body, pos = found
+            # The properties: the channel's last ones (valid), none at all, or ones seen valid
+            # on this connection; seen for the first time, the general way validates them.
+            if raw is channel.last_raw or not (raw[0] or raw[1]) or raw in self._valid_properties:
+                channel.last_raw = raw
+                self._pos = pos
+                return events.PublishReceived(number, exchange, routing_key, mandatory, raw, body)
         channel.exchange = exchange
         channel.routing_key = routing_key
         channel.mandatory = mandatory
         channel.expect = _EXPECT_HEADER
         return self._rest_of_message(channel)
-
-    def _split_body(self, number: int, body_size: int, pos: int) -> bytes | None:
-        """A body in several frames, all in the buffer and adding up to ``body_size``: joined,
-        and the read offset moved past them.  None (nothing consumed) for anything else."""
-        buffer, frame_max, length = self._buffer, self._frame_max, len(self._buffer)
-        chunks: list[bytearray] = []
-        received = 0
-        while received < body_size:
-            if length - pos < codec.FRAME_OVERHEAD:
-                return None
-            frame_type, frame_channel, size = _unpack_frame_header(buffer, pos)
-            end = pos + 7 + size
-            if (
-                frame_type != codec.FRAME_BODY
-                or frame_channel != number
-                or size > frame_max
-                or end >= length
-                or buffer[end] != codec.FRAME_END
-                or received + size > body_size
-            ):
-                return None
-            chunks.append(buffer[pos + 7 : end])
-            received += size
-            pos = end + 1
-        self._pos = pos
-        return b"".join(chunks)
 
     def _decode_publish(self, start: int, end: int) -> tuple[str, str, bool]:
         """basic.publish by hand: ticket:u16 exchange:shortstr routing_key:shortstr bits:u8.

@@ -33,7 +33,7 @@ from hutch_broker.model.broker import Broker
 from hutch_broker.model.changes import Change
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Queue
-from hutch_broker.protocol import errors, handshakes, identity
+from hutch_broker.protocol import contentscan, errors, handshakes, identity
 from hutch_broker.server import tlsreload
 from hutch_broker.server.amqp import AMQPConnection
 from hutch_broker.server.resources import ResourceMonitor
@@ -46,6 +46,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+
+
+def native_modules() -> tuple[str, ...]:
+    """The C extensions this broker runs (docs/broker.md, "Native code"), for /api/nodes."""
+    loaded = (
+        ("hutch_broker.store._runs", records.NATIVE_RUNS),
+        ("hutch_broker.protocol._content", contentscan.NATIVE is not None),
+    )
+    return tuple(name for name, native in loaded if native)
 
 
 class BrokerServer:
@@ -419,11 +428,14 @@ class BrokerServer:
             )
             self._servers.append(server)
             log.info("%s listener on %s:%d", label, self.config.bind, port)
+        python = "Python: the C extension is not built, or HUTCH_BROKER_PURE_PYTHON is set"
         log.info(
             "stream reads decode records in %s",
-            "C (hutch_broker.store._runs)"
-            if records.NATIVE_RUNS
-            else "Python: the C extension is not built, or HUTCH_BROKER_PURE_PYTHON is set",
+            "C (hutch_broker.store._runs)" if records.NATIVE_RUNS else python,
+        )
+        log.info(
+            "publishes' content frames are read in %s",
+            "C (hutch_broker.protocol._content)" if contentscan.NATIVE else python,
         )
         await self._start_http()
         self.loop.create_task(self._timers())
@@ -464,7 +476,7 @@ class BrokerServer:
             started_at_ms=int(self.started_at * 1000),
             data_dir=str(config.data_dir),
             disk_free_limit=config.disk_free_limit,
-            native=("hutch_broker.store._runs",) if records.NATIVE_RUNS else (),
+            native=native_modules(),
         )
         app = make_app(
             self.context,

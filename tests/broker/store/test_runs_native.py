@@ -17,6 +17,7 @@ import zlib
 
 import aiohttp
 import pytest
+from hutch_broker.protocol import contentscan
 from hutch_broker.store import records
 from hutch_demo import probes
 
@@ -226,7 +227,7 @@ def info_logs(caplog):
 
 
 @pytest.mark.broker  # starts a broker (hutch_testing.levels)
-async def test_a_running_broker_says_which_loop_it_runs(info_logs, server):
+async def test_a_running_broker_says_which_c_loops_it_runs(info_logs, server):
     """In its start log and in /api/nodes' applications, as RabbitMQ lists its plugins: where
     the extension did not load, a user sees it without reading code."""
     url = f"http://127.0.0.1:{server.config.http_port}/api/nodes"
@@ -242,3 +243,11 @@ async def test_a_running_broker_says_which_loop_it_runs(info_logs, server):
     else:
         assert "hutch_broker.store._runs" not in names
         assert any(line.startswith("stream reads decode records in Python") for line in started)
+    # The other extension, the publish's content frames (tests/broker/protocol/test_content_native.py)
+    content = "publishes' content frames are read in"
+    if contentscan.NATIVE is not None:
+        assert "hutch_broker.protocol._content" in names
+        assert f"{content} C (hutch_broker.protocol._content)" in started
+    else:
+        assert "hutch_broker.protocol._content" not in names
+        assert any(line.startswith(f"{content} Python") for line in started)

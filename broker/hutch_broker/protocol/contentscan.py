@@ -1,0 +1,93 @@
+"""A publish's content frames read in one call: the content header and every body frame.
+
+Why a module: ``Connection._publish`` takes a whole publish (method, content header, body) in
+one call when it is all in the buffer and sound, and the content part of that was a fifth of
+the read stage in scenario 1 of the benchmark, where hutch-broker's one loop is the limit
+(docs/bench/profile.md). ``scan`` is that part in C (``hutch_broker.protocol._content``) when
+the extension is built; ``scan_python`` is its twin, the same results for every input, used
+when it is not (or ``HUTCH_BROKER_PURE_PYTHON`` is set), and the reference the C is tested
+against (tests/broker/protocol/test_content_native.py).
+
+``scan(buffer, pos, channel, frame_max, max_body, last_raw)`` looks at the content header
+frame at ``pos`` and the body frames after it. When all of them are in ``buffer`` and sound
+(frame types, the channel, each size within ``frame_max``, the end octets, class 60, a body
+size within ``max_body``, body frames adding up to it exactly) it returns ``(raw_properties,
+body, position after the last frame)``, ``raw_properties`` being ``last_raw`` itself when its
+bytes are the same (the caller knows that one is valid). Otherwise None: nothing is read, and
+the connection takes the frames the general way, which applies every rule and raises every
+error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from hutch_broker.protocol import codec
+
+_unpack_header = codec.CONTENT_HEADER_START.unpack_from  # type, channel, size, class, weight, body
+_unpack_frame = codec.FRAME_HEADER_STRUCT.unpack_from  # type, channel, size
+
+Scanned = tuple[bytes, bytes, int]
+Scan = Callable[[bytearray, int, int, int, int, bytes], "Scanned | None"]
+
+
+def scan_python(
+    buffer: bytearray, pos: int, channel: int, frame_max: int, max_body: int, last_raw: bytes
+) -> Scanned | None:
+    """The content frames at ``pos`` (the module docstring); the C extension's twin."""
+    length = len(buffer)
+    if pos < 0 or length - pos < codec.CONTENT_HEADER_START.size:
+        return None
+    frame_type, frame_channel, size, class_id, _, body_size = _unpack_header(buffer, pos)
+    end = pos + 7 + size
+    if (
+        frame_type != codec.FRAME_HEADER
+        or frame_channel != channel
+        or not 14 <= size <= frame_max
+        or end >= length
+        or buffer[end] != codec.FRAME_END
+        or class_id != codec.BASIC_CLASS
+        or body_size > max_body
+    ):
+        return None
+    raw_start, raw_end = pos + 19, end
+    pos = end + 1
+    chunks: list[bytearray] = []
+    received = 0
+    while received < body_size:
+        if length - pos < codec.FRAME_OVERHEAD:
+            return None
+        frame_type, frame_channel, size = _unpack_frame(buffer, pos)
+        end = pos + 7 + size
+        if (
+            frame_type != codec.FRAME_BODY
+            or frame_channel != channel
+            or size > frame_max
+            or end >= length
+            or buffer[end] != codec.FRAME_END
+            or received + size > body_size
+        ):
+            return None
+        chunks.append(buffer[pos + 7 : end])
+        received += size
+        pos = end + 1
+    same = len(last_raw) == raw_end - raw_start and buffer.startswith(last_raw, raw_start)
+    raw = last_raw if same else bytes(buffer[raw_start:raw_end])
+    return raw, b"".join(chunks), pos
+
+
+def _native() -> Scan | None:
+    """The C extension's ``scan``, or None when it is not built (the install goes on without
+    it: broker/setup.py) or ``HUTCH_BROKER_PURE_PYTHON`` is set (to compare the two)."""
+    if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
+        return None
+    try:
+        from hutch_broker.protocol._content import scan as native  # noqa: PLC0415
+    except ImportError:
+        return None
+    return native
+
+
+NATIVE: Scan | None = _native()
+scan: Scan = NATIVE or scan_python
