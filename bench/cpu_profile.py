@@ -288,6 +288,7 @@ def profile_scenario(
                     )
                 counts += stage_samples(raw.read_text().splitlines())
                 if raw_dir is not None:
+                    raw_dir.mkdir(parents=True, exist_ok=True)
                     kept = f"scenario{scenario.number}" + (f"-pid{pid}" if vhost_workers else "")
                     shutil.copy(raw, raw_dir / f"{kept}.txt")
     finally:

@@ -1,4 +1,4 @@
-"""The broker's dispatch path in one process, no sockets: CPU per message of two hot paths.
+"""The broker's dispatch path in one process, no sockets: CPU per message of three hot paths.
 
     PYTHONPATH=broker python bench/inprocess_bench.py [--rounds 3] [--messages 100000]
 
@@ -7,11 +7,17 @@ tenth of the broker's CPU hides in the load generator's and the kernel's share; 
 ``protocol_bench`` covers the frame codec alone. This drives a real ``Session`` over a real
 ``Broker`` (the dispatch, model and store layers, the protocol core) with bytes a client would
 send, and reads what it would write, so every Python layer a message crosses is counted and
-nothing else. Two paths, each in process CPU time per message (``time.process_time``):
+nothing else. Three paths, each in process CPU time per message (``time.process_time``):
 
 * ``one-flow``: scenario 1's path, 1 KiB transient messages published on channel 1 in reads of
   200 (one 64 KiB-ish read each) to a queue whose consumer on channel 2 (prefetch 1000) takes
   them at once, the output taken after each read and the read acked with one multiple ack;
+* ``queued``: the same messages, but the consumer is always a read behind (its prefetch of
+  1000 full when a read arrives, so every publish is queued, and the read's 200 go out when
+  its ack of 200 older ones drains the queue): the way scenario 1 runs over sockets, where the
+  broker is the bottleneck and the consumer's output slice or prefetch is full whenever a
+  publish arrives, so nearly every delivery is made by ``Queue.drain``
+  (docs/bench/profile.md);
 * ``stream``: a stream consumer reading a stream of 200 B messages from ``first`` with
   prefetch 2000, as the Spark executors' reader does, an ack for all it has after each pass of
   the loop's parked turns; the stream is filled and made durable before the clock runs.
@@ -82,6 +88,32 @@ def one_flow(messages: int) -> float:
     return spent / (reads * READ) * 1e6
 
 
+def queued(messages: int) -> float:
+    """µs of CPU per message published behind a full consumer, delivered by a drain, acked."""
+    client = opened(None)
+    client.send(commands.Queue.Declare(queue="q"), 1)
+    client.send(commands.Basic.Qos(prefetch_count=1000), 2)
+    client.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
+    read = publishes("q", ONE_FLOW_BODY, READ, commands.Basic.Properties(delivery_mode=1))
+    for _ in range(1000 // READ + 1):  # prefetch full, one read queued; warms first-use paths
+        client.session.handle_data(read)
+        client.output()
+    channel = client.session.channels[2]
+    queue = client.session.vhost.queues["q"]  # type: ignore[union-attr]
+    acked = 0
+    reads = max(1, messages // READ)
+    started = time.process_time()
+    for _ in range(reads):
+        client.session.handle_data(read)
+        client.output()
+        acked += READ
+        client.send(commands.Basic.Ack(delivery_tag=acked, multiple=True), 2)
+    spent = time.process_time() - started
+    if queue.ready_count != READ or len(channel.unacked) != 1000:
+        raise RuntimeError("the queued path did not keep its consumer full and a read queued")
+    return spent / (reads * READ) * 1e6
+
+
 def stream(messages: int, data_dir: Path) -> float:
     """µs of CPU per stream message delivered and acked (the fill is not timed)."""
     client = opened(data_dir)
@@ -131,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.messages < 1000:
         parser.error("--rounds must be 1 or more and --messages 1000 or more")
-    figures: dict[str, list[float]] = {"one-flow": [], "stream": []}
+    figures: dict[str, list[float]] = {"one-flow": [], "queued": [], "stream": []}
     for _ in range(args.rounds):
         figures["one-flow"].append(one_flow(args.messages))
+        figures["queued"].append(queued(args.messages))
         with tempfile.TemporaryDirectory(prefix="hutch-inprocess-") as scratch:
             figures["stream"].append(stream(args.messages, Path(scratch) / "data"))
     print(f"hutch_broker: {Path(hutch_broker.__file__).parent}")

@@ -1,4 +1,4 @@
-"""bench/inprocess_bench.py: both paths run to the end and report a figure each (in process,
+"""bench/inprocess_bench.py: the three paths run to the end and report a figure each (in process,
 no broker process: the paths it times are checked to have delivered and settled everything)."""
 
 from __future__ import annotations
@@ -11,19 +11,29 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import inprocess_bench
+from hutch_broker.protocol import contentscan
 from hutch_broker.store import records
 
 
-def test_both_paths_deliver_everything_and_report_cpu_per_message(tmp_path, capsys):
+def test_the_paths_deliver_everything_and_report_cpu_per_message(tmp_path, capsys):
     assert inprocess_bench.one_flow(1000) > 0
+    assert inprocess_bench.queued(1000) > 0
     assert inprocess_bench.stream(2000, tmp_path / "data") > 0
     assert inprocess_bench.main(["--rounds", "1", "--messages", "1000"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"hutch_broker: {Path(inprocess_bench.hutch_broker.__file__).parent}"
-    # the source tree: nothing compiled but the C loop its install builds (docs/broker.md)
-    native = " (hutch_broker.store._runs)" if records.NATIVE_RUNS else ""
-    assert lines[1] == f"extension modules: {int(records.NATIVE_RUNS)}{native}"
-    assert [line.split()[0] for line in lines[2:]] == ["one-flow", "stream"]
+    # the source tree: nothing compiled but the C its install builds (docs/broker.md)
+    built = sorted(
+        name
+        for name, native in (
+            ("hutch_broker.protocol._content", contentscan.NATIVE is not None),
+            ("hutch_broker.store._runs", records.NATIVE_RUNS),
+        )
+        if native
+    )
+    listed = f" ({', '.join(built)})" if built else ""
+    assert lines[1] == f"extension modules: {len(built)}{listed}"
+    assert [line.split()[0] for line in lines[2:]] == ["one-flow", "queued", "stream"]
     assert all("µs/message CPU (" in line for line in lines[2:])
 
 
