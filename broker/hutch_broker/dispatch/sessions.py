@@ -105,7 +105,10 @@ class Session:
             self._block(None)
 
     def _process(self) -> None:
-        proto = self.proto
+        # The publishes of one read share one clock reading, taken at the first (now_ms): their
+        # TTLs count from it, a read's processing (well under a millisecond a 64 KiB read)
+        # earlier than each one's own; read per publish, the clock was 2 % of scenario 1's CPU.
+        proto, now_ms = self.proto, -1
         self._update_channel_refusal()
         while not self.closed and not self.blocked and not self.throttled and not self.parked:
             try:
@@ -118,8 +121,10 @@ class Session:
                     if context.alarms.publishing_blocked:  # _must_block(), read inline
                         self._block(event)
                         break
+                    if now_ms < 0:
+                        now_ms = context.clock()
                     try:
-                        methods.publish(self, self.channels[event.channel], event, context.clock())
+                        methods.publish(self, self.channels[event.channel], event, now_ms)
                     except errors.AMQPError as exc:
                         _attach_method(exc, _PUBLISH, event.channel)
                         raise

@@ -14,6 +14,8 @@ from typing import Any
 
 from hutch_broker.protocol import properties
 
+_EXPIRATION_FLAG = properties.EXPIRATION_FLAG  # a module global: one look-up, not two
+
 
 class Message:
     __slots__ = (
@@ -62,7 +64,7 @@ class Message:
         # publish's TTL-2 check and every queue it reaches (each queue's publish asks), inline
         # as the delivery mode above: a call was one more per publish, stream delivery and
         # recovered message. The flag alone; ``expiration()`` parses the value.
-        self.expires = bool(raw_properties[:1] and raw_properties[0] & properties.EXPIRATION_FLAG)
+        self.expires = bool(first & _EXPIRATION_FLAG)  # in the first flags byte, read above
         # True when a client published the x-death headers, which the first death then
         # replaces instead of extending (4.x; docs/contracts/broker.md#differences).
         self.foreign_deaths = foreign_deaths

@@ -170,8 +170,8 @@ def enqueue(exchange: Exchange, message: Message, queues: list[Queue], now_ms: i
     if message.has_headers and b"BCC" in message.raw_properties and "BCC" in message.headers():
         message = strip_bcc(message)
     raw = message.raw_properties  # "x-death" and "-death-" both contain "-death": one search
-    if b"-death" in raw and (b"x-death" in raw or b"-death-" in raw):
-        message.foreign_deaths = True
+    if message.has_headers and b"-death" in raw and (b"x-death" in raw or b"-death-" in raw):
+        message.foreign_deaths = True  # header names: without a headers table, no search
     for queue in queues:
         result = queue.publish(message, now_ms)
         if result == PUBLISH_SYNC:
@@ -194,8 +194,8 @@ def _enqueue_steps(
     if message.has_headers and b"BCC" in message.raw_properties and "BCC" in message.headers():
         message = strip_bcc(message)
     raw = message.raw_properties  # "x-death" and "-death-" both contain "-death": one search
-    if b"-death" in raw and (b"x-death" in raw or b"-death-" in raw):
-        message.foreign_deaths = True
+    if message.has_headers and b"-death" in raw and (b"x-death" in raw or b"-death-" in raw):
+        message.foreign_deaths = True  # header names: without a headers table, no search
     done = 0
     for queue in queues:
         if queue.deleted:

@@ -17,7 +17,8 @@ from the session's loop, the vhost, the write permission, the reply-to flag and 
 mode read inline, ``_deliver``, ``_settle`` and ``encode_deliver``'s common case inlined) to
 15, 16, 14, 15 and 8.57; a queue's only consumer taking its messages in one loop
 (``Queue._drain_to``: no choice of consumer and no ``_deliver`` call per message) to 15, 16,
-14, 15 and 5.59, the bars now (with the C content scan built: its Python twin is one call more
+14, 15 and 5.59; the clock read once a read, at its first publish, not for each, to 14, 15,
+13, 14 and 5.59, the bars now (with the C content scan built: its Python twin is one call more
 a publish, ``HUTCH_BROKER_PURE_PYTHON``).  A change that adds a call per message fails here:
 either win it back or raise the bar with the reason in this docstring.
 """
@@ -103,7 +104,7 @@ def check_replies(client: Client, *, confirms: bool) -> None:
     assert confirms == any(isinstance(reply, commands.Basic.Ack) for reply in replies)
 
 
-@pytest.mark.parametrize(("confirms", "bar"), [(False, 15), (True, 16)])
+@pytest.mark.parametrize(("confirms", "bar"), [(False, 14), (True, 15)])
 def test_a_publish_to_a_waiting_consumer_makes_no_more_calls_than_pinned(
     confirms: bool, bar: int
 ) -> None:
@@ -118,7 +119,7 @@ def test_a_publish_to_a_waiting_consumer_makes_no_more_calls_than_pinned(
     assert counted.calls / MESSAGES <= bar + 0.1
 
 
-@pytest.mark.parametrize(("confirms", "bar"), [(False, 14), (True, 15)])
+@pytest.mark.parametrize(("confirms", "bar"), [(False, 13), (True, 14)])
 def test_a_queued_publish_and_its_delivery_make_no_more_calls_than_pinned(
     confirms: bool, bar: int
 ) -> None:
@@ -140,7 +141,7 @@ def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_wi
     nothing gave it room since (model/consumers.py), so the publish does not drain the queue
     again. In scenario 1 of the benchmark every publish is queued behind a consumer whose
     connection's output slice is full until the turn's end; the drain, rescan, choice and
-    capacity check it made for each were 4 calls (18 against the bar of 14) and 5 % of the
+    capacity check it made for each were 4 calls (18 against the queued bar, then 14) and 5 % of the
     broker's CPU. Room that appears later drains the queue: an ack, then a new consumer."""
     client = Client(confirms=False)
     client.send(commands.Basic.Qos(prefetch_count=1), 2)
@@ -153,7 +154,7 @@ def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_wi
         client.session.handle_data(client.one * MESSAGES)
 
     assert not [r for r in client.replies() if isinstance(r, commands.Basic.Deliver)]
-    assert published.calls / MESSAGES <= 14.1
+    assert published.calls / MESSAGES <= 13.1  # the queued bar
     ack(client, 1)
     assert [r.delivery_tag for r in client.replies() if isinstance(r, commands.Basic.Deliver)] == [
         2

@@ -103,8 +103,11 @@ def test_message_ids_are_stamped_on_the_fast_path_only_where_none_was_sent():
 
 def test_cc_bcc_and_x_death_are_read_as_before_with_or_without_headers():
     """CC and BCC are looked for only in a message with a headers table (``has_headers``) and
-    x-death with one search for ``-death`` first: the same queues, BCC stripped, and the
-    foreign-deaths flag set whenever the header's bytes name x-death, as before."""
+    x-death with one search for ``-death`` first, and only in a message with a headers table
+    too (x-death and x-first-death-* are header names): the same queues, BCC stripped, and the
+    foreign-deaths flag set whenever a message with headers names x-death in its properties'
+    bytes, as before, never without a headers table (where the dead-lettering it steers reads
+    no earlier deaths either way: model/deadletter.py)."""
     vhost = VirtualHost("/")
     one, _ = vhost.declare_queue("one")
     two, _ = vhost.declare_queue("two")
@@ -122,9 +125,19 @@ def test_cc_bcc_and_x_death_are_read_as_before_with_or_without_headers():
     assert len(cc) == 2 and cc[0].has_headers
     bcc = published(headers={"BCC": ["two"], "k": 1})
     assert len(bcc) == 2 and all(m.headers() == {"k": 1} for m in bcc)
-    for props in ({"message_id": "x-death"}, {"app_id": "a-death-b"}, {"headers": {"x-death": []}}):
+    for props in (
+        {"headers": {"x-death": []}},
+        {"headers": {"x-first-death-reason": "expired"}},
+        {"headers": {"k": 1}, "app_id": "a-death-b"},
+    ):
         (dead,) = published(**props)
         assert dead.foreign_deaths, props
-    for props in ({"message_id": "x-deat"}, {"app_id": "-death"}, {"headers": {"death": 1}}):
+    for props in (
+        {"message_id": "x-death"},
+        {"app_id": "a-death-b"},
+        {"headers": {"k": 1}, "message_id": "x-deat"},
+        {"headers": {"k": 1}, "app_id": "-death"},
+        {"headers": {"death": 1}},
+    ):
         (alive,) = published(**props)
         assert not alive.foreign_deaths, props
