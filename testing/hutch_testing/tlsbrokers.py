@@ -121,8 +121,21 @@ class TLSHutchBroker(HutchBroker):
 
     def _answers(self) -> bool:
         if self.plain:
-            return super()._answers()
+            # The TLS ports listening too: the HTTPS site starts after the plain HTTP one, so
+            # "the plain ones answer" did not mean HTTPS was up (a test once had its HTTPS
+            # connect refused right after its AMQPS round trips). Only listening: a broker
+            # that asks for client certificates answers no probe without one.
+            return super()._answers() and all(
+                map(self._listens, (self.amqps_port, self.https_port))
+            )
         return self._tls_amqp_answers() and self._tls_overview_answers()
+
+    def _listens(self, port: int) -> bool:
+        try:
+            with socket.create_connection((self.host, port), timeout=1.0):
+                return True
+        except OSError:
+            return False
 
     def _tls_amqp_answers(self) -> bool:
         context = client_context(self.leaf.ca_pem)
