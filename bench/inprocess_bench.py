@@ -64,13 +64,18 @@ def publishes(routing_key: str, payload: bytes, count: int, properties: object) 
     return one * count
 
 
-def one_flow(messages: int) -> float:
-    """µs of CPU per message published, delivered and acked."""
+def one_flow_client() -> tuple[StoreSession, bytes]:
+    """Queue "q" with a consumer on channel 2 (prefetch 1000), and a read of READ publishes."""
     client = opened(None)
     client.send(commands.Queue.Declare(queue="q"), 1)
     client.send(commands.Basic.Qos(prefetch_count=1000), 2)
     client.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
-    read = publishes("q", ONE_FLOW_BODY, READ, commands.Basic.Properties(delivery_mode=1))
+    return client, publishes("q", ONE_FLOW_BODY, READ, commands.Basic.Properties(delivery_mode=1))
+
+
+def one_flow(messages: int) -> float:
+    """µs of CPU per message published, delivered and acked."""
+    client, read = one_flow_client()
     client.session.handle_data(read)  # warm: first-use paths
     client.output()
     channel = client.session.channels[2]
@@ -90,11 +95,7 @@ def one_flow(messages: int) -> float:
 
 def queued(messages: int) -> float:
     """µs of CPU per message published behind a full consumer, delivered by a drain, acked."""
-    client = opened(None)
-    client.send(commands.Queue.Declare(queue="q"), 1)
-    client.send(commands.Basic.Qos(prefetch_count=1000), 2)
-    client.send(commands.Basic.Consume(queue="q", consumer_tag="c"), 2)
-    read = publishes("q", ONE_FLOW_BODY, READ, commands.Basic.Properties(delivery_mode=1))
+    client, read = one_flow_client()
     for _ in range(1000 // READ + 1):  # prefetch full, one read queued; warms first-use paths
         client.session.handle_data(read)
         client.output()

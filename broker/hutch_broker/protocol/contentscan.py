@@ -20,9 +20,9 @@ error.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
+from hutch_broker import native
 from hutch_broker.protocol import codec
 
 _unpack_header = codec.CONTENT_HEADER_START.unpack_from  # type, channel, size, class, weight, body
@@ -77,17 +77,6 @@ def scan_python(
     return raw, b"".join(chunks), pos
 
 
-def _native() -> Scan | None:
-    """The C extension's ``scan``, or None when it is not built (the install goes on without
-    it: broker/setup.py) or ``HUTCH_BROKER_PURE_PYTHON`` is set (to compare the two)."""
-    if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
-        return None
-    try:
-        from hutch_broker.protocol._content import scan as native  # noqa: PLC0415
-    except ImportError:
-        return None
-    return native
-
-
-NATIVE: Scan | None = _native()
+# The C scan, unless it was not built or HUTCH_BROKER_PURE_PYTHON is set (hutch_broker.native).
+NATIVE: Scan | None = native.load("hutch_broker.protocol._content", "scan")
 scan: Scan = NATIVE or scan_python

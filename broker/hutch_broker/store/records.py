@@ -78,12 +78,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import os
 import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, NamedTuple
+
+from hutch_broker import native
 
 SEGMENT_MAGIC = b"HMSG"
 FORMAT_VERSION = 3
@@ -539,19 +540,10 @@ def decode_run_python(
     return found
 
 
-def _load_native_decode_run() -> Callable[..., list[RunRecord]] | None:
-    """The C loop, unless it was not built (no compiler where the broker was installed: the
-    extension is optional) or ``HUTCH_BROKER_PURE_PYTHON`` is set (to compare the two)."""
-    if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
-        return None
-    try:
-        from hutch_broker.store._runs import decode_run as native  # noqa: PLC0415
-    except ImportError:
-        return None
-    return native
-
-
-_native_decode_run = _load_native_decode_run()
+# The C loop, unless it was not built or HUTCH_BROKER_PURE_PYTHON is set (hutch_broker.native).
+_native_decode_run: Callable[..., list[RunRecord]] | None = native.load(
+    "hutch_broker.store._runs", "decode_run"
+)
 NATIVE_RUNS: Final = _native_decode_run is not None
 """True when ``decode_run`` runs in C (logged at start, and in ``/api/nodes``'s applications)."""
 
