@@ -144,7 +144,6 @@ _EXPECT_METHOD, _EXPECT_HEADER, _EXPECT_BODY = (
 _unpack_frame_header = codec.FRAME_HEADER_STRUCT.unpack_from
 _unpack_uint32 = codec.UINT32.unpack_from
 _pack_end_body_header = codec.END_BODY_HEADER.pack
-# A content header frame's first 21 bytes: type, channel, size, class id, weight, body size.
 # A publish's content header and body frames in one call, in C when it is built (contentscan).
 _scan_content = contentscan.scan
 _VALID_PROPERTIES_KEPT = 256
