@@ -147,6 +147,9 @@ _pack_end_body_header = codec.END_BODY_HEADER.pack
 # A publish's content header and body frames in one call, in C when it is built (contentscan).
 _scan_content = contentscan.scan
 _VALID_PROPERTIES_KEPT = 256
+# No property flags and nothing after them: valid without a look. Flags of zero with bytes
+# after them are not (properties.validate: "bytes after the last property").
+_NO_PROPERTIES = b"\x00\x00"
 _PUBLISH_FIELDS_KEPT = 256
 
 # What a client may send on an open channel (the rest is RabbitMQ's 503 "unimplemented method").
@@ -611,7 +614,7 @@ class Connection:
             raw, body, pos = found
             # The properties: the channel's last ones (valid), none at all, or ones seen valid
             # on this connection; seen for the first time, the general way validates them.
-            if raw is channel.last_raw or not (raw[0] or raw[1]) or raw in self._valid_properties:
+            if raw is channel.last_raw or raw == _NO_PROPERTIES or raw in self._valid_properties:
                 channel.last_raw = raw
                 self._pos = pos
                 return events.PublishReceived(number, exchange, routing_key, mandatory, raw, body)
@@ -703,7 +706,7 @@ class Connection:
                 channel=channel.number,
             )
         raw = bytes(self._buffer[start + 12 : end])
-        if (raw[0] or raw[1]) and raw not in self._valid_properties:
+        if raw != _NO_PROPERTIES and raw not in self._valid_properties:
             self._remember_valid(raw)
         if not body_size:
             return self._published(channel, raw, b"")

@@ -275,6 +275,7 @@ def test_malformed_publish_is_501(running, payload):
         b"\x00\x01",  # continuation flag
         b"\x00\x02",  # reserved flag
         b"\x10\x00\x02\x00",  # a byte after the last property
+        b"\x00\x00xyz",  # no property flags, bytes after them (RabbitMQ: 541, it crashes)
         b"\x20\x00\x00\x00\x00\x03\x01aQ",  # unknown field type in headers
     ],
 )
@@ -282,6 +283,24 @@ def test_malformed_properties_are_501(running, frames, raw):
     content_header = struct.pack(">HHQ", 60, 0, 0) + raw
     running.feed(frames.method(1, commands.Basic.Publish(routing_key="q")))
     running.feed(struct.pack(">BHI", 2, 1, len(content_header)) + content_header + b"\xce")
+    with pytest.raises(errors.HardError) as caught:
+        running.events()
+    assert caught.value.reply_code == 501
+    assert caught.value.reply_text.startswith("FRAME_ERROR - cannot decode content header")
+
+
+@pytest.mark.parametrize("raw", [b"\x00\x00xyz", b"\x10\x00\x02\x00"])
+def test_malformed_properties_in_a_whole_publish_are_501(running, frames, raw):
+    """Method, header and body in one read take the fast path (``_publish``): the same error."""
+    content_header = struct.pack(">HHQ", 60, 0, 3) + raw
+    running.feed(
+        frames.method(1, commands.Basic.Publish(routing_key="q"))
+        + struct.pack(">BHI", 2, 1, len(content_header))
+        + content_header
+        + b"\xce"
+        + struct.pack(">BHI", 3, 1, 3)
+        + b"abc\xce"
+    )
     with pytest.raises(errors.HardError) as caught:
         running.events()
     assert caught.value.reply_code == 501
