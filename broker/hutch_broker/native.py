@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 PURE_PYTHON = "HUTCH_BROKER_PURE_PYTHON"
+LOADED: list[str] = []  # the extension modules ``load`` found, for /api/nodes and the bench
 
 
 def load(module: str, name: str) -> Any:
@@ -21,6 +22,8 @@ def load(module: str, name: str) -> Any:
     if os.environ.get(PURE_PYTHON):
         return None
     try:
-        return getattr(importlib.import_module(module), name)
+        found = getattr(importlib.import_module(module), name)
     except ImportError:
         return None
+    LOADED.append(module)
+    return found

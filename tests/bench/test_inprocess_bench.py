@@ -11,8 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import inprocess_bench
-from hutch_broker.protocol import contentscan
-from hutch_broker.store import records
+from hutch_broker import native
 
 
 def test_the_paths_deliver_everything_and_report_cpu_per_message(tmp_path, capsys):
@@ -23,14 +22,7 @@ def test_the_paths_deliver_everything_and_report_cpu_per_message(tmp_path, capsy
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"hutch_broker: {Path(inprocess_bench.hutch_broker.__file__).parent}"
     # the source tree: nothing compiled but the C its install builds (docs/broker.md)
-    built = sorted(
-        name
-        for name, native in (
-            ("hutch_broker.protocol._content", contentscan.NATIVE is not None),
-            ("hutch_broker.store._runs", records.NATIVE_RUNS),
-        )
-        if native
-    )
+    built = sorted(native.LOADED)
     listed = f" ({', '.join(built)})" if built else ""
     assert lines[1] == f"extension modules: {len(built)}{listed}"
     assert [line.split()[0] for line in lines[2:]] == ["one-flow", "queued", "stream"]

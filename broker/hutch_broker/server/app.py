@@ -26,7 +26,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from hutch_broker import __version__, memory
+from hutch_broker import __version__, memory, native
 from hutch_broker.config import BrokerConfig
 from hutch_broker.dispatch.context import Context, wall_clock_ms
 from hutch_broker.model.broker import Broker
@@ -46,15 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
-
-
-def native_modules() -> tuple[str, ...]:
-    """The C extensions this broker runs (docs/broker.md, "Native code"), for /api/nodes."""
-    loaded = (
-        ("hutch_broker.store._runs", records.NATIVE_RUNS),
-        ("hutch_broker.protocol._content", contentscan.NATIVE is not None),
-    )
-    return tuple(name for name, native in loaded if native)
 
 
 class BrokerServer:
@@ -476,7 +467,7 @@ class BrokerServer:
             started_at_ms=int(self.started_at * 1000),
             data_dir=str(config.data_dir),
             disk_free_limit=config.disk_free_limit,
-            native=native_modules(),
+            native=tuple(sorted(native.LOADED)),
         )
         app = make_app(
             self.context,
