@@ -25,5 +25,6 @@ def load(module: str, name: str) -> Any:
         found = getattr(importlib.import_module(module), name)
     except ImportError:
         return None
-    LOADED.append(module)
+    if module not in LOADED:  # one module may give several functions
+        LOADED.append(module)
     return found

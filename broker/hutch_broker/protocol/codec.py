@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 
 from pamqp import base, commands, constants
 from pamqp import frame as pamqp_frame
 
+from hutch_broker import native
 from hutch_broker.protocol import errors
 
 # pamqp checks queue and exchange names against the 0-9-1 spec's grammar (letters, digits and
@@ -59,7 +61,6 @@ BASIC_REJECT = commands.Basic.Reject.index
 # "<end of previous frame> <next frame header> ...": one struct call writes both.
 _END_CONTENT_HEADER = struct.Struct(">BBHIHHQ")  # 0xCE, 2, channel, size, class, weight, bodysize
 _END_BODY_HEADER = struct.Struct(">BBHI")  # 0xCE, 3, channel, size
-END_BODY_HEADER = _END_BODY_HEADER  # Connection.send_deliver's inline common case
 _GET_OK_HEAD = struct.Struct(">BHIIQB")  # 1, channel, size, class/method, tag, redelivered
 _RETURN_HEAD = struct.Struct(">BHIIH")  # 1, channel, size, class/method, reply code
 _UINT32_END = struct.Struct(">I")
@@ -169,6 +170,54 @@ def _content(channel: int, raw_properties: bytes, body: bytes, frame_max: int) -
     return parts
 
 
+def deliver_frames_python(
+    channel: int,
+    const: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    names: bytes,
+    raw_properties: bytes,
+    body: bytes,
+) -> bytes:
+    """A basic.deliver with its content header and one body frame, as one bytes object.
+
+    ``const`` is the consumer's ``DeliverHead.const``, ``names`` the route's exchange and
+    routing key as shortstrs; the caller keeps ``body`` within one frame. The twin of the C
+    ``deliver`` (``hutch_broker.protocol._content``), which ``deliver_frames`` is when built.
+    """
+    body_size = len(body)
+    return b"".join(
+        (
+            _route_struct(len(const), len(names)).pack(
+                1,
+                channel,
+                len(const) + 9 + len(names),
+                const,
+                delivery_tag,
+                redelivered,
+                names,
+                FRAME_END,
+                FRAME_HEADER,
+                channel,
+                12 + len(raw_properties),
+                BASIC_CLASS,
+                0,
+                body_size,
+            ),
+            raw_properties,
+            _END_BODY_HEADER.pack(FRAME_END, FRAME_BODY, channel, body_size),
+            body,
+            FRAME_END_BYTE,
+        )
+    )
+
+
+DeliverFrames = Callable[[int, bytes, int, bool, bytes, bytes, bytes], bytes]
+# The C writer, unless it was not built or HUTCH_BROKER_PURE_PYTHON is set (hutch_broker.native).
+NATIVE_DELIVER: DeliverFrames | None = native.load("hutch_broker.protocol._content", "deliver")
+deliver_frames: DeliverFrames = NATIVE_DELIVER or deliver_frames_python
+
+
 def encode_deliver(
     head: DeliverHead,
     channel: int,
@@ -184,30 +233,8 @@ def encode_deliver(
     route = head.routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
     body_size = len(body)
     if 0 < body_size <= frame_max - FRAME_OVERHEAD:  # the common case: one body frame
-        packer, names, size = route
-        return b"".join(
-            (
-                packer.pack(
-                    1,
-                    channel,
-                    size,
-                    head.const,
-                    delivery_tag,
-                    redelivered,
-                    names,
-                    FRAME_END,
-                    FRAME_HEADER,
-                    channel,
-                    12 + len(raw_properties),
-                    BASIC_CLASS,
-                    0,
-                    body_size,
-                ),
-                raw_properties,
-                _END_BODY_HEADER.pack(FRAME_END, FRAME_BODY, channel, body_size),
-                body,
-                FRAME_END_BYTE,
-            )
+        return deliver_frames(
+            channel, head.const, delivery_tag, redelivered, route[1], raw_properties, body
         )
     first = head.packer.pack(1, channel, route[2], head.const, delivery_tag, redelivered)
     content = _content(channel, raw_properties, body, frame_max)

@@ -143,9 +143,12 @@ _EXPECT_METHOD, _EXPECT_HEADER, _EXPECT_BODY = (
 )
 _unpack_frame_header = codec.FRAME_HEADER_STRUCT.unpack_from
 _unpack_uint32 = codec.UINT32.unpack_from
-_pack_end_body_header = codec.END_BODY_HEADER.pack
+# A delivery's three frames as one bytes object, in C when it is built (codec.deliver_frames).
+_deliver_frames = codec.deliver_frames
 # A publish's content header and body frames in one call, in C when it is built (contentscan).
 _scan_content = contentscan.scan
+# A whole publish repeating the channel's last one's arguments, the same way (contentscan).
+_scan_publish = contentscan.scan_publish
 _VALID_PROPERTIES_KEPT = 256
 # No property flags and nothing after them: valid without a look. Flags of zero with bytes
 # after them are not (properties.validate: "bytes after the last property").
@@ -265,6 +268,11 @@ class Connection:
         self._deliver_heads: dict[tuple[int, str | bytes], codec.DeliverHead] = {}
         self._valid_properties: set[bytes] = set()
         self._publish_fields: dict[bytes, tuple[str, str, bool]] = {}
+        # The open channel whose last publish ``_publish`` took whole: it expects a method, and
+        # its next publish is tried in one ``scan_publish`` call first (``next_event``).
+        # Cleared wherever that could stop being true: a publish taken the general way, the
+        # channel forgotten, the connection closing.
+        self._hot: _Channel | None = None
         self.client_properties: common.FieldTable = {}
         self.mechanism = ""
         self.username = ""
@@ -331,7 +339,7 @@ class Connection:
         if not self._framing_lost and self._state is not ConnectionState.CLOSED:
             self._buffer += data
 
-    def next_event(self) -> events.Event | Literal[NeedData.NEED_DATA]:
+    def next_event(self) -> events.Event | Literal[NeedData.NEED_DATA]:  # noqa: C901 - hot path
         """The next event, or ``NEED_DATA``.  Raises ``HardError`` / ``SoftError``.
 
         This loop is the inbound hot path: while RUNNING the state cannot change without an
@@ -341,6 +349,29 @@ class Connection:
         if self._state is not _RUNNING:
             return self._next_event_not_running()
         buffer = self._buffer
+        hot = self._hot
+        if hot is not None and len(buffer) > self._pos:
+            # The common publish: the same channel, exchange, routing key and flags as the one
+            # before, all its frames in, sound, and its properties known valid (_publish's rule).
+            last_raw = hot.last_raw
+            found = _scan_publish(
+                buffer,
+                self._pos,
+                hot.number,
+                self._frame_max,
+                self.max_body_size,
+                hot.last_payload,
+                last_raw,
+            )
+            if found is not None:
+                raw, body, pos = found
+                if raw is last_raw or raw == _NO_PROPERTIES or raw in self._valid_properties:
+                    hot.last_raw = raw
+                    self._pos = pos
+                    exchange, routing_key, mandatory = hot.last_fields
+                    return events.PublishReceived(
+                        hot.number, exchange, routing_key, mandatory, raw, body
+                    )
         channels = self._channels
         while True:
             pos = self._pos
@@ -593,8 +624,10 @@ class Connection:
         the content frames with ``contentscan.scan``, one C call where it is built.  Anything
         else (a frame not yet read, a heartbeat or another method in between, properties seen
         for the first time, any error) leaves the content frames unread and goes the general
-        way, ``_rest_of_message`` and the main
-        loop, which applies every rule and raises every error as before.
+        way, ``_rest_of_message`` and the main loop, which applies every rule and raises every
+        error as before. A publish taken whole makes its channel the connection's hot one:
+        ``next_event`` tries the next frames as a repeat of it (``contentscan.scan_publish``)
+        before it reads any frame header, since a publisher repeats its arguments.
         """
         buffer = self._buffer
         payload = channel.last_payload
@@ -617,7 +650,9 @@ class Connection:
             if raw is channel.last_raw or raw == _NO_PROPERTIES or raw in self._valid_properties:
                 channel.last_raw = raw
                 self._pos = pos
+                self._hot = channel
                 return events.PublishReceived(number, exchange, routing_key, mandatory, raw, body)
+        self._hot = None  # this channel now expects its content: no other publish first
         channel.exchange = exchange
         channel.routing_key = routing_key
         channel.mandatory = mandatory
@@ -965,37 +1000,11 @@ class Connection:
         head = self._deliver_heads.get((channel, consumer_tag))
         if head is None:
             head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
-        body_size = len(body)
-        if 0 < body_size <= self._frame_max - codec.FRAME_OVERHEAD:
-            packer, names, size = head.routes.get((exchange, routing_key)) or head.route(
-                exchange, routing_key
-            )
+        if 0 < len(body) <= self._frame_max - codec.FRAME_OVERHEAD:
+            route = head.routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
             self._outbound.append(
-                b"".join(
-                    (
-                        packer.pack(
-                            1,
-                            channel,
-                            size,
-                            head.const,
-                            delivery_tag,
-                            redelivered,
-                            names,
-                            codec.FRAME_END,
-                            codec.FRAME_HEADER,
-                            channel,
-                            12 + len(raw_properties),
-                            codec.BASIC_CLASS,
-                            0,
-                            body_size,
-                        ),
-                        raw_properties,
-                        _pack_end_body_header(
-                            codec.FRAME_END, codec.FRAME_BODY, channel, body_size
-                        ),
-                        body,
-                        codec.FRAME_END_BYTE,
-                    )
+                _deliver_frames(
+                    channel, head.const, delivery_tag, redelivered, route[1], raw_properties, body
                 )
             )
             return
@@ -1043,53 +1052,22 @@ class Connection:
             head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
         const, routes = head.const, head.routes
         limit = self._frame_max - codec.FRAME_OVERHEAD
-        frame_end, frame_header, basic_class = (
-            codec.FRAME_END,
-            codec.FRAME_HEADER,
-            codec.BASIC_CLASS,
-        )
-        frame_body, frame_end_byte = codec.FRAME_BODY, codec.FRAME_END_BYTE
-        join = b"".join
+        deliver_frames = _deliver_frames
         last_exchange: str | None = None
         last_key: str | None = None
-        packer, names, size = head.packer, b"", 0
+        names = b""
         tag = first_tag
         body_bytes = 0
         for index in range(count):
             _, _, _, exchange, routing_key, raw_properties, body, _ = run[index]
             if exchange != last_exchange or routing_key != last_key:
-                packer, names, size = routes.get((exchange, routing_key)) or head.route(
-                    exchange, routing_key
-                )
+                names = (routes.get((exchange, routing_key)) or head.route(exchange, routing_key))[
+                    1
+                ]
                 last_exchange, last_key = exchange, routing_key
             body_size = len(body)
             if 0 < body_size <= limit:
-                append(
-                    join(
-                        (
-                            packer.pack(
-                                1,
-                                channel,
-                                size,
-                                const,
-                                tag,
-                                False,
-                                names,
-                                frame_end,
-                                frame_header,
-                                channel,
-                                12 + len(raw_properties),
-                                basic_class,
-                                0,
-                                body_size,
-                            ),
-                            raw_properties,
-                            _pack_end_body_header(frame_end, frame_body, channel, body_size),
-                            body,
-                            frame_end_byte,
-                        )
-                    )
-                )
+                append(deliver_frames(channel, const, tag, False, names, raw_properties, body))
             else:
                 append(
                     codec.encode_deliver(
@@ -1207,6 +1185,7 @@ class Connection:
         self._channels.clear()
         self._closing.clear()
         self._deliver_heads.clear()
+        self._hot = None
         self._state = ConnectionState.CLOSING
 
     def lost(self) -> None:
@@ -1246,6 +1225,8 @@ class Connection:
 
     def _forget_channel(self, channel: int) -> None:
         self._channels.pop(channel, None)
+        if self._hot is not None and self._hot.number == channel:
+            self._hot = None
         if self._deliver_heads:
             for key in [key for key in self._deliver_heads if key[0] == channel]:
                 del self._deliver_heads[key]
@@ -1255,6 +1236,7 @@ class Connection:
         self._channels.clear()
         self._closing.clear()
         self._deliver_heads.clear()
+        self._hot = None
         self._buffer.clear()
         self._pos = 0
 

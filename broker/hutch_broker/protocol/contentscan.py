@@ -16,6 +16,14 @@ body, position after the last frame)``, ``raw_properties`` being ``last_raw`` it
 bytes are the same (the caller knows that one is valid). Otherwise None: nothing is read, and
 the connection takes the frames the general way, which applies every rule and raises every
 error.
+
+``scan_publish(buffer, pos, channel, frame_max, max_body, last_payload, last_raw)`` is the
+same for a whole publish at ``pos``: its basic.publish method frame on ``channel`` (sound:
+within ``frame_max``, its end octet) carrying exactly the argument bytes ``last_payload``,
+then ``scan``'s content frames. The connection calls it first for the channel whose last
+publish it took whole, with that publish's decoded arguments: a publisher repeats its exchange,
+routing key and flags, so the common publish costs the read one call, no frame header of its
+own read in Python (docs/bench/profile.md). Anything else is None and goes the general way.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ _unpack_frame = codec.FRAME_HEADER_STRUCT.unpack_from  # type, channel, size
 
 Scanned = tuple[bytes, bytes, int]
 Scan = Callable[[bytearray, int, int, int, int, bytes], "Scanned | None"]
+ScanPublish = Callable[[bytearray, int, int, int, int, bytes, bytes], "Scanned | None"]
+_PUBLISH_ID = codec.BASIC_PUBLISH.to_bytes(4, "big")  # class 60, method 40
 
 
 def scan_python(
@@ -77,6 +87,36 @@ def scan_python(
     return raw, b"".join(chunks), pos
 
 
+def scan_publish_python(
+    buffer: bytearray,
+    pos: int,
+    channel: int,
+    frame_max: int,
+    max_body: int,
+    last_payload: bytes,
+    last_raw: bytes,
+) -> Scanned | None:
+    """A whole publish repeating ``last_payload`` at ``pos`` (the module docstring); the C
+    extension's twin."""
+    size = 4 + len(last_payload)
+    end = pos + 7 + size
+    if pos < 0 or end >= len(buffer) or size > frame_max:
+        return None
+    frame_type, frame_channel, frame_size = _unpack_frame(buffer, pos)
+    if (
+        frame_type != codec.FRAME_METHOD
+        or frame_channel != channel
+        or frame_size != size
+        or buffer[end] != codec.FRAME_END
+        or not buffer.startswith(_PUBLISH_ID, pos + 7)
+        or not buffer.startswith(last_payload, pos + 11)
+    ):
+        return None
+    return scan_python(buffer, end + 1, channel, frame_max, max_body, last_raw)
+
+
 # The C scan, unless it was not built or HUTCH_BROKER_PURE_PYTHON is set (hutch_broker.native).
 NATIVE: Scan | None = native.load("hutch_broker.protocol._content", "scan")
 scan: Scan = NATIVE or scan_python
+NATIVE_PUBLISH: ScanPublish | None = native.load("hutch_broker.protocol._content", "scan_publish")
+scan_publish: ScanPublish = NATIVE_PUBLISH or scan_publish_python

@@ -18,8 +18,10 @@ mode read inline, ``_deliver``, ``_settle`` and ``encode_deliver``'s common case
 15, 16, 14, 15 and 8.57; a queue's only consumer taking its messages in one loop
 (``Queue._drain_to``: no choice of consumer and no ``_deliver`` call per message) to 15, 16,
 14, 15 and 5.59; the clock read once a read, at its first publish, not for each, to 14, 15,
-13, 14 and 5.59, the bars now (with the C content scan built: its Python twin is one call more
-a publish, ``HUTCH_BROKER_PURE_PYTHON``).  A change that adds a call per message fails here:
+13, 14 and 5.59; a repeated publish read by one C call from its method frame on
+(``contentscan.scan_publish``, no ``_publish`` call) to 13, 14, 12, 13 and 5.59, the bars now
+(with the C extension built: its Python twins are two calls more a publish,
+``HUTCH_BROKER_PURE_PYTHON``).  A change that adds a call per message fails here:
 either win it back or raise the bar with the reason in this docstring.
 """
 
@@ -104,7 +106,7 @@ def check_replies(client: Client, *, confirms: bool) -> None:
     assert confirms == any(isinstance(reply, commands.Basic.Ack) for reply in replies)
 
 
-@pytest.mark.parametrize(("confirms", "bar"), [(False, 14), (True, 15)])
+@pytest.mark.parametrize(("confirms", "bar"), [(False, 13), (True, 14)])
 def test_a_publish_to_a_waiting_consumer_makes_no_more_calls_than_pinned(
     confirms: bool, bar: int
 ) -> None:
@@ -119,7 +121,7 @@ def test_a_publish_to_a_waiting_consumer_makes_no_more_calls_than_pinned(
     assert counted.calls / MESSAGES <= bar + 0.1
 
 
-@pytest.mark.parametrize(("confirms", "bar"), [(False, 13), (True, 14)])
+@pytest.mark.parametrize(("confirms", "bar"), [(False, 12), (True, 13)])
 def test_a_queued_publish_and_its_delivery_make_no_more_calls_than_pinned(
     confirms: bool, bar: int
 ) -> None:
@@ -154,7 +156,7 @@ def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_wi
         client.session.handle_data(client.one * MESSAGES)
 
     assert not [r for r in client.replies() if isinstance(r, commands.Basic.Deliver)]
-    assert published.calls / MESSAGES <= 13.1  # the queued bar
+    assert published.calls / MESSAGES <= 12.1  # the queued bar
     ack(client, 1)
     assert [r.delivery_tag for r in client.replies() if isinstance(r, commands.Basic.Deliver)] == [
         2
@@ -236,7 +238,11 @@ def test_a_multiple_ack_does_no_more_python_work_per_message_than_pinned(
 def test_a_single_ack_does_no_more_python_work_than_pinned() -> None:
     """One ``basic.ack`` a message, from the bytes in to the queue's drain: 24 calls and 128
     lines, the same before and after the held bytes were given back in one place; 23 and 126
-    since ``Queue._forget`` is called only for an entry with a store record."""
+    since ``Queue._forget`` is called only for an entry with a store record; 23 and 141 since
+    the connection tries a hot channel's repeat publish first (``contentscan.scan_publish``):
+    this harness publishes on the acking connection, so each ack's read loads that call's
+    arguments (15 lines) for one C call that returns at the frame's first bytes. A connection
+    that only consumes has no hot channel and pays nothing."""
     client = Client(confirms=False)
     delivered(client)
     acks = [frame.marshal(commands.Basic.Ack(delivery_tag=tag), 2) for tag in range(1, 101)]
@@ -247,7 +253,7 @@ def test_a_single_ack_does_no_more_python_work_than_pinned() -> None:
     assert list(client.session.channels[2].unacked) == list(range(101, MESSAGES + 1))
     assert client.session.held_bytes == (MESSAGES - 100) * len(PAYLOAD)
     assert counted.calls / len(acks) <= 23.1
-    assert counted.lines / len(acks) <= 126.1
+    assert counted.lines / len(acks) <= 141.1
 
 
 def test_acks_of_the_newest_tag_after_gaps_settle_exactly_what_is_left() -> None:

@@ -1,11 +1,14 @@
-"""The C ``scan`` (``hutch_broker.protocol._content``) against its Python twin.
+"""The C ``scan`` and ``scan_publish`` (``hutch_broker.protocol._content``) against their
+Python twins.
 
 Why its own tests: the C function reads client-sent bytes at offsets it computes from them, so
 it must refuse exactly what the Python twin refuses (a frame that is cut, of another type or
 channel, over frame_max, without its end octet, of another class, a body over the limit, body
 frames that do not add up) and return the same properties, body and position where it does not;
 and the broker must not fall back to the slower twin unnoticed. Publishes are built by pamqp,
-then cut at every byte and changed at every byte of their frames' headers.
+then cut at every byte and changed at every byte of their frames' headers. ``scan_publish``
+also reads the method frame before the content, and must take it only when it repeats the
+given arguments byte for byte.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hutch_broker.protocol import contentscan
+from hutch_broker.protocol import codec, contentscan
 from pamqp import body, commands, frame, header
 
 FRAME_MAX = 4096
@@ -24,6 +27,8 @@ PROPERTIES = commands.Basic.Properties(
 )
 
 python_twin = contentscan.scan_python
+python_publish_twin = contentscan.scan_publish_python
+PUBLISH = commands.Basic.Publish(exchange="amq.direct", routing_key="orders", mandatory=True)
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +41,13 @@ def scan_native():
             "gcc installed (docs/broker.md, 'Native code')"
         )
     return _content.scan
+
+
+@pytest.fixture(scope="module")
+def scan_publish_native(scan_native):
+    from hutch_broker.protocol import _content
+
+    return _content.scan_publish
 
 
 def content(payload: bytes, *, properties=PROPERTIES, split: int = FRAME_MAX - 8) -> bytes:
@@ -164,3 +176,262 @@ def test_wrong_argument_types_raise_in_c(scan_native):
         scan_native(bytearray(), 0, 1, 1, 1, "not bytes")
     with pytest.raises(TypeError):
         scan_native(bytearray(), 0, 1, 1, 1)
+
+
+# -- scan_publish: the method frame too ------------------------------------------------------
+
+
+def method_frame(method=PUBLISH, channel: int = CHANNEL) -> bytes:
+    return frame.marshal(method, channel)
+
+
+def arguments_of(method_bytes: bytes) -> bytes:
+    """A method frame's argument bytes (after class and method ids): ``last_payload``."""
+    size = int.from_bytes(method_bytes[3:7], "big")
+    return method_bytes[11 : 7 + size]
+
+
+def both_publish(
+    scan_publish_native,
+    buffer: bytes,
+    pos: int = 0,
+    *,
+    last_payload: bytes,
+    last_raw: bytes = b"",
+    **limits,
+):
+    """``both`` for scan_publish: the two results for one input, to be compared."""
+    args = {"channel": CHANNEL, "frame_max": FRAME_MAX, "max_body": MAX_BODY, **limits}
+    found = []
+    for scan in (python_publish_twin, scan_publish_native):
+        data = bytearray(buffer)
+        result = scan(
+            data,
+            pos,
+            args["channel"],
+            args["frame_max"],
+            args["max_body"],
+            last_payload,
+            last_raw,
+        )
+        assert data == buffer, "the scan changed its buffer"
+        found.append(result)
+    python, c = found
+    if python is not None and c is not None:
+        assert (python[0] is last_raw) == (c[0] is last_raw)
+    return python, c
+
+
+def test_the_broker_runs_the_c_scan_publish_unless_told_not_to(scan_publish_native):
+    if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
+        assert contentscan.NATIVE_PUBLISH is None
+        assert contentscan.scan_publish is python_publish_twin
+    else:
+        assert contentscan.NATIVE_PUBLISH is scan_publish_native
+        assert contentscan.scan_publish is scan_publish_native
+
+
+@pytest.mark.parametrize("payload", [b"", b"y" * 1024, os.urandom(FRAME_MAX * 2 + 5)])
+def test_a_repeated_publish_reads_to_the_same_properties_body_and_end(scan_publish_native, payload):
+    method = method_frame()
+    frames = method + content(payload)
+    arguments = arguments_of(method)
+    tail = method_frame()
+    for last_raw in (b"", raw_of(frames[len(method) :])):
+        python, c = both_publish(
+            scan_publish_native,
+            b"junk" + frames + tail,
+            4,
+            last_payload=arguments,
+            last_raw=last_raw,
+        )
+        assert c == python == (raw_of(frames[len(method) :]), payload, 4 + len(frames))
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        commands.Basic.Publish(exchange="amq.direct", routing_key="order"),
+        commands.Basic.Publish(exchange="amq.direct", routing_key="orders", mandatory=False),
+        commands.Basic.Publish(exchange="amq.topic", routing_key="orders", mandatory=True),
+        commands.Basic.Publish(exchange="", routing_key="amq.directorders", mandatory=True),
+        commands.Basic.Ack(delivery_tag=1),
+    ],
+    ids=["another-key", "another-flag", "another-exchange", "same-bytes-cut-elsewhere", "ack"],
+)
+def test_other_arguments_or_another_method_read_nothing(scan_publish_native, other):
+    frames = method_frame(other) + content(b"abc")
+    python, c = both_publish(scan_publish_native, frames, last_payload=arguments_of(method_frame()))
+    assert c is None and python is None
+    # ...and each reads as a repeat of itself, so the refusal above is the arguments'.
+    if isinstance(other, commands.Basic.Publish):
+        python, c = both_publish(
+            scan_publish_native, frames, last_payload=arguments_of(method_frame(other))
+        )
+        assert c is not None and c == python
+
+
+def test_arguments_with_bytes_after_them_read_nothing(scan_publish_native):
+    """The arguments must be the method frame's whole payload, not only its start."""
+    method = method_frame()
+    arguments = arguments_of(method)
+    longer = bytearray(method[:-1] + b"!" + method[-1:])
+    longer[3:7] = (int.from_bytes(method[3:7], "big") + 1).to_bytes(4, "big")
+    frames = bytes(longer) + content(b"abc")
+    python, c = both_publish(scan_publish_native, frames, last_payload=arguments)
+    assert c is None and python is None
+    python, c = both_publish(scan_publish_native, frames, last_payload=arguments + b"!")
+    assert c is not None and c == python
+
+
+def test_a_whole_publish_cut_anywhere_reads_nothing(scan_publish_native):
+    method = method_frame()
+    frames = method + content(os.urandom(FRAME_MAX + 3), properties=commands.Basic.Properties())
+    arguments = arguments_of(method)
+    for cut in range(len(frames)):
+        python, c = both_publish(scan_publish_native, frames[:cut], last_payload=arguments)
+        assert c is None and python is None, cut
+    assert both_publish(scan_publish_native, frames, last_payload=arguments)[1] is not None
+
+
+def test_every_changed_method_frame_byte_reads_the_same_in_both(scan_publish_native):
+    """Every byte of the method frame (header, class and method ids, arguments, end octet):
+    both refuse the same, and no change to the ids or the arguments is taken."""
+    method = method_frame()
+    frames = method + content(b"q" * 300)
+    arguments = arguments_of(method)
+    accepted = set()
+    for spot in range(len(method)):
+        for value in (0x00, 0x01, 0x03, 0x28, 0x3C, 0x7F, 0xCE, 0xFF):
+            damaged = bytearray(frames)
+            damaged[spot] = value
+            python, c = both_publish(
+                scan_publish_native, bytes(damaged) + b"\xce" * 64, last_payload=arguments
+            )
+            assert c == python, (spot, value)
+            if c is not None:
+                accepted.add((spot, value))
+    # Only a byte set to the value it already had reads: every other change is refused.
+    assert all(frames[spot] == value for spot, value in accepted), accepted
+    assert accepted, "no byte left a readable publish: the comparison proved nothing"
+
+
+@pytest.mark.parametrize(
+    ("limits", "why"),
+    [
+        ({"channel": CHANNEL + 1}, "another channel"),
+        ({"frame_max": 20}, "a method frame over frame_max"),
+        ({"max_body": 2}, "a body over the limit"),
+    ],
+)
+def test_scan_publish_limits_refuse_in_both(scan_publish_native, limits, why):
+    method = method_frame()
+    frames = method + content(b"abc")
+    arguments = arguments_of(method)
+    python, c = both_publish(scan_publish_native, frames, last_payload=arguments, **limits)
+    assert c is None and python is None, why
+    assert both_publish(scan_publish_native, frames, last_payload=arguments)[1] is not None
+
+
+def test_scan_publish_outside_the_buffer_reads_nothing(scan_publish_native):
+    frames = method_frame() + content(b"abc")
+    arguments = arguments_of(method_frame())
+    for pos in (-1, len(frames), len(frames) + 5, 2**40):
+        assert both_publish(scan_publish_native, frames, pos, last_payload=arguments) == (
+            None,
+            None,
+        )
+
+
+def test_scan_publish_wrong_argument_types_raise_in_c(scan_publish_native):
+    with pytest.raises(TypeError):
+        scan_publish_native(b"bytes", 0, 1, 1, 1, b"", b"")
+    with pytest.raises(TypeError):
+        scan_publish_native(bytearray(), 0, 1, 1, 1, "str", b"")
+    with pytest.raises(TypeError):
+        scan_publish_native(bytearray(), 0, 1, 1, 1, b"", "str")
+    with pytest.raises(TypeError):
+        scan_publish_native(bytearray(), 0, 1, 1, 1, b"")
+
+
+# -- deliver: a delivery's three frames written in C -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def deliver_native(scan_native):
+    from hutch_broker.protocol import _content
+
+    return _content.deliver
+
+
+def test_the_broker_writes_deliveries_in_c_unless_told_not_to(deliver_native):
+    if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
+        assert codec.NATIVE_DELIVER is None
+        assert codec.deliver_frames is codec.deliver_frames_python
+    else:
+        assert codec.NATIVE_DELIVER is deliver_native
+        assert codec.deliver_frames is deliver_native
+
+
+@pytest.mark.parametrize(
+    ("channel", "consumer_tag", "tag", "redelivered", "exchange", "key", "properties", "payload"),
+    [
+        (1, "ctag", 1, False, "", "q", commands.Basic.Properties(), b"x"),
+        (65535, "c" * 255, 2**63 - 1, True, "e" * 255, "k" * 255, PROPERTIES, b"y" * 4000),
+        (7, "amq.ctag-Zx1", 2**32 + 5, 1, "amq.topic", "ключ.é", PROPERTIES, bytes(range(256))),
+        (0, "", 0, 0, "", "", commands.Basic.Properties(app_id="a"), b"\xce"),
+    ],
+    ids=["small", "every-limit", "utf8-key", "zeroes"],
+)
+def test_a_delivery_is_written_as_the_python_twin_writes_it_and_pamqp_reads_it(
+    deliver_native, channel, consumer_tag, tag, redelivered, exchange, key, properties, payload
+):
+    head = codec.DeliverHead(consumer_tag)
+    names = codec.short_string(exchange) + codec.short_string(key)
+    raw = properties.marshal()
+    args = (channel, head.const, tag, redelivered, names, raw, payload)
+    written = deliver_native(*args)
+    assert written == codec.deliver_frames_python(*args)
+    frames = []
+    data = written
+    while data:
+        used, on, read = frame.unmarshal(data)
+        frames.append((on, read))
+        data = data[used:]
+    (c1, method), (c2, content_header), (c3, content) = frames
+    assert c1 == c2 == c3 == channel
+    assert isinstance(method, commands.Basic.Deliver)
+    assert (method.consumer_tag, method.delivery_tag, method.redelivered) == (
+        consumer_tag,
+        tag,
+        bool(redelivered),
+    )
+    assert (method.exchange, method.routing_key) == (exchange, key)
+    assert content_header.body_size == len(payload)
+    assert content_header.properties.marshal() == raw
+    assert content.value == payload
+
+
+def test_deliver_refuses_what_no_frame_can_carry(deliver_native):
+    const = codec.DeliverHead("c").const
+    good = (1, const, 1, False, b"\x00\x01q", b"\x00\x00", b"x")
+    assert deliver_native(*good)
+    largest = (1, const, 2**64 - 1, False, b"\x00\x01q", b"\x00\x00", b"x")
+    assert deliver_native(*largest) == codec.deliver_frames_python(
+        *largest
+    )  # pamqp reads it signed
+    for position, value, error in [
+        (0, 65536, ValueError),
+        (0, -1, ValueError),
+        (2, -1, OverflowError),
+        (2, 2**64, OverflowError),
+        (1, "str", TypeError),
+        (4, bytearray(b"\x00\x01q"), TypeError),
+        (6, memoryview(b"x"), TypeError),
+    ]:
+        args = list(good)
+        args[position] = value
+        with pytest.raises(error):
+            deliver_native(*args)
+    with pytest.raises(TypeError):
+        deliver_native(*good[:6])

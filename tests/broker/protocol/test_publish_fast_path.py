@@ -158,6 +158,24 @@ STREAMS: dict[str, bytes] = {
     + publish()
     + content_header(1, 1, raw=b"\x00\x00\x00")
     + body(1, b"l"),
+    # A publish taken whole makes its channel the hot one, whose next publish is tried as a
+    # repeat before any frame header is read: these must each end that.
+    "a repeat after a publish whose content never came": message(b"1")
+    + publish()
+    + HEARTBEAT  # next_event returns between the two
+    + message(b"2"),
+    "a repeat after its channel was closed": message(b"1")
+    + method(1, commands.Channel.Close(200, "bye", 0, 0))
+    + message(b"2"),
+    "a repeat on a channel closed and opened again": message(b"1")
+    + method(1, commands.Channel.Close(200, "bye", 0, 0))
+    + method(1, commands.Channel.Open())
+    + message(b"2"),
+    "a repeat after a heartbeat and another channel's publish": message(b"1")
+    + HEARTBEAT
+    + message(b"2", channel=2)
+    + message(b"3")
+    + message(b"4", channel=2),
     "immediate after the same publish without it": message(b"x", routing_key="ab")
     + publish(routing_key="ab", immediate=True)
     + content_header(1, 1)
@@ -239,6 +257,21 @@ def test_a_whole_sound_publish_is_read_in_one_call(make_running, monkeypatch, na
     monkeypatch.undo()
     assert events == outcome(make_running, STREAMS[name], "byte by byte")[len(warm) : -2]
     assert driver.conn.receiving_content is False
+
+
+def test_a_repeat_on_the_hot_channel_is_read_in_one_scan(make_running, monkeypatch):
+    """After a publish taken whole, its repeats on that channel are read by one
+    ``scan_publish`` call each: not even ``_publish`` runs (else the hot streams above would
+    prove nothing), until a publish with other arguments goes the general way."""
+    driver = make_running()
+    driver.feed(WARM * 2)  # the first validates the properties, the second is taken whole
+    driver.events()
+    monkeypatch.setattr(connection.Connection, "_publish", _not_called)
+    driver.feed(message(b"x" * 1024) * 3 + message(b"y"))
+    assert [event.body for event in driver.events()] == [b"x" * 1024] * 3 + [b"y"]
+    driver.feed(message(b"other", routing_key="other"))
+    with pytest.raises(AssertionError, match="general content path"):
+        driver.events()
 
 
 def _not_called(*_: object) -> None:
