@@ -119,6 +119,20 @@ def test_python_workers_use_a_unix_socket_unless_the_user_says_otherwise() -> No
 
 
 @pytest.mark.broker  # runs helm template (hutch_testing.levels)
+def test_a_users_spark_conf_wins_over_the_charts_even_when_false_or_empty() -> None:
+    """sparkConf is "merged over the chart's" (values.yaml): for a key the chart sets itself,
+    a user's false or empty string is a value too, not "unset" (sprig's merge kept the chart's)."""
+    key = "spark.sql.streaming.stopTimeout"
+    assert render(*BASE)["SparkApplication"]["spec"]["sparkConf"][key] == "30s"
+    escaped = key.replace(".", "\\.")
+    for given, rendered in (("false", "false"), ("0", "0"), ("90s", "90s")):
+        conf = render(*BASE, f"sparkConf.{escaped}={given}")["SparkApplication"]["spec"]
+        assert conf["sparkConf"][key] == rendered, given
+    empty = render(*BASE, f"sparkConf.{escaped}=")
+    assert empty["SparkApplication"]["spec"]["sparkConf"][key] == ""
+
+
+@pytest.mark.broker  # runs helm template (hutch_testing.levels)
 def test_exchange_sink_gives_executors_the_credentials() -> None:
     spec = render(*BASE, "job.sink=exchange", "job.exchange=results", "broker.vhost=prod/eu")[
         "SparkApplication"
