@@ -202,6 +202,22 @@ static inline void wr64(unsigned char *p, uint64_t v) {
     wr32(p + 4, (uint32_t)v);
 }
 
+/* A frame's type, channel and size at ``p``; where its payload starts. */
+static inline unsigned char *put_frame_header(unsigned char *p, int type, uint32_t channel,
+                                              uint32_t size) {
+    p[0] = (unsigned char)type;
+    wr16(p + 1, channel);
+    wr32(p + 3, size);
+    return p + 7;
+}
+
+/* A bytes object's contents at ``p``; where they end. */
+static inline unsigned char *put_bytes(unsigned char *p, PyObject *bytes) {
+    Py_ssize_t size = PyBytes_GET_SIZE(bytes);
+    memcpy(p, PyBytes_AS_STRING(bytes), (size_t)size);
+    return p + size;
+}
+
 /* deliver(channel, const, delivery_tag, redelivered, names, raw_properties, body): a
  * basic.deliver with its content header and one body frame, as one bytes object. ``const`` is
  * the consumer's DeliverHead.const (class and method ids, the consumer tag as a shortstr),
@@ -239,34 +255,20 @@ static PyObject *deliver(PyObject *module, PyObject *const *args, Py_ssize_t nar
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL) return NULL;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    p[0] = FRAME_METHOD;
-    wr16(p + 1, (uint32_t)channel);
-    wr32(p + 3, (uint32_t)method_size);
-    p += 7;
-    memcpy(p, PyBytes_AS_STRING(args[1]), (size_t)const_size);
-    p += const_size;
+    p = put_frame_header(p, FRAME_METHOD, (uint32_t)channel, (uint32_t)method_size);
+    p = put_bytes(p, args[1]);
     wr64(p, (uint64_t)tag);
     p[8] = (unsigned char)(redelivered ? 1 : 0);
-    p += 9;
-    memcpy(p, PyBytes_AS_STRING(args[4]), (size_t)names_size);
-    p += names_size;
+    p = put_bytes(p + 9, args[4]);
     *p++ = FRAME_END;
-    p[0] = FRAME_HEADER;
-    wr16(p + 1, (uint32_t)channel);
-    wr32(p + 3, (uint32_t)header_size);
-    wr16(p + 7, BASIC_CLASS);
-    wr16(p + 9, 0);
-    wr64(p + 11, (uint64_t)body_size);
-    p += 19;
-    memcpy(p, PyBytes_AS_STRING(args[5]), (size_t)raw_size);
-    p += raw_size;
+    p = put_frame_header(p, FRAME_HEADER, (uint32_t)channel, (uint32_t)header_size);
+    wr16(p, BASIC_CLASS);
+    wr16(p + 2, 0);
+    wr64(p + 4, (uint64_t)body_size);
+    p = put_bytes(p + 12, args[5]);
     *p++ = FRAME_END;
-    p[0] = FRAME_BODY;
-    wr16(p + 1, (uint32_t)channel);
-    wr32(p + 3, (uint32_t)body_size);
-    p += 7;
-    memcpy(p, PyBytes_AS_STRING(args[6]), (size_t)body_size);
-    p += body_size;
+    p = put_frame_header(p, FRAME_BODY, (uint32_t)channel, (uint32_t)body_size);
+    p = put_bytes(p, args[6]);
     *p = FRAME_END;
     return out;
 }

@@ -64,14 +64,17 @@ def raw_of(frames: bytes) -> bytes:
     return frames[19 : 7 + size]
 
 
-def both(scan_native, buffer: bytes, pos: int = 0, *, last_raw: bytes = b"", **limits):
-    """Both functions' results for one input: they must be equal (``is`` for the properties,
-    which the caller trusts when they are ``last_raw`` itself)."""
+def compare(twin, native, buffer: bytes, pos: int, middle: tuple, last_raw: bytes, limits):
+    """A scan and its twin on one input (``middle``: the arguments between max_body and
+    last_raw): both results, to be compared, with ``is`` agreeing for the properties, which
+    the caller trusts when they are ``last_raw`` itself."""
     args = {"channel": CHANNEL, "frame_max": FRAME_MAX, "max_body": MAX_BODY, **limits}
     found = []
-    for scan in (python_twin, scan_native):
+    for scan in (twin, native):
         data = bytearray(buffer)
-        result = scan(data, pos, args["channel"], args["frame_max"], args["max_body"], last_raw)
+        result = scan(
+            data, pos, args["channel"], args["frame_max"], args["max_body"], *middle, last_raw
+        )
         assert data == buffer, "the scan changed its buffer"
         found.append(result)
     python, c = found
@@ -80,15 +83,39 @@ def both(scan_native, buffer: bytes, pos: int = 0, *, last_raw: bytes = b"", **l
     return python, c
 
 
-def test_the_broker_runs_the_c_scan_unless_told_not_to(scan_native):
+def both(scan_native, buffer: bytes, pos: int = 0, *, last_raw: bytes = b"", **limits):
+    """``scan`` and its twin on one input."""
+    return compare(python_twin, scan_native, buffer, pos, (), last_raw, limits)
+
+
+@pytest.mark.parametrize(
+    ("owner", "native_name", "public_name", "twin", "c_name"),
+    [
+        (contentscan, "NATIVE", "scan", contentscan.scan_python, "scan"),
+        (
+            contentscan,
+            "NATIVE_PUBLISH",
+            "scan_publish",
+            contentscan.scan_publish_python,
+            "scan_publish",
+        ),
+        (codec, "NATIVE_DELIVER", "deliver_frames", codec.deliver_frames_python, "deliver"),
+    ],
+    ids=["scan", "scan_publish", "deliver"],
+)
+def test_the_broker_runs_each_c_function_unless_told_not_to(
+    scan_native, owner, native_name, public_name, twin, c_name
+):
     """Fails loudly where the extension did not build, instead of the broker quietly taking
-    the slower twin (the install treats it as optional)."""
+    the slower twins (the install treats it as optional)."""
+    from hutch_broker.protocol import _content
+
     if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
-        assert contentscan.NATIVE is None
-        assert contentscan.scan is python_twin
+        assert getattr(owner, native_name) is None
+        assert getattr(owner, public_name) is twin
     else:
-        assert contentscan.NATIVE is scan_native
-        assert contentscan.scan is scan_native
+        assert getattr(owner, native_name) is getattr(_content, c_name)
+        assert getattr(owner, public_name) is getattr(_content, c_name)
 
 
 @pytest.mark.parametrize(
@@ -200,35 +227,10 @@ def both_publish(
     last_raw: bytes = b"",
     **limits,
 ):
-    """``both`` for scan_publish: the two results for one input, to be compared."""
-    args = {"channel": CHANNEL, "frame_max": FRAME_MAX, "max_body": MAX_BODY, **limits}
-    found = []
-    for scan in (python_publish_twin, scan_publish_native):
-        data = bytearray(buffer)
-        result = scan(
-            data,
-            pos,
-            args["channel"],
-            args["frame_max"],
-            args["max_body"],
-            last_payload,
-            last_raw,
-        )
-        assert data == buffer, "the scan changed its buffer"
-        found.append(result)
-    python, c = found
-    if python is not None and c is not None:
-        assert (python[0] is last_raw) == (c[0] is last_raw)
-    return python, c
-
-
-def test_the_broker_runs_the_c_scan_publish_unless_told_not_to(scan_publish_native):
-    if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
-        assert contentscan.NATIVE_PUBLISH is None
-        assert contentscan.scan_publish is python_publish_twin
-    else:
-        assert contentscan.NATIVE_PUBLISH is scan_publish_native
-        assert contentscan.scan_publish is scan_publish_native
+    """``scan_publish`` and its twin on one input."""
+    return compare(
+        python_publish_twin, scan_publish_native, buffer, pos, (last_payload,), last_raw, limits
+    )
 
 
 @pytest.mark.parametrize("payload", [b"", b"y" * 1024, os.urandom(FRAME_MAX * 2 + 5)])
@@ -362,15 +364,6 @@ def deliver_native(scan_native):
     from hutch_broker.protocol import _content
 
     return _content.deliver
-
-
-def test_the_broker_writes_deliveries_in_c_unless_told_not_to(deliver_native):
-    if os.environ.get("HUTCH_BROKER_PURE_PYTHON"):
-        assert codec.NATIVE_DELIVER is None
-        assert codec.deliver_frames is codec.deliver_frames_python
-    else:
-        assert codec.NATIVE_DELIVER is deliver_native
-        assert codec.deliver_frames is deliver_native
 
 
 @pytest.mark.parametrize(
