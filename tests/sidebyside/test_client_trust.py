@@ -3,7 +3,9 @@
 Why: a client that works against RabbitMQ must not be closed by hutch-broker for something
 RabbitMQ takes: a message ``timestamp`` is any 64-bit value (past year 9999, or milliseconds),
 handed back unchanged to consumers and shown by the management API. And where RabbitMQ refuses,
-Hutch refuses the same way: ``channel.flow(active=false)`` closes the connection with 540.
+Hutch refuses the same way: ``channel.flow(active=false)`` closes the connection with 540, and
+a method frame with a byte after its last argument with 501 "cannot decode" and the arguments'
+bytes (pamqp, which decodes Hutch's methods, ignores such bytes).
 """
 
 import struct
@@ -11,8 +13,9 @@ import time
 
 import pytest
 from hutch_demo.management import quote
-from hutch_testing.rawamqp import open_connection, publish_frames
+from hutch_testing.rawamqp import open_connection, publish_frames, read_frame
 from hutch_testing.steps import closed_by_broker, get, publish
+from pamqp import base, commands, frame
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -95,3 +98,42 @@ def test_channel_flow_off_closes_the_connection_with_540(target):
     ch = connection.channel()
     assert closed_by_broker(lambda: ch.flow(False)) == (540, "NOT_IMPLEMENTED - active=false")
     assert not connection.is_open
+
+
+# A method frame with one byte after its last argument, as a raw client sends it.
+WITH_A_BYTE_MORE = {
+    "basic.publish": commands.Basic.Publish(exchange="", routing_key="trail"),
+    "queue.declare": commands.Queue.Declare(queue="trail", arguments={"x-max-length": 5}),
+    "basic.qos": commands.Basic.Qos(prefetch_count=5),
+    "basic.ack": commands.Basic.Ack(delivery_tag=0, multiple=True),
+    "channel.flow": commands.Channel.Flow(active=True),
+}
+
+
+def _a_byte_more(method: base.Frame) -> bytes:
+    marshalled = frame.marshal(method, 1)
+    size = struct.unpack(">I", marshalled[3:7])[0]
+    payload = marshalled[7 : 7 + size] + b"!"
+    return struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce"
+
+
+@pytest.mark.parametrize("name", list(WITH_A_BYTE_MORE))
+def test_a_method_with_a_byte_after_its_last_argument_closes_the_connection_with_501(target, name):
+    sock = open_connection(target.broker)
+    sock.sendall(_a_byte_more(WITH_A_BYTE_MORE[name]))
+    close = read_frame(sock)
+    sock.close()
+
+    assert isinstance(close, commands.Connection.Close)
+    method = WITH_A_BYTE_MORE[name]
+    assert (close.reply_code, close.class_id, close.method_id) == (
+        501,
+        method.index >> 16,
+        method.index & 0xFFFF,
+    )
+    size = len(frame.marshal(method, 1)) - 8 - 4  # the arguments: no frame header, no ids
+    arguments = frame.marshal(method, 1)[11 : 11 + size] + b"!"
+    assert (
+        close.reply_text
+        == "FRAME_ERROR - cannot decode <<" + ",".join(str(octet) for octet in arguments) + ">>"
+    )

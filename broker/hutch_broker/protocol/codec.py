@@ -294,17 +294,57 @@ def decode_method(payload: bytes) -> base.Frame:
         raise errors.not_implemented(
             f"unknown method class {index >> 16} method {index & 0xFFFF}",
         )
+    arguments = payload[4:]
     try:
         method: base.Frame = method_class()
-        method.unmarshal(payload[4:])
+        method.unmarshal(arguments)
+        exact = arguments_size(method, arguments) == len(arguments)
     # pamqp's decoders let through whatever the stdlib raises (struct.error, OverflowError from
     # timestamps, RecursionError from nested tables, ...): a hostile frame must only ever
     # produce an AMQP error.
     except Exception as exc:
         raise errors.frame_error(
-            f"cannot decode {erlang_binary(payload[4:], limit=64)}", method=method_class
+            f"cannot decode {erlang_binary(arguments, limit=64)}", method=method_class
         ) from exc
+    if not exact:  # bytes after the last argument, which pamqp ignores and RabbitMQ refuses
+        raise errors.frame_error(
+            f"cannot decode {erlang_binary(arguments, limit=64)}", method=method_class
+        )
     return method
+
+
+def arguments_size(method: base.Frame, arguments: bytes) -> int:
+    """How many bytes of ``arguments`` the method's fields take, in their order (a run of bit
+    fields shares one octet: no 0-9-1 method has more than five in a run). RabbitMQ's decoder
+    matches a method's arguments exactly and closes the connection with 501 "cannot decode"
+    for a byte more; pamqp's ``unmarshal`` reads the fields and ignores the rest, so
+    ``decode_method`` asks. Sizes only, from each field's length prefix (the values were
+    decoded already): one call, not one per field, as a consume's drain is counted with it."""
+    kinds = _FIELD_KINDS.get(type(method))
+    if kinds is None:
+        kinds = _FIELD_KINDS[type(method)] = tuple(
+            method.amqp_type(name) for name in method.__slots__
+        )
+    size, in_bits = 0, False
+    for kind in kinds:
+        if kind == "bit":
+            if not in_bits:  # the first of a run takes the octet
+                size += 1
+                in_bits = True
+            continue
+        in_bits = False
+        fixed = _FIXED_SIZES.get(kind)
+        if fixed is not None:
+            size += fixed
+        elif kind == "shortstr":
+            size += 1 + arguments[size]
+        else:  # longstr, table: a 32-bit length, then that many bytes
+            size += 4 + int.from_bytes(arguments[size : size + 4], "big")
+    return size
+
+
+_FIELD_KINDS: dict[type, tuple[str, ...]] = {}
+_FIXED_SIZES = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 
 
 def decode_ack(buffer: bytearray, start: int, end: int) -> base.Frame | None:

@@ -675,7 +675,7 @@ class Connection:
             if exchange_end + 2 > end:
                 raise IndexError
             key_end = exchange_end + 1 + buffer[exchange_end]
-            if key_end + 1 > end:
+            if key_end + 1 != end:  # short, or bytes after the flags: RabbitMQ's 501 for both
                 raise IndexError
             exchange = buffer[pos + 1 : exchange_end].decode()
             routing_key = buffer[exchange_end + 1 : key_end].decode()

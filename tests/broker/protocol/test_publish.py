@@ -256,6 +256,7 @@ def test_body_longer_than_announced_is_501(running, frames):
         struct.pack(">HHH", 60, 40, 0) + b"\x00\x00",  # no bits
         struct.pack(">HHH", 60, 40, 0) + b"\x09abc\x00\x00",  # exchange runs past the end
         struct.pack(">HHH", 60, 40, 0) + b"\x00\x02\xff\xfe\x00",  # routing key not UTF-8
+        struct.pack(">HHH", 60, 40, 0) + b"\x00\x05trail\x00!",  # a byte after the flags
     ],
 )
 def test_malformed_publish_is_501(running, payload):
@@ -264,6 +265,26 @@ def test_malformed_publish_is_501(running, payload):
         running.events()
     assert caught.value.reply_code == 501
     assert caught.value.reply_text.startswith("FRAME_ERROR - cannot decode <<")
+    assert (caught.value.class_id, caught.value.method_id) == (60, 40)
+
+
+def test_a_publish_with_bytes_after_its_flags_is_501_after_the_same_publish_without(
+    running, frames
+):
+    """As RabbitMQ 3.10.8 answers it (checked over a raw socket): 501 "cannot decode" with the
+    arguments' bytes, even when the channel's last publish had the same arguments without the
+    extra byte (the remembered payload must not match a prefix)."""
+    running.feed(frames.publish(1, b"x", routing_key="trail") * 2)
+    assert [event.body for event in running.events()] == [b"x", b"x"]
+    payload = struct.pack(">HHH", 60, 40, 0) + b"\x00\x05trail\x00!"
+    running.feed(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    running.feed(pamqp_frame.marshal(header.ContentHeader(0, 1), 1))
+    running.feed(struct.pack(">BHI", 3, 1, 1) + b"y\xce")
+    with pytest.raises(errors.HardError) as caught:
+        running.events()
+    assert caught.value.reply_text == (
+        "FRAME_ERROR - cannot decode <<0,0,0,5,116,114,97,105,108,0,33>>"
+    )
     assert (caught.value.class_id, caught.value.method_id) == (60, 40)
 
 
