@@ -13,3 +13,13 @@ def scan_publish(
     last_raw: bytes,
     /,
 ) -> tuple[bytes, bytes, int] | None: ...
+def deliver(
+    channel: int,
+    const: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    names: bytes,
+    raw_properties: bytes,
+    body: bytes,
+    /,
+) -> bytes: ...

@@ -74,11 +74,9 @@ _SHORT_CACHE_LIMIT = 8192
 class DeliverHead:
     """The constant part of one consumer's Basic.Deliver frames, prepared once per consumer.
 
-    Per exchange and routing key it delivered from, ``route`` keeps a ``struct`` that writes
-    the method frame (frame header, class/method ids, consumer tag, delivery tag, flag, both
-    names) and the content header frame's fixed part (its frame header, class, weight and body
-    size) in one call: a consumer mostly sees the same few routes, so a delivery costs one
-    dictionary look-up and two ``pack`` calls (the body frame's header is the other).
+    Per exchange and routing key it delivered from, ``route`` keeps both names encoded as
+    shortstrs: a consumer mostly sees the same few routes, so a delivery costs one dictionary
+    look-up and one ``deliver_frames`` call, which writes every frame around them.
     """
 
     __slots__ = ("const", "fixed_size", "packer", "routes")
@@ -91,23 +89,19 @@ class DeliverHead:
         self.packer = struct.Struct(f">BHI{len(self.const)}sQB")
         # payload without exchange and routing key: const + tag(8) + bits(1)
         self.fixed_size = len(self.const) + 9
-        # (exchange, routing key) -> (packer, both names encoded, method payload size)
-        self.routes: dict[tuple[str, str], tuple[struct.Struct, bytes, int]] = {}
+        # (exchange, routing key) -> both names encoded as shortstrs
+        self.routes: dict[tuple[str, str], bytes] = {}
 
-    def route(self, exchange: str, routing_key: str) -> tuple[struct.Struct, bytes, int]:
-        """The packer of this consumer's deliveries from one exchange and routing key.
-
-        ``packer.pack(1, channel, size, const, delivery_tag, redelivered, names, 0xCE, 2,
-        channel, 12 + len(properties), 60, 0, body_size)``. Bounded: a consumer of a topic
-        queue can see many keys, and a route not kept is only built again.
-        """
+    def route(self, exchange: str, routing_key: str) -> bytes:
+        """This consumer's deliveries' names from one exchange and routing key, kept. Bounded:
+        a consumer of a topic queue can see many keys, and a route not kept is only built
+        again."""
         names = short_string(exchange) + short_string(routing_key)
-        packer = _route_struct(len(self.const), len(names))
         routes = self.routes
         if len(routes) >= _ROUTES_PER_CONSUMER:
             routes.clear()
-        route = routes[(exchange, routing_key)] = (packer, names, self.fixed_size + len(names))
-        return route
+        routes[(exchange, routing_key)] = names
+        return names
 
 
 _ROUTES_PER_CONSUMER = 1024
@@ -230,15 +224,16 @@ def encode_deliver(
     frame_max: int,
 ) -> bytes:
     """Basic.Deliver + content header + body frames as one bytes object."""
-    route = head.routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
+    names = head.routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
     body_size = len(body)
     if 0 < body_size <= frame_max - FRAME_OVERHEAD:  # the common case: one body frame
         return deliver_frames(
-            channel, head.const, delivery_tag, redelivered, route[1], raw_properties, body
+            channel, head.const, delivery_tag, redelivered, names, raw_properties, body
         )
-    first = head.packer.pack(1, channel, route[2], head.const, delivery_tag, redelivered)
+    size = head.fixed_size + len(names)
+    first = head.packer.pack(1, channel, size, head.const, delivery_tag, redelivered)
     content = _content(channel, raw_properties, body, frame_max)
-    return b"".join([first, route[1], *content])
+    return b"".join([first, names, *content])
 
 
 def encode_get_ok(

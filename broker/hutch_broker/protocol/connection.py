@@ -1001,10 +1001,10 @@ class Connection:
         if head is None:
             head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
         if 0 < len(body) <= self._frame_max - codec.FRAME_OVERHEAD:
-            route = head.routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
+            names = head.routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
             self._outbound.append(
                 _deliver_frames(
-                    channel, head.const, delivery_tag, redelivered, route[1], raw_properties, body
+                    channel, head.const, delivery_tag, redelivered, names, raw_properties, body
                 )
             )
             return
@@ -1061,9 +1061,7 @@ class Connection:
         for index in range(count):
             _, _, _, exchange, routing_key, raw_properties, body, _ = run[index]
             if exchange != last_exchange or routing_key != last_key:
-                names = (routes.get((exchange, routing_key)) or head.route(exchange, routing_key))[
-                    1
-                ]
+                names = routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
                 last_exchange, last_key = exchange, routing_key
             body_size = len(body)
             if 0 < body_size <= limit:

@@ -1,7 +1,7 @@
 """The delivery side's output: byte-exact frames, and a turn's output as one buffer (#32).
 
-Why: a delivery is encoded with one ``struct`` per consumer and route (``DeliverHead.route``)
-and a turn's frames are joined before the socket sees them; both are speed work on the hot
+Why: a delivery is written around its consumer's constant bytes and its route's encoded names,
+kept per consumer and route (``DeliverHead.route``, ``codec.deliver_frames``), and a turn's frames are joined before the socket sees them; both are speed work on the hot
 path, so these tests hold the bytes to pamqp's encoding over a matrix of properties, body
 sizes, frame sizes, names and consumer tags, across route reuse and the route memo's bound,
 and pin that the route is built once, not per delivery.
