@@ -20,7 +20,7 @@ redelivery: the encoded frame has its own copy, and a return reads it back from 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby, islice
 from operator import attrgetter, itemgetter
 from typing import Any, Protocol
@@ -93,6 +93,7 @@ UNBOUNDED_CREDIT = 1 << 30
 _entry_of = itemgetter(1)
 _queue_and_consumer = itemgetter(0, 2)
 _body_of = attrgetter("message.body")
+_NOTHING = (0, 0, 0)  # deliver_from's count, sizes and redeliveries when nothing went
 _NO_PIECES: list[RunPiece] = []  # what an ack takes of runs when it takes none: never changed
 
 
@@ -162,6 +163,72 @@ class Channel:
             stats.redelivers += 1
         if not session.dirty:  # once per turn; the deliveries after it need no call
             session.context.mark_dirty(session)
+
+    def deliver_from(
+        self, consumer: Consumer, queue: Queue, pop: Callable[[], Entry | None]
+    ) -> tuple[int, int, int]:
+        """Entries from ``pop`` (the queue's head) to ``consumer``, an acking one, while it has
+        room: how many went, the sum of their entries' sizes and how many were redeliveries,
+        which the queue adds to its own counters.
+
+        ``deliver`` and ``has_capacity`` for a run: the room's count is ``credit``'s, and the
+        output slice and the held bytes are checked after each delivery, as ``has_capacity``
+        would before the next, so the delivery that fills either is the last. One protocol
+        call encodes the run (``send_deliver_entries``) and the counters are added once; a
+        call per delivery through ``deliver`` and ``send_deliver`` was most of the delivery
+        stage's Python (docs/bench/profile.md). ``pop`` must deliver nothing itself (the
+        channel's tag and the session's bytes are written back after the run), which holds
+        for a queue's ``_pop_ready``, not for a head that may expire and be dead-lettered.
+        """
+        room = self.credit(consumer)
+        if not room:
+            return _NOTHING
+        session = self.session
+        pending, output_slice = session.output_pending, session.output_slice
+        held, held_budget = session.held_bytes, session.held_budget
+        unacked = self.unacked
+        first = tag = self.next_delivery_tag
+        entries: list[Entry] = []
+        append = entries.append
+        stored: list[Entry] = []  # bodies the store holds, dropped once encoded
+        sizes = redelivers = 0
+        while room:
+            entry = pop()
+            if entry is None:
+                break
+            append(entry)
+            unacked[tag] = (queue, entry, consumer)
+            tag += 1
+            room -= 1
+            sizes += entry.size
+            if entry.redelivered:
+                redelivers += 1
+            size = len(entry.message.body)
+            pending += size + DELIVERY_OVERHEAD
+            if entry.store_id is None or size < DROP_STORED_BODY_FROM:  # _hold, inlined
+                held += size
+            else:
+                stored.append(entry)
+            if pending >= output_slice or held >= held_budget:
+                break
+        count = tag - first
+        if not count:
+            return _NOTHING
+        session.proto.send_deliver_entries(self.number, consumer.tag, first, entries)
+        for entry in stored:
+            entry.message = entry.message.with_body(b"")
+        self.next_delivery_tag = tag
+        session.output_pending = pending
+        if pending >= output_slice:
+            session.writable = False  # until the end of the turn writes it (server/amqp.py)
+        session.held_bytes = held
+        stats = session.context.stats
+        stats.delivers += count
+        stats.deliveries["deliver"] += count
+        stats.redelivers += redelivers
+        if not session.dirty:
+            session.context.mark_dirty(session)
+        return count, sizes, redelivers
 
     def credit(self, consumer: Consumer) -> int:
         """How many deliveries ``consumer`` may take now: ``has_capacity`` as a count (its

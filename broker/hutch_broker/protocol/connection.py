@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal, Protocol, cast
 
 from pamqp import base, commands, common
 from pamqp import frame as pamqp_frame
@@ -109,6 +109,33 @@ JOIN_UP_TO = 2 * 1024 * 1024
 # expire_at_ms, exchange, routing_key, raw_properties, body, length), of which the protocol
 # reads the four it sends. A shape, not an import: the protocol core knows no store.
 DeliverRecord = tuple[int, int, int, str, str, bytes, bytes, int]
+
+
+class DeliverMessage(Protocol):
+    """What ``send_deliver_entries`` reads of a delivered message (the model's ``Message``)."""
+
+    @property
+    def exchange(self) -> str: ...
+
+    @property
+    def routing_key(self) -> str: ...
+
+    @property
+    def raw_properties(self) -> bytes: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+
+class DeliverEntry(Protocol):
+    """What ``send_deliver_entries`` reads of a queue's delivered entry (the model's
+    ``Entry``): a shape, as ``DeliverRecord``, so the protocol core imports no model."""
+
+    @property
+    def redelivered(self) -> bool: ...
+
+    @property
+    def message(self) -> DeliverMessage: ...
 
 
 class NeedData(enum.Enum):
@@ -1086,6 +1113,61 @@ class Connection:
             if room <= 0:
                 break
         return tag - first_tag, body_bytes
+
+    def send_deliver_entries(
+        self,
+        channel: int,
+        consumer_tag: bytes | str,
+        first_tag: int,
+        entries: Sequence[DeliverEntry],
+    ) -> None:
+        """Basic.Deliver of each of ``entries`` to one consumer, tags from ``first_tag`` on.
+
+        ``send_deliver``'s bytes for each entry, in one call for a run of a queue's
+        deliveries to its consumer (``Channel.deliver_from``): the consumer's head is looked
+        up once and its route once per exchange and routing key in a row, where a call per
+        delivery was a third of the delivery stage's Python (docs/bench/profile.md).
+        """
+        if channel not in self._channels and not self._may_send_content(channel):
+            return
+        append = self._outbound.append
+        head = self._deliver_heads.get((channel, consumer_tag))
+        if head is None:
+            head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
+        const, routes = head.const, head.routes
+        limit = self._frame_max - codec.FRAME_OVERHEAD
+        deliver_frames = _deliver_frames
+        last_exchange: str | None = None
+        last_key: str | None = None
+        names = b""
+        tag = first_tag
+        for entry in entries:
+            message = entry.message
+            exchange, routing_key, body = message.exchange, message.routing_key, message.body
+            if exchange != last_exchange or routing_key != last_key:
+                names = routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
+                last_exchange, last_key = exchange, routing_key
+            if 0 < len(body) <= limit:
+                append(
+                    deliver_frames(
+                        channel, const, tag, entry.redelivered, names, message.raw_properties, body
+                    )
+                )
+            else:
+                append(
+                    codec.encode_deliver(
+                        head,
+                        channel,
+                        tag,
+                        entry.redelivered,
+                        exchange,
+                        routing_key,
+                        message.raw_properties,
+                        body,
+                        self._frame_max,
+                    )
+                )
+            tag += 1
 
     def forget_consumer(self, channel: int, consumer_tag: bytes | str) -> None:
         """Drop the pre-packed Deliver bytes of a cancelled consumer (optional; bounded memory).

@@ -6,9 +6,10 @@ import pytest
 from hutch_broker.dispatch.context import TLSInfo
 from hutch_broker.dispatch.unacked import Unacked
 from hutch_broker.model.queues import Consumer
+from hutch_testing.targets import OneAtATime
 
 
-class FakeChannel:
+class FakeChannel(OneAtATime):
     """Enough of dispatch's Channel for the views and for queue deliveries."""
 
     def __init__(self, session, number):

@@ -10,6 +10,7 @@ from hutch_broker.model import policies
 from hutch_broker.model.messages import Message
 from hutch_broker.model.queues import Consumer
 from hutch_broker.protocol import properties
+from hutch_testing.targets import OneAtATime
 
 NODE = "hutch@localhost"
 
@@ -143,7 +144,7 @@ def test_api_7_no_policy_gives_empty_definition(broker):
     assert item["operator_policy"] is None
 
 
-class FakeChannel:
+class FakeChannel(OneAtATime):
     def __init__(self, session, number):
         self.session = session
         self.number = number

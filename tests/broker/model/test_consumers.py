@@ -13,11 +13,12 @@ from hutch_broker.model import arguments
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.protocol import errors, properties
+from hutch_testing.targets import OneAtATime
 
 PLAIN = properties.encode_properties()
 
 
-class FakeChannel:
+class FakeChannel(OneAtATime):
     """Per-consumer prefetch, like basic.qos global=false; records deliveries by consumer tag."""
 
     def __init__(self, log: list[tuple[str, str]]) -> None:

@@ -1,8 +1,9 @@
 """A queue's only consumer is served by ``Queue._drain_to`` exactly as by ``drain``'s loop.
 
 Why: ``drain`` hands a classic queue's only acking consumer to ``_drain_to``, which takes
-messages in one loop without choosing the consumer again for each and with ``_deliver``'s
-bookkeeping inline (#32: 5 calls a delivery instead of 8). Everything a client or the management
+messages without choosing the consumer again for each: the channel takes them as a run in one
+call (``deliver_from``) and the queue adds its counters once, or, when messages may expire,
+one at a time with ``_deliver``'s bookkeeping inline (#32). Everything a client or the management
 API can see must be what the general loop gave: which messages go out and in which order, where
 the delivering stops (the consumer's room), the expired messages dropped at the head, the
 redelivered flags and every counter; and when it stops for want of room the consumers' cursor
@@ -19,12 +20,13 @@ import pytest
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.protocol import properties
+from hutch_testing.targets import OneAtATime
 
 PLAIN = properties.encode_properties()
 EXPIRING = properties.encode_properties(expiration="5")
 
 
-class Room:
+class Room(OneAtATime):
     """The consumer's channel: room for ``room`` deliveries at a time, each one recorded."""
 
     def __init__(self, room: int) -> None:
@@ -124,15 +126,33 @@ def test_the_only_consumer_gets_what_the_general_loop_gives(monkeypatch, ttl):
         assert sorted(set(bodies)) == sorted(b"m%d" % n for n in range(12))
 
 
-def test_it_asks_for_room_once_a_delivery(monkeypatch):
-    """Not the general loop's twice (the choice and the capacity check inside it)."""
+def test_the_channel_gets_the_run_in_one_call(monkeypatch):
+    """Not a call per delivery: the channel takes the run (``deliver_from``) while it has room,
+    and the queue adds its counters once; a queue whose messages may expire asks per delivery."""
+    runs: list[int] = []
+    inner = Room.deliver_from
+
+    def counted(self: Room, consumer: Consumer, queue: Queue, pop: Any) -> tuple[int, int, int]:
+        result = inner(self, consumer, queue, pop)
+        runs.append(result[0])
+        return result
+
+    monkeypatch.setattr(Room, "deliver_from", counted)
     queue = Queue("q", durable=False)
     channel = Room(1000)
     consumer = Consumer("c", queue, channel, no_ack=False, exclusive=False, prefetch=0)
     for n in range(100):
         queue.publish(Message("", "q", PLAIN, b"m%d" % n), 0)
     queue.add_consumer(consumer)
-    asked = channel.capacity_asked
     assert queue.drain(0) == 100
-    # the choice, then after each delivery that leaves a message to deliver
-    assert channel.capacity_asked - asked == 1 + 99
+    assert runs == [100]
+    assert (queue.stats_deliver, queue.unacked_count, consumer.unacked) == (100, 100, 100)
+    expiring = Queue("e", durable=False)
+    other = Room(1000)
+    consumer = Consumer("c", expiring, other, no_ack=False, exclusive=False, prefetch=0)
+    for n in range(10):
+        expiring.publish(Message("", "e", EXPIRING, b"m%d" % n), 0)
+    expiring.add_consumer(consumer)
+    assert expiring.drain(0) == 10
+    assert runs == [100], "a queue that may expire delivers one at a time"
+    assert len(other.entries) == 10

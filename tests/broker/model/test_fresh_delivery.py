@@ -19,6 +19,7 @@ import pytest
 from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.protocol import properties
+from hutch_testing.targets import OneAtATime
 
 QUORUM = {"x-queue-type": "quorum"}
 X_DEATH = [{"count": 1, "reason": "expired", "queue": "src", "exchange": "", "routing-keys": []}]
@@ -34,7 +35,7 @@ MESSAGES = {
 }
 
 
-class Recorder:
+class Recorder(OneAtATime):
     """The consumer's channel: room for everything, each delivery recorded as a client sees it."""
 
     def __init__(self) -> None:

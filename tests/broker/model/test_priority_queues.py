@@ -15,6 +15,7 @@ from hutch_broker.model.messages import Entry, Message
 from hutch_broker.model.queues import Consumer, Queue
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import errors, properties
+from hutch_testing.targets import OneAtATime
 
 
 def msg(body: str, priority: int | None = None, **props: Any) -> Message:
@@ -34,7 +35,7 @@ def drain_all(queue: Queue) -> list[str]:
     return found
 
 
-class FakeChannel:
+class FakeChannel(OneAtATime):
     def __init__(self) -> None:
         self.delivered: list[Entry] = []
 

@@ -23,6 +23,7 @@ from hutch_broker.model.queues import (
 )
 from hutch_broker.model.vhosts import VirtualHost
 from hutch_broker.protocol import properties
+from hutch_testing.targets import OneAtATime
 
 PLAIN = properties.encode_properties()
 PERSISTENT = properties.encode_properties(delivery_mode=2)
@@ -39,7 +40,7 @@ def bodies(queue: Queue) -> list[str]:
     return [entry.message.body.decode() for entry in queue.ready_entries()]
 
 
-class FakeChannel:
+class FakeChannel(OneAtATime):
     """A DeliveryTarget: honours per-consumer prefetch and records every delivery."""
 
     def __init__(self) -> None:

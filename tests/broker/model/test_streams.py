@@ -20,6 +20,7 @@ from hutch_broker.model.streamindex import SegmentIndex
 from hutch_broker.model.streams import READ_STEPS, StreamHooks, StreamQueue
 from hutch_broker.protocol import errors, properties
 from hutch_broker.store import MessageStore
+from hutch_testing.targets import OneAtATime
 
 STREAM = {"x-queue-type": "stream"}
 DAY_MS = 86_400_000
@@ -158,7 +159,7 @@ def test_st_4_retention_drops_whole_old_segments_never_the_newest() -> None:
 # -- the stream model with a real store log ---------------------------------------------------
 
 
-class FakeChannel:
+class FakeChannel(OneAtATime):
     """A channel whose room is each consumer's prefetch, as a real one's is. It keeps, per
     delivery, (consumer tag, the size its ack entry carries, body, ``x-stream-offset``)."""
 
