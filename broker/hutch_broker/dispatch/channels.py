@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from itertools import groupby, islice
+from itertools import groupby, islice, takewhile
 from operator import attrgetter, itemgetter
 from typing import Any, Protocol
 
@@ -367,13 +367,9 @@ class Channel:
             elif tag == self.next_delivery_tag - 1:  # the newest: all of them, without a loop
                 taken = list(unacked.values())  # type: ignore[arg-type]  # singles only
                 unacked.clear()
-            else:
-                taken = []
-                while True:
-                    first, delivery = unacked.popitem(last=False)
-                    taken.append(delivery)  # type: ignore[arg-type]  # singles only
-                    if first == tag:
-                        break
+            else:  # the oldest through ``tag``, found and taken in C: tags go up in order
+                through = list(takewhile(tag.__ge__, unacked))
+                taken = list(map(unacked.pop, through))  # type: ignore[arg-type]  # singles only
         else:
             found = self.unacked.pop(tag, None)  # a single's; a run's items are under -last
             if found is None and (found := self.unacked.take_one(tag)) is None:

@@ -154,6 +154,8 @@ class Queue:
         self.incoming: dict[int, Any] = {}  # bindings that target this queue
         max_priority = self.arguments.get("x-max-priority")
         self._ready = ready.for_arguments(max_priority if isinstance(max_priority, int) else None)
+        # A fresh entry to the tail: a classic queue's deque's own append (C), not a call.
+        self._append_fresh = self._ready.appender()
         self.ready_count = 0  # len(self._ready), kept here: the hot path asks on every message
         self._seq = itertools.count(1)
         self.ready_bytes = 0
@@ -234,7 +236,13 @@ class Queue:
             self._drop(entry, "expired")  # TTL-4: nobody could take it at once
             return PUBLISH_OK
         wrote = durable and self._persist(entry, now_ms)
-        self._push_fresh(entry)
+        pager = self.pager
+        if pager is not None and pager.active:
+            self._push_fresh(entry)
+        else:  # _push_fresh without paging, inline
+            self._append_fresh(entry)
+            self.ready_count += 1
+            self.ready_bytes += entry.size
         if limited and limits.overflow == "drop-head":
             self._enforce_length_limit()
         return PUBLISH_SYNC if wrote else PUBLISH_OK
@@ -297,15 +305,21 @@ class Queue:
         self._push_fresh(entry)
 
     def _push_fresh(self, entry: Entry) -> None:
+        """At the tail; its body paged out when paging is on and it is past the head's share.
+        ``publish`` writes the common case (no paging) out itself."""
         pager = self.pager
         beyond_head = (
-            self._ready.fresh_count() >= paging.KEEP_IN_MEMORY
-            or self.ready_bytes >= paging.KEEP_BYTES
+            pager is not None
+            and pager.active
+            and (
+                self._ready.fresh_count() >= paging.KEEP_IN_MEMORY
+                or self.ready_bytes >= paging.KEEP_BYTES
+            )
         )
-        self._ready.push_fresh(entry)
+        self._append_fresh(entry)
         self.ready_count += 1
         self.ready_bytes += entry.size
-        if beyond_head and pager is not None and pager.active:
+        if beyond_head:
             self._page_out(entry)
 
     # -- paging (model/paging.py) ---------------------------------------

@@ -22,7 +22,10 @@ mode read inline, ``_deliver``, ``_settle`` and ``encode_deliver``'s common case
 (``contentscan.scan_publish``, no ``_publish`` call) to 13, 14, 12, 13 and 5.59; the queue's
 deliveries to its only consumer handed to its channel as one run (``Channel.deliver_from``:
 no ``deliver``, ``send_deliver`` or ``has_capacity`` call per delivery, the counters added once)
-to 13, 14, 12, 13 and 2.70, the bars now (with the C extension built: its Python twins are two calls more a publish,
+to 13, 14, 12, 13 and 2.70; a queued message appended to the queue's tail by the deque's own
+``append`` and the paging test made only while paging is on (``Queue._push_fresh``, its
+``fresh_count`` and ``Level.push_fresh``: three calls a queued publish) to 13, 14, 9, 10 and
+2.62, the bars now (with the C extension built: its Python twins are two calls more a publish,
 ``HUTCH_BROKER_PURE_PYTHON``).  A change that adds a call per message fails here:
 either win it back or raise the bar with the reason in this docstring.
 """
@@ -123,7 +126,7 @@ def test_a_publish_to_a_waiting_consumer_makes_no_more_calls_than_pinned(
     assert counted.calls / MESSAGES <= bar + 0.1
 
 
-@pytest.mark.parametrize(("confirms", "bar"), [(False, 12), (True, 13)])
+@pytest.mark.parametrize(("confirms", "bar"), [(False, 9), (True, 10)])
 def test_a_queued_publish_and_its_delivery_make_no_more_calls_than_pinned(
     confirms: bool, bar: int
 ) -> None:
@@ -137,8 +140,8 @@ def test_a_queued_publish_and_its_delivery_make_no_more_calls_than_pinned(
 
     check_replies(client, confirms=confirms)
     assert published.calls / MESSAGES <= bar + 0.1
-    # 2.70: the head's pop (two calls) and its frames (one C call) a delivery, plus the run's own
-    assert delivered.calls / (MESSAGES + 1) <= 2.7
+    # 2.62: the head's pop (two calls) and its frames (one C call) a delivery, plus the run's own
+    assert delivered.calls / (MESSAGES + 1) <= 2.62
 
 
 def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_with_none() -> None:
@@ -146,8 +149,8 @@ def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_wi
     nothing gave it room since (model/consumers.py), so the publish does not drain the queue
     again. In scenario 1 of the benchmark every publish is queued behind a consumer whose
     connection's output slice is full until the turn's end; the drain, rescan, choice and
-    capacity check it made for each were 4 calls (18 against the queued bar, then 14) and 5 % of the
-    broker's CPU. Room that appears later drains the queue: an ack, then a new consumer."""
+    capacity check it made for each were 4 calls (18 against the queued bar, then 14; now 9)
+    and 5 % of the broker's CPU. Room that appears later drains the queue: an ack, then a new consumer."""
     client = Client(confirms=False)
     client.send(commands.Basic.Qos(prefetch_count=1), 2)
     client.consume()
@@ -159,7 +162,7 @@ def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_wi
         client.session.handle_data(client.one * MESSAGES)
 
     assert not [r for r in client.replies() if isinstance(r, commands.Basic.Deliver)]
-    assert published.calls / MESSAGES <= 12.1  # the queued bar
+    assert published.calls / MESSAGES <= 9.1  # the queued bar
     ack(client, 1)
     assert [r.delivery_tag for r in client.replies() if isinstance(r, commands.Basic.Deliver)] == [
         2
