@@ -53,6 +53,7 @@ class ChannelOwner(Member, Protocol):
     held_budget: int  # ... above which no consumer of the connection gets more
     publishes: int
     pressure: list[Any]  # queues over the flow high-water mark after a publish
+    parked: bool  # a publish is being routed over later loop turns (dispatch.turns)
     exclusive_queues: set[Any]
     writable_exchanges: set[str]  # exchanges check_write allowed under the current permission
     user: User | None  # set at start-ok: the publisher a user_id property must name

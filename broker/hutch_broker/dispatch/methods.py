@@ -29,6 +29,7 @@ from hutch_broker.protocol.strings import text as _text
 Handler = Callable[[ChannelOwner, Channel, Any, int], None]
 
 publish = publishing.publish
+publish_run = publishing.publish_run
 
 
 def handle(session: ChannelOwner, channel: Channel | None, method: Any, now_ms: int) -> None:

@@ -50,6 +50,7 @@ class Session:
         self.id = next(_ids)
         self.context = context
         self.proto = proto
+        proto.publish_runs = True  # repeated publishes come as runs: _process takes them
         self.peer_host = peer_host
         self.peer_port = peer_port
         self.local_address = local_address  # "host:port" of the listener it came in on
@@ -128,6 +129,23 @@ class Session:
                     except errors.AMQPError as exc:
                         _attach_method(exc, _PUBLISH, event.channel)
                         raise
+                elif type(event) is events.PublishRun:
+                    # Repeated publishes read as a run (publishing.publish_run); what it does
+                    # not take goes back to the protocol, to be read again when this goes on.
+                    context = self.context
+                    if context.alarms.publishing_blocked:
+                        proto.unread(event, 1)
+                        self._block(event.message(0))
+                        break
+                    if now_ms < 0:
+                        now_ms = context.clock()
+                    try:
+                        channel = self.channels[event.channel]
+                        taken = methods.publish_run(self, channel, event, now_ms)
+                    except errors.AMQPError as exc:  # the rest are dropped: see publish_run
+                        _attach_method(exc, _PUBLISH, event.channel)
+                        raise
+                    proto.unread(event, taken)
                 else:
                     self.handle_event(event)
             except errors.SoftError as exc:

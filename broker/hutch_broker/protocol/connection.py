@@ -105,6 +105,9 @@ LOCALES = "en_US"
 # data_to_send joins a turn's output up to this size: above a connection's output slice
 # (memory.py, at most 1 MiB of deliveries a turn) plus a large last body.
 JOIN_UP_TO = 2 * 1024 * 1024
+# The most publishes one ``events.PublishRun`` holds: a 64 KiB read of small messages is a
+# few hundred; the bound keeps a run's lists small whatever the read.
+RUN_MAX = 256
 # A record ``send_deliver_run`` delivers: the store's ``RunRecord`` (msg_id, enqueued_at_ms,
 # expire_at_ms, exchange, routing_key, raw_properties, body, length), of which the protocol
 # reads the four it sends. A shape, not an import: the protocol core knows no store.
@@ -300,6 +303,9 @@ class Connection:
         # Cleared wherever that could stop being true: a publish taken the general way, the
         # channel forgotten, the connection closing.
         self._hot: _Channel | None = None
+        # Set by a reader that takes repeated publishes as runs (``events.PublishRun``) and
+        # gives back what it does not take (``unread``): dispatch's session does.
+        self.publish_runs = False
         self.client_properties: common.FieldTable = {}
         self.mechanism = ""
         self.username = ""
@@ -393,6 +399,8 @@ class Connection:
             if found is not None:
                 raw, body, pos = found
                 if raw is last_raw or raw == _NO_PROPERTIES or raw in self._valid_properties:
+                    if self.publish_runs:
+                        return self._publish_run(hot, raw, body, pos)
                     hot.last_raw = raw
                     self._pos = pos
                     exchange, routing_key, mandatory = hot.last_fields
@@ -430,6 +438,46 @@ class Connection:
                 event = self._connection_frame(_RUNNING, frame_type, channel, pos + 7, end)
             if event is not None:
                 return event
+
+    def _publish_run(
+        self, hot: _Channel, raw: bytes, body: bytes, end: int
+    ) -> events.PublishReceived | events.PublishRun:
+        """The hot channel's repeated publishes from the one just found on, as one run: each
+        read as ``next_event``'s first try reads one (the same scan, the same properties
+        rule), up to ``RUN_MAX`` of them or the first that is not a whole repeat. A single
+        one is a ``PublishReceived``."""
+        buffer, number, payload = self._buffer, hot.number, hot.last_payload
+        frame_max, max_body, valid = self._frame_max, self.max_body_size, self._valid_properties
+        start = self._pos
+        raws, bodies, ends = [raw], [body], [end]
+        while len(ends) < RUN_MAX:
+            found = _scan_publish(buffer, end, number, frame_max, max_body, payload, raw)
+            if found is None:
+                break
+            following, body, after = found
+            if following is not raw and following != _NO_PROPERTIES and following not in valid:
+                break
+            raw, end = following, after
+            raws.append(raw)
+            bodies.append(body)
+            ends.append(end)
+        hot.last_raw = raw
+        self._pos = end
+        exchange, routing_key, mandatory = hot.last_fields
+        if len(ends) == 1:
+            return events.PublishReceived(number, exchange, routing_key, mandatory, raw, body)
+        return events.PublishRun(
+            number, exchange, routing_key, mandatory, raws, bodies, ends, start
+        )
+
+    def unread(self, run: events.PublishRun, taken: int) -> None:
+        """Give back ``run``'s messages from ``taken`` on: the next event starts with the first
+        of them, as if they had not been read. Only right after ``run`` was read (nothing else
+        read since), which the reader's contract says and this checks."""
+        if self._pos != run.ends[-1]:
+            raise RuntimeError("unread: the connection has read past the run")
+        if taken < len(run.ends):
+            self._pos = run.ends[taken - 1] if taken else run.start
 
     def _next_event_not_running(self) -> events.Event | Literal[NeedData.NEED_DATA]:
         """The same frame loop for the handshake and the closing states (not performance bound)."""

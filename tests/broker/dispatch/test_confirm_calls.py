@@ -24,7 +24,9 @@ check and the queue's publish each called ``has_expiration``) took three more: 3
 publish's checks read inline, ``_deliver`` and ``encode_deliver``'s common case inlined) took
 ten and eight: 28.125 and 27.125; the clock read once a read, not for each publish: 27.125 and
 26.125; a repeated publish read by one C call from its method frame on
-(``contentscan.scan_publish``, no ``_publish`` call): 26.145 and 25.145, the bars now. What is left of the store's share: ``QueueStore.append``, ``_segment_for``,
+(``contentscan.scan_publish``, no ``_publish`` call): 26.145 and 25.145; a read's repeated
+publishes taken as one run (``publishing.publish_run``) and a queued message appended without
+a call: 25.185 and 21.185, the bars now. What is left of the store's share: ``QueueStore.append``, ``_segment_for``,
 ``record_size``, ``msg_id_of``, ``record_seed``, ``encode_head``, ``_write_record``,
 ``add_record`` and ``Segment.write``; of the confirm's: ``GroupCommit.wrote`` and
 ``Channel.add_confirm``.
@@ -111,7 +113,7 @@ def counted_turn(client: Client) -> tuple[Counted, list[object]]:
     return counted, client.replies()
 
 
-@pytest.mark.parametrize(("consumer", "bar"), [(True, 26.15), (False, 25.15)])
+@pytest.mark.parametrize(("consumer", "bar"), [(True, 25.19), (False, 21.19)])
 def test_a_confirmed_persistent_publish_makes_no_more_calls_than_pinned(
     tmp_path: Path, consumer: bool, bar: float
 ) -> None:
@@ -126,7 +128,7 @@ def test_a_confirmed_persistent_publish_makes_no_more_calls_than_pinned(
     assert confirmed_tags(replies, after=1) == list(range(2, MESSAGES + 2))
     deliveries = [r for r in replies if isinstance(r, commands.Basic.Deliver)]
     assert len(deliveries) == (MESSAGES if consumer else 0)
-    assert counted.calls / MESSAGES <= bar + 0.1
+    assert counted.calls / MESSAGES <= bar
 
 
 def test_a_tick_while_confirms_wait_for_the_sync_makes_one_call(tmp_path: Path) -> None:
@@ -156,7 +158,9 @@ def test_an_acked_persistent_delivery_makes_no_more_calls_than_pinned(tmp_path: 
     messages. Per acked message, the model's ``Queue.settle`` and ``_forget`` and the store's
     ``QueueStore.ack``, ``_ack``, ``split_msg_id``, ``Segment.ack`` and ``encode_ack``, and the
     two acks' reading: 7.23 calls, 10.23 before the usability check, ``retiring`` and the
-    ack's check were read inline (each ran once per acked message)."""
+    ack's check were read inline (each ran once per acked message); 5.24 since the ack's
+    deliveries are found and taken in C (``Channel.take_unacked``) and the drain it starts
+    hands its run to the channel in one call (``Channel.deliver_from``)."""
     client = Client(tmp_path / "data")
     client.consume()
     client.turn(client.one)
@@ -178,4 +182,4 @@ def test_an_acked_persistent_delivery_makes_no_more_calls_than_pinned(tmp_path: 
     queue = client.context.broker.vhosts["/"].queues["d"]
     assert queue.unacked_count == queue.ready_count == 0
     log.sync()  # the acks reach the ack file
-    assert counted.calls / MESSAGES <= 7.23 + 0.1
+    assert counted.calls / MESSAGES <= 5.24

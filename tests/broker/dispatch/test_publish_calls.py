@@ -25,7 +25,10 @@ no ``deliver``, ``send_deliver`` or ``has_capacity`` call per delivery, the coun
 to 13, 14, 12, 13 and 2.70; a queued message appended to the queue's tail by the deque's own
 ``append`` and the paging test made only while paging is on (``Queue._push_fresh``, its
 ``fresh_count`` and ``Level.push_fresh``: three calls a queued publish) to 13, 14, 9, 10 and
-2.62, the bars now (with the C extension built: its Python twins are two calls more a publish,
+2.62; a read's repeated publishes taken as one run (``events.PublishRun``,
+``publishing.publish_run``: no ``next_event``, event, ``publish`` or exchange checks a message)
+to 10.11, 11.12, 6.11, 7.11 and 2.62 (a run's own calls spread over its messages), the bars
+now (with the C extension built: its Python twins are two calls more a publish,
 ``HUTCH_BROKER_PURE_PYTHON``).  A change that adds a call per message fails here:
 either win it back or raise the bar with the reason in this docstring.
 """
@@ -111,9 +114,9 @@ def check_replies(client: Client, *, confirms: bool) -> None:
     assert confirms == any(isinstance(reply, commands.Basic.Ack) for reply in replies)
 
 
-@pytest.mark.parametrize(("confirms", "bar"), [(False, 13), (True, 14)])
+@pytest.mark.parametrize(("confirms", "bar"), [(False, 10.11), (True, 11.12)])
 def test_a_publish_to_a_waiting_consumer_makes_no_more_calls_than_pinned(
-    confirms: bool, bar: int
+    confirms: bool, bar: float
 ) -> None:
     client = Client(confirms=confirms)
     client.consume()
@@ -123,12 +126,12 @@ def test_a_publish_to_a_waiting_consumer_makes_no_more_calls_than_pinned(
         client.session.handle_data(client.one * MESSAGES)
 
     check_replies(client, confirms=confirms)
-    assert counted.calls / MESSAGES <= bar + 0.1
+    assert counted.calls / MESSAGES <= bar
 
 
-@pytest.mark.parametrize(("confirms", "bar"), [(False, 9), (True, 10)])
+@pytest.mark.parametrize(("confirms", "bar"), [(False, 6.11), (True, 7.11)])
 def test_a_queued_publish_and_its_delivery_make_no_more_calls_than_pinned(
-    confirms: bool, bar: int
+    confirms: bool, bar: float
 ) -> None:
     client = Client(confirms=confirms)
     client.session.handle_data(client.one)  # warm
@@ -139,7 +142,7 @@ def test_a_queued_publish_and_its_delivery_make_no_more_calls_than_pinned(
         client.consume()  # the queue drains to the new consumer
 
     check_replies(client, confirms=confirms)
-    assert published.calls / MESSAGES <= bar + 0.1
+    assert published.calls / MESSAGES <= bar
     # 2.62: the head's pop (two calls) and its frames (one C call) a delivery, plus the run's own
     assert delivered.calls / (MESSAGES + 1) <= 2.62
 
@@ -149,7 +152,7 @@ def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_wi
     nothing gave it room since (model/consumers.py), so the publish does not drain the queue
     again. In scenario 1 of the benchmark every publish is queued behind a consumer whose
     connection's output slice is full until the turn's end; the drain, rescan, choice and
-    capacity check it made for each were 4 calls (18 against the queued bar, then 14; now 9)
+    capacity check it made for each were 4 calls (18 against the queued bar, then 14; now 6)
     and 5 % of the broker's CPU. Room that appears later drains the queue: an ack, then a new consumer."""
     client = Client(confirms=False)
     client.send(commands.Basic.Qos(prefetch_count=1), 2)
@@ -162,7 +165,7 @@ def test_a_publish_queued_behind_a_full_consumer_makes_no_more_calls_than_one_wi
         client.session.handle_data(client.one * MESSAGES)
 
     assert not [r for r in client.replies() if isinstance(r, commands.Basic.Deliver)]
-    assert published.calls / MESSAGES <= 9.1  # the queued bar
+    assert published.calls / MESSAGES <= 6.11  # the queued bar
     ack(client, 1)
     assert [r.delivery_tag for r in client.replies() if isinstance(r, commands.Basic.Deliver)] == [
         2
@@ -247,8 +250,9 @@ def test_a_single_ack_does_no_more_python_work_than_pinned() -> None:
     since ``Queue._forget`` is called only for an entry with a store record; 23 and 141 since
     the connection tries a hot channel's repeat publish first (``contentscan.scan_publish``):
     this harness publishes on the acking connection, so each ack's read loads that call's
-    arguments (15 lines) for one C call that returns at the frame's first bytes. A connection
-    that only consumes has no hot channel and pays nothing."""
+    arguments (15 lines) for one C call that returns at the frame's first bytes (a connection
+    that only consumes has no hot channel and pays nothing); 23 and 142 since the session's loop
+    asks whether an event is a run of publishes (``events.PublishRun``) before the rest."""
     client = Client(confirms=False)
     delivered(client)
     acks = [frame.marshal(commands.Basic.Ack(delivery_tag=tag), 2) for tag in range(1, 101)]
@@ -259,7 +263,7 @@ def test_a_single_ack_does_no_more_python_work_than_pinned() -> None:
     assert list(client.session.channels[2].unacked) == list(range(101, MESSAGES + 1))
     assert client.session.held_bytes == (MESSAGES - 100) * len(PAYLOAD)
     assert counted.calls / len(acks) <= 23.1
-    assert counted.lines / len(acks) <= 141.1
+    assert counted.lines / len(acks) <= 142.1
 
 
 def test_acks_of_the_newest_tag_after_gaps_settle_exactly_what_is_left() -> None:

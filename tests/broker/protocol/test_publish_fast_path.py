@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hutch_broker.protocol import codec, connection
+from hutch_broker.protocol import codec, connection, events
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 
@@ -199,13 +199,21 @@ FEEDS: dict[str, Callable[[bytes], Iterator[bytes]]] = {
 }
 
 
-def outcome(make_running: Callable[..., Any], stream: bytes, feed: str) -> list[Any]:
-    """Everything observable, with errors answered as dispatch answers them."""
+def outcome(
+    make_running: Callable[..., Any], stream: bytes, feed: str, *, runs: bool = False
+) -> list[Any]:
+    """Everything observable, with errors answered as dispatch answers them; with ``runs``, a
+    run of publishes (``events.PublishRun``) counted as the publishes it holds."""
     driver = make_running()
+    driver.conn.publish_runs = runs
     seen: list[Any] = []
     for chunk in [WARM, *FEEDS[feed](stream)]:
         driver.feed(chunk)
-        seen.extend(driver.answered_events())
+        for event in driver.answered_events():
+            if isinstance(event, events.PublishRun):
+                seen.extend(event.message(index) for index in range(len(event.raws)))
+            else:
+                seen.append(event)
     seen.append(("output", b"".join(driver.conn.data_to_send())))
     seen.append(("state", driver.conn.state, driver.conn.framing_lost))
     return seen
@@ -230,6 +238,36 @@ def test_a_stream_read_at_once_behaves_as_read_frame_by_frame(make_running, name
     at_once = outcome(make_running, stream, "all at once")
     assert at_once == outcome(make_running, stream, "frame by frame")
     assert at_once == outcome(make_running, stream, "byte by byte")
+    assert at_once == outcome(make_running, stream, "all at once", runs=True)
+
+
+def test_repeats_read_as_runs_are_the_publishes_read_one_at_a_time(make_running):
+    """A reader of runs gets each run's publishes, in order, at most ``RUN_MAX`` a run, and
+    a publish that is not a repeat (other arguments, new properties, another channel) ends
+    the run before it."""
+    stream = (
+        message(b"a") * 600
+        + message(b"b", routing_key="other") * 3
+        + message(b"c", channel=2) * 2
+        + publish()
+        + content_header(1, 1, raw=commands.Basic.Properties(app_id="new").marshal())
+        + body(1, b"d")
+        + message(b"e") * 2
+    )
+    driver = make_running()
+    driver.conn.publish_runs = True
+    driver.feed(WARM * 2 + stream)
+    read = driver.events()
+    sizes = [len(e.raws) if isinstance(e, events.PublishRun) else 1 for e in read]
+    # The two warm-ups; 600 repeats in runs of at most RUN_MAX; other arguments: the first
+    # read the general way, the two after it a run; channel 2's two, and the new properties,
+    # each on its own (a run of one is a PublishReceived); the last two after the general way.
+    full = connection.RUN_MAX
+    assert sizes == [1, 1, full, full, 600 - 2 * full, 1, 2, 1, 1, 1, 1, 1]
+    assert read[2].bodies == [b"a"] * connection.RUN_MAX
+    assert outcome(make_running, stream, "all at once", runs=True) == outcome(
+        make_running, stream, "byte by byte"
+    )
 
 
 SOUND = [
