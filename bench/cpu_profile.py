@@ -64,6 +64,8 @@ STAGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "publish: method, permissions, message",
         (
             ("publish", "dispatch/publishing.py"),
+            ("publish_run", "dispatch/publishing.py"),
+            ("_exchange", "dispatch/publishing.py"),
             ("", "model/messages.py"),
             ("", "protocol/properties.py"),
             ("", "protocol/rewrite.py"),
@@ -94,11 +96,13 @@ STAGES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "deliver: consumer choice and encoding",
         (
             ("Channel.deliver", "dispatch/channels.py"),
+            ("Channel.deliver_from", "dispatch/channels.py"),
             ("Channel.drain_consumers", "dispatch/channels.py"),
             ("Queue.drain", "model/queues.py"),
             ("Queue._deliver", "model/queues.py"),
             ("", "model/consumers.py"),
             ("Connection.send_deliver", "protocol/connection.py"),
+            ("Connection.send_deliver_entries", "protocol/connection.py"),
             ("encode_deliver", "protocol/codec.py"),
         ),
     ),
