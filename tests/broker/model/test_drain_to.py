@@ -138,21 +138,22 @@ def test_the_channel_gets_the_run_in_one_call(monkeypatch):
         return result
 
     monkeypatch.setattr(Room, "deliver_from", counted)
-    queue = Queue("q", durable=False)
-    channel = Room(1000)
-    consumer = Consumer("c", queue, channel, no_ack=False, exclusive=False, prefetch=0)
-    for n in range(100):
-        queue.publish(Message("", "q", PLAIN, b"m%d" % n), 0)
-    queue.add_consumer(consumer)
+    queue, _, consumer = filled("q", PLAIN, 100)
     assert queue.drain(0) == 100
     assert runs == [100]
     assert (queue.stats_deliver, queue.unacked_count, consumer.unacked) == (100, 100, 100)
-    expiring = Queue("e", durable=False)
-    other = Room(1000)
-    consumer = Consumer("c", expiring, other, no_ack=False, exclusive=False, prefetch=0)
-    for n in range(10):
-        expiring.publish(Message("", "e", EXPIRING, b"m%d" % n), 0)
-    expiring.add_consumer(consumer)
+    expiring, other, _ = filled("e", EXPIRING, 10)
     assert expiring.drain(0) == 10
     assert runs == [100], "a queue that may expire delivers one at a time"
     assert len(other.entries) == 10
+
+
+def filled(name: str, raw: bytes, count: int) -> tuple[Queue, Room, Consumer]:
+    """A queue of ``count`` messages with properties ``raw``, then its one consumer."""
+    queue = Queue(name, durable=False)
+    channel = Room(1000)
+    consumer = Consumer("c", queue, channel, no_ack=False, exclusive=False, prefetch=0)
+    for n in range(count):
+        queue.publish(Message("", name, raw, b"m%d" % n), 0)
+    queue.add_consumer(consumer)
+    return queue, channel, consumer
