@@ -440,8 +440,8 @@ class Queue:
         taken may be dead-lettered, which may deliver to the same channel, so each delivery
         is made on its own, ``_deliver``'s bookkeeping inline.
         """
+        channel = consumer.channel
         if not self.may_expire:
-            channel = consumer.channel
             count, sizes, redelivers = channel.deliver_from(consumer, self, self._pop_ready)
             self.stats_deliver += count
             self.stats_deliveries["deliver"] += count
@@ -452,7 +452,6 @@ class Queue:
             if self.ready_count:
                 self.consumers.cursor = -1  # what next_with_room would find: nobody has room
             return count
-        channel = consumer.channel
         has_capacity = channel.has_capacity
         deliver = channel.deliver
         pop = partial(self._pop_live_head, now_ms)

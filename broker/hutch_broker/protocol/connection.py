@@ -1072,9 +1072,9 @@ class Connection:
         """
         if channel not in self._channels and not self._may_send_content(channel):
             return
-        head = self._deliver_heads.get((channel, consumer_tag))
-        if head is None:
-            head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
+        head = self._deliver_heads.get((channel, consumer_tag)) or self._new_head(
+            channel, consumer_tag
+        )
         if 0 < len(body) <= self._frame_max - codec.FRAME_OVERHEAD:
             names = head.routes.get((exchange, routing_key)) or head.route(exchange, routing_key)
             self._outbound.append(
@@ -1122,9 +1122,9 @@ class Connection:
         if channel not in self._channels and not self._may_send_content(channel):
             outbound = []  # closing: counted as delivered, as send_deliver's callers count
         append = outbound.append
-        head = self._deliver_heads.get((channel, consumer_tag))
-        if head is None:
-            head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
+        head = self._deliver_heads.get((channel, consumer_tag)) or self._new_head(
+            channel, consumer_tag
+        )
         const, routes = head.const, head.routes
         limit = self._frame_max - codec.FRAME_OVERHEAD
         deliver_frames = _deliver_frames
@@ -1179,9 +1179,9 @@ class Connection:
         if channel not in self._channels and not self._may_send_content(channel):
             return
         append = self._outbound.append
-        head = self._deliver_heads.get((channel, consumer_tag))
-        if head is None:
-            head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
+        head = self._deliver_heads.get((channel, consumer_tag)) or self._new_head(
+            channel, consumer_tag
+        )
         const, routes = head.const, head.routes
         limit = self._frame_max - codec.FRAME_OVERHEAD
         deliver_frames = _deliver_frames
@@ -1216,6 +1216,12 @@ class Connection:
                     )
                 )
             tag += 1
+
+    def _new_head(self, channel: int, consumer_tag: bytes | str) -> codec.DeliverHead:
+        """A consumer's pre-packed Deliver bytes, made at its first delivery and kept until it
+        is cancelled or its channel closes (the look-up itself stays inline in the callers)."""
+        head = self._deliver_heads[(channel, consumer_tag)] = codec.DeliverHead(consumer_tag)
+        return head
 
     def forget_consumer(self, channel: int, consumer_tag: bytes | str) -> None:
         """Drop the pre-packed Deliver bytes of a cancelled consumer (optional; bounded memory).
